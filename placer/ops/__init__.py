@@ -1,0 +1,9 @@
+"""Operator families. Importing this package fills the registry (``placer.ops.registry``).
+
+One module per family; adding a family is one line here (see CONTRIBUTING.md).
+"""
+from placer.ops import (  # noqa: F401
+    conv, pool, norm,            # spatial: Conv, ConvTranspose, MaxPool, AveragePool, SpatialBN, LRN
+    fc, elementwise, loss,       # dense: FC, MatMul, BatchMatMul, arithmetic, activations, softmax, losses
+    tensor, embedding, fill, copy,  # data: shape ops, gathers, SparseLengths*, fills, copies
+)

@@ -1,0 +1,1 @@
+"""Op family 'conv' (filled in by its module owner)."""

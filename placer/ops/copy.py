@@ -1,0 +1,1 @@
+"""Op family 'copy' (filled in by its module owner)."""

@@ -1,0 +1,1 @@
+"""Op family 'elementwise' (filled in by its module owner)."""

@@ -1,0 +1,1 @@
+"""Op family 'embedding' (filled in by its module owner)."""

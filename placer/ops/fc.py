@@ -1,0 +1,1 @@
+"""Op family 'fc' (filled in by its module owner)."""

@@ -1,0 +1,1 @@
+"""Op family 'fill' (filled in by its module owner)."""

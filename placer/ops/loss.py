@@ -1,0 +1,1 @@
+"""Op family 'loss' (filled in by its module owner)."""

@@ -1,0 +1,1 @@
+"""Op family 'norm' (filled in by its module owner)."""

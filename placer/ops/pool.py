@@ -1,0 +1,1 @@
+"""Op family 'pool' (filled in by its module owner)."""

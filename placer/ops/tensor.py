@@ -1,0 +1,1 @@
+"""Op family 'tensor' (filled in by its module owner)."""

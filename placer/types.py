@@ -1,0 +1,267 @@
+"""The shared types of placer: small dataclasses with units in their names.
+
+Data flows one way (see DESIGN.md):
+``Net`` (formats) -> ``TypedNet`` (shapes) -> cost DataFrame (costs) -> ``Plan``
+(partition) -> placed NetDef (rewrite) -> ``RunRecord`` (runtime).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from placer.errors import ArgumentError
+
+# Caffe2 TensorProto.DataType numbers <-> numpy dtype names (PROTO_FACTS.md).
+DATA_TYPE_TO_DTYPE = {
+    1: "float32", 2: "int32", 3: "uint8", 4: "object", 5: "bool", 6: "uint8", 7: "int8",
+    8: "uint16", 9: "int16", 10: "int64", 12: "float16", 13: "float64",
+}
+DTYPE_TO_DATA_TYPE = {
+    "float32": 1, "int32": 2, "object": 4, "bool": 5, "uint8": 6, "int8": 7, "uint16": 8,
+    "int16": 9, "int64": 10, "float16": 12, "float64": 13,
+}
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """Shape and numpy dtype name of a blob. ``shape`` is a tuple of ints (no unknown dims)."""
+
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+
+    @property
+    def size(self) -> int:
+        return prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return 8 if self.dtype == "object" else np.dtype(self.dtype).itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.itemsize
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{','.join(map(str, self.shape))}]"
+
+
+@dataclass(frozen=True)
+class Device:
+    """Where an op is placed: ``kind`` is "cpu" or "gpu"; ``index`` is the GPU number."""
+
+    kind: str = "cpu"
+    index: int = 0
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind == "gpu"
+
+    def __str__(self) -> str:
+        return "cpu" if self.kind == "cpu" else f"gpu{self.index}"
+
+
+CPU = Device("cpu", 0)
+GPU0 = Device("gpu", 0)
+
+_MISSING = object()
+
+
+class Args(Mapping[str, Any]):
+    """An op's arguments, decoded once at the edge.
+
+    Values are python values: ``int``, ``float``, ``str`` (or ``bytes`` when not UTF-8),
+    lists of those, or a NetDef message for nested nets (``n``/``nets``). Typed getters
+    name the op and the argument when one is missing or of the wrong kind.
+
+    ``op`` is the label of the op the arguments belong to (for messages); ``seed`` is the
+    random seed a kernel with randomness must use.
+    """
+
+    def __init__(self, values: Mapping[str, Any] | None = None, op: str = "?", seed: int = 0):
+        self._values = dict(values or {})
+        self.op = op
+        self.seed = seed
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"Args({self._values!r})"
+
+    def _get(self, name: str, default: Any, kinds: tuple, what: str) -> Any:
+        if name not in self._values or self._values[name] is None:
+            if default is _MISSING:
+                raise ArgumentError(f"op {self.op}: required argument '{name}' is missing",
+                                    hint=f"add arg {{ name: \"{name}\" ... }} to the op")
+            return default
+        value = self._values[name]
+        if not isinstance(value, kinds) or isinstance(value, bool) and bool not in kinds:
+            raise ArgumentError(f"op {self.op}: argument '{name}' should be {what}, found {value!r}")
+        return value
+
+    def int(self, name: str, default: Any = _MISSING) -> int:
+        v = self._get(name, default, (int, float, np.integer), "an integer")
+        return int(v) if v is not None else v
+
+    def float(self, name: str, default: Any = _MISSING) -> float:
+        v = self._get(name, default, (int, float, np.floating, np.integer), "a number")
+        return float(v) if v is not None else v
+
+    def bool(self, name: str, default: Any = _MISSING) -> bool:
+        v = self._get(name, default, (int, bool, np.integer), "0 or 1")
+        return bool(v) if v is not None else v
+
+    def str(self, name: str, default: Any = _MISSING) -> str:
+        v = self._get(name, default, (str, bytes), "a string")
+        return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+
+    def ints(self, name: str, default: Any = _MISSING) -> list[int]:
+        v = self._get(name, default, (list, tuple, int), "a list of integers")
+        if v is None:
+            return v
+        return [int(x) for x in (v if isinstance(v, (list, tuple)) else [v])]
+
+    def floats(self, name: str, default: Any = _MISSING) -> list[float]:
+        v = self._get(name, default, (list, tuple, int, float), "a list of numbers")
+        if v is None:
+            return v
+        return [float(x) for x in (v if isinstance(v, (list, tuple)) else [v])]
+
+    def strs(self, name: str, default: Any = _MISSING) -> list[str]:
+        v = self._get(name, default, (list, tuple), "a list of strings")
+        if v is None:
+            return v
+        return [x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in v]
+
+    def with_values(self, **values: Any) -> "Args":
+        """A copy with some values replaced (used by converters and tests)."""
+        return Args({**self._values, **values}, op=self.op, seed=self.seed)
+
+
+@dataclass
+class Op:
+    """One operator of a net, decoded from an OperatorDef.
+
+    ``device`` is the placement the file carries (None when the op has no device_option
+    and the net has no default); ``proto`` is the OperatorDef it came from, kept so that a
+    rewrite changes nothing else.
+    """
+
+    index: int
+    type: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    args: Args
+    name: str = ""
+    engine: str = ""
+    device: Device | None = None
+    control_inputs: tuple[str, ...] = ()
+    proto: Any = None
+
+    @property
+    def label(self) -> str:
+        """How messages name this op: its name, else its first output, else its index."""
+        if self.name:
+            return f"#{self.index} {self.type} '{self.name}'"
+        if self.outputs:
+            return f"#{self.index} {self.type} -> '{self.outputs[0]}'"
+        return f"#{self.index} {self.type}"
+
+
+@dataclass
+class Net:
+    """A predict net (and its init net) as placer sees it, whatever format it came from.
+
+    - ``params``: blobs the init net creates, with their types (shape from the fill op's
+      ``shape`` argument or the number of ``values``).
+    - ``input_shapes``: shapes the file itself carries for external inputs (Caffe's
+      input_shape / input_dim / Input layer); the user's ``--input`` adds to them.
+    - ``proto`` / ``init_proto``: the Caffe2 NetDef messages (for a Caffe file, the ones
+      converted from it), kept so that a placed net changes nothing else.
+    - ``path``: the file the net was read from (for messages); ``source_format`` is
+      "caffe2-text", "caffe2-binary", or "caffe-prototxt".
+    """
+
+    name: str
+    ops: list[Op]
+    external_inputs: list[str]
+    external_outputs: list[str]
+    params: dict[str, TensorType] = field(default_factory=dict)
+    input_shapes: dict[str, TensorType] = field(default_factory=dict)
+    proto: Any = None
+    init_proto: Any = None
+    path: str = ""
+    init_path: str = ""
+    source_format: str = ""
+    default_device: Device | None = None
+
+    @property
+    def data_inputs(self) -> list[str]:
+        """External inputs that are not parameters: what a run must be fed."""
+        return [b for b in self.external_inputs if b not in self.params]
+
+
+@dataclass(frozen=True)
+class OpFeatures:
+    """Cost features of one op at its shapes.
+
+    Convention: ``macs`` counts multiply-accumulates of Conv/FC/MatMul-like ops (one
+    multiply-add = 1 MAC); ``flops`` counts floating-point operations with a multiply-add
+    as 2, plus elementwise work (the figure a roofline divides by peak FLOP/s).
+    ``bytes_read`` is what the op actually reads (a gather reads only the rows it looks
+    up, not the whole table); ``param_bytes`` is the part of the inputs that are parameters.
+    ``known`` is False for an op type with no registry entry or with unknown shapes.
+    """
+
+    flops: float = 0.0
+    macs: float = 0.0
+    bytes_read: float = 0.0
+    bytes_written: float = 0.0
+    param_bytes: float = 0.0
+    known: bool = True
+
+    def __add__(self, other: "OpFeatures") -> "OpFeatures":
+        return OpFeatures(self.flops + other.flops, self.macs + other.macs,
+                          self.bytes_read + other.bytes_read,
+                          self.bytes_written + other.bytes_written,
+                          self.param_bytes + other.param_bytes, self.known and other.known)
+
+
+@dataclass
+class TypedNet:
+    """A net with every blob's type inferred (``shapes.infer`` writes it).
+
+    ``blobs`` maps every blob name to its type, or None where it cannot be known (an
+    unknown op's outputs); ``features[i]`` are the cost features of ``net.ops[i]``;
+    ``missing`` explains each unknown blob ("blob 'x': set --input x=..." style hints).
+    """
+
+    net: Net
+    blobs: dict[str, TensorType | None]
+    features: list[OpFeatures]
+    unknown_ops: list[int] = field(default_factory=list)
+    missing: dict[str, str] = field(default_factory=dict)
+
+    def type_of(self, blob: str) -> TensorType | None:
+        return self.blobs.get(blob)
+
+
+def shape_str(types: Sequence[TensorType | None]) -> str:
+    """`1x64x56x56, ?` for messages and tables."""
+    return ", ".join("?" if t is None else "x".join(map(str, t.shape)) or "scalar" for t in types)

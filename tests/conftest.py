@@ -1,0 +1,66 @@
+"""Shared test set-up: the corpus location, markers that skip cleanly, CI strictness.
+
+Tests over ../shared/nets skip where it is absent (a user's clone) but fail under CI=true.
+GPU tests skip without a visible GPU. Torch-reference tests skip without torch, except
+under CI=true, where torch is a test dependency and its absence is a failure.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "nets"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def corpus_dir() -> Path:
+    """The corpus folder, or a skip (a failure under CI=true) when it is absent."""
+    if not CORPUS.is_dir():
+        if IN_CI:
+            pytest.fail(f"CI=true but the net corpus {CORPUS} is missing")
+        pytest.skip(f"net corpus {CORPUS} not found (it sits beside the checkout in CI)")
+    return CORPUS
+
+
+def corpus_files(sub: str, *suffixes: str) -> list[Path]:
+    """Corpus files for parametrisation (empty when the corpus is absent)."""
+    base = CORPUS / sub
+    if not base.is_dir():
+        return []
+    return sorted(p for p in base.iterdir() if not suffixes or p.suffix in suffixes)
+
+
+def gpu_available() -> bool:
+    try:
+        import cupy
+        return bool(cupy.is_available())
+    except Exception:
+        return False
+
+
+def require_torch():
+    """Import torch, or skip (fail under CI=true)."""
+    try:
+        import torch
+        return torch
+    except ImportError:
+        if IN_CI:
+            pytest.fail("CI=true but torch (the independent reference) is not installed")
+        pytest.skip("torch not installed: pip install -e .[test]")
+
+
+@pytest.fixture
+def corpus() -> Path:
+    return corpus_dir()
+
+
+def pytest_collection_modifyitems(config, items):
+    if gpu_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="no CUDA GPU visible (cupy.is_available() is False)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
