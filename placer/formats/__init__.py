@@ -1,0 +1,77 @@
+"""Net files in, ``Net`` out: ``load_net`` picks the reader from the file's content.
+
+- Caffe2 NetDef, text or binary (``formats.caffe2``), with an optional init net;
+- Caffe prototxt, ``layer {}`` / ``layers {}`` (``formats.caffe``), with optional
+  ``.caffemodel`` weights.
+
+The suffix is never trusted (binary NetDefs named ``.pbtxt`` exist); the content decides.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+from placer.errors import NetParseError, PlacerError
+from placer.types import Net
+
+# A Caffe NetParameter at top level: layers, or the deprecated input dims.
+_CAFFE_TOP = re.compile(rb"^\s*(layers?|input_dim|input_shape)\s*[:{]", re.M)
+_CAFFE2_TOP = re.compile(rb"^\s*(op|external_input|external_output)\s*[:{]", re.M)
+
+
+def sniff_format(data: bytes) -> str:
+    """"caffe-prototxt", "caffe2-text" or "caffe2-binary" (a guess; the parser decides)."""
+    from placer.formats.caffe2 import looks_textual
+    if not looks_textual(data):
+        return "caffe2-binary"
+    head = data[:1 << 20]
+    if _CAFFE_TOP.search(head) and not _CAFFE2_TOP.search(head):
+        return "caffe-prototxt"
+    return "caffe2-text"
+
+
+def load_net(path: str | os.PathLike, init_path: str | os.PathLike | None = None,
+             phase: str = "test", weights: str | os.PathLike | None = None) -> Net:
+    """Load a predict net whatever its format.
+
+    ``init_path`` is the Caffe2 init net that fills the parameters; ``phase`` and
+    ``weights`` apply to Caffe prototxt files (include/exclude rules, ``.caffemodel``).
+    """
+    from placer.formats import caffe2
+    data = caffe2.read_file_bytes(path)
+    fmt = sniff_format(data)
+    if fmt == "caffe-prototxt":
+        if init_path:
+            raise PlacerError(f"{path}: --init-net applies to Caffe2 nets; this is a Caffe prototxt",
+                              hint="give Caffe weights with --weights x.caffemodel")
+        return _load_caffe(path, phase, weights)
+    if weights:
+        raise PlacerError(f"{path}: --weights applies to Caffe prototxt files; this is a Caffe2 NetDef",
+                          hint="give the Caffe2 init net with --init-net")
+    if init_path is not None:
+        _check_init_net(init_path)
+    return caffe2.load_caffe2_net(path, init_path)
+
+
+def _load_caffe(path, phase, weights) -> Net:
+    try:
+        from placer.formats.caffe import load_caffe_net
+    except ModuleNotFoundError as e:
+        if e.name != "placer.formats.caffe":
+            raise
+        raise PlacerError(f"{path}: Caffe prototxt files are not supported by this build",
+                          hint="convert it to a Caffe2 NetDef first") from e
+    return load_caffe_net(str(path), phase=phase, weights=weights)
+
+
+def _check_init_net(init_path) -> None:
+    from placer.formats.caffe2 import read_file_bytes
+    if sniff_format(read_file_bytes(init_path)) == "caffe-prototxt":
+        raise NetParseError(str(init_path), "the init net is a Caffe prototxt, not a Caffe2 NetDef",
+                            hint="--init-net takes the Caffe2 init_net.pb(txt) that fills the parameters")
+
+
+def load_init_net(path: str | os.PathLike):
+    """An init NetDef given on its own (text or binary)."""
+    from placer.formats.caffe2 import load_netdef
+    return load_netdef(path)

@@ -1,0 +1,323 @@
+"""Caffe2 NetDef files: read (text or binary, sniffed), write (atomic), and turn into a ``Net``.
+
+Parsing is protobuf's own (``text_format`` and the binary codec) over the message classes
+of ``caffe2_pb``; nothing here tokenises protobuf except one rename: the 2016-2018 name
+``cuda_gpu_id`` of DeviceOption field 2 is rewritten to ``device_id`` (same number) before
+the text parser sees it, so old files load and are written back with the current name.
+
+Device convention: an op whose ``device_option`` is present counts as placed by the file,
+even when the option is empty (``device_option {}`` is CPU, device_type 0, explicitly);
+an op without one takes the net-level ``device_option``; with neither, ``Op.device`` is
+None (not annotated).
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from google.protobuf import text_format
+from google.protobuf.message import DecodeError
+
+from placer.errors import NetParseError
+from placer.fileio import atomic_write_bytes, atomic_write_text
+from placer.formats import caffe2_pb as pb
+from placer.types import DATA_TYPE_TO_DTYPE, Args, Device, Net, Op, TensorType
+
+# device_type numbers that are GPUs (PROTO_CUDA, PROTO_HIP); every other type runs on the host.
+GPU_DEVICE_TYPES = {1, 6}
+
+# A quoted string or a comment (left alone), or the old field name followed by ':' or '{'.
+_OLD_DEVICE_ID = re.compile(
+    r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|#[^\n]*|\bcuda_gpu_id\b(?=\s*[:{])')
+_TEXT_CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1f\x7f]")
+_ERROR_PREFIX = re.compile(r"^\d+:\d+ : ")
+
+
+# ---------------------------------------------------------------- reading and writing
+
+def read_file_bytes(path: str | os.PathLike) -> bytes:
+    """The bytes of a net file, or a NetParseError saying why it cannot be read."""
+    p = Path(path)
+    if not p.exists():
+        raise NetParseError(str(path), "no such file", hint="check the path")
+    if p.is_dir():
+        raise NetParseError(str(path), "is a directory, not a net file")
+    try:
+        return p.read_bytes()
+    except OSError as e:
+        raise NetParseError(str(path), f"cannot read: {e.strerror or e}") from e
+
+
+def looks_textual(data: bytes) -> bool:
+    """True when the bytes are UTF-8 text without control characters (a text format)."""
+    if _TEXT_CONTROL.search(data[:65536]):
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def read_netdef(path: str | os.PathLike) -> tuple[object, str]:
+    """``(NetDef, "caffe2-text" | "caffe2-binary")``; the encoding is sniffed from the content.
+
+    Files named ``.pbtxt`` that hold binary NetDefs exist in the wild (and the other way
+    round), so the suffix is never trusted.
+    """
+    data = read_file_bytes(path)
+    if not data.strip():
+        raise NetParseError(str(path), "empty file, not a net",
+                            hint="a Caffe2 NetDef has at least one field")
+    if looks_textual(data):
+        try:
+            return parse_text(data.decode("utf-8"), str(path)), "caffe2-text"
+        except NetParseError:
+            netdef = _try_binary(data)  # printable bytes can still be a binary NetDef
+            if netdef is not None:
+                return netdef, "caffe2-binary"
+            raise
+    return parse_binary(data, str(path)), "caffe2-binary"
+
+
+def load_netdef(path: str | os.PathLike):
+    """A NetDef from a text (.pbtxt) or binary (.pb) file, whichever the content is."""
+    return read_netdef(path)[0]
+
+
+def parse_text(text: str, path: str = "<text>"):
+    """Parse a text NetDef; syntax errors carry file:line:column."""
+    stripped = text.lstrip()
+    if stripped[:1] in ("{", "["):
+        raise NetParseError(path, "looks like JSON, not a Caffe2 NetDef or Caffe prototxt", 1, 1)
+    netdef = pb.NetDef()
+    try:
+        text_format.Parse(rename_old_fields(text), netdef)
+    except text_format.ParseError as e:
+        message = _ERROR_PREFIX.sub("", str(e))
+        hint = None
+        if re.search(r"^\s*layers?\s*[{:]", text, re.M):
+            hint = "this looks like a Caffe prototxt: load it with placer.formats.load_net"
+        raise NetParseError(path, f"not a valid Caffe2 NetDef: {message}",
+                            e.GetLine(), e.GetColumn(), hint) from e
+    return netdef
+
+
+def rename_old_fields(text: str) -> str:
+    """Rewrite the field name ``cuda_gpu_id`` to ``device_id`` (padded, so columns stay)."""
+    if "cuda_gpu_id" not in text:
+        return text
+    return _OLD_DEVICE_ID.sub(
+        lambda m: "device_id  " if m.group(0) == "cuda_gpu_id" else m.group(0), text)
+
+
+def _try_binary(data: bytes):
+    netdef = pb.NetDef()
+    try:
+        netdef.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError):
+        return None
+    return netdef if _plausible_netdef(netdef) else None
+
+
+def _plausible_netdef(netdef) -> bool:
+    """Bytes that happen to decode (an image, a caffemodel) are not a net: check the shape."""
+    from google.protobuf import unknown_fields
+    if len(unknown_fields.UnknownFieldSet(netdef)):
+        return False
+    if not netdef.ListFields():
+        return False
+    return all(op.type for op in netdef.op)
+
+
+def parse_binary(data: bytes, path: str = "<bytes>"):
+    """Parse a binary NetDef, refusing bytes that decode but are clearly not a net."""
+    netdef = _try_binary(data)
+    if netdef is None:
+        hint = ("a .caffemodel holds Caffe weights: pass it with --weights beside the prototxt"
+                if str(path).endswith(".caffemodel") else
+                "expected a Caffe2 NetDef (.pb/.pbtxt) or a Caffe .prototxt")
+        raise NetParseError(path, "not a net: the bytes are not a binary Caffe2 NetDef", hint=hint)
+    return netdef
+
+
+def save_netdef(netdef, path: str | os.PathLike, binary: bool | None = None) -> Path:
+    """Write a NetDef atomically; binary when ``binary`` or, if None, when the suffix is .pb."""
+    if binary is None:
+        binary = Path(path).suffix == ".pb"
+    if binary:
+        return atomic_write_bytes(path, netdef.SerializeToString())
+    return atomic_write_text(path, text_format.MessageToString(netdef))
+
+
+# ---------------------------------------------------------------- decoding ops
+
+def decode_value(arg):
+    """The python value of one Argument: the field that is set, decoded; None if none is."""
+    if arg.HasField("f"):
+        return float(repr_float32(arg.f))
+    if arg.HasField("i"):
+        return int(arg.i)
+    if arg.HasField("s"):
+        return _decode_bytes(arg.s)
+    if arg.HasField("n"):
+        return arg.n
+    if arg.HasField("t"):
+        return arg.t
+    if len(arg.floats):
+        return list(arg.floats)
+    if len(arg.ints):
+        return list(arg.ints)
+    if len(arg.strings):
+        return [_decode_bytes(s) for s in arg.strings]
+    if len(arg.nets):
+        return list(arg.nets)
+    if len(arg.tensors):
+        return list(arg.tensors)
+    if len(arg.qtensors):
+        return list(arg.qtensors)
+    return None
+
+
+def repr_float32(x: float) -> str:
+    """Shortest text of a float32 value (0.1f prints as 0.1, not 0.10000000149...)."""
+    import numpy as np
+    return str(np.float32(x))
+
+
+def _decode_bytes(b: bytes):
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError:
+        return b
+
+
+def decode_args(op_proto, label: str = "?", seed: int = 0) -> Args:
+    """An OperatorDef's arguments as ``Args`` (nested nets stay NetDef messages)."""
+    return Args({a.name: decode_value(a) for a in op_proto.arg}, op=label, seed=seed)
+
+
+def decode_device(option) -> Device:
+    """A DeviceOption as a ``Device``: CUDA/HIP -> gpu<device_id>, everything else cpu."""
+    if option.device_type in GPU_DEVICE_TYPES:
+        return Device("gpu", int(option.device_id))
+    return Device("cpu", 0)
+
+
+def op_from_proto(index: int, proto, default_option=None) -> Op:
+    option = proto.device_option if proto.HasField("device_option") else default_option
+    op = Op(index=index, type=proto.type, inputs=tuple(proto.input), outputs=tuple(proto.output),
+            args=Args(), name=proto.name, engine=proto.engine,
+            device=decode_device(option) if option is not None else None,
+            control_inputs=tuple(proto.control_input), proto=proto)
+    seed = int(option.random_seed) if option is not None and option.HasField("random_seed") else 0
+    op.args = decode_args(proto, op.label, seed)
+    return op
+
+
+# ---------------------------------------------------------------- parameters from an init net
+
+# Fill op type -> dtype of what it writes ("arg" = the op's `dtype` argument, float by default).
+FILL_DTYPES = {
+    "GivenTensorFill": "float32", "GivenTensorDoubleFill": "float64",
+    "GivenTensorFp16Fill": "float16", "GivenTensorBoolFill": "bool",
+    "GivenTensorIntFill": "int32", "GivenTensorInt16Fill": "int16",
+    "GivenTensorInt64Fill": "int64", "GivenTensorStringFill": "object",
+    "GivenTensorByteStringToUInt8Fill": "uint8",
+    "Int8GivenTensorFill": "uint8", "Int8GivenIntTensorFill": "int32",
+    "ConstantFill": "arg", "XavierFill": "float32", "MSRAFill": "float32",
+    "GaussianFill": "float32", "UniformFill": "float32", "UniformIntFill": "int32",
+    "RangeFill": "float32", "LengthsRangeFill": "int32", "DiagonalFill": "arg",
+}
+
+
+def fill_output_type(proto) -> TensorType | None:
+    """The type a fill op writes, from its `shape` (+`extra_shape`) or number of `values`.
+
+    None when the op is not a fill op or its shape comes from an input (`input_as_shape`).
+    """
+    dtype = FILL_DTYPES.get(proto.type)
+    if dtype is None or len(proto.input):
+        return None
+    args = {a.name: a for a in proto.arg}
+    if dtype == "arg":
+        dtype = DATA_TYPE_TO_DTYPE.get(args["dtype"].i, "float32") if "dtype" in args else "float32"
+    elif proto.type == "GivenTensorFill" and "dtype" in args:
+        dtype = DATA_TYPE_TO_DTYPE.get(args["dtype"].i, "float32")
+    if "shape" in args:
+        shape = list(args["shape"].ints)
+    elif "values" in args:
+        values = args["values"]
+        if proto.type in ("GivenTensorByteStringToUInt8Fill", "Int8GivenTensorFill"):
+            shape = [sum(len(s) for s in values.strings) + len(values.s)]
+        else:
+            shape = [len(values.floats) or len(values.ints) or len(values.strings)]
+    else:
+        shape = []  # no shape argument: Caffe2 fills a scalar
+    if "extra_shape" in args:
+        shape += list(args["extra_shape"].ints)
+    return TensorType(tuple(shape), dtype)
+
+
+def params_from_init(init_netdef) -> dict[str, TensorType]:
+    """Types of the blobs the init net fills; a blob it makes another way is left out."""
+    params: dict[str, TensorType] = {}
+    for proto in init_netdef.op:
+        t = fill_output_type(proto)
+        if t is not None:
+            for out in proto.output:
+                params[out] = t
+    return params
+
+
+# ---------------------------------------------------------------- building the Net
+
+def net_from_netdef(netdef, init_netdef=None, path: str = "", init_path: str = "",
+                    source_format: str = "") -> Net:
+    """A ``Net`` from a predict NetDef (and its init net), after structural checks."""
+    default = netdef.device_option if netdef.HasField("device_option") else None
+    ops = [op_from_proto(i, p, default) for i, p in enumerate(netdef.op)]
+    params = params_from_init(init_netdef) if init_netdef is not None else {}
+    init_outputs = {o for p in init_netdef.op for o in p.output} if init_netdef is not None else set()
+    net = Net(name=netdef.name, ops=ops, external_inputs=list(netdef.external_input),
+              external_outputs=list(netdef.external_output), params=params, proto=netdef,
+              init_proto=init_netdef, path=str(path), init_path=str(init_path or ""),
+              source_format=source_format,
+              default_device=decode_device(default) if default is not None else None)
+    check_structure(net, init_outputs, path or "<net>")
+    return net
+
+
+def check_structure(net: Net, init_outputs: set[str], path: str) -> None:
+    """Every op input exists when the op runs: made by an earlier op, an external input, or
+    the init net. A NetDef runs in order, so reading a blob that only a later op makes is a
+    cycle (or a misordered net) and reading one that nothing makes is a dangling input."""
+    available = set(net.external_inputs) | set(net.params) | init_outputs
+    producer: dict[str, int] = {}
+    for op in net.ops:
+        for out in op.outputs:
+            producer.setdefault(out, op.index)
+    for op in net.ops:
+        for blob in op.inputs:
+            if not blob or blob in available:
+                continue
+            later = producer.get(blob)
+            if later is not None and later >= op.index:
+                maker = net.ops[later]
+                raise NetParseError(
+                    path, f"op {op.label} reads blob '{blob}' before it is produced: only "
+                          f"op {maker.label}, later in the net, makes it (a cycle, or ops out of order)",
+                    hint="reorder the ops so that every blob is made before it is read")
+            raise NetParseError(
+                path, f"op {op.label} reads blob '{blob}', which no earlier op makes and "
+                      "external_input does not list",
+                hint="add it to external_input, or give --init-net INIT if an init net fills it")
+        available.update(op.outputs)
+
+
+def load_caffe2_net(path, init_path=None) -> Net:
+    """Read a Caffe2 predict net (and optional init net) into a ``Net``."""
+    netdef, fmt = read_netdef(path)
+    init = read_netdef(init_path)[0] if init_path else None
+    return net_from_netdef(netdef, init, str(path), str(init_path or ""), fmt)

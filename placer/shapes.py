@@ -1,0 +1,112 @@
+"""Shape inference over a whole net: ``infer(net, input_shapes) -> TypedNet``.
+
+Ops are walked in net order (a NetDef runs in order). Each op's registry entry gives its
+output types and cost features; ``param_bytes`` is filled here because only the net
+knows which inputs are parameters.
+
+Missing shapes do not raise: a blob whose type cannot be known is None, the ops that
+need it get ``known=False`` features, and ``TypedNet.missing`` names each root cause with
+the option that supplies it, so that ``placer inspect`` can list them all at once.
+Shapes that are known but do not fit an op raise ``ShapeError`` (the registry's message
+names the op, the blobs and the shapes).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from placer.errors import PlacerError, ShapeError
+from placer.ops import registry
+from placer.types import Net, Op, OpFeatures, TensorType, TypedNet, shape_str
+
+UNKNOWN = OpFeatures(known=False)
+
+
+def infer(net: Net, input_shapes: dict[str, TensorType] | None = None) -> TypedNet:
+    """Types of every blob of ``net`` and the cost features of every op.
+
+    Starting types: parameters (``net.params``), shapes the file carries
+    (``net.input_shapes``), then the user's ``input_shapes`` (which win). A user shape
+    for the output of an op placer cannot infer fills that output.
+    """
+    user = dict(input_shapes or {})
+    blobs: dict[str, TensorType | None] = {**net.params, **net.input_shapes, **user}
+    typed = TypedNet(net=net, blobs=blobs, features=[])
+    producers: dict[str, Op] = {}
+    for op in net.ops:
+        for out in op.outputs:
+            producers.setdefault(out, op)
+    for op in net.ops:
+        typed.features.append(_infer_op(typed, op, user, producers))
+    return typed
+
+
+def _infer_op(typed: TypedNet, op: Op, user: dict[str, TensorType],
+              producers: dict[str, Op]) -> OpFeatures:
+    """Set the types of ``op``'s outputs in ``typed.blobs`` and return its features."""
+    opdef = registry.get(op.type)
+    inputs = [typed.blobs.get(b) for b in op.inputs]
+    if opdef is None:
+        typed.unknown_ops.append(op.index)
+        _set_outputs(typed, op, [None] * len(op.outputs), user)
+        return UNKNOWN
+    absent = [b for b, t in zip(op.inputs, inputs) if t is None]
+    if absent:
+        for blob in absent:
+            _note_missing(typed, blob, producers.get(blob))
+        _set_outputs(typed, op, [None] * len(op.outputs), user)
+        return UNKNOWN
+    opdef.check_arity(len(inputs), op.label)
+    outputs = _run_infer(opdef, op, inputs)
+    _set_outputs(typed, op, outputs, user)
+    features = opdef.cost(inputs, [t for t in outputs if t is not None], op.args)
+    params = {b for b in op.inputs if b in typed.net.params}
+    return replace(features, param_bytes=float(sum(typed.net.params[b].nbytes for b in params)))
+
+
+def _run_infer(opdef, op: Op, inputs: list[TensorType]) -> list[TensorType | None]:
+    """The registry's output types, padded with None for outputs it does not type."""
+    try:
+        outputs = list(opdef.infer(inputs, op.args))
+    except PlacerError:
+        raise
+    except Exception as e:  # a bug in an op's inference still names the op and the shapes
+        raise ShapeError(f"op {op.label}: shape inference failed on inputs "
+                         f"{', '.join(op.inputs)} ({shape_str(inputs)}): {type(e).__name__}: {e}") from e
+    if len(outputs) > len(op.outputs):
+        outputs = outputs[:len(op.outputs)]
+    return outputs + [None] * (len(op.outputs) - len(outputs))
+
+
+def _set_outputs(typed: TypedNet, op: Op, outputs: list, user: dict[str, TensorType]) -> None:
+    for name, t in zip(op.outputs, outputs):
+        if t is None:
+            t = user.get(name)
+        typed.blobs[name] = t
+
+
+def _note_missing(typed: TypedNet, blob: str, maker: Op | None) -> None:
+    """Record why ``blob`` has no type, if it is a root cause (not made by an op that ran)."""
+    if blob in typed.missing:
+        return
+    net = typed.net
+    spec = f"--input {blob}=d0,d1,..."
+    if maker is not None:
+        if registry.get(maker.type) is None:
+            typed.missing[blob] = (f"blob '{blob}' has no shape: op {maker.label} makes it and "
+                                   f"placer does not know op type {maker.type}: give {spec}")
+        return  # a consequence of an earlier missing shape, already noted
+    if net.init_proto is None and net.source_format.startswith("caffe2"):
+        typed.missing[blob] = (f"blob '{blob}' has no shape: give --init-net INIT "
+                               f"(the init net that fills it) or {spec}")
+    else:
+        typed.missing[blob] = f"blob '{blob}' has no shape: give {spec}"
+
+
+def missing_summary(typed: TypedNet, limit: int = 5) -> str:
+    """One line naming the blobs without shape and the options that supply them."""
+    names = list(typed.missing)
+    shown = ", ".join(f"'{n}'" for n in names[:limit]) + (f" and {len(names) - limit} more"
+                                                          if len(names) > limit else "")
+    options = "--init-net INIT or --input NAME=d0,d1,..." if any(
+        "--init-net" in m for m in typed.missing.values()) else "--input NAME=d0,d1,..."
+    return f"{len(names)} blob(s) have no shape: {shown}; give {options}"
