@@ -265,3 +265,134 @@ class TypedNet:
 def shape_str(types: Sequence[TensorType | None]) -> str:
     """`1x64x56x56, ?` for messages and tables."""
     return ", ".join("?" if t is None else "x".join(map(str, t.shape)) or "scalar" for t in types)
+
+
+@dataclass(frozen=True)
+class OpRun:
+    """One op of a run: where it ran and how long it took (median of ``samples_s``).
+
+    ``copy_bytes`` and ``copy_direction`` ("h2d", "d2h", "d2d", "h2h" or "") describe the
+    transfer a copy op made; 0 and "" for every other op.
+    """
+
+    index: int
+    name: str
+    type: str
+    device: str
+    time_s: float
+    samples_s: tuple[float, ...] = ()
+    copy_bytes: int = 0
+    copy_direction: str = ""
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What ``placer run`` measured; the report and the cost model read it.
+
+    ``emulated`` is True when a GPU was emulated on the CPU: its times are CPU times
+    (``timing_labels`` maps each device name to how its times must be read).
+    ``peak_bytes`` is the peak of live blob bytes per device over the op sequence.
+    """
+
+    net_name: str
+    devices: tuple[str, ...]
+    ops: tuple[OpRun, ...]
+    peak_bytes: dict[str, int]
+    emulated: bool
+    iterations: int
+    warmup: int
+    timing_labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def total_s(self) -> float:
+        return sum(o.time_s for o in self.ops)
+
+    def copy_bytes(self, direction: str | None = None) -> int:
+        return sum(o.copy_bytes for o in self.ops if direction in (None, o.copy_direction))
+
+    def time_by_device_s(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for o in self.ops:
+            out[o.device] = out.get(o.device, 0.0) + o.time_s
+        return out
+
+
+# --- plans (partition) -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanCost:
+    """Predicted time of a placement under the serial objective, in seconds.
+
+    ``compute_s`` sums op times on their devices, ``copy_s`` the PCIe copies. Records add
+    up (``a + b``), so a plan's total is a sum of parts, never a loop of loose floats.
+    """
+
+    compute_s: float = 0.0
+    copy_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.copy_s
+
+    def __add__(self, other: "PlanCost") -> "PlanCost":
+        return PlanCost(self.compute_s + other.compute_s, self.copy_s + other.copy_s)
+
+
+@dataclass(frozen=True)
+class PlanCopy:
+    """One PCIe copy a plan needs: ``tensor`` moved ``direction`` ("h2d" or "d2h") once.
+
+    ``producer`` is the op index (-1: fed from the host); ``consumers`` are the ops on the
+    other device that read the copy (-1 stands for the host reading an external output).
+    """
+
+    tensor: str
+    direction: str
+    nbytes: float
+    time_s: float
+    producer: int
+    consumers: tuple[int, ...] = ()
+
+
+@dataclass
+class Plan:
+    """A placement of every op of a net and what it is predicted to cost.
+
+    - ``placement``: op index -> ``Device`` (``CPU`` or ``GPU0``).
+    - ``copies``: every PCIe copy the placement implies (one per tensor per direction).
+    - ``cost``: the serial objective of this placement, recomputable from the cost graph.
+    - ``objective``: what the method minimised, "serial" or "makespan";
+      ``makespan_s`` and ``timeline`` come from the event simulator when it was run.
+    - ``optimal``: proven optimal for ``objective`` (and the memory limit, if any);
+      ``gap``: relative distance to the best proven lower bound, None when unknown.
+    - ``gpu_memory_bytes``: parameters on the GPU + peak live activations there;
+      ``gpu_capacity_bytes``: the usable limit the plan was made for (None: no limit).
+    - ``reasons``: op index -> short why ("GPU 14x faster", "pinned: no GPU kernel").
+    - ``notes``: solver facts worth reporting (rounding resolution, MILP status).
+    """
+
+    placement: dict[int, Device]
+    copies: list[PlanCopy]
+    cost: PlanCost
+    method: str
+    objective: str = "serial"
+    optimal: bool = False
+    gap: float | None = None
+    gpu_memory_bytes: float = 0.0
+    gpu_capacity_bytes: float | None = None
+    makespan_s: float | None = None
+    timeline: list | None = None
+    reasons: dict[int, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total_s(self) -> float:
+        return self.cost.total_s
+
+    def device_of(self, op_index: int) -> str:
+        """"cpu" or "gpu" for one op."""
+        return self.placement[op_index].kind
+
+    def copy_bytes(self, direction: str) -> float:
+        return sum(c.nbytes for c in self.copies if c.direction == direction)

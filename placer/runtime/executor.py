@@ -1,0 +1,405 @@
+"""Run a (placed) net: blobs in a dict, ops in order, each on the device it names.
+
+``Executor(net).run(inputs)`` runs the init net once (its fills make the parameters),
+then the predict net: ``# 1. feed inputs and params``, ``# 2. run ops``, ``# 3. collect
+outputs``. Everything that can be decided before running is decided once in
+``__init__`` (kernels, decoded arguments, devices, timers, which blobs die after which
+op), so the loop per op is a few dict look-ups, a device check and the kernel call.
+
+Placement rules (as Caffe2 runs a net):
+- an op runs on ``op.device`` (the net-level default already folded in); none -> cpu;
+- copy ops move blobs: ``CopyCPUToGPU`` (cpu -> the op's GPU), ``CopyGPUToCPU`` (the
+  op's GPU -> cpu), ``EnsureCPUOutput`` (anywhere -> cpu), ``Copy`` (anywhere -> the
+  op's device); every other op must find each input on its own device, or a
+  ``DeviceError`` names the op, the blob and both devices;
+- a fed input goes where its first consumer reads it (Caffe2's ``FeedBlob`` with that
+  device option); an init op with no device option makes its blob where the first
+  predict op that reads it runs.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from placer.errors import DeviceError, InputError, KernelMissingError, PlacerError
+from placer.ops import registry
+from placer.runtime.devices import DeviceSet, EmulatedArray, location
+from placer.types import Args, Device, Net, Op, OpRun, RunRecord, TensorType
+
+COPY_OPS = {"CopyCPUToGPU", "CopyGPUToCPU", "EnsureCPUOutput", "Copy"}
+_ANY = "any"
+
+
+@dataclass(eq=False)
+class Step:
+    """One op, resolved once: what to call, on which device, with which blobs."""
+
+    op: Op
+    device: Any                    # the device the op runs on (the target for a copy)
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    args: Args
+    kernel: Any = None             # None for a copy
+    source: Any = None             # a copy's required source device, or _ANY
+    timer: Any = None
+    frees: tuple[str, ...] = ()    # blobs whose last use is this op
+    samples_s: list[float] = field(default_factory=list)
+    copy_bytes: int = 0
+    copy_direction: str = ""
+
+
+def _copy_ends(op: Op, devices: DeviceSet) -> tuple[Any, Any]:
+    """(required source, target) devices of a copy op; source may be _ANY."""
+    gpu = devices.get(op.device if op.device is not None and op.device.is_gpu else Device("gpu", 0))
+    if op.type == "CopyCPUToGPU":
+        return devices.cpu, gpu
+    if op.type == "CopyGPUToCPU":
+        return gpu, devices.cpu
+    if op.type == "EnsureCPUOutput":
+        return _ANY, devices.cpu
+    return _ANY, devices.get(op.device)
+
+
+def read_device(op: Op, devices: DeviceSet) -> Any:
+    """The device an op reads its inputs on (a copy's source; cpu for an 'any' copy)."""
+    if op.type in COPY_OPS:
+        source = _copy_ends(op, devices)[0]
+        return devices.cpu if source is _ANY else source
+    return devices.get(op.device)
+
+
+def missing_kernels(ops: list[Op], devices: DeviceSet, where: str) -> list[str]:
+    """Labels of ops that cannot run: no registry entry, no kernel, or not on that device."""
+    bad = []
+    for op in ops:
+        if op.type in COPY_OPS:
+            continue
+        opdef = registry.get(op.type)
+        kind = devices.get(op.device).kind if op.device is None or not op.device.is_gpu else "gpu"
+        if opdef is None:
+            bad.append(f"{where} {op.label}: unknown op type")
+        elif opdef.kernel is None:
+            bad.append(f"{where} {op.label}: no kernel yet")
+        elif kind not in opdef.devices:
+            bad.append(f"{where} {op.label}: no {kind} kernel (has {', '.join(sorted(opdef.devices))})")
+    return bad
+
+
+def peak_bytes(steps_io: list[tuple[tuple[str, ...], tuple[str, ...]]],
+               sizes: Mapping[str, tuple[str, int]], initial: list[str],
+               frees: list[tuple[str, ...]]) -> dict[str, int]:
+    """Peak live blob bytes per device over the op sequence.
+
+    ``initial`` blobs (params, fed inputs) are live from the start; op i's outputs are
+    added while its inputs are still live (the peak is taken there), then ``frees[i]``
+    die. A blob rewritten in place is counted once. ``sizes[name] = (device, nbytes)``.
+    """
+    live: dict[str, tuple[str, int]] = {}
+    current: dict[str, int] = {}
+    peak: dict[str, int] = {}
+
+    def add(name: str) -> None:
+        if name in live:
+            dev, n = live.pop(name)
+            current[dev] -= n
+        if name in sizes:
+            dev, n = live[name] = sizes[name]
+            current[dev] = current.get(dev, 0) + n
+
+    for name in initial:
+        add(name)
+    peak.update(current)
+    for (_, outs), dead in zip(steps_io, frees):
+        for name in outs:
+            add(name)
+        for dev, n in current.items():
+            peak[dev] = max(peak.get(dev, 0), n)
+        for name in dead:
+            if name in live:
+                dev, n = live.pop(name)
+                current[dev] -= n
+    return peak
+
+
+class Executor:
+    """Runs ``net`` (a placer ``Net`` with ``init_proto`` for its parameters).
+
+    ``device_map`` (op index -> Device) overrides the placement the file carries; copies
+    are not inserted for it. ``emulate_gpu`` runs GPU ops on tagged numpy arrays.
+    ``input_types`` are the expected types of fed blobs (defaults: ``net.input_shapes``).
+    """
+
+    def __init__(self, net: Net, device_map: Mapping[int, Device] | None = None,
+                 emulate_gpu: bool = False, seed: int = 0,
+                 input_types: Mapping[str, TensorType] | None = None):
+        self.net, self.seed = net, seed
+        self.devices = DeviceSet(emulate_gpu)
+        self.ops = [op if not device_map or op.index not in device_map else
+                    _with_device(op, device_map[op.index]) for op in net.ops]
+        self.init_ops = _init_ops(net)
+        self.input_types = {**net.input_shapes, **(input_types or {})}
+        bad = (missing_kernels(self.init_ops, self.devices, "init net op")
+               + missing_kernels(self.ops, self.devices, "op"))
+        if bad:
+            raise KernelMissingError(f"{len(bad)} op(s) cannot run: " + "; ".join(bad),
+                                     hint="add a kernel in placer/ops/, or run on a device that has one")
+        self.steps = [self._step(op) for op in self.ops]
+        self.params: dict[str, Any] = {}
+        self.initialized = False
+        self.record: RunRecord | None = None
+        self._checked_signatures: set = set()
+        self._plan_frees()
+
+    # -- set-up, once ----------------------------------------------------------------
+
+    def _step(self, op: Op) -> Step:
+        args = Args(dict(op.args), op=op.label, seed=self.seed * 1_000_003 + op.index)
+        if op.type in COPY_OPS:
+            source, target = _copy_ends(op, self.devices)
+            gpu = target if target.kind == "gpu" else (source if source is not _ANY else target)
+            return Step(op, target, op.inputs[:1], op.outputs[:1], args, source=source, timer=gpu.timer())
+        device = self.devices.get(op.device)
+        return Step(op, device, op.inputs, op.outputs, args, kernel=registry.get(op.type).kernel,
+                    timer=device.timer())
+
+    def _plan_frees(self) -> None:
+        keep = set(self.net.external_outputs) | set(self.net.params) | {
+            o for op in self.init_ops for o in op.outputs}
+        last: dict[str, int] = {}
+        for i, s in enumerate(self.steps):
+            for name in s.inputs + s.outputs:
+                last[name] = i
+        dying: list[list[str]] = [[] for _ in self.steps]
+        for name, i in last.items():
+            if name not in keep:
+                dying[i].append(name)
+        for s, names in zip(self.steps, dying):
+            s.frees = tuple(names)
+
+    def _first_reader(self, blob: str) -> Any:
+        for op in self.ops:
+            if blob in op.inputs:
+                return read_device(op, self.devices)
+        return self.devices.cpu
+
+    # -- the init net ----------------------------------------------------------------
+
+    def run_init(self) -> dict[str, Any]:
+        """Run the init net's ops (fills) once; their outputs become the parameters."""
+        blobs: dict[str, Any] = {}
+        for op in self.init_ops:
+            device = (self.devices.get(op.device) if op.device is not None
+                      else self._first_reader(op.outputs[0]) if op.outputs else self.devices.cpu)
+            args = Args(dict(op.args), op=op.label, seed=self.seed * 1_000_003 + 500_000 + op.index)
+            ins = [_plain(blobs[n]) for n in op.inputs]
+            try:
+                outs = registry.get(op.type).kernel(device.xp, ins, args)
+            except PlacerError:
+                raise
+            except Exception as e:
+                raise PlacerError(f"init net op {op.label} failed on {device.name}: {e!r}") from e
+            for name, value in zip(op.outputs, outs):
+                blobs[name] = device.adopt(value)
+        self.params = blobs
+        self.initialized = True
+        return blobs
+
+    # -- a run -----------------------------------------------------------------------
+
+    def expected_inputs(self) -> list[str]:
+        """Blobs a run must be fed: external inputs the init net does not make."""
+        return [b for b in self.net.external_inputs if b not in self.params]
+
+    def check_inputs(self, inputs: Mapping[str, Any]) -> None:
+        """InputError for a missing input or a wrong dtype or shape, listing what is expected."""
+        problems = []
+        for name in self.expected_inputs():
+            if name not in inputs:
+                problems.append(f"'{name}' is missing")
+                continue
+            want, have = self.input_types.get(name), np.asarray(inputs[name])
+            if want is not None and str(have.dtype) != want.dtype:
+                problems.append(f"'{name}' has dtype {have.dtype}, expected {want.dtype}")
+            if want is not None and tuple(have.shape) != want.shape:
+                problems.append(f"'{name}' has shape {tuple(have.shape)}, expected {want.shape}")
+        if problems:
+            expected = ", ".join(f"{n} {self.input_types.get(n, '(shape not in the file)')}"
+                                 for n in self.expected_inputs()) or "(none)"
+            raise InputError(f"net '{self.net.name}': " + "; ".join(problems) + f"; the net expects: {expected}",
+                             hint="feed an .npz keyed by blob name, or use --random-inputs")
+        self._check_shapes(inputs)
+
+    def _check_shapes(self, inputs: Mapping[str, Any]) -> None:
+        """Shape inference at the fed shapes, once per signature: a ShapeError names the op
+        before any kernel runs, instead of a numpy error halfway through."""
+        fed = {n: TensorType(np.shape(inputs[n]), str(np.asarray(inputs[n]).dtype))
+               for n in self.expected_inputs()}
+        signature = tuple(sorted((n, t.shape, t.dtype) for n, t in fed.items()))
+        if signature in self._checked_signatures:
+            return
+        try:
+            from placer.shapes import infer
+        except ImportError:
+            return
+        infer(self.net, fed)
+        self._checked_signatures.add(signature)
+
+    def run(self, inputs: Mapping[str, Any], iterations: int = 1, warmup: int = 1,
+            progress: Any = None) -> dict[str, np.ndarray]:
+        """Run the predict net ``warmup + iterations`` times; outputs of the last run.
+
+        Per-op times are the median of the ``iterations`` timed runs (``self.record``).
+        ``progress(done, total)`` is called after each op when given.
+        """
+        if not self.initialized and self.net.init_proto is not None:
+            self.run_init()
+        self.check_inputs(inputs)
+        for s in self.steps:
+            s.samples_s.clear()
+            s.copy_bytes, s.copy_direction = 0, ""
+        total = (warmup + iterations) * len(self.steps)
+        sizes: dict[str, tuple[str, int]] = {}
+        for it in range(warmup + iterations):
+            # 1. feed inputs and params
+            blobs = dict(self.params)
+            for name in self.expected_inputs():
+                blobs[name] = self._first_reader(name).to_device(inputs[name], key=("feed", name))
+            if it == 0:
+                sizes.update((n, (location(v), int(v.nbytes))) for n, v in blobs.items())
+            # 2. run ops
+            self._run_ops(blobs, sizes if it == 0 else None,
+                          None if progress is None else (lambda i: progress(it * len(self.steps) + i, total)))
+            if it >= warmup:
+                for d in self.devices.all():
+                    d.sync()
+                for s in self.steps:
+                    s.samples_s.append(s.timer.seconds())
+        # 3. collect outputs
+        outputs = {name: self._collect(blobs, name) for name in self.net.external_outputs}
+        self.record = self._make_record(sizes, iterations, warmup)
+        return outputs
+
+    def _run_ops(self, blobs: dict, sizes: dict | None, tick: Any) -> None:
+        """The hot loop: look up, check the device, call, store, free."""
+        i = 0
+        try:
+            for i, s in enumerate(self.steps):
+                ins = [blobs[n] for n in s.inputs]
+                if s.kernel is None:
+                    blobs[s.outputs[0]] = self._copy(s, ins[0])
+                else:
+                    device = s.device
+                    holds = device.holds
+                    for x in ins:
+                        if not holds(x):
+                            raise self._wrong_device(s, blobs)
+                    s.timer.start()
+                    outs = s.kernel(device.xp, [_plain(x) for x in ins], s.args)
+                    s.timer.stop()
+                    adopt = device.adopt
+                    for name, value in zip(s.outputs, outs):
+                        blobs[name] = adopt(value)
+                if sizes is not None:
+                    sizes.update((n, (location(blobs[n]), int(blobs[n].nbytes)))
+                                 for n in s.outputs if n in blobs)
+                for name in s.frees:
+                    blobs.pop(name, None)
+                if tick is not None:
+                    tick(i + 1)
+        except KeyError as e:
+            raise self._missing_blob(self.steps[i], e.args[0], blobs) from None
+        except PlacerError:
+            raise
+        except Exception as e:
+            s = self.steps[i]
+            raise PlacerError(f"op {s.op.label} failed on {s.device.name}: {e!r}",
+                              hint="inputs: " + ", ".join(f"{n} {_describe(blobs.get(n))}" for n in s.inputs)) from e
+
+    def _copy(self, s: Step, x: Any) -> Any:
+        """A copy op as a real transfer; the source is checked as for any op."""
+        src_name = location(x)
+        if s.source is not _ANY and not s.source.holds(x):
+            raise DeviceError(f"op {s.op.label} copies '{s.inputs[0]}' from {s.source.name}, "
+                              f"but the blob is on {src_name}",
+                              hint="check the copy's direction and the device of the op that makes the blob")
+        target = s.device
+        source = s.source if s.source is not _ANY else self._device_named(src_name)
+        s.timer.start()
+        out = source.to_host(x, key=s.op.index) if target.kind == "cpu" else target.to_device(x, key=s.op.index)
+        s.timer.stop()
+        s.copy_bytes = int(x.nbytes)
+        s.copy_direction = ("h" if source.kind == "cpu" else "d") + "2" + ("h" if target.kind == "cpu" else "d")
+        return target.adopt(out)
+
+    def _device_named(self, name: str) -> Any:
+        for d in self.devices.all():
+            if d.name == name:
+                return d
+        kind, _, index = name.rpartition(":")
+        return self.devices.get(Device("gpu", int(index))) if index.isdigit() else self.devices.cpu
+
+    # -- errors and results ------------------------------------------------------------
+
+    def _wrong_device(self, s: Step, blobs: dict) -> DeviceError:
+        for name in s.inputs:
+            if not s.device.holds(blobs[name]):
+                where = location(blobs[name])
+                copy = "CopyCPUToGPU" if s.device.kind == "gpu" and where == "cpu" else (
+                    "CopyGPUToCPU" if s.device.kind == "cpu" else "Copy")
+                return DeviceError(f"op {s.op.label} runs on {s.device.name} but its input '{name}' "
+                                   f"is on {where}", hint=f"insert a {copy} op for '{name}' before it")
+        return DeviceError(f"op {s.op.label}: an input is on the wrong device")
+
+    def _missing_blob(self, s: Step, name: str, blobs: dict) -> PlacerError:
+        known = ", ".join(sorted(blobs)[:40]) + (" ..." if len(blobs) > 40 else "")
+        return PlacerError(f"op {s.op.label}: input blob '{name}' does not exist at this point "
+                           f"(no earlier op made it, it is not fed, or it was freed); known blobs: {known}")
+
+    def _collect(self, blobs: dict, name: str) -> np.ndarray:
+        if name not in blobs:
+            raise PlacerError(f"net '{self.net.name}': external output '{name}' was not produced; "
+                              f"known blobs: {', '.join(sorted(blobs)[:40])}")
+        x = blobs[name]
+        host = self._device_named(location(x)).to_host(x, key=("out", name))
+        return np.array(host, copy=True, subok=False)
+
+    def _make_record(self, sizes: dict, iterations: int, warmup: int) -> RunRecord:
+        fed = list(self.params) + self.expected_inputs()
+        peak = peak_bytes([(s.inputs, s.outputs) for s in self.steps], sizes, fed,
+                          [s.frees for s in self.steps])
+        ops = tuple(OpRun(index=s.op.index, name=s.op.name, type=s.op.type, device=s.device.name,
+                          time_s=statistics.median(s.samples_s) if s.samples_s else 0.0,
+                          samples_s=tuple(s.samples_s), copy_bytes=s.copy_bytes,
+                          copy_direction=s.copy_direction) for s in self.steps)
+        devices = self.devices.all()
+        return RunRecord(net_name=self.net.name, devices=tuple(d.name for d in devices), ops=ops,
+                         peak_bytes={d.name: int(peak.get(d.name, 0)) for d in devices},
+                         emulated=any(d.emulated for d in devices), iterations=iterations,
+                         warmup=warmup, timing_labels={d.name: d.timing_label for d in devices})
+
+
+def _plain(x: Any) -> Any:
+    """A kernel's view of an array: emulated tags stripped (zero-copy)."""
+    return x.view(np.ndarray) if type(x) is EmulatedArray else x
+
+
+def _describe(x: Any) -> str:
+    if x is None:
+        return "(missing)"
+    return f"{getattr(x, 'dtype', '?')}{list(getattr(x, 'shape', ()))} on {location(x)}"
+
+
+def _with_device(op: Op, device: Device) -> Op:
+    from dataclasses import replace
+    return replace(op, device=device)
+
+
+def _init_ops(net: Net) -> list[Op]:
+    """The init net's ops as placer Ops (decoded by the Caffe2 reader)."""
+    if net.init_proto is None:
+        return []
+    from placer.formats.caffe2 import net_from_netdef
+    return net_from_netdef(net.init_proto).ops
