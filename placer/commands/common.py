@@ -1,0 +1,81 @@
+"""Arguments every command that reads a net shares, and the one call that loads it typed."""
+from __future__ import annotations
+
+import argparse
+import re
+
+import numpy as np
+
+from placer.errors import InputError
+from placer.types import TensorType, TypedNet
+
+INPUT_FORMAT = "NAME=d0,d1,...[:dtype]"
+_DTYPE_SUFFIX = re.compile(r"^(?P<dims>.*?)(?::(?P<dtype>[A-Za-z][A-Za-z0-9_]*))?$")
+
+
+def add_net_arguments(parser: argparse.ArgumentParser) -> None:
+    """NET, --init-net, --input (repeatable), --phase, --weights."""
+    parser.add_argument("net", metavar="NET",
+                        help="the predict net: Caffe2 NetDef (.pbtxt text or .pb binary, "
+                             "sniffed from the content) or Caffe .prototxt")
+    parser.add_argument("--init-net", metavar="INIT", dest="init_net",
+                        help="Caffe2 init net that fills the parameters (gives their shapes)")
+    parser.add_argument("--input", metavar=INPUT_FORMAT, dest="inputs", action="append",
+                        default=[],
+                        help="shape (and dtype, default float32) of a blob the file does not "
+                             "give, e.g. --input data=1,3,224,224; repeatable")
+    parser.add_argument("--phase", choices=("test", "train"), default="test",
+                        help="Caffe include/exclude phase to keep (default: test)")
+    parser.add_argument("--weights", metavar="X.caffemodel",
+                        help="Caffe weights for a .prototxt net")
+
+
+def parse_input_spec(spec: str) -> tuple[str, TensorType]:
+    """``"data=1,3,224,224:float32"`` -> ``("data", TensorType((1, 3, 224, 224), "float32"))``.
+
+    An empty dimension list (``"step="``) is a scalar.
+    """
+    name, eq, rest = spec.partition("=")
+    name = name.strip()
+    if not eq or not name:
+        raise InputError(f"--input '{spec}': expected {INPUT_FORMAT}, e.g. data=1,3,224,224")
+    m = _DTYPE_SUFFIX.match(rest.strip())
+    dims_text, dtype = m.group("dims"), m.group("dtype") or "float32"
+    try:
+        np.dtype(dtype)
+    except TypeError:
+        raise InputError(f"--input '{spec}': unknown dtype '{dtype}' "
+                         "(use a numpy name: float32, int32, int64, uint8, ...)") from None
+    dims = []
+    for d in (x.strip() for x in dims_text.split(",")) if dims_text.strip() else ():
+        if not d.isdigit():
+            raise InputError(f"--input '{spec}': dimension '{d}' is not a non-negative integer "
+                             f"(expected {INPUT_FORMAT}, e.g. data=1,3,224,224)")
+        dims.append(int(d))
+    return name, TensorType(tuple(dims), str(np.dtype(dtype)))
+
+
+def parse_input_specs(specs: list[str]) -> dict[str, TensorType]:
+    shapes: dict[str, TensorType] = {}
+    for spec in specs or ():
+        name, t = parse_input_spec(spec)
+        shapes[name] = t
+    return shapes
+
+
+def load_typed_net(args: argparse.Namespace) -> TypedNet:
+    """Load ``args.net`` (with init net / weights / phase) and infer its shapes with the
+    user's ``--input`` shapes. A name that is no blob of the net is an error."""
+    from placer.formats import load_net
+    from placer.shapes import infer
+    shapes = parse_input_specs(getattr(args, "inputs", []))
+    net = load_net(args.net, init_path=getattr(args, "init_net", None),
+                   phase=getattr(args, "phase", "test"), weights=getattr(args, "weights", None))
+    known = set(net.external_inputs) | set(net.params) | set(net.input_shapes)
+    known.update(b for op in net.ops for b in (*op.inputs, *op.outputs))
+    for name in shapes:
+        if name not in known:
+            some = ", ".join(net.data_inputs[:5]) or "none"
+            raise InputError(f"--input {name}=...: the net has no blob '{name}' "
+                             f"(its external inputs include: {some})")
+    return infer(net, shapes)
