@@ -84,13 +84,17 @@ class Args(Mapping[str, Any]):
     name the op and the argument when one is missing or of the wrong kind.
 
     ``op`` is the label of the op the arguments belong to (for messages); ``seed`` is the
-    random seed a kernel with randomness must use.
+    random seed a kernel with randomness must use. ``n_outputs`` is the number of outputs
+    the op declares (None when unknown): Split without a ``split`` argument divides its
+    input equally among them, so its inference and kernel need the count.
     """
 
-    def __init__(self, values: Mapping[str, Any] | None = None, op: str = "?", seed: int = 0):
+    def __init__(self, values: Mapping[str, Any] | None = None, op: str = "?", seed: int = 0,
+                 n_outputs: int | None = None):
         self._values = dict(values or {})
         self.op = op
         self.seed = seed
+        self.n_outputs = n_outputs
 
     def __getitem__(self, name: str) -> Any:
         return self._values[name]
@@ -151,7 +155,7 @@ class Args(Mapping[str, Any]):
 
     def with_values(self, **values: Any) -> "Args":
         """A copy with some values replaced (used by converters and tests)."""
-        return Args({**self._values, **values}, op=self.op, seed=self.seed)
+        return Args({**self._values, **values}, op=self.op, seed=self.seed, n_outputs=self.n_outputs)
 
 
 @dataclass
