@@ -194,8 +194,10 @@ def _decode_bytes(b: bytes):
 
 
 def decode_args(op_proto, label: str = "?", seed: int = 0) -> Args:
-    """An OperatorDef's arguments as ``Args`` (nested nets stay NetDef messages)."""
-    return Args({a.name: decode_value(a) for a in op_proto.arg}, op=label, seed=seed)
+    """An OperatorDef's arguments as ``Args`` (nested nets stay NetDef messages); ``n_outputs``
+    is the number of outputs the op declares."""
+    return Args({a.name: decode_value(a) for a in op_proto.arg}, op=label, seed=seed,
+                n_outputs=len(op_proto.output))
 
 
 def decode_device(option) -> Device:

@@ -1,0 +1,271 @@
+"""Caffe2 NetDef reading, writing and Net building (placer.formats.caffe2, formats.load_net)."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import corpus_files
+from placer.errors import NetParseError, PlacerError
+from placer.formats import caffe2_pb as pb
+from placer.formats import load_net, sniff_format
+from placer.formats.caffe2 import (decode_args, load_netdef, net_from_netdef, params_from_init,
+                                   parse_text, read_netdef, rename_old_fields, save_netdef)
+from placer.types import Device, TensorType
+
+CAFFE2_FILES = corpus_files("caffe2")
+
+
+def _write(tmp_path, name, data):
+    p = tmp_path / name
+    p.write_bytes(data.encode() if isinstance(data, str) else data)
+    return p
+
+
+# ---------------------------------------------------------------- corpus round trips
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("path", CAFFE2_FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("suffix", [".pbtxt", ".pb"])
+def test_corpus_round_trip_is_equal(path, suffix, tmp_path):
+    original = load_netdef(path)
+    out = tmp_path / f"copy{suffix}"
+    save_netdef(original, out)
+    again, fmt = read_netdef(out)
+    assert fmt == ("caffe2-binary" if suffix == ".pb" else "caffe2-text")
+    assert again == original
+    assert again.SerializeToString(deterministic=True) == original.SerializeToString(deterministic=True)
+
+
+@pytest.mark.corpus
+def test_binary_files_named_pbtxt_are_sniffed(corpus):
+    netdef, fmt = read_netdef(corpus / "caffe2" / "yolov3_net.pbtxt")
+    assert fmt == "caffe2-binary"
+    assert len(netdef.op) == 251  # PROVENANCE.md
+    assert netdef.op[0].debug_info  # field 10 survives
+
+
+@pytest.mark.corpus
+def test_corpus_op_counts_match_provenance(corpus):
+    counts = {"alexnet_predict_net.pbtxt": 23, "resnet50_predict_net.pbtxt": 175,
+              "squeezenet_predict_net.pb": 66, "crayon_predict.pb": 22,
+              "glow_empty_predict_net.pbtxt": 0, "ssd300_train_net.pbtxt": 356}
+    for name, n in counts.items():
+        assert len(load_netdef(corpus / "caffe2" / name).op) == n, name
+
+
+@pytest.mark.corpus
+def test_unchanged_fields_survive_text_round_trip(corpus, tmp_path):
+    src = load_netdef(corpus / "caffe2" / "glow_pre_partitioned_multi_op_predict_net.pbtxt")
+    save_netdef(src, tmp_path / "p.pbtxt")
+    back = load_netdef(tmp_path / "p.pbtxt")
+    assert [p.name for p in back.partition_info] == ["p0", "p1", "p2", "unused_p3"]
+    assert list(back.partition_info[1].device_id) == [0, 1]
+    assert back.partition_info[2].backend_options[0].option[1].val == "val2"
+    assert back.op[0].device_option.node_name == "p1"
+
+
+@pytest.mark.corpus
+def test_nested_nets_kept(corpus):
+    net = load_net(corpus / "caffe2" / "maskrcnn2go_fp32_model.pbtxt")
+    if_op = next(op for op in net.ops if op.type == "If")
+    else_net = if_op.args["else_net"]
+    assert isinstance(else_net, pb.NetDef)
+    assert else_net.name == "mask_net" and len(else_net.op) > 10
+    assert if_op.args["then_net"].name == "emptynet"
+
+
+@pytest.mark.corpus
+def test_every_corpus_predict_net_loads(corpus):
+    """Each Caffe2 file loads into a Net (the one whose parameter blob only its init net
+    names loads with that init net)."""
+    d = corpus / "caffe2"
+    pairs = {"glow_fused_rowwise_quantized_sparse_lengths_sum_predict_net.pbtxt":
+             "glow_fused_rowwise_quantized_sparse_lengths_sum_init_net.pbtxt"}
+    for path in CAFFE2_FILES:
+        init = pairs.get(path.name)
+        net = load_net(path, init_path=d / init if init else None)
+        assert len(net.ops) == len(load_netdef(path).op)
+
+
+@pytest.mark.corpus
+def test_devices_from_corpus(corpus):
+    d = corpus / "caffe2"
+    yolo = load_net(d / "yolov3_net.pbtxt")
+    assert {op.device for op in yolo.ops} == {Device("gpu", 0)}
+    assert {op.engine for op in yolo.ops} == {"CUDNN"}
+    resnet = load_net(d / "resnet50_predict_net.pbtxt")  # every op: empty device_option {}
+    assert {op.device for op in resnet.ops} == {Device("cpu", 0)}
+    alexnet = load_net(d / "alexnet_predict_net.pbtxt")  # no device_option at all
+    assert {op.device for op in alexnet.ops} == {None}
+
+
+@pytest.mark.corpus
+def test_params_from_corpus_init_nets(corpus):
+    d = corpus / "caffe2"
+    glow = params_from_init(load_netdef(d / "glow_fused_rowwise_quantized_sparse_lengths_sum_init_net.pbtxt"))
+    assert glow == {"data": TensorType((3, 10), "uint8")}
+    index = params_from_init(load_netdef(d / "glow_gather_const_fold_init.pbtxt"))
+    assert index == {"index": TensorType((4,), "int32")}
+    crayon = params_from_init(load_netdef(d / "crayon_init.pb"))
+    assert len(crayon) == 60
+    predict = load_netdef(d / "crayon_predict.pb")
+    assert set(predict.external_input) >= set(crayon)
+
+
+# ---------------------------------------------------------------- text details
+
+def test_old_device_id_name_is_accepted(tmp_path):
+    p = _write(tmp_path, "old.pbtxt", 'name: "cuda_gpu_id"\nop { input: "x" output: "y" type: "Relu"\n'
+               '  device_option { device_type: 1 cuda_gpu_id: 3 } }\nexternal_input: "x"\n')
+    netdef = load_netdef(p)
+    assert netdef.name == "cuda_gpu_id"  # quoted strings untouched
+    assert netdef.op[0].device_option.device_id == 3
+    net = load_net(p)
+    assert net.ops[0].device == Device("gpu", 3)
+
+
+def test_rename_keeps_columns_and_strings():
+    text = 'a: "cuda_gpu_id: 1" # cuda_gpu_id: 2\n cuda_gpu_id : 4'
+    out = rename_old_fields(text)
+    assert len(out) == len(text)
+    assert out.splitlines()[0] == text.splitlines()[0]
+    assert out.splitlines()[1].split() == ["device_id", ":", "4"]
+
+
+def test_syntax_error_has_line_and_column(tmp_path):
+    p = _write(tmp_path, "bad.pbtxt", 'name: "x"\nop {\n  type: "Relu"\n  inputt: "a"\n}\n')
+    with pytest.raises(NetParseError) as e:
+        load_netdef(p)
+    assert (e.value.line, e.value.column) == (4, 3)
+    assert str(e.value).startswith(f"{p}:4:3: ")
+    assert "inputt" in str(e.value)
+
+
+@pytest.mark.parametrize("data, words", [
+    (b"", "empty"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10", "not a net"),
+    ('{"name": "net", "op": []}', "JSON"),
+    (bytes(range(256)) * 4, "not a net"),
+])
+def test_not_a_net(tmp_path, data, words):
+    p = _write(tmp_path, "thing.pb", data)
+    with pytest.raises(NetParseError) as e:
+        load_net(p)
+    assert words in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_missing_file_and_directory(tmp_path):
+    with pytest.raises(NetParseError, match="no such file"):
+        load_net(tmp_path / "nope.pbtxt")
+    with pytest.raises(NetParseError, match="directory"):
+        load_net(tmp_path)
+
+
+def test_sniff_format():
+    assert sniff_format(b'name: "n"\nop { type: "Relu" }') == "caffe2-text"
+    assert sniff_format(b'name: "n"\nlayer {\n name: "c"\n}') == "caffe-prototxt"
+    assert sniff_format(b'input: "data"\ninput_dim: 1\nlayers { name: "c" }') == "caffe-prototxt"
+    assert sniff_format(b"\n\x05style\x12\x02\n\x00") == "caffe2-binary"
+
+
+def test_save_binary_chosen_by_suffix_or_flag(tmp_path):
+    netdef = parse_text('name: "n" op { type: "Relu" input: "x" output: "y" } external_input: "x"')
+    save_netdef(netdef, tmp_path / "a.pb")
+    save_netdef(netdef, tmp_path / "a.txt", binary=True)
+    save_netdef(netdef, tmp_path / "b.pbtxt")
+    assert (tmp_path / "a.pb").read_bytes() == netdef.SerializeToString()
+    assert (tmp_path / "a.txt").read_bytes() == netdef.SerializeToString()
+    assert (tmp_path / "b.pbtxt").read_text().startswith('name: "n"')
+
+
+# ---------------------------------------------------------------- decoding and structure
+
+def test_decode_args_kinds():
+    op = parse_text('''op { type: "T" output: "y"
+      arg { name: "f" f: 0.1 } arg { name: "i" i: -3 } arg { name: "s" s: "NCHW" }
+      arg { name: "raw" s: "\\377\\000" } arg { name: "fs" floats: 1.5 floats: 2 }
+      arg { name: "is" ints: 1 ints: 2 } arg { name: "ss" strings: "a" strings: "b" }
+      arg { name: "flag" } arg { name: "net" n { name: "inner" op { type: "Relu" } } } }''').op[0]
+    args = decode_args(op, "#0 T")
+    assert args.n_outputs == 1 and args.op == "#0 T"
+    assert args.float("f") == 0.1
+    assert args.int("i") == -3
+    assert args.str("s") == "NCHW"
+    assert args["raw"] == b"\xff\x00"
+    assert args.floats("fs") == [1.5, 2.0]
+    assert args.ints("is") == [1, 2]
+    assert args.strs("ss") == ["a", "b"]
+    assert args["flag"] is None and args.int("flag", 7) == 7
+    assert args["net"].op[0].type == "Relu"
+
+
+def test_params_from_init_fill_kinds():
+    init = parse_text('''
+      op { output: "w" type: "GivenTensorFill" arg { name: "shape" ints: 2 ints: 3 }
+           arg { name: "values" floats: 1 floats: 2 floats: 3 floats: 4 floats: 5 floats: 6 } }
+      op { output: "v" type: "GivenTensorFill" arg { name: "values" floats: 1 floats: 2 } }
+      op { output: "i64" type: "GivenTensorInt64Fill" arg { name: "shape" ints: 5 } }
+      op { output: "c" type: "ConstantFill" arg { name: "shape" ints: 4 } arg { name: "dtype" i: 10 } }
+      op { output: "s" type: "ConstantFill" arg { name: "value" f: 1 } }
+      op { output: "x" type: "XavierFill" arg { name: "shape" ints: 8 ints: 4 ints: 3 ints: 3 } }
+      op { output: "q" type: "Int8GivenTensorFill" arg { name: "shape" ints: 2 ints: 2 }
+           arg { name: "values" s: "abcd" } }
+      op { input: "w" output: "other" type: "Relu" }''')
+    params = params_from_init(init)
+    assert params == {
+        "w": TensorType((2, 3)), "v": TensorType((2,)), "i64": TensorType((5,), "int64"),
+        "c": TensorType((4,), "int64"), "s": TensorType(()), "x": TensorType((8, 4, 3, 3)),
+        "q": TensorType((2, 2), "uint8"),
+    }
+
+
+def test_net_default_device_and_control_inputs():
+    netdef = parse_text('''device_option { device_type: 1 device_id: 1 }
+      op { input: "x" output: "y" type: "Relu" control_input: "x" }
+      op { input: "y" output: "z" type: "Relu" device_option { } engine: "CUDNN" name: "r2" }
+      external_input: "x" external_output: "z"''')
+    net = net_from_netdef(netdef, path="n.pbtxt")
+    assert net.ops[0].device == Device("gpu", 1)
+    assert net.ops[1].device == Device("cpu", 0)
+    assert net.ops[0].control_inputs == ("x",)
+    assert net.ops[1].engine == "CUDNN" and net.ops[1].label == "#1 Relu 'r2'"
+    assert net.ops[1].proto is netdef.op[1]
+    assert net.external_outputs == ["z"]
+
+
+def test_blob_read_before_it_is_made():
+    netdef = parse_text('''op { input: "b" output: "a" type: "Relu" }
+      op { input: "a" output: "b" type: "Relu" } external_input: "x"''')
+    with pytest.raises(NetParseError) as e:
+        net_from_netdef(netdef, path="cyc.pbtxt")
+    msg = str(e.value)
+    assert msg.startswith("cyc.pbtxt: op #0 Relu -> 'a' reads blob 'b' before it is produced")
+    assert "#1 Relu -> 'b'" in msg and "cycle" in msg
+
+
+def test_blob_nothing_makes():
+    netdef = parse_text('op { input: "x" input: "w" output: "y" type: "FC" } external_input: "x"')
+    with pytest.raises(NetParseError, match="reads blob 'w', which no earlier op makes"):
+        net_from_netdef(netdef, path="d.pbtxt")
+    init = parse_text('op { output: "w" type: "GivenTensorFill" arg { name: "shape" ints: 3 ints: 4 } }')
+    net = net_from_netdef(netdef, init)
+    assert net.params == {"w": TensorType((3, 4))}
+    assert net.data_inputs == ["x"]
+
+
+def test_in_place_ops_are_not_cycles():
+    netdef = parse_text('''op { input: "x" output: "y" type: "Relu" }
+      op { input: "y" output: "y" type: "Relu" } external_input: "x"''')
+    assert len(net_from_netdef(netdef).ops) == 2
+
+
+def test_caffe_prototxt_refuses_init_net(tmp_path):
+    p = _write(tmp_path, "d.prototxt", 'name: "n"\nlayer {\n  name: "a"\n  type: "ReLU"\n}\n')
+    with pytest.raises(PlacerError, match="--init-net"):
+        load_net(p, init_path=p)
+
+
+def test_caffe2_refuses_weights(tmp_path):
+    p = _write(tmp_path, "n.pbtxt", 'op { input: "x" output: "y" type: "Relu" } external_input: "x"')
+    with pytest.raises(PlacerError, match="--weights"):
+        load_net(p, weights="x.caffemodel")
