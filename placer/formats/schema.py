@@ -33,15 +33,23 @@ def build_file(filename: str, package: str,
 
     ``packed`` lists ``(message, field)`` pairs declared ``[packed = true]``.
     Enum names are global in the file (as top-level enums); enum fields use them by name.
+    An enum named ``"Message.Enum"`` is nested in that message (proto scopes enum value
+    names like C++, so enums sharing a value name such as ``MAX`` must be nested).
     """
     enums = enums or {}
     fdp = descriptor_pb2.FileDescriptorProto(name=filename, package=package, syntax="proto2")
-    for ename, values in enums.items():
+    top_enums = {n: v for n, v in enums.items() if "." not in n}
+    for ename, values in top_enums.items():
         e = fdp.enum_type.add(name=ename)
         for vname, number in values.items():
             e.value.add(name=vname, number=number)
     for mname, fields in messages.items():
         m = fdp.message_type.add(name=mname)
+        for ename, values in enums.items():
+            if ename.rpartition(".")[0] == mname:
+                e = m.enum_type.add(name=ename.rpartition(".")[2])
+                for vname, number in values.items():
+                    e.value.add(name=vname, number=number)
         for spec in fields:
             name, number, ftype, label = spec[:4]
             f = m.field.add(name=name, number=number, label=LABELS[label])
