@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from placer.errors import PlacerError, ShapeError
 from placer.ops import registry
-from placer.types import Net, Op, OpFeatures, TensorType, TypedNet, shape_str
+from placer.types import Net, Op, OpFeatures, TensorType, TypedNet
 
 UNKNOWN = OpFeatures(known=False)
 
@@ -67,14 +67,20 @@ def _run_infer(opdef, op: Op, inputs: list[TensorType]) -> list[TensorType | Non
     """The registry's output types, padded with None for outputs it does not type."""
     try:
         outputs = list(opdef.infer(inputs, op.args))
+    except ShapeError as e:  # the op says what does not fit; add which blobs had which shapes
+        raise ShapeError(f"{e.message} (inputs: {_named_types(op, inputs)})", hint=e.hint) from e
     except PlacerError:
         raise
     except Exception as e:  # a bug in an op's inference still names the op and the shapes
         raise ShapeError(f"op {op.label}: shape inference failed on inputs "
-                         f"{', '.join(op.inputs)} ({shape_str(inputs)}): {type(e).__name__}: {e}") from e
+                         f"{_named_types(op, inputs)}: {type(e).__name__}: {e}") from e
     if len(outputs) > len(op.outputs):
         outputs = outputs[:len(op.outputs)]
     return outputs + [None] * (len(op.outputs) - len(outputs))
+
+
+def _named_types(op: Op, inputs: list[TensorType]) -> str:
+    return ", ".join(f"'{b}' {t}" for b, t in zip(op.inputs, inputs))
 
 
 def _set_outputs(typed: TypedNet, op: Op, outputs: list, user: dict[str, TensorType]) -> None:
