@@ -66,7 +66,7 @@ def test_types_features_and_param_bytes(toy_ops):
 
 def test_missing_params_without_init_net_name_the_options(toy_ops):
     typed = infer(_net(MLP), {"x": TensorType((4, 16))})
-XX
+    assert list(typed.missing) == ["w", "b", "w2"]  # every root cause, not the blobs after them
     assert "--init-net" in typed.missing["w"] and "--input w=" in typed.missing["w"]
     assert typed.blobs["y"] is None
     assert [f.known for f in typed.features] == [False, False, False]
