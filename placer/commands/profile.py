@@ -1,0 +1,201 @@
+"""`placer profile`: measure a device into a profile file (ops of a net, the host, the link)."""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import sys
+from pathlib import Path
+
+from placer.commands.common import add_net_arguments, load_typed_net
+from placer.errors import DeviceError, InputError
+from placer.fileio import refuse_overwrite
+from placer.profiling import DEFAULT_GPU_PROFILE, find_profile, load_profile, shipped_profile_names
+from placer.profiling.schema import DeviceProfile, Profile, save_profile
+
+HELP = "time a net's ops, the host CPU or the PCIe link into a device profile"
+DESCRIPTION = """\
+Three measurements, each written (merged) into the profile file given with -o:
+
+  placer profile NET [--init-net INIT] [--input NAME=...] --device cpu|cuda:0 -o FILE
+      times every distinct op of NET at its inferred shapes with the runtime's kernels
+      (--warmup calls, then --repeats samples or --budget seconds per op, whichever
+      comes first; median and interquartile range). Ops with the same type, input
+      shapes and cost-relevant arguments are timed once. Per-family roofline fits of
+      the device are refreshed from all its measured entries and stored in the file.
+  placer profile --host -o FILE
+      GEMM FLOP/s, streaming bandwidth and per-call overhead of this CPU.
+  placer profile --link --device cuda:0 -o FILE
+      host->GPU and GPU->host copy times for 4 KiB .. 1 GiB (powers of 4), pinned and
+      pageable, between CUDA events; a fitted latency and bandwidth per curve.
+
+If FILE exists, new figures replace old ones for the same device and the same op keys;
+everything else in it is kept. A new GPU device starts from the shipped datasheet
+profile named by --base (default: guessed from the GPU's name, else '""" + DEFAULT_GPU_PROFILE + """').
+
+examples:
+  placer profile resnet50_predict_net.pbtxt --init-net resnet50_init_net.pb \\
+      --input data=8,3,224,224 --device cpu -o profiles/myhost.json
+  placer profile --host -o profiles/myhost.json
+  placer profile --link --device cuda:0 -o profiles/mygpu.json
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_net_arguments(parser)
+    for action in parser._actions:  # NET is optional here: --host and --link need none
+        if action.dest == "net":
+            action.nargs, action.required, action.default = "?", False, None
+    parser.add_argument("--device", default="cpu", help="cpu or cuda:N (default: cpu)")
+    parser.add_argument("--host", action="store_true", help="characterise this CPU")
+    parser.add_argument("--link", action="store_true", help="measure host<->GPU copy curves")
+    parser.add_argument("--repeats", type=int, default=10, help="samples per op (default 10)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed calls first (default 2)")
+    parser.add_argument("--budget", type=float, default=0.5, metavar="S",
+                        help="stop sampling an op after S seconds, keeping >= 3 samples (default 0.5)")
+    parser.add_argument("--base", metavar="NAME|FILE",
+                        help=f"datasheet profile a new GPU device starts from ({', '.join(shipped_profile_names())})")
+    parser.add_argument("--quiet", action="store_true", help="no progress line")
+    parser.add_argument("-o", "--output", required=True, metavar="FILE", help="profile file to write or merge into")
+
+
+def run(args: argparse.Namespace) -> int:
+    modes = sum(bool(x) for x in (args.net, args.host, args.link))
+    if modes != 1:
+        raise InputError("give exactly one of NET, --host or --link",
+                         hint="e.g. placer profile net.pbtxt --device cpu -o prof.json")
+    refuse_overwrite(args.output, args.net, getattr(args, "init_net", None))
+    if args.repeats < 1 or args.warmup < 0:
+        raise InputError("--repeats must be >= 1 and --warmup >= 0")
+    kind = _device_kind(args.device)
+    if args.link and kind != "gpu":
+        raise DeviceError("--link measures a GPU's link: give --device cuda:N")
+    if args.host and kind != "cpu":
+        raise InputError("--host characterises the CPU: drop --device or use --device cpu")
+    profile = _existing(args.output)
+    if args.host:
+        _merge_host(profile)
+    elif args.link:
+        _merge_link(profile, args)
+    else:
+        _merge_ops(profile, args, kind)
+    save_profile(profile, args.output)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _device_kind(name: str) -> str:
+    if name == "cpu":
+        return "cpu"
+    if name.startswith("cuda"):
+        return "gpu"
+    raise InputError(f"--device {name}: expected cpu or cuda:N")
+
+
+def _existing(path: str) -> Profile:
+    if Path(path).exists():
+        return load_profile(path)
+    return Profile(name=Path(path).stem, devices={}, description="measured by placer profile")
+
+
+def _merge_host(profile: Profile) -> None:
+    from placer.profiling.host import measure_host
+    new = measure_host()
+    old = profile.devices.get("cpu")
+    if old is not None:
+        new.ops, new.fits = old.ops, old.fits
+    profile.devices["cpu"] = new
+    print(f"host: {new.peak_flops['float32'] / 1e9:.0f} GFLOP/s float32 GEMM, "
+          f"{new.memory_bandwidth_bytes_per_s / 1e9:.1f} GB/s streaming, "
+          f"{new.launch_overhead_s * 1e6:.2f} us per call")
+
+
+def _gpu_device(profile: Profile, args: argparse.Namespace) -> DeviceProfile:
+    """The file's GPU device, else one started from a datasheet profile."""
+    if "gpu" in profile.devices:
+        return profile.devices["gpu"]
+    from placer.profiling.bench import get_device
+    device = get_device(args.device)  # DeviceError without a GPU
+    name = device.cupy.cuda.runtime.getDeviceProperties(device.index)["name"].decode()
+    base = args.base or _guess_base(name)
+    dev = load_profile(find_profile(base)).device("gpu")
+    dev.name = name
+    dev.source = {"kind": "measured", "host": _host(), "date": _today(),
+                  "datasheet_figures_from": base}
+    dev.memory_capacity_bytes = float(device.cupy.cuda.runtime.getDeviceProperties(device.index)["totalGlobalMem"])
+    profile.devices["gpu"] = dev
+    return dev
+
+
+def _guess_base(gpu_name: str) -> str:
+    lowered = gpu_name.lower()
+    for key, base in (("h200", "h200-141gb-pcie5"), ("h100", "h100-pcie5"), ("a100", "a100-40gb-pcie4"),
+                      ("t4", "t4-pcie3"), ("v100", "v100-16gb-pcie3")):
+        if key in lowered:
+            return base
+    return DEFAULT_GPU_PROFILE
+
+
+def _merge_link(profile: Profile, args: argparse.Namespace) -> None:
+    from placer.profiling.link import SIZES, measure_link
+    from placer.runtime.devices import import_cupy
+    try:
+        import_cupy()
+    except DeviceError as e:
+        raise DeviceError(f"--link needs a CUDA GPU: {e.message.split(':')[0]}",
+                          hint="the shipped GPU profiles carry datasheet link figures "
+                               "(placer plan --gpu-profile NAME)") from None
+    dev = _gpu_device(profile, args)
+    index = int(args.device.split(":", 1)[1]) if ":" in args.device else 0
+    bar = _bar(len(SIZES) * 4, "link", args.quiet)
+    try:
+        dev.link = measure_link(index, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    for direction, mems in dev.link.items():
+        for mem, c in mems.items():
+            print(f"{direction} {mem}: latency {c.latency_s * 1e6:.1f} us, {c.bytes_per_s / 1e9:.2f} GB/s")
+
+
+def _merge_ops(profile: Profile, args: argparse.Namespace, kind: str) -> None:
+    from placer.costs import CostModel
+    from placer.profiling.bench import profile_net
+    typed = load_typed_net(args)
+    if kind == "gpu":
+        dev = _gpu_device(profile, args)
+    else:
+        dev = profile.devices.get("cpu")
+        if dev is None:
+            from placer.profiling.host import measure_host
+            dev = profile.devices["cpu"] = measure_host()
+    result = profile_net(typed, args.device, repeats=args.repeats, warmup=args.warmup,
+                         budget_s=args.budget, progress=not args.quiet)
+    dev.ops.update(result.timings)
+    dev.source = {**dev.source, "kind": "measured", "host": dev.source.get("host", _host()),
+                  "date": _today()}
+    model = CostModel(dev if kind == "cpu" else None, dev if kind == "gpu" else None)
+    dev.fits = model.fits(kind)
+    print(f"timed {result.ops_timed} distinct ops of {len(typed.net.ops)} "
+          f"({len(dev.ops)} entries in the profile)")
+    for label, why in list(result.skipped.items())[:20]:
+        print(f"  not timed: {label}: {why}", file=sys.stderr)
+    if len(result.skipped) > 20:
+        print(f"  ... and {len(result.skipped) - 20} more not timed", file=sys.stderr)
+    print(model.fit_report(kind).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+
+
+def _bar(total: int, label: str, quiet: bool):
+    try:
+        from placer.progress import Progress
+    except ImportError:
+        return None
+    return Progress(total, label, quiet=quiet)
+
+
+def _host() -> str:
+    from placer.profiling.host import host_description
+    return host_description()
+
+
+def _today() -> str:
+    return _dt.date.today().isoformat()

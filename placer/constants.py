@@ -1,0 +1,52 @@
+"""Numbers the cost model falls back on, each with its unit and where it comes from.
+
+Vendor figures are peak (theoretical) rates; link figures are *achieved* rates (what a
+bandwidth test reaches), because a plan priced at the theoretical PCIe rate copies
+too eagerly. The shipped profiles in ``profiles/`` repeat these figures with their
+sources; this module is what code imports when a profile lacks a figure.
+"""
+from __future__ import annotations
+
+GiB = 2 ** 30
+KiB = 2 ** 10
+
+PROFILE_SCHEMA_VERSION = 1
+
+# --- host CPU: the 2-core CI-like machine of DESIGN.md ("Measured facts") ----------
+# numpy 2.4 / OpenBLAS SkylakeX, float32 GEMM 1024^3.
+CI_HOST_GEMM_FLOPS_1_THREAD = 95e9     # FLOP/s, DESIGN.md measured facts table
+CI_HOST_GEMM_FLOPS_2_THREADS = 188e9   # FLOP/s, same table; the CPU roofline peak
+# Streaming bandwidth of a small cloud VM; an assumption (DDR4 server VM, numpy copy of
+# 256 MiB arrays reaches 8-12 GB/s per socket share). Replace with `placer profile --host`.
+CI_HOST_MEMORY_BYTES_PER_S = 10e9
+CI_HOST_MEMORY_CAPACITY_BYTES = 8 * GiB  # assumption: a small CI VM
+# A numpy call on a small array costs a few microseconds of Python + dispatch.
+CPU_CALL_OVERHEAD_S = 5e-6             # s per op, assumption; measured by --host
+
+# --- GPU launch overhead -----------------------------------------------------------
+# Empty-kernel launches cost about 3 us asynchronous and ~10 us when synchronised
+# (cs.virginia.edu/~mwb7w/cuda_support/kernel_overhead.html); NVIDIA's Nsight Systems
+# guide shows ~20 us for a PyTorch elementwise op on V100 including framework dispatch.
+GPU_LAUNCH_OVERHEAD_S = 5e-6           # s per kernel, between those figures
+
+# --- PCIe achieved bandwidths (pinned host memory, bandwidthTest-style large copies) -
+PCIE3_X16_PINNED_BYTES_PER_S = 12e9    # theoretical 15.75 GB/s; ~12 GB/s achieved
+PCIE4_X16_PINNED_BYTES_PER_S = 25e9    # theoretical 31.5 GB/s; ~25 GB/s achieved
+PCIE5_X16_PINNED_BYTES_PER_S = 50e9    # theoretical 63 GB/s; ~50 GB/s achieved
+# Pageable copies stage through a pinned bounce buffer in the driver (NVIDIA developer
+# blog "How to Optimize Data Transfers in CUDA C/C++"), so they reach about half the
+# pinned rate; an estimate, replace with `placer profile --link`.
+PAGEABLE_FRACTION = 0.5
+PCIE_LATENCY_S = 10e-6                 # s per cudaMemcpy, estimate (small-copy floor)
+
+# --- default efficiencies of the datasheet roofline (fraction of peak reached) ------
+# Used only when a device has no measured entry of the op's family. Guesses in the
+# usual ranges: dense GEMM-like work reaches most of peak, the rest is memory-bound.
+DEFAULT_COMPUTE_EFFICIENCY = {
+    "conv": 0.5, "fc": 0.6, "elementwise": 0.2, "pool": 0.2, "norm": 0.2,
+    "embedding": 0.1, "movement": 0.1, "loss": 0.2, "other": 0.2,
+}
+DEFAULT_MEMORY_EFFICIENCY = {
+    "conv": 0.5, "fc": 0.6, "elementwise": 0.6, "pool": 0.5, "norm": 0.5,
+    "embedding": 0.3, "movement": 0.6, "loss": 0.5, "other": 0.5,
+}

@@ -1,0 +1,304 @@
+"""The cost model: how long an op takes on a device, how long a copy takes, with provenance.
+
+Order of trust for an op on a device (``CostModel.op_time``):
+
+1. ``measured``: the device profile has an entry for the same key (op type, input
+   shapes and dtypes, the arguments that change cost); its median is the answer.
+2. ``fitted``: the profile has measured entries of the op's *family* (conv, fc, pool,
+   ...); a roofline ``overhead + max(flops / (peak * eff_c), bytes / (bw * eff_m))``
+   whose overhead and efficiencies were fitted to those entries by least squares on the
+   log of time (relative error, so that a 10 us op counts as much as a 10 ms one).
+3. ``roofline``: the same formula with the datasheet peak and bandwidth and the default
+   efficiencies of ``placer.constants``.
+4. ``unknown``: an op type with no registry entry or with unknown shapes costs
+   ``unknown_op_cost_s`` (default 0) on each device.
+
+``annotate`` prices a whole typed net and returns ``NetCosts``: a per-op DataFrame and a
+per-tensor DataFrame (the columns are listed on ``NetCosts``), which the planner and the
+report read.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from placer.constants import DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY
+from placer.errors import ProfileError
+from placer.ops import registry
+from placer.profiling.schema import DeviceProfile, FamilyFit, LinkCurve, OpTiming, op_key
+from placer.types import OpFeatures, TensorType, TypedNet
+
+SOURCES = ("measured", "fitted", "roofline", "unknown")
+
+# Op type -> family where the registry module's name is not the right grouping.
+_FAMILY_OVERRIDES = {
+    "Softmax": "loss", "SoftmaxWithLoss": "loss", "Dropout": "elementwise",
+    "MatMul": "fc", "BatchMatMul": "fc", "FCTransposed": "fc",
+    "Gather": "embedding", "BatchGather": "embedding",
+}
+# Registry module (placer/ops/<module>.py) -> family.
+_MODULE_FAMILY = {
+    "conv": "conv", "pool": "pool", "norm": "norm", "fc": "fc", "elementwise": "elementwise",
+    "loss": "loss", "embedding": "embedding", "tensor": "movement", "fill": "movement",
+    "copy": "movement",
+}
+
+
+def family_of(op_type: str) -> str:
+    """The family an op type is fitted with: an override, else its registry module."""
+    if op_type in _FAMILY_OVERRIDES:
+        return _FAMILY_OVERRIDES[op_type]
+    opdef = registry.get(op_type)
+    if opdef is None:
+        return "other"
+    module = getattr(opdef.infer, "__module__", "").rsplit(".", 1)[-1]
+    return _MODULE_FAMILY.get(module, "other")
+
+
+def roofline_s(flops: float, nbytes: float, peak: float, bandwidth: float,
+               overhead_s: float, eff_compute: float, eff_memory: float) -> float:
+    """overhead + max(compute time, memory time) at the given efficiencies."""
+    return overhead_s + max(flops / (peak * eff_compute), nbytes / (bandwidth * eff_memory))
+
+
+# ------------------------------------------------------------------------- fitting
+
+def fit_family(points: Sequence[OpTiming], peak: float, bandwidth: float,
+               default_overhead_s: float, family: str = "other") -> FamilyFit:
+    """Least-squares fit of (overhead, eff_compute, eff_memory) to measured entries.
+
+    Residuals are log(predicted / measured). With one point only a common efficiency is
+    fitted (overhead fixed at the device's launch overhead); with two, both efficiencies.
+    """
+    from scipy.optimize import least_squares
+
+    flops = np.array([p.flops for p in points], float)
+    nbytes = np.array([p.bytes for p in points], float)
+    t = np.maximum(np.array([p.median_s for p in points], float), 1e-9)
+    n = len(points)
+    ec0 = DEFAULT_COMPUTE_EFFICIENCY.get(family, 0.2)
+    em0 = DEFAULT_MEMORY_EFFICIENCY.get(family, 0.5)
+
+    def predict(x):
+        o, ec, em = (np.exp(x[0]), np.exp(x[1]), np.exp(x[2])) if n >= 3 else (
+            default_overhead_s, np.exp(x[0]), np.exp(x[-1]))
+        return o + np.maximum(flops / (peak * ec), nbytes / (bandwidth * em)), (o, ec, em)
+
+    def residuals(x):
+        return np.log(predict(x)[0]) - np.log(t)
+
+    starts = []
+    for scale in (0.1, 1.0, 10.0):
+        base = [math.log(ec0 * scale), math.log(em0 * scale)]
+        if n >= 3:
+            starts.append([math.log(max(float(t.min()) * 0.5, 1e-7))] + base)
+            starts.append([math.log(max(default_overhead_s, 1e-7))] + base)
+        elif n == 2:
+            starts.append(base)
+        else:
+            starts.append(base[:1])
+    if n >= 3:
+        lo, hi = [math.log(1e-9), math.log(1e-6), math.log(1e-6)], [0.0, math.log(1e3), math.log(1e3)]
+    else:
+        lo, hi = [math.log(1e-6)] * len(starts[0]), [math.log(1e3)] * len(starts[0])
+    best = None
+    for x0 in starts:
+        x0 = np.clip(x0, np.array(lo) + 1e-9, np.array(hi) - 1e-9)
+        res = least_squares(residuals, x0, bounds=(lo, hi), method="trf")
+        if best is None or res.cost < best.cost:
+            best = res
+    pred, (o, ec, em) = predict(best.x)
+    err = np.abs(pred - t) / t
+    return FamilyFit(overhead_s=float(o), compute_efficiency=float(ec), memory_efficiency=float(em),
+                     points=n, median_abs_pct_error=float(np.median(err) * 100))
+
+
+# ---------------------------------------------------------------------- the model
+
+class CostModel:
+    """Op and copy times on a (cpu, gpu) pair of device profiles, each with its source.
+
+    ``use_measured=False`` ignores measured entries for the answer (they still train
+    the family fits): how the accuracy benchmark predicts shapes it has not timed.
+    """
+
+    def __init__(self, cpu_profile: DeviceProfile | None = None, gpu_profile: DeviceProfile | None = None,
+                 unknown_op_cost_s: float = 0.0, use_measured: bool = True):
+        if cpu_profile is None or gpu_profile is None:
+            from placer.profiling import default_profiles
+            cpu_default, gpu_default = default_profiles()
+            cpu_profile = cpu_profile or cpu_default
+            gpu_profile = gpu_profile or gpu_default
+        self.profiles = {"cpu": cpu_profile, "gpu": gpu_profile}
+        self.unknown_op_cost_s = float(unknown_op_cost_s)
+        self.use_measured = use_measured
+        self._fits: dict[str, dict[str, FamilyFit]] = {}
+
+    def profile(self, device_kind: str) -> DeviceProfile:
+        if device_kind not in self.profiles:
+            raise ProfileError(f"no profile for device kind '{device_kind}' (cpu or gpu)")
+        return self.profiles[device_kind]
+
+    def fits(self, device_kind: str) -> dict[str, FamilyFit]:
+        """Per-family fits of a device: from its measured entries, else those stored in the file."""
+        if device_kind not in self._fits:
+            prof = self.profile(device_kind)
+            by_family: dict[str, list[OpTiming]] = {}
+            for timing in prof.ops.values():
+                by_family.setdefault(family_of(timing.type), []).append(timing)
+            fits = dict(prof.fits)
+            for fam, points in by_family.items():
+                dtype = points[0].inputs[0].dtype if points[0].inputs else "float32"
+                fits[fam] = fit_family(points, prof.peak(dtype), prof.memory_bandwidth_bytes_per_s,
+                                       prof.launch_overhead_s, fam)
+            self._fits[device_kind] = fits
+        return self._fits[device_kind]
+
+    def fit_report(self, device_kind: str) -> pd.DataFrame:
+        """One row per fitted family: points, overhead, efficiencies, median |error| in %."""
+        rows = [{"family": fam, **vars(fit)} for fam, fit in sorted(self.fits(device_kind).items())]
+        return pd.DataFrame(rows, columns=["family", "overhead_s", "compute_efficiency",
+                                           "memory_efficiency", "points", "median_abs_pct_error"])
+
+    def op_time(self, op_type: str, inputs: Sequence[TensorType | None], args: Mapping[str, Any],
+                features: OpFeatures, device_kind: str) -> tuple[float, str]:
+        """(seconds, source) of one op on a device kind ("cpu" or "gpu")."""
+        if not features.known or registry.get(op_type) is None or any(t is None for t in inputs):
+            return self.unknown_op_cost_s, "unknown"
+        prof = self.profile(device_kind)
+        if self.use_measured:
+            hit = prof.ops.get(op_key(op_type, inputs, args))
+            if hit is not None:
+                return hit.median_s, "measured"
+        dtype = inputs[0].dtype if inputs else "float32"
+        nbytes = features.bytes_read + features.bytes_written
+        fam = family_of(op_type)
+        fit = self.fits(device_kind).get(fam)
+        if fit is not None:
+            return roofline_s(features.flops, nbytes, prof.peak(dtype), prof.memory_bandwidth_bytes_per_s,
+                              fit.overhead_s, fit.compute_efficiency, fit.memory_efficiency), "fitted"
+        return roofline_s(features.flops, nbytes, prof.peak(dtype), prof.memory_bandwidth_bytes_per_s,
+                          prof.launch_overhead_s, DEFAULT_COMPUTE_EFFICIENCY.get(fam, 0.2),
+                          DEFAULT_MEMORY_EFFICIENCY.get(fam, 0.5)), "roofline"
+
+    def copy_time(self, nbytes: float, direction: str, pinned: bool = True) -> float:
+        """Seconds to copy ``nbytes`` host->GPU ("h2d") or GPU->host ("d2h")."""
+        if nbytes <= 0:
+            return 0.0
+        link = self.profiles["gpu"].link
+        if direction not in ("h2d", "d2h"):
+            raise ValueError(f"direction must be 'h2d' or 'd2h', not {direction!r}")
+        if not link:
+            raise ProfileError(f"GPU profile '{self.profiles['gpu'].name}' has no host link figures",
+                               hint="use a shipped GPU profile or run `placer profile --link`")
+        return curve_time(link[direction]["pinned" if pinned else "pageable"], nbytes)
+
+
+def curve_time(curve: LinkCurve, nbytes: float) -> float:
+    """Interpolate measured points (log-log) inside their range; the fitted line outside."""
+    pts = curve.points
+    if len(pts) >= 2 and pts[0][0] <= nbytes <= pts[-1][0]:
+        sizes = np.log([p[0] for p in pts])
+        times = np.log([max(p[1], 1e-12) for p in pts])
+        return float(np.exp(np.interp(math.log(nbytes), sizes, times)))
+    return curve.latency_s + nbytes / curve.bytes_per_s
+
+
+def gpu_memory_bytes(profile: DeviceProfile) -> int:
+    """Memory capacity of a GPU profile in bytes (the planner subtracts its reserve)."""
+    return int(profile.memory_capacity_bytes)
+
+
+# -------------------------------------------------------------------- annotating
+
+OP_COLUMNS = ["index", "name", "type", "cpu_s", "gpu_s", "cpu_source", "gpu_source", "flops",
+              "macs", "bytes_read", "bytes_written", "param_bytes", "output_bytes", "gpu_kernel", "known"]
+TENSOR_COLUMNS = ["name", "producer", "consumers", "bytes", "h2d_s", "d2h_s", "external_output"]
+EXTERNAL_INPUT = -1   # producer of a blob fed from the host
+PARAMETER = -2        # producer of a blob the init net makes
+
+
+@dataclass
+class NetCosts:
+    """A net priced on a (cpu, gpu) pair.
+
+    ``ops``: one row per op in net order; columns ``OP_COLUMNS`` (times in seconds, sources
+    in ``SOURCES``, features from shape inference, ``output_bytes`` the sum of the op's
+    output sizes, ``gpu_kernel`` whether the registry has a GPU kernel, ``known`` whether
+    the type and shapes are known).
+    ``tensors``: one row per blob that is consumed or is an external output; columns
+    ``TENSOR_COLUMNS``: ``producer`` is the op index of its first writer before its first
+    consumer (in-place chains keep the chain's head), ``EXTERNAL_INPUT`` (-1) for a blob fed
+    from the host, ``PARAMETER`` (-2) for one made by the init net; ``consumers`` the op
+    indices reading it; copy times of its bytes over pinned host memory.
+    """
+
+    ops: pd.DataFrame
+    tensors: pd.DataFrame
+    model: CostModel
+    gpu_memory_bytes: int = 0
+    fit_quality: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+    @property
+    def param_bytes(self) -> int:
+        """Bytes of all parameters (each counted once)."""
+        t = self.tensors
+        return int(t.loc[t.producer == PARAMETER, "bytes"].sum())
+
+
+def annotate(typed_net: TypedNet, cpu_profile: DeviceProfile | None = None,
+             gpu_profile: DeviceProfile | None = None, unknown_op_cost_s: float = 0.0,
+             model: CostModel | None = None) -> NetCosts:
+    """Price every op on both devices and every tensor's copies."""
+    model = model or CostModel(cpu_profile, gpu_profile, unknown_op_cost_s=unknown_op_cost_s)
+    net = typed_net.net
+    rows = []
+    for op, feats in zip(net.ops, typed_net.features):
+        inputs = [typed_net.blobs.get(b) for b in op.inputs]
+        cpu_s, cpu_src = model.op_time(op.type, inputs, op.args, feats, "cpu")
+        gpu_s, gpu_src = model.op_time(op.type, inputs, op.args, feats, "gpu")
+        opdef = registry.get(op.type)
+        outs = [typed_net.blobs.get(b) for b in op.outputs]
+        rows.append({
+            "index": op.index, "name": op.name, "type": op.type, "cpu_s": cpu_s, "gpu_s": gpu_s,
+            "cpu_source": cpu_src, "gpu_source": gpu_src, "flops": feats.flops, "macs": feats.macs,
+            "bytes_read": feats.bytes_read, "bytes_written": feats.bytes_written,
+            "param_bytes": feats.param_bytes,
+            "output_bytes": float(sum(t.nbytes for t in outs if t is not None)),
+            "gpu_kernel": bool(opdef is not None and "gpu" in opdef.devices),
+            "known": bool(feats.known and opdef is not None)})
+    ops = pd.DataFrame(rows, columns=OP_COLUMNS)
+    tensors = pd.DataFrame(_tensor_rows(typed_net, model), columns=TENSOR_COLUMNS)
+    return NetCosts(ops=ops, tensors=tensors, model=model,
+                    gpu_memory_bytes=gpu_memory_bytes(model.profile("gpu")),
+                    fit_quality={k: model.fit_report(k) for k in ("cpu", "gpu")})
+
+
+def _tensor_rows(typed_net: TypedNet, model: CostModel) -> list[dict]:
+    net = typed_net.net
+    origin = lambda b: PARAMETER if b in net.params else EXTERNAL_INPUT  # noqa: E731
+    writer: dict[str, int] = {}
+    producer: dict[str, int] = {}
+    consumers: dict[str, list[int]] = {}
+    for op in net.ops:
+        for b in op.inputs:
+            producer.setdefault(b, writer.get(b, origin(b)))
+            users = consumers.setdefault(b, [])
+            if not users or users[-1] != op.index:
+                users.append(op.index)
+        for b in op.outputs:
+            writer.setdefault(b, op.index)
+    order = list(consumers) + [b for b in net.external_outputs if b not in consumers]
+    rows = []
+    for b in order:
+        t = typed_net.blobs.get(b)
+        nbytes = float(t.nbytes) if t is not None else 0.0
+        rows.append({"name": b, "producer": producer.get(b, writer.get(b, origin(b))),
+                     "consumers": consumers.get(b, []), "bytes": nbytes,
+                     "h2d_s": model.copy_time(nbytes, "h2d"), "d2h_s": model.copy_time(nbytes, "d2h"),
+                     "external_output": b in net.external_outputs})
+    return rows

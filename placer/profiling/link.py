@@ -1,0 +1,74 @@
+"""Host<->GPU copy curves: H2D and D2H, pinned and pageable host memory, 4 KiB .. 1 GiB.
+
+Each size is copied a few times between CUDA events through cupy; the median is a point
+of the curve, and a line t = latency + bytes / bandwidth is fitted to the points (least
+squares on relative error, so small copies weigh as much as large ones). The cost model
+interpolates the points and uses the line outside them.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from placer.profiling.schema import DIRECTIONS, MEMORY_KINDS, LinkCurve
+
+SIZES = [4096 * 4 ** k for k in range(10)]  # 4 KiB, 16 KiB, ..., 1 GiB (powers of 4)
+
+
+def fit_line(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """(latency_s, bytes_per_s) of t = latency + n / bandwidth, minimising relative error."""
+    n = np.array([p[0] for p in points], float)
+    t = np.array([p[1] for p in points], float)
+    a = np.stack([np.ones_like(n), n], axis=1) / t[:, None]
+    (latency, inv_bw), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    if inv_bw <= 0:  # degenerate (all sizes equally fast): take the largest copy's rate
+        inv_bw = t[-1] / n[-1]
+    return max(float(latency), 0.0), float(1.0 / inv_bw)
+
+
+def measure_link(device_index: int = 0, sizes: list[int] | None = None, repeats: int = 5,
+                 progress=None) -> dict[str, dict[str, LinkCurve]]:
+    """Copy curves of one GPU (a DeviceError when there is no GPU)."""
+    from placer.runtime.devices import import_cupy
+
+    cupy = import_cupy()
+    sizes = sizes or SIZES
+    link: dict[str, dict[str, LinkCurve]] = {d: {} for d in DIRECTIONS}
+    steps, done = len(sizes) * 4, 0
+    with cupy.cuda.Device(device_index):
+        for mem in MEMORY_KINDS:
+            for direction in DIRECTIONS:
+                points = []
+                for size in sizes:
+                    points.append((size, _median_copy_s(cupy, size, direction, mem == "pinned", repeats)))
+                    done += 1
+                    if progress is not None:
+                        progress.update(done)
+                latency, bandwidth = fit_line(points)
+                link[direction][mem] = LinkCurve(latency, bandwidth, points)
+    return link
+
+
+def _median_copy_s(cupy: Any, size: int, direction: str, pinned: bool, repeats: int) -> float:
+    if pinned:
+        mem = cupy.cuda.alloc_pinned_memory(size)
+        host = np.frombuffer(mem, dtype=np.uint8, count=size)
+    else:
+        host = np.empty(size, dtype=np.uint8)
+    host[:] = 1
+    dev = cupy.empty(size, dtype=np.uint8)
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    samples = []
+    for i in range(repeats + 1):  # the first copy warms up page tables and the driver
+        start.record()
+        if direction == "h2d":
+            dev.set(host)
+        else:
+            dev.get(out=host)
+        end.record()
+        end.synchronize()
+        if i:
+            samples.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
+    del dev
+    return float(np.median(samples))
