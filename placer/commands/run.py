@@ -1,0 +1,124 @@
+"""``placer run``: execute a (placed) net and time every op."""
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+
+import numpy as np
+
+from placer.commands.common import add_net_arguments, load_typed_net
+from placer.errors import InputError
+from placer.fileio import atomic_write_bytes, refuse_overwrite
+from placer.progress import Progress
+from placer.runtime import record as run_record
+from placer.runtime.executor import Executor
+from placer.runtime.inputs import random_inputs
+from placer.types import RunRecord, TensorType
+
+HELP = "run a net on numpy (CPU) / cupy (GPU) and time every op"
+DESCRIPTION = """\
+Run a Caffe2 or Caffe net, placed or not, and time every op.
+
+Each op runs on the device its device_option names (no annotation: the CPU); copy ops
+move blobs between devices. Without a GPU, --emulate-gpu runs GPU ops on numpy arrays
+tagged as GPU memory: a blob handed to an op on the wrong device is an error, which
+checks a placed net's structure (its times are CPU times and are labelled so).
+
+Inputs come from --inputs x.npz (keyed by blob name) or --random-inputs SEED (the
+default, seed 0): floats standard normal, indices, lengths and labels valid for the op
+that reads them (see placer/runtime/inputs.py).
+
+  placer run placed.pbtxt --init-net init.pbtxt --input data=1,3,224,224 --emulate-gpu
+  placer run net.prototxt --iterations 10 --record run.json --outputs out.npz
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_net_arguments(parser)
+    feed = parser.add_mutually_exclusive_group()
+    feed.add_argument("--inputs", metavar="X.npz", dest="inputs_npz",
+                      help="input arrays keyed by blob name")
+    feed.add_argument("--random-inputs", metavar="SEED", type=int, default=None,
+                      help="random inputs from this seed (default when --inputs is not given: 0)")
+    parser.add_argument("--iterations", type=int, default=1, metavar="N",
+                        help="timed runs; each op's time is the median (default 1)")
+    parser.add_argument("--warmup", type=int, default=1, metavar="N",
+                        help="untimed runs first (default 1)")
+    parser.add_argument("--emulate-gpu", action="store_true",
+                        help="run GPU ops on tagged numpy arrays (no GPU needed; CPU timings)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of random fills in the init net")
+    parser.add_argument("--outputs", metavar="OUT.npz", help="write the external outputs here")
+    parser.add_argument("--record", metavar="RUN.json", help="write the RunRecord here")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar and no table")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.iterations < 1 or args.warmup < 0:
+        raise InputError("--iterations must be >= 1 and --warmup >= 0")
+    for out in (args.outputs, args.record):
+        if out:
+            refuse_overwrite(out, args.net, args.init_net, args.inputs_npz)
+    typed = load_typed_net(args)
+    net = typed.net
+    executor = Executor(net, emulate_gpu=args.emulate_gpu, seed=args.seed)
+    executor.run_init()
+    names = executor.expected_inputs()
+    inputs = _read_npz(args.inputs_npz) if args.inputs_npz else random_inputs(
+        net, typed.blobs, names, seed=args.random_inputs or 0)
+    executor.input_types.update({n: t for n in names if (t := typed.blobs.get(n)) is not None})
+    if not args.inputs_npz:
+        executor.input_types.update({n: TensorType(a.shape, str(a.dtype)) for n, a in inputs.items()})
+    total = (args.warmup + args.iterations) * len(net.ops)
+    with Progress(total, "run", quiet=args.quiet) as bar:
+        outputs = executor.run(inputs, iterations=args.iterations, warmup=args.warmup,
+                               progress=lambda done, _total: bar.update(done))
+    rec = executor.record
+    if not args.quiet:
+        print(format_table(rec))
+    if args.outputs:
+        buf = io.BytesIO()
+        np.savez(buf, **outputs)
+        atomic_write_bytes(args.outputs, buf.getvalue())
+    if args.record:
+        run_record.save(rec, args.record)
+    return 0
+
+
+def _read_npz(path: str) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: cannot read input arrays ({e})",
+                         hint="give an .npz written by numpy.savez, keyed by blob name") from e
+
+
+def format_table(rec: RunRecord) -> str:
+    """Per-op times, then totals per device, copies and peak memory."""
+    rows = [f"{'#':>4}  {'op':<28} {'type':<20} {'device':<16} {'ms':>9}  copy"]
+    for o in rec.ops:
+        copy = f"{o.copy_bytes:,} B {o.copy_direction}" if o.copy_direction else ""
+        rows.append(f"{o.index:>4}  {(o.name or '-')[:28]:<28} {o.type[:20]:<20} {o.device:<16} "
+                    f"{o.time_s * 1e3:>9.3f}  {copy}")
+    rows.append(f"total {rec.total_s * 1e3:.3f} ms (median of {rec.iterations} run(s) "
+                f"after {rec.warmup} warm-up) over {len(rec.ops)} ops")
+    for dev, t in rec.time_by_device_s().items():
+        rows.append(f"  {rec.timing_labels.get(dev, dev)}: {t * 1e3:.3f} ms, "
+                    f"peak {rec.peak_bytes.get(dev, 0) / 2**20:.2f} MiB")
+    for direction in ("h2d", "d2h", "d2d"):
+        if rec.copy_bytes(direction):
+            rows.append(f"  copies {direction}: {rec.copy_bytes(direction):,} B")
+    if rec.emulated:
+        rows.append("  GPU emulated on the CPU: times are CPU times (a structure check, not a speed figure)")
+    return "\n".join(rows)
+
+
+def main() -> int:  # pragma: no cover - `python -m placer.commands.run`
+    p = argparse.ArgumentParser(prog="placer run")
+    add_arguments(p)
+    return run(p.parse_args())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""Random inputs that a net can actually run on (``placer run --random-inputs SEED``).
+
+Floats are standard normal. Integer blobs get values that are valid for the op that
+reads them, decided from that op's type and the input's position:
+
+- indices (``Gather``, ``BatchGather``, ``SparseLengths*`` and their ``Fused8BitRowwise``
+  forms): uniform in ``[0, rows)`` where rows is the size of the DATA input along the
+  gathered axis (axis 0; axis 1 for ``BatchGather``);
+- lengths (``SparseLengths*``, ``Lengths{Sum,Mean,Max}``, ``LengthsToSegmentIds``...):
+  non-negative, summing to the number of indices (or DATA rows for ``Lengths*``), cut at
+  random points so that empty segments occur;
+- labels (``SoftmaxWithLoss``, ``LabelCrossEntropy``, ``Accuracy``...): uniform in
+  ``[0, classes)``, classes being the last dimension of the scores;
+- any other integer blob: uniform in ``[0, 10)``; bool: fair coin.
+
+A blob in one of those roles whose declared dtype is a float (``--input`` defaults to
+float32) is made int64 for indices and int32 for lengths and labels, as Caffe2 expects.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from placer.errors import InputError
+from placer.types import Net, TensorType
+
+_SLS = {"SparseLengthsSum", "SparseLengthsMean", "SparseLengthsMax", "SparseLengthsSumFused8BitRowwise",
+        "SparseLengthsMeanFused8BitRowwise", "SparseLengthsSumFused4BitRowwise"}
+_SLWS = {"SparseLengthsWeightedSum", "SparseLengthsWeightedMean", "SparseLengthsWeightedSumFused8BitRowwise",
+         "SparseLengthsWeightedSumFused4BitRowwise"}
+_LENGTHS = {"LengthsSum", "LengthsMean", "LengthsMax", "LengthsWeightedSum"}
+_LABELS = {"SoftmaxWithLoss", "LabelCrossEntropy", "Accuracy", "CrossEntropy"}
+
+# role of input position -> ("index", data position, axis) | ("lengths", counted position, axis)
+# | ("label", scores position, -1)
+ROLES: dict[str, dict[int, tuple]] = {
+    **{t: {1: ("index", 0, 0), 2: ("lengths", 1, 0)} for t in _SLS},
+    **{t: {2: ("index", 0, 0), 3: ("lengths", 2, 0)} for t in _SLWS},
+    **{t: {1: ("lengths", 0, 0)} for t in _LENGTHS},
+    "LengthsToSegmentIds": {},
+    "Gather": {1: ("index", 0, 0)},
+    "BatchGather": {1: ("index", 0, 1)},
+    **{t: {1: ("label", 0, -1)} for t in _LABELS},
+}
+_ROLE_DTYPE = {"index": "int64", "lengths": "int32", "label": "int32"}
+
+
+def role_of(net: Net, blob: str) -> tuple | None:
+    """(role, op, position) for the first op that reads ``blob`` in a known role."""
+    for op in net.ops:
+        for pos, name in enumerate(op.inputs):
+            if name == blob and pos in ROLES.get(op.type, {}):
+                return ROLES[op.type][pos], op, pos
+    return None
+
+
+def random_inputs(net: Net, types: Mapping[str, TensorType | None], names: list[str],
+                  seed: int = 0) -> dict[str, np.ndarray]:
+    """Arrays for ``names`` at their ``types``; index-like blobs valid for their readers."""
+    rng = np.random.default_rng(seed)
+    missing = [n for n in names if types.get(n) is None]
+    if missing:
+        raise InputError(f"cannot make random inputs: no shape for {', '.join(map(repr, missing))}",
+                         hint="give --input NAME=d0,d1,..[:dtype] for each")
+    out: dict[str, np.ndarray] = {}
+    pending = []
+    for name in names:
+        found = role_of(net, name)
+        if found and found[0][0] == "lengths":
+            pending.append((name, found))  # after the indices they count
+        else:
+            out[name] = _make(rng, net, types, name, found, out)
+    for name, found in pending:
+        out[name] = _make(rng, net, types, name, found, out)
+    return out
+
+
+def _make(rng, net, types, name, found, made) -> np.ndarray:
+    t = types[name]
+    dtype = np.dtype(t.dtype)
+    if found is None:
+        if dtype.kind == "f":
+            return rng.standard_normal(t.shape).astype(dtype)
+        if dtype.kind == "b":
+            return rng.integers(0, 2, t.shape).astype(bool)
+        return rng.integers(0, 10, t.shape).astype(dtype)
+    (role, ref, axis), op, _ = found
+    if dtype.kind not in "iu":
+        dtype = np.dtype(_ROLE_DTYPE[role])
+    ref_name = op.inputs[ref]
+    ref_shape = made[ref_name].shape if ref_name in made else _shape(types, ref_name, op, name)
+    if role == "lengths":
+        total = ref_shape[axis] if ref_shape else 1
+        return _split(rng, total, t.size).reshape(t.shape).astype(dtype)
+    bound = ref_shape[axis] if len(ref_shape) > abs(axis) - (axis < 0) else 1
+    return rng.integers(0, max(1, bound), t.shape).astype(dtype)
+
+
+def _shape(types, ref_name, op, name) -> tuple:
+    ref = types.get(ref_name)
+    if ref is None:
+        raise InputError(f"cannot make random values for '{name}': op {op.label} reads it against "
+                         f"'{ref_name}', whose shape is unknown", hint=f"give --input {ref_name}=...")
+    return ref.shape
+
+
+def _split(rng, total: int, parts: int) -> np.ndarray:
+    """``parts`` non-negative integers summing to ``total`` (random cut points)."""
+    if parts == 0:
+        return np.zeros(0, dtype=np.int64)
+    cuts = np.sort(rng.integers(0, total + 1, parts - 1))
+    return np.diff(np.concatenate([[0], cuts, [total]]))

@@ -1,0 +1,348 @@
+"""The executor, devices and RunRecord, on small nets built in code (and the corpus)."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from placer.errors import DeviceError, InputError, KernelMissingError
+from placer.formats import caffe2_pb as pb
+from placer.formats.caffe2 import net_from_netdef
+from placer.ops import registry
+from placer.runtime import record as run_record
+from placer.runtime.devices import CpuDevice, EmulatedArray, EmulatedCudaDevice, location
+from placer.runtime.executor import Executor, peak_bytes
+from placer.runtime.inputs import random_inputs
+from placer.types import TensorType
+
+from conftest import corpus_files, gpu_available
+
+CPU, GPU = 0, 1
+
+
+def op(type_, inputs, outputs, device=None, name="", **args):
+    p = pb.OperatorDef(type=type_, input=inputs, output=outputs, name=name)
+    for key, value in args.items():
+        a = p.arg.add(name=key)
+        if isinstance(value, int):
+            a.i = value
+        elif isinstance(value, float):
+            a.f = value
+        elif value and isinstance(value[0], float):
+            a.floats.extend(value)
+        else:
+            a.ints.extend(value)
+    if device is not None:
+        p.device_option.device_type = device
+    return p
+
+
+def make_net(ops, inputs, outputs, init_ops=None, name="t"):
+    netdef = pb.NetDef(name=name, external_input=inputs, external_output=outputs)
+    netdef.op.extend(ops)
+    init = None
+    if init_ops is not None:
+        init = pb.NetDef(name=name + "_init")
+        init.op.extend(init_ops)
+    return net_from_netdef(netdef, init)
+
+
+def need(*types):
+    """Skip until the op families these tests lean on have kernels."""
+    absent = [t for t in types if registry.get(t) is None or registry.get(t).kernel is None]
+    if absent:
+        pytest.skip(f"no kernel yet for {', '.join(absent)}")
+
+
+RNG = np.random.default_rng(7)
+X = RNG.standard_normal((4, 8)).astype(np.float32)
+W1 = RNG.standard_normal((16, 8)).astype(np.float32)
+B1 = RNG.standard_normal(16).astype(np.float32)
+W2 = RNG.standard_normal((5, 16)).astype(np.float32)
+B2 = RNG.standard_normal(5).astype(np.float32)
+FEED = {"x": X, "w1": W1, "b1": B1, "w2": W2, "b2": B2}
+
+
+def mlp(devs):
+    """FC -> Relu -> FC -> Sigmoid, one device per op; params fed as inputs."""
+    return make_net([op("FC", ["x", "w1", "b1"], ["h"], devs[0]), op("Relu", ["h"], ["r"], devs[1]),
+                     op("FC", ["r", "w2", "b2"], ["y"], devs[2]), op("Sigmoid", ["y"], ["s"], devs[3])],
+                    list(FEED), ["s"])
+
+
+def mlp_numpy():
+    h = np.maximum(X @ W1.T + B1, 0)
+    return 1 / (1 + np.exp(-(h @ W2.T + B2)))
+
+
+def test_all_cpu_matches_numpy_and_all_gpu_emulated_matches_cpu():
+    need("FC", "Relu", "Sigmoid")
+    cpu = Executor(mlp([None] * 4)).run(FEED)["s"]
+    np.testing.assert_allclose(cpu, mlp_numpy(), rtol=1e-5, atol=1e-6)
+    ex = Executor(mlp([GPU] * 4), emulate_gpu=True)
+    gpu = ex.run(FEED)["s"]
+    assert type(gpu) is np.ndarray  # outputs come back to the host as plain arrays
+    np.testing.assert_allclose(gpu, cpu, rtol=1e-6)
+    assert ex.record.devices == ("cpu", "emulated-cuda:0")
+    assert {o.device for o in ex.record.ops} == {"emulated-cuda:0"}
+    assert ex.record.emulated and "CPU timing" in ex.record.timing_labels["emulated-cuda:0"]
+
+
+def test_no_annotation_runs_on_cpu():
+    need("FC", "Relu", "Sigmoid")
+    ex = Executor(mlp([None] * 4))
+    ex.run(FEED)
+    assert ex.record.devices == ("cpu",) and not ex.record.emulated
+
+
+def test_mixed_placement_with_copies_matches_cpu():
+    need("FC", "Relu", "Sigmoid")
+    net = make_net([op("FC", ["x", "w1", "b1"], ["h"], CPU),
+                    op("CopyCPUToGPU", ["h"], ["h_gpu0"], GPU),
+                    op("Relu", ["h_gpu0"], ["r"], GPU),
+                    op("CopyGPUToCPU", ["r"], ["r_cpu"], GPU),
+                    op("FC", ["r_cpu", "w2", "b2"], ["y"], CPU),
+                    op("Sigmoid", ["y"], ["s"], CPU)], list(FEED), ["s"])
+    ex = Executor(net, emulate_gpu=True)
+    np.testing.assert_allclose(ex.run(FEED)["s"], mlp_numpy(), rtol=1e-5, atol=1e-6)
+    copies = [(o.type, o.copy_bytes, o.copy_direction) for o in ex.record.ops if o.copy_direction]
+    assert copies == [("CopyCPUToGPU", 4 * 16 * 4, "h2d"), ("CopyGPUToCPU", 4 * 16 * 4, "d2h")]
+    assert ex.record.copy_bytes() == 512 and ex.record.copy_bytes("h2d") == 256
+
+
+def test_caffe2_docs_seed_example_fc_cpu_sigmoid_and_softmaxwithloss_gpu():
+    """FC on the CPU feeding Sigmoid and SoftmaxWithLoss on the GPU through CopyCPUToGPU."""
+    need("FC", "Sigmoid", "SoftmaxWithLoss")
+    label = np.array([1, 0, 4, 2], dtype=np.int32)
+    feed = {"x": X, "w2": W2[:, :8].copy(), "b2": B2, "label": label}
+
+    def net(placed):
+        d_fc, d_gpu = (CPU, GPU) if placed else (None, None)
+        copy = [op("CopyCPUToGPU", ["fc"], ["fc_gpu0"], GPU),
+                op("CopyCPUToGPU", ["label"], ["label_gpu0"], GPU)] if placed else []
+        fc, lab = ("fc_gpu0", "label_gpu0") if placed else ("fc", "label")
+        return make_net([op("FC", ["x", "w2", "b2"], ["fc"], d_fc), *copy,
+                         op("Sigmoid", [fc], ["pred"], d_gpu),
+                         op("SoftmaxWithLoss", [fc, lab], ["softmax", "loss"], d_gpu)],
+                        list(feed), ["pred", "softmax", "loss"])
+
+    want = Executor(net(False)).run(feed)
+    got = Executor(net(True), emulate_gpu=True).run(feed)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-6)
+    logits = X @ feed["w2"].T + B2
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    np.testing.assert_allclose(want["loss"], -np.log(p[np.arange(4), label]).mean(), rtol=1e-5)
+
+
+def test_missing_copy_names_op_blob_and_both_devices():
+    need("FC", "Relu")
+    net = make_net([op("FC", ["x", "w1", "b1"], ["h"], CPU),
+                    op("Relu", ["h"], ["r"], GPU, name="relu_on_gpu")], ["x", "w1", "b1"], ["r"])
+    with pytest.raises(DeviceError) as e:
+        Executor(net, emulate_gpu=True).run({"x": X, "w1": W1, "b1": B1})
+    msg = str(e.value)
+    assert "relu_on_gpu" in msg and "'h'" in msg and "emulated-cuda:0" in msg and "on cpu" in msg
+    assert "CopyCPUToGPU" in msg
+
+
+def test_copy_from_the_wrong_side_is_refused():
+    need("Relu")
+    net = make_net([op("Relu", ["x"], ["r"], CPU), op("CopyGPUToCPU", ["r"], ["r_cpu"], GPU)], ["x"], ["r_cpu"])
+    with pytest.raises(DeviceError, match=r"copies 'r' from emulated-cuda:0, but the blob is on cpu"):
+        Executor(net, emulate_gpu=True).run({"x": X})
+
+
+def test_in_place_ops():
+    need("Relu", "Sigmoid")
+    for dev in (None, GPU):
+        net = make_net([op("Relu", ["x"], ["x"], dev), op("Sigmoid", ["x"], ["x"], dev)], ["x"], ["x"])
+        out = Executor(net, emulate_gpu=True).run({"x": X})["x"]
+        np.testing.assert_allclose(out, 1 / (1 + np.exp(-np.maximum(X, 0))), rtol=1e-6)
+    assert X.min() < 0  # the caller's array is not touched
+
+
+def test_missing_and_wrong_inputs_list_what_the_net_expects():
+    need("Relu")
+    net = make_net([op("Relu", ["x"], ["r"])], ["x"], ["r"])
+    ex = Executor(net, input_types={"x": TensorType((4, 8), "float32")})
+    with pytest.raises(InputError, match=r"'x' is missing; the net expects: x float32\[4,8\]"):
+        ex.run({})
+    with pytest.raises(InputError, match=r"'x' has dtype float64, expected float32"):
+        ex.run({"x": X.astype(np.float64)})
+    with pytest.raises(InputError, match=r"'x' has shape \(2, 8\), expected \(4, 8\)"):
+        ex.run({"x": X[:2]})
+
+
+def test_ops_without_kernels_are_refused_before_anything_runs_listing_all():
+    need("Relu")
+    net = make_net([op("Relu", ["x"], ["a"]), op("NoSuchOp", ["a"], ["b"], name="first"),
+                    op("AlsoUnknown", ["b"], ["c"], name="second")], ["x"], ["c"])
+    with pytest.raises(KernelMissingError) as e:
+        Executor(net)
+    assert "2 op(s)" in str(e.value) and "'first'" in str(e.value) and "'second'" in str(e.value)
+
+
+def test_gpu_net_without_gpu_tells_to_emulate():
+    need("Relu")
+    if gpu_available():
+        pytest.skip("a GPU is visible")
+    net = make_net([op("Relu", ["x"], ["r"], GPU)], ["x"], ["r"])
+    with pytest.raises(DeviceError, match="--emulate-gpu"):
+        Executor(net)
+
+
+def test_peak_memory_and_copy_bytes_by_hand():
+    """x[4,8] f32 (128 B), w1 16x8 (512 B), b1 (64 B) fed on the CPU.
+    op0 FC -> h (256 B): cpu 128+512+64+256 = 960 (peak), then x, w1, b1 die -> 256.
+    op1 copy h -> h_gpu0: gpu 256; h dies. op2 Relu -> r: gpu 512 (peak); h_gpu0 dies.
+    op3 copy r -> r_cpu: cpu 256, gpu 256 -> r dies."""
+    need("FC", "Relu")
+    net = make_net([op("FC", ["x", "w1", "b1"], ["h"], CPU), op("CopyCPUToGPU", ["h"], ["h_gpu0"], GPU),
+                    op("Relu", ["h_gpu0"], ["r"], GPU), op("CopyGPUToCPU", ["r"], ["r_cpu"], GPU)],
+                    ["x", "w1", "b1"], ["r_cpu"])
+    ex = Executor(net, emulate_gpu=True)
+    ex.run({"x": X, "w1": W1, "b1": B1}, iterations=2)
+    assert ex.record.peak_bytes == {"cpu": 960, "emulated-cuda:0": 512}
+    assert [o.copy_bytes for o in ex.record.ops] == [0, 256, 0, 256]
+    assert all(len(o.samples_s) == 2 and o.time_s > 0 for o in ex.record.ops)
+
+
+def test_peak_bytes_keeps_params_and_outputs_and_counts_in_place_once():
+    sizes = {"p": ("cpu", 100), "x": ("cpu", 10), "a": ("cpu", 20), "b": ("gpu", 40)}
+    steps = [(("x", "p"), ("a",)), (("a",), ("a",)), (("a",), ("b",))]
+    frees = [("x",), (), ("a",)]
+    assert peak_bytes(steps, sizes, ["p", "x"], frees) == {"cpu": 130, "gpu": 40}
+
+
+def test_init_net_fills_params_on_the_device_of_their_reader():
+    need("FC", "GivenTensorFill")
+    init = [op("GivenTensorFill", [], ["w1"], shape=[16, 8], values=[float(v) for v in W1.ravel()]),
+            op("GivenTensorFill", [], ["b1"], shape=[16], values=[float(v) for v in B1])]
+    net = make_net([op("FC", ["x", "w1", "b1"], ["h"], GPU)], ["x", "w1", "b1"], ["h"], init_ops=init)
+    ex = Executor(net, emulate_gpu=True)
+    params = ex.run_init()
+    assert location(params["w1"]) == "emulated-cuda:0"
+    assert ex.expected_inputs() == ["x"]
+    np.testing.assert_allclose(ex.run({"x": X})["h"], X @ W1.T + B1, rtol=1e-5)
+
+
+def test_emulated_arrays_are_zero_copy_views_and_transfers_are_real_copies():
+    gpu, cpu = EmulatedCudaDevice(1), CpuDevice()
+    a = np.arange(6, dtype=np.float32)
+    tagged = gpu.adopt(a)
+    assert type(tagged) is EmulatedArray and tagged.device == "emulated-cuda:1"
+    assert np.shares_memory(tagged, a) and gpu.holds(tagged) and not cpu.holds(tagged)
+    moved = gpu.to_device(a)
+    assert not np.shares_memory(moved, a) and location(moved) == "emulated-cuda:1"
+    back = gpu.to_host(moved)
+    assert type(back) is np.ndarray and cpu.holds(back) and not np.shares_memory(back, moved)
+
+
+def test_run_record_json_round_trip(tmp_path):
+    need("FC", "Relu")
+    net = make_net([op("FC", ["x", "w1", "b1"], ["h"], CPU, name="fc1"), op("CopyCPUToGPU", ["h"], ["hg"], GPU),
+                    op("Relu", ["hg"], ["r"], GPU)], ["x", "w1", "b1"], ["r"])
+    ex = Executor(net, emulate_gpu=True)
+    ex.run({"x": X, "w1": W1, "b1": B1}, iterations=3)
+    path = tmp_path / "run.json"
+    run_record.save(ex.record, path)
+    back = run_record.load(path)
+    assert back == ex.record
+    assert back.ops[0].name == "fc1" and back.ops[1].copy_direction == "h2d"
+    assert abs(back.total_s - sum(o.time_s for o in ex.record.ops)) < 1e-15
+
+
+def test_random_inputs_respect_sparse_lengths_and_gather_rules():
+    net = make_net([op("SparseLengthsSum", ["table", "idx", "len"], ["pooled"]),
+                    op("Gather", ["table2", "gidx"], ["g"]),
+                    op("SoftmaxWithLoss", ["scores", "label"], ["p", "loss"])],
+                   ["table", "idx", "len", "table2", "gidx", "scores", "label"], ["pooled", "g", "loss"])
+    types = {"table": TensorType((50, 4)), "idx": TensorType((37,), "int64"), "len": TensorType((6,), "int32"),
+             "table2": TensorType((3, 2)), "gidx": TensorType((100,)),
+             "scores": TensorType((8, 7)), "label": TensorType((8,), "int32")}
+    got = random_inputs(net, types, list(types), seed=3)
+    assert got["len"].sum() == 37 and got["len"].min() >= 0 and got["len"].dtype == np.int32
+    assert 0 <= got["idx"].min() and got["idx"].max() < 50
+    assert got["gidx"].dtype == np.int64 and got["gidx"].max() < 3 and got["gidx"].max() == 2
+    assert got["label"].max() < 7 and got["scores"].dtype == np.float32
+    again = random_inputs(net, types, list(types), seed=3)
+    assert all(np.array_equal(got[k], again[k]) for k in got)
+
+
+@pytest.mark.gpu
+def test_cuda_device_round_trip_and_event_timer():
+    from placer.runtime.devices import CudaDevice
+    dev = CudaDevice(0)
+    a = np.arange(1 << 20, dtype=np.float32)
+    g = dev.to_device(a, key="t")
+    assert dev.holds(g) and location(g) == "cuda:0"
+    t = dev.timer()
+    t.start()
+    g2 = g * 2
+    t.stop()
+    assert t.seconds() >= 0
+    np.testing.assert_array_equal(dev.to_host(g2, key="t"), a * 2)
+
+
+@pytest.mark.gpu
+def test_mlp_on_real_gpu_matches_cpu():
+    need("FC", "Relu", "Sigmoid")
+    ex = Executor(mlp([GPU] * 4))
+    np.testing.assert_allclose(ex.run(FEED, iterations=2)["s"], mlp_numpy(), rtol=1e-4, atol=1e-5)
+    assert ex.record.devices == ("cpu", "cuda:0") and not ex.record.emulated
+
+
+# -- the corpus: every net whose op types all have kernels and whose params are known ----
+
+CAFFE2_WITH_INIT = [("glow_gather_const_fold.pbtxt", "glow_gather_const_fold_init.pbtxt"),
+                    ("glow_fused_rowwise_quantized_sparse_lengths_sum_predict_net.pbtxt",
+                     "glow_fused_rowwise_quantized_sparse_lengths_sum_init_net.pbtxt"),
+                    ("crayon_predict.pb", "crayon_init.pb")]
+CAFFE_NETS = [p.name for p in corpus_files("caffe", ".prototxt")]
+SLOW_S = 20.0  # a net slower than this on one run at batch 1 is reported, not failed
+
+
+def _corpus_case(corpus, path, init):
+    from placer.formats import load_net
+    from placer.shapes import infer
+    net = load_net(path, init_path=init)
+    absent = sorted({o.type for o in net.ops if o.type not in
+                     {"CopyCPUToGPU", "CopyGPUToCPU", "EnsureCPUOutput", "Copy"}
+                     and (registry.get(o.type) is None or registry.get(o.type).kernel is None)})
+    if absent:
+        pytest.skip(f"op types without kernels: {', '.join(absent)}")
+    batch1 = {n: TensorType((1,) + t.shape[1:], t.dtype) for n, t in net.input_shapes.items() if t.shape}
+    typed = infer(net, batch1)
+    if typed.missing:
+        pytest.skip("shapes unknown: " + "; ".join(typed.missing.values()))
+    ex = Executor(net, input_types={**batch1})
+    ex.run_init()
+    names = ex.expected_inputs()
+    feed = random_inputs(net, typed.blobs, names, seed=0)
+    ex.input_types.update({n: TensorType(a.shape, str(a.dtype)) for n, a in feed.items()})
+    t0 = time.perf_counter()
+    out = ex.run(feed, iterations=1, warmup=0)
+    assert set(out) == set(net.external_outputs)
+    for name, value in out.items():
+        assert np.all(np.isfinite(value)) if value.dtype.kind == "f" else True, name
+        want = typed.blobs.get(name)
+        if want is not None:
+            assert value.shape == want.shape, name
+    return time.perf_counter() - t0
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("predict,init", CAFFE2_WITH_INIT)
+def test_corpus_caffe2_nets_with_init_run_end_to_end(corpus, predict, init):
+    _corpus_case(corpus, corpus / "caffe2" / predict, corpus / "caffe2" / init)
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name", CAFFE_NETS)
+def test_corpus_caffe_nets_run_end_to_end_on_random_weights(corpus, name):
+    pytest.importorskip("placer.formats.caffe", reason="Caffe prototxt reader not built yet")
+    seconds = _corpus_case(corpus, corpus / "caffe" / name, None)
+    assert seconds < SLOW_S * 5, f"{name} took {seconds:.1f} s at batch 1"
