@@ -302,6 +302,10 @@ CAFFE2_WITH_INIT = [("glow_gather_const_fold.pbtxt", "glow_gather_const_fold_ini
                      "glow_fused_rowwise_quantized_sparse_lengths_sum_init_net.pbtxt"),
                     ("crayon_predict.pb", "crayon_init.pb")]
 CAFFE_NETS = [p.name for p in corpus_files("caffe", ".prototxt")]
+# shapes the files do not carry (small, to keep the test fast)
+CORPUS_INPUTS = {"glow_gather_const_fold.pbtxt": {"data": TensorType((2, 3, 4, 5))},
+                 "glow_fused_rowwise_quantized_sparse_lengths_sum_predict_net.pbtxt": {
+                     "indices": TensorType((7,), "int64"), "lengths": TensorType((3,), "int32")}}
 SLOW_S = 20.0  # a net slower than this on one run at batch 1 is reported, not failed
 
 
@@ -309,16 +313,15 @@ def _corpus_case(corpus, path, init):
     from placer.formats import load_net
     from placer.shapes import infer
     net = load_net(path, init_path=init)
-    absent = sorted({o.type for o in net.ops if o.type not in
-                     {"CopyCPUToGPU", "CopyGPUToCPU", "EnsureCPUOutput", "Copy"}
-                     and (registry.get(o.type) is None or registry.get(o.type).kernel is None)})
-    if absent:
-        pytest.skip(f"op types without kernels: {', '.join(absent)}")
     batch1 = {n: TensorType((1,) + t.shape[1:], t.dtype) for n, t in net.input_shapes.items() if t.shape}
+    batch1.update(CORPUS_INPUTS.get(path.name, {}))
     typed = infer(net, batch1)
     if typed.missing:
         pytest.skip("shapes unknown: " + "; ".join(typed.missing.values()))
-    ex = Executor(net, input_types={**batch1})
+    try:
+        ex = Executor(net, input_types={**batch1})
+    except KernelMissingError as e:  # predict or init ops whose families are not built yet
+        pytest.skip(str(e)[:300])
     ex.run_init()
     names = ex.expected_inputs()
     feed = random_inputs(net, typed.blobs, names, seed=0)

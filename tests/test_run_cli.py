@@ -1,0 +1,125 @@
+"""``placer run`` from the command line, and the progress line."""
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+
+from placer import cli
+from placer.formats import caffe2_pb as pb
+from placer.formats.caffe2 import save_netdef
+from placer.ops import registry
+from placer.progress import Progress
+
+from conftest import gpu_available
+
+RNG = np.random.default_rng(11)
+X = RNG.standard_normal((4, 8)).astype(np.float32)
+W = RNG.standard_normal((3, 8)).astype(np.float32)
+B = RNG.standard_normal(3).astype(np.float32)
+
+
+def write_net(path, device=None):
+    """x -> FC(w, b) -> Relu -> y; every op on ``device`` (None: no annotation)."""
+    net = pb.NetDef(name="cli_net", external_input=["x", "w", "b"], external_output=["y"])
+    for type_, ins, outs in (("FC", ["x", "w", "b"], ["h"]), ("Relu", ["h"], ["y"])):
+        o = net.op.add(type=type_, input=ins, output=outs)
+        if device is not None:
+            o.device_option.device_type = device
+    save_netdef(net, path)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def kernels():
+    for t in ("FC", "Relu"):
+        if registry.get(t) is None or registry.get(t).kernel is None:
+            pytest.skip(f"no kernel yet for {t}")
+
+
+def run_cli(capsys, *argv):
+    code = cli.main(["run", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_run_cpu_net_from_npz_writes_outputs_and_record(tmp_path, capsys):
+    net = write_net(tmp_path / "net.pbtxt")
+    np.savez(tmp_path / "in.npz", x=X, w=W, b=B)
+    code, out, err = run_cli(capsys, net, "--inputs", tmp_path / "in.npz", "--iterations", 3,
+                             "--outputs", tmp_path / "out.npz", "--record", tmp_path / "run.json")
+    assert code == 0, err
+    assert "FC" in out and "Relu" in out and "total" in out and "cpu" in out
+    with np.load(tmp_path / "out.npz") as got:
+        np.testing.assert_allclose(got["y"], np.maximum(X @ W.T + B, 0), rtol=1e-5, atol=1e-6)
+    rec = json.loads((tmp_path / "run.json").read_text())
+    assert rec["schema"] == "placer.run_record" and rec["iterations"] == 3
+    assert [o["type"] for o in rec["ops"]] == ["FC", "Relu"] and not rec["emulated"]
+    assert all(len(o["samples_s"]) == 3 for o in rec["ops"])
+
+
+def test_random_inputs_need_shapes_and_give_the_same_run_for_a_seed(tmp_path, capsys):
+    net = write_net(tmp_path / "net.pbtxt")
+    outs = []
+    for i in range(2):
+        code, out, err = run_cli(capsys, net, "--input", "x=4,8", "--input", "w=3,8", "--input", "b=3",
+                                 "--random-inputs", 5, "--quiet", "--outputs", tmp_path / f"o{i}.npz")
+        assert code == 0, err
+        assert out == ""  # --quiet: no table
+        outs.append(np.load(tmp_path / f"o{i}.npz")["y"])
+    assert outs[0].shape == (4, 3) and np.array_equal(outs[0], outs[1])
+    code, _, err = run_cli(capsys, net, "--quiet")
+    assert code == 2 and "no shape" in err and "--input" in err
+
+
+def test_gpu_net_without_gpu_asks_for_emulation_and_runs_emulated(tmp_path, capsys):
+    net = write_net(tmp_path / "net.pbtxt", device=1)
+    np.savez(tmp_path / "in.npz", x=X, w=W, b=B)
+    if not gpu_available():
+        code, _, err = run_cli(capsys, net, "--inputs", tmp_path / "in.npz")
+        assert code == 2 and "no CUDA GPU visible" in err and "--emulate-gpu" in err
+    code, out, err = run_cli(capsys, net, "--inputs", tmp_path / "in.npz", "--emulate-gpu")
+    assert code == 0, err
+    assert "emulated-cuda:0 (CPU timing)" in out and "times are CPU times" in out
+
+
+def test_missing_input_in_npz_lists_expected(tmp_path, capsys):
+    net = write_net(tmp_path / "net.pbtxt")
+    np.savez(tmp_path / "in.npz", x=X, w=W)
+    code, _, err = run_cli(capsys, net, "--inputs", tmp_path / "in.npz")
+    assert code == 2 and "'b' is missing" in err and "the net expects: x" in err
+
+
+def test_refuses_to_overwrite_the_net(tmp_path, capsys):
+    net = write_net(tmp_path / "net.pbtxt")
+    before = net.read_bytes()
+    code, _, err = run_cli(capsys, net, "--input", "x=4,8", "--input", "w=3,8", "--input", "b=3",
+                           "--outputs", net)
+    assert code == 2 and "refusing to overwrite" in err and net.read_bytes() == before
+
+
+class FakeTTY(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_is_silent_off_a_terminal_and_when_quiet():
+    for stream, quiet in ((io.StringIO(), False), (FakeTTY(), True)):
+        with Progress(10, "run", quiet=quiet, stream=stream) as p:
+            for i in range(10):
+                p.update(i + 1)
+        assert stream.getvalue() == ""
+
+
+def test_progress_draws_step_elapsed_and_time_left_on_a_terminal():
+    stream = FakeTTY()
+    p = Progress(10, "run", stream=stream)
+    p.update(10)
+    p.done = 5
+    line = p.line(now=p.start + 4.0)
+    assert "5/10" in line and "0:04 elapsed" in line and "0:04 left" in line
+    assert "10/10" in stream.getvalue()
+    p.close()
+    assert stream.getvalue().endswith("\r\x1b[K")
