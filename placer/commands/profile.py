@@ -142,8 +142,8 @@ def _merge_link(profile: Profile, args: argparse.Namespace) -> None:
         import_cupy()
     except DeviceError as e:
         raise DeviceError(f"--link needs a CUDA GPU: {e.message.split(':')[0]}",
-                          hint="the shipped GPU profiles carry datasheet link figures "
-                               "(placer plan --gpu-profile NAME)") from None
+                          hint="the shipped GPU profiles carry datasheet link figures, "
+                               "e.g. placer plan --gpu-profile a100-40gb-pcie4") from None
     dev = _gpu_device(profile, args)
     index = int(args.device.split(":", 1)[1]) if ":" in args.device else 0
     bar = _bar(len(SIZES) * 4, "link", args.quiet)
