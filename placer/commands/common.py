@@ -70,7 +70,8 @@ def load_typed_net(args: argparse.Namespace) -> TypedNet:
     from placer.shapes import infer
     shapes = parse_input_specs(getattr(args, "inputs", []))
     net = load_net(args.net, init_path=getattr(args, "init_net", None),
-                   phase=getattr(args, "phase", "test"), weights=getattr(args, "weights", None))
+                   phase=getattr(args, "phase", "test"), weights=getattr(args, "weights", None),
+                   input_shapes=shapes)
     known = set(net.external_inputs) | set(net.params) | set(net.input_shapes)
     known.update(b for op in net.ops for b in (*op.inputs, *op.outputs))
     for name in shapes:

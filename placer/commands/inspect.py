@@ -118,15 +118,15 @@ def format_table(rows: list[dict]) -> str:
 def _figure(x) -> str:
     if x is None:
         return "?"
-    return f"{x:.4f}" if x < 10 else f"{x:.1f}"
+    return f"{x:.4g}"
 
 
 def format_totals(t: dict) -> str:
     unknown = ", ".join(f"{k} x{v}" for k, v in t["unknown_op_types"].items()) or "none"
     lines = [
         f"ops: {t['ops']}   unknown op types: {unknown}",
-        f"parameters: {t['param_mb']:.2f} MB   activations: {t['activation_mb']:.2f} MB",
-        f"total: {t['gflop']:.3f} GFLOP, {t['gmac']:.3f} GMAC ({t['convention']})",
+        f"parameters: {t['param_mb']:.4g} MB   activations: {t['activation_mb']:.4g} MB",
+        f"total: {t['gflop']:.4g} GFLOP, {t['gmac']:.4g} GMAC ({t['convention']})",
     ]
     if t["ops_without_cost"]:
         lines.append(f"{t['ops_without_cost']} op(s) have no cost figures (unknown type or "

@@ -31,11 +31,15 @@ def sniff_format(data: bytes) -> str:
 
 
 def load_net(path: str | os.PathLike, init_path: str | os.PathLike | None = None,
-             phase: str = "test", weights: str | os.PathLike | None = None) -> Net:
+             phase: str = "test", weights: str | os.PathLike | None = None,
+             input_shapes: dict | None = None) -> Net:
     """Load a predict net whatever its format.
 
     ``init_path`` is the Caffe2 init net that fills the parameters; ``phase`` and
     ``weights`` apply to Caffe prototxt files (include/exclude rules, ``.caffemodel``).
+    ``input_shapes`` (the user's ``--input``) lets a Caffe file whose input sizes are open
+    get its parameter shapes (they follow from the input channels); a Caffe2 net ignores
+    them here (``shapes.infer`` takes them).
     """
     from placer.formats import caffe2
     data = caffe2.read_file_bytes(path)
@@ -44,7 +48,7 @@ def load_net(path: str | os.PathLike, init_path: str | os.PathLike | None = None
         if init_path:
             raise PlacerError(f"{path}: --init-net applies to Caffe2 nets; this is a Caffe prototxt",
                               hint="give Caffe weights with --weights x.caffemodel")
-        return _load_caffe(path, phase, weights)
+        return _load_caffe(path, phase, weights, input_shapes)
     if weights:
         raise PlacerError(f"{path}: --weights applies to Caffe prototxt files; this is a Caffe2 NetDef",
                           hint="give the Caffe2 init net with --init-net")
@@ -53,7 +57,7 @@ def load_net(path: str | os.PathLike, init_path: str | os.PathLike | None = None
     return caffe2.load_caffe2_net(path, init_path)
 
 
-def _load_caffe(path, phase, weights) -> Net:
+def _load_caffe(path, phase, weights, input_shapes) -> Net:
     try:
         from placer.formats.caffe import load_caffe_net
     except ModuleNotFoundError as e:
@@ -61,6 +65,8 @@ def _load_caffe(path, phase, weights) -> Net:
             raise
         raise PlacerError(f"{path}: Caffe prototxt files are not supported by this build",
                           hint="convert it to a Caffe2 NetDef first") from e
+    if input_shapes:
+        return load_caffe_net(str(path), phase=phase, weights=weights, input_shapes=input_shapes)
     return load_caffe_net(str(path), phase=phase, weights=weights)
 
 

@@ -1,0 +1,109 @@
+"""Bad input on the command line: one line on stderr, exit code 2, no traceback (--debug
+shows it)."""
+from __future__ import annotations
+
+import pytest
+
+from placer.cli import main
+from placer.errors import NetParseError, PlacerError
+
+FC_NET = '''name: "mlp"
+op { input: "data" input: "fc_w" input: "fc_b" output: "fc" type: "FC" }
+external_input: "data" external_input: "fc_w" external_input: "fc_b"
+external_output: "fc"
+'''
+FC_INIT = '''op { output: "fc_w" type: "GivenTensorFill" arg { name: "shape" ints: 10 ints: 99 } }
+op { output: "fc_b" type: "GivenTensorFill" arg { name: "shape" ints: 10 } }
+'''
+
+
+def _fails(capsys, argv):
+    """Run the CLI; check the one-line error contract; return the line."""
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert err.count("\n") == 1, err
+    assert err.startswith("placer: error: ")
+    assert "Traceback" not in err + out
+    return err.strip()
+
+
+def _file(tmp_path, name, data):
+    p = tmp_path / name
+    p.write_bytes(data.encode() if isinstance(data, str) else data)
+    return str(p)
+
+
+def test_missing_file(capsys, tmp_path):
+    line = _fails(capsys, ["inspect", str(tmp_path / "nope.pbtxt")])
+    assert "nope.pbtxt: no such file" in line
+
+
+def test_not_a_net(capsys, tmp_path):
+    p = _file(tmp_path, "noise.pb", bytes(range(256)) * 8)
+    assert "not a net" in _fails(capsys, ["inspect", p])
+
+
+def test_empty_file(capsys, tmp_path):
+    p = _file(tmp_path, "empty.pbtxt", "")
+    assert "empty file" in _fails(capsys, ["inspect", p])
+
+
+def test_syntax_error_has_file_line_column(capsys, tmp_path):
+    p = _file(tmp_path, "bad.pbtxt", 'name: "x"\nop {\n  type: "Relu"\n  input "a"\n}\n')
+    line = _fails(capsys, ["inspect", p])
+    assert f"{p}:4:" in line
+
+
+def test_blob_used_before_it_is_produced(capsys, tmp_path):
+    p = _file(tmp_path, "cycle.pbtxt", '''op { input: "b" output: "a" type: "Relu" }
+op { input: "a" output: "b" type: "Relu" }
+external_input: "x"''')
+    line = _fails(capsys, ["inspect", p])
+    assert "reads blob 'b' before it is produced" in line and "cycle" in line
+
+
+def test_blob_never_produced(capsys, tmp_path):
+    p = _file(tmp_path, "dangling.pbtxt", 'op { input: "x" output: "y" type: "Relu" }')
+    assert "reads blob 'x', which no earlier op makes" in _fails(capsys, ["inspect", p])
+
+
+def test_fc_weight_that_does_not_fit(capsys, tmp_path):
+    net = _file(tmp_path, "mlp.pbtxt", FC_NET)
+    init = _file(tmp_path, "init.pbtxt", FC_INIT)
+    line = _fails(capsys, ["inspect", net, "--init-net", init, "--input", "data=4,100"])
+    assert "'data'" in line and "'fc_w'" in line
+    assert "float32[4,100]" in line and "float32[10,99]" in line
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("data", "expected NAME=d0,d1"),
+    ("data=1,x,3", "dimension 'x'"),
+    ("data=1,3:floaty", "unknown dtype 'floaty'"),
+    ("=1,2", "expected NAME=d0,d1"),
+    ("nothere=1,2", "no blob 'nothere'"),
+])
+def test_malformed_input(capsys, tmp_path, spec, words):
+    net = _file(tmp_path, "mlp.pbtxt", FC_NET)
+    assert words in _fails(capsys, ["inspect", net, "--input", spec])
+
+
+def test_caffemodel_given_as_net(capsys, tmp_path):
+    p = _file(tmp_path, "w.caffemodel", b"\n\x03net\xa2\x06\x05\n\x03abc")
+    line = _fails(capsys, ["inspect", p])
+    assert "--weights" in line
+
+
+@pytest.mark.parametrize("where", ["top", "command"])
+def test_debug_shows_the_traceback(tmp_path, where):
+    argv = ["inspect", str(tmp_path / "nope.pbtxt")]
+    argv = ["--debug", *argv] if where == "top" else [*argv, "--debug"]
+    with pytest.raises(NetParseError):
+        main(argv)
+
+
+def test_errors_are_placer_errors_not_crashes(tmp_path):
+    """Every case above is a PlacerError underneath (what --debug re-raises)."""
+    p = _file(tmp_path, "bad.pbtxt", "op {")
+    with pytest.raises(PlacerError):
+        main(["--debug", "inspect", p])
