@@ -1,1 +1,236 @@
-"""Op family 'embedding' (filled in by its module owner)."""
+"""Op family 'embedding': segment reductions over lengths, the heart of DLRM-style nets.
+
+SparseLengthsSum / Mean / WeightedSum (DATA, [WEIGHTS,] INDICES, LENGTHS): for each
+segment s, reduce the rows DATA[INDICES[j]] for the LENGTHS[s] consecutive j of that
+segment. LengthsSum / LengthsMean (DATA, LENGTHS) do the same over DATA's own rows.
+LengthsToSegmentIds (LENGTHS) gives the segment number of every position.
+
+How the reduction runs (no Python loop over segments, no ``add.at``): a segment sum is
+the product of a sparse (segments x rows) matrix with the table, in CSR form with
+``indptr = [0, cumsum(LENGTHS)]``, column indices = INDICES and values = 1 (or the
+weights). scipy.sparse does it on numpy, cupyx.scipy.sparse (cuSPARSE) on cupy; it reads
+only the looked-up rows and gives zeros for empty segments by construction. Tables of
+other dtypes (float16) gather the rows and use ``add.reduceat`` on a float32 copy, with
+empty segments set to zero explicitly (reduceat returns a row for them).
+
+Caffe2 facts kept: LENGTHS are summed and must equal len(INDICES) (else an error naming
+the op); a mean over an empty segment is 0; float16 tables give float32 outputs; all but
+LengthsToSegmentIds had CUDA kernels (LengthsToSegmentIds was registered for CPU only).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from placer.errors import ShapeError
+from placer.ops.registry import OpDef, register
+from placer.types import Args, OpFeatures, TensorType, shape_str
+
+FLOAT_DTYPES = ("float16", "float32", "float64")
+INDEX_DTYPES = ("int32", "int64")
+
+
+def _fail(args: Args, op_type: str, inputs: Sequence[TensorType], what: str) -> ShapeError:
+    return ShapeError(f"op {args.op}: {op_type} on inputs ({shape_str(inputs)}): {what}")
+
+
+def _out_dtype(dtype: str) -> str:
+    return "float32" if dtype == "float16" else dtype
+
+
+# -- inference --------------------------------------------------------------------------
+
+def _infer_segments(op_type: str, data: TensorType, lengths: TensorType, inputs,
+                    args: Args, indices: TensorType | None = None,
+                    weights: TensorType | None = None) -> list[TensorType]:
+    if data.dtype not in FLOAT_DTYPES or data.ndim < 1:
+        raise _fail(args, op_type, inputs, f"DATA must be a float tensor of 1+ dimensions, "
+                                           f"found {data}")
+    if lengths.ndim != 1 or lengths.dtype not in INDEX_DTYPES:
+        raise _fail(args, op_type, inputs, f"LENGTHS must be a 1-D int32/int64 vector, found {lengths}")
+    if indices is not None and (indices.ndim != 1 or indices.dtype not in INDEX_DTYPES):
+        raise _fail(args, op_type, inputs, f"INDICES must be a 1-D int32/int64 vector, found {indices}")
+    if weights is not None and (weights.ndim != 1 or weights.shape != indices.shape):
+        raise _fail(args, op_type, inputs, f"WEIGHTS {weights} must be a vector as long as "
+                                           f"INDICES {indices}")
+    return [TensorType(lengths.shape + data.shape[1:], _out_dtype(data.dtype))]
+
+
+def infer_sparse_lengths(op_type: str):
+    def infer(inputs: Sequence[TensorType], args: Args) -> list[TensorType]:
+        data, indices, lengths = inputs
+        return _infer_segments(op_type, data, lengths, inputs, args, indices=indices)
+    return infer
+
+
+def infer_sparse_lengths_weighted(inputs: Sequence[TensorType], args: Args) -> list[TensorType]:
+    data, weights, indices, lengths = inputs
+    return _infer_segments("SparseLengthsWeightedSum", data, lengths, inputs, args,
+                           indices=indices, weights=weights)
+
+
+def infer_lengths(op_type: str):
+    def infer(inputs: Sequence[TensorType], args: Args) -> list[TensorType]:
+        data, lengths = inputs
+        return _infer_segments(op_type, data, lengths, inputs, args)
+    return infer
+
+
+def infer_lengths_to_segment_ids(inputs: Sequence[TensorType], args: Args) -> list[TensorType | None]:
+    lengths = inputs[0]
+    if lengths.ndim != 1 or lengths.dtype not in INDEX_DTYPES:
+        raise _fail(args, "LengthsToSegmentIds", inputs, "LENGTHS must be a 1-D int32/int64 vector")
+    return [None]  # its length is sum(LENGTHS): known only from the values
+
+
+# -- kernels ----------------------------------------------------------------------------
+
+def _checked(xp, op_type: str, args: Args, lengths, n: int, indices=None, rows: int = 0) -> None:
+    """One host round trip: LENGTHS non-negative and summing to n, INDICES within rows."""
+    probes = [lengths.sum(dtype=xp.int64)]
+    if lengths.size:
+        probes.append(lengths.min().astype(xp.int64))
+    if indices is not None and indices.size:
+        probes += [indices.min().astype(xp.int64), indices.max().astype(xp.int64)]
+    values = xp.stack(probes).tolist()
+    total = values[0]
+    if lengths.size and values[1] < 0:
+        raise ShapeError(f"op {args.op}: {op_type} LENGTHS has a negative length ({values[1]})")
+    if total != n:
+        what = "INDICES" if indices is not None else "DATA rows"
+        raise ShapeError(f"op {args.op}: {op_type} LENGTHS sum to {total} but there are {n} {what}")
+    if indices is not None and indices.size and (values[-2] < 0 or values[-1] >= rows):
+        bad = values[-2] if values[-2] < 0 else values[-1]
+        raise ShapeError(f"op {args.op}: {op_type} index {bad} is out of range for DATA of {rows} rows")
+
+
+def _sparse_module(xp):
+    if xp.__name__ == "numpy":
+        import scipy.sparse as sparse
+    else:
+        import cupyx.scipy.sparse as sparse
+    return sparse
+
+
+def _offsets(xp, lengths):
+    return xp.concatenate([xp.zeros(1, dtype=xp.int64), xp.cumsum(lengths, dtype=xp.int64)])
+
+
+def segment_reduce(xp, data, lengths, indices=None, weights=None, mean: bool = False):
+    """Per segment, the (weighted) sum or mean of rows ``data[indices]`` (or of ``data``'s
+    own rows when ``indices`` is None); output shape ``(len(lengths),) + data.shape[1:]``.
+    Inputs must already be checked (``_checked``)."""
+    n_seg = lengths.shape[0]
+    flat = data.reshape(data.shape[0], -1)
+    out_dtype = xp.float32 if data.dtype == xp.float16 else data.dtype
+    if data.dtype in (xp.float32, xp.float64):
+        out = _csr_product(xp, flat, lengths, indices, weights)
+    else:
+        out = _reduceat(xp, flat, lengths, indices, weights, out_dtype)
+    if mean:
+        out = out / xp.maximum(lengths, 1).astype(out_dtype)[:, None]
+    return out.reshape((n_seg,) + data.shape[1:])
+
+
+def _csr_product(xp, flat, lengths, indices, weights):
+    n = flat.shape[0] if indices is None else indices.shape[0]
+    cols = xp.arange(n) if indices is None else indices
+    vals = xp.ones(n, dtype=flat.dtype) if weights is None else weights.astype(flat.dtype, copy=False)
+    matrix = _sparse_module(xp).csr_matrix((vals, cols, _offsets(xp, lengths)),
+                                           shape=(lengths.shape[0], flat.shape[0]))
+    return xp.asarray(matrix @ flat)
+
+
+def _reduceat(xp, flat, lengths, indices, weights, acc_dtype):
+    if lengths.shape[0] == 0:
+        return xp.zeros((0, flat.shape[1]), dtype=acc_dtype)
+    rows = flat if indices is None else xp.take(flat, indices, axis=0)
+    rows = rows.astype(acc_dtype)
+    if weights is not None:
+        rows = rows * weights.astype(acc_dtype)[:, None]
+    # A zero row at the end lets every start (even len(rows)) be a valid reduceat index.
+    padded = xp.concatenate([rows, xp.zeros((1, rows.shape[1]), dtype=acc_dtype)])
+    sums = xp.add.reduceat(padded, _offsets(xp, lengths)[:-1], axis=0)
+    return xp.where((lengths > 0)[:, None], sums, xp.zeros((), dtype=acc_dtype))
+
+
+def sparse_lengths_kernel(op_type: str, mean: bool = False):
+    def kernel(xp, inputs, args: Args) -> tuple:
+        data, indices, lengths = inputs
+        _checked(xp, op_type, args, lengths, indices.shape[0], indices, data.shape[0])
+        return (segment_reduce(xp, data, lengths, indices, mean=mean),)
+    return kernel
+
+
+def kernel_sparse_lengths_weighted(xp, inputs, args: Args) -> tuple:
+    data, weights, indices, lengths = inputs
+    _checked(xp, "SparseLengthsWeightedSum", args, lengths, indices.shape[0], indices, data.shape[0])
+    return (segment_reduce(xp, data, lengths, indices, weights=weights),)
+
+
+def lengths_kernel(op_type: str, mean: bool = False):
+    def kernel(xp, inputs, args: Args) -> tuple:
+        data, lengths = inputs
+        _checked(xp, op_type, args, lengths, data.shape[0])
+        return (segment_reduce(xp, data, lengths, mean=mean),)
+    return kernel
+
+
+def kernel_lengths_to_segment_ids(xp, inputs, args: Args) -> tuple:
+    """Position p belongs to the number of segment ends <= p (empty segments get no ids)."""
+    lengths = inputs[0]
+    ends = xp.cumsum(lengths, dtype=xp.int64)
+    total = int(ends[-1]) if lengths.size else 0
+    _checked(xp, "LengthsToSegmentIds", args, lengths, total)
+    ids = xp.searchsorted(ends, xp.arange(total, dtype=xp.int64), side="right")
+    return (ids.astype(xp.int32),)
+
+
+# -- costs ------------------------------------------------------------------------------
+
+def sparse_lengths_cost(inputs: Sequence[TensorType], outputs: Sequence[TensorType],
+                        args: Args) -> OpFeatures:
+    """Reads only the looked-up rows (not the table), the indices, lengths and weights;
+    one add per looked-up element (a multiply-add with weights)."""
+    data, lengths, indices = inputs[0], inputs[-1], inputs[-2]
+    row_elems = data.size // data.shape[0] if data.shape[0] else 0
+    looked_up = indices.shape[0] * row_elems
+    weighted = len(inputs) == 4
+    side = sum(t.nbytes for t in inputs[1:])
+    written = sum(t.nbytes for t in outputs)
+    return OpFeatures(flops=float(looked_up * (2 if weighted else 1)),
+                      bytes_read=float(looked_up * data.itemsize + side),
+                      bytes_written=float(written))
+
+
+def lengths_cost(inputs: Sequence[TensorType], outputs: Sequence[TensorType], args: Args) -> OpFeatures:
+    data, lengths = inputs
+    return OpFeatures(flops=float(data.size), bytes_read=float(data.nbytes + lengths.nbytes),
+                      bytes_written=float(sum(t.nbytes for t in outputs)))
+
+
+def segment_ids_cost(inputs, outputs, args) -> OpFeatures:
+    return OpFeatures(bytes_read=float(inputs[0].nbytes),
+                      bytes_written=float(sum(t.nbytes for t in outputs)))
+
+
+register(OpDef("SparseLengthsSum", infer_sparse_lengths("SparseLengthsSum"),
+               sparse_lengths_kernel("SparseLengthsSum"), sparse_lengths_cost,
+               min_inputs=3, max_inputs=3,
+               doc="(DATA, INDICES, LENGTHS) -> per-segment sum of the looked-up rows."))
+register(OpDef("SparseLengthsMean", infer_sparse_lengths("SparseLengthsMean"),
+               sparse_lengths_kernel("SparseLengthsMean", mean=True), sparse_lengths_cost,
+               min_inputs=3, max_inputs=3,
+               doc="(DATA, INDICES, LENGTHS) -> per-segment mean (0 for an empty segment)."))
+register(OpDef("SparseLengthsWeightedSum", infer_sparse_lengths_weighted,
+               kernel_sparse_lengths_weighted, sparse_lengths_cost, min_inputs=4, max_inputs=4,
+               doc="(DATA, WEIGHTS, INDICES, LENGTHS) -> per-segment weighted sum."))
+register(OpDef("LengthsSum", infer_lengths("LengthsSum"), lengths_kernel("LengthsSum"),
+               lengths_cost, min_inputs=2, max_inputs=2,
+               doc="(DATA, LENGTHS) -> sums of consecutive row segments."))
+register(OpDef("LengthsMean", infer_lengths("LengthsMean"), lengths_kernel("LengthsMean", mean=True),
+               lengths_cost, min_inputs=2, max_inputs=2,
+               doc="(DATA, LENGTHS) -> means of consecutive row segments (0 when empty)."))
+register(OpDef("LengthsToSegmentIds", infer_lengths_to_segment_ids, kernel_lengths_to_segment_ids,
+               segment_ids_cost, devices=frozenset({"cpu"}), min_inputs=1, max_inputs=1,
+               doc="LENGTHS -> int32 segment id of every position (length sum(LENGTHS), known "
+                   "only when run). CPU only: Caffe2 had no CUDA kernel for it."))
