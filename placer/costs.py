@@ -71,7 +71,8 @@ def fit_family(points: Sequence[OpTiming], peak: float, bandwidth: float,
                default_overhead_s: float, family: str = "other") -> FamilyFit:
     """Least-squares fit of (overhead, eff_compute, eff_memory) to measured entries.
 
-    Residuals are log(predicted / measured). With one point only a common efficiency is
+    Residuals are log(predicted / measured) under a soft-L1 loss (an op slowed by a busy
+    machine pulls the fit less than with plain squares). With one point only a common efficiency is
     fitted (overhead fixed at the device's launch overhead); with two, both efficiencies.
     """
     from scipy.optimize import least_squares
@@ -108,7 +109,7 @@ def fit_family(points: Sequence[OpTiming], peak: float, bandwidth: float,
     best = None
     for x0 in starts:
         x0 = np.clip(x0, np.array(lo) + 1e-9, np.array(hi) - 1e-9)
-        res = least_squares(residuals, x0, bounds=(lo, hi), method="trf")
+        res = least_squares(residuals, x0, bounds=(lo, hi), method="trf", loss="soft_l1", f_scale=0.1)
         if best is None or res.cost < best.cost:
             best = res
     pred, (o, ec, em) = predict(best.x)

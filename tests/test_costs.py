@@ -1,0 +1,157 @@
+"""The cost model: order of trust, family fits, copy curves, and annotate on a small net."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from placer.constants import DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY
+from placer.costs import (OP_COLUMNS, TENSOR_COLUMNS, CostModel, annotate, curve_time,
+                          family_of, fit_family, gpu_memory_bytes)
+from placer.profiling import default_profiles, load_device_profile
+from placer.profiling.schema import DeviceProfile, LinkCurve, OpTiming, op_key
+from placer.shapes import infer
+from placer.types import Args, Net, Op, OpFeatures, TensorType
+
+PEAK, BW = 1e11, 1e10
+
+
+def _cpu(ops=()) -> DeviceProfile:
+    return DeviceProfile(kind="cpu", name="synthetic", source={"kind": "measured", "host": "x", "date": "d"},
+                         peak_flops={"float32": PEAK}, memory_bandwidth_bytes_per_s=BW,
+                         memory_capacity_bytes=8e9, launch_overhead_s=2e-6,
+                         ops={t.key: t for t in ops})
+
+
+def _truth(flops, nbytes, o=30e-6, ec=0.4, em=0.7):
+    return o + max(flops / (PEAK * ec), nbytes / (BW * em))
+
+
+def _fc_point(m, k, n, time_s=None) -> OpTiming:
+    flops, nbytes = 2.0 * m * k * n, 4.0 * (m * k + k * n + n + m * n)
+    types = (TensorType((m, k)), TensorType((n, k)), TensorType((n,)))
+    return OpTiming("FC", types, {}, 10, time_s if time_s is not None else _truth(flops, nbytes),
+                    0.0, flops, nbytes)
+
+
+def test_fit_recovers_known_efficiencies():
+    rng = np.random.default_rng(1)
+    points = []
+    for i in range(30):  # a mix of compute-bound and memory-bound points
+        flops = 10 ** rng.uniform(4, 10)
+        nbytes = 10 ** rng.uniform(3, 8)
+        points.append(OpTiming("FC", (TensorType((i + 1, 1)),), {}, 5, _truth(flops, nbytes), 0.0, flops, nbytes))
+    fit = fit_family(points, PEAK, BW, 2e-6, "fc")
+    assert fit.points == 30
+    assert fit.compute_efficiency == pytest.approx(0.4, rel=0.02)
+    assert fit.memory_efficiency == pytest.approx(0.7, rel=0.02)
+    assert fit.overhead_s == pytest.approx(30e-6, rel=0.05)
+    assert fit.median_abs_pct_error < 1.0
+
+
+def test_fit_with_one_point_matches_it():
+    p = _fc_point(64, 512, 512)
+    fit = fit_family([p], PEAK, BW, 2e-6, "fc")
+    assert fit.overhead_s == 2e-6
+    pred = 2e-6 + max(p.flops / (PEAK * fit.compute_efficiency), p.bytes / (BW * fit.memory_efficiency))
+    assert pred == pytest.approx(p.median_s, rel=1e-3)
+
+
+def test_order_of_trust_measured_fitted_roofline_unknown():
+    train = [_fc_point(m, k, n) for m, k, n in [(8, 256, 256), (64, 1024, 512), (1, 4096, 4096),
+                                                 (256, 512, 1024), (16, 128, 64)]]
+    odd = _fc_point(32, 64, 64, time_s=0.5)  # a measured entry far from the fit: measured must win
+    model = CostModel(_cpu(train + [odd]), default_profiles()[1], unknown_op_cost_s=1e-3)
+    feats = OpFeatures(flops=odd.flops, bytes_read=odd.bytes, bytes_written=0.0)
+    assert model.op_time("FC", odd.inputs, {}, feats, "cpu") == (0.5, "measured")
+
+    new = _fc_point(128, 2048, 1024)
+    t, src = model.op_time("FC", new.inputs, {}, OpFeatures(flops=new.flops, bytes_read=new.bytes), "cpu")
+    assert src == "fitted"
+    assert t == pytest.approx(new.median_s, rel=0.05)  # the fit ignores the outlier mostly
+
+    blind = CostModel(_cpu(train + [odd]), default_profiles()[1], use_measured=False)
+    assert blind.op_time("FC", odd.inputs, {}, feats, "cpu")[1] == "fitted"
+
+    conv_in = (TensorType((1, 3, 8, 8)), TensorType((4, 3, 3, 3)))
+    cf = OpFeatures(flops=2e6, bytes_read=1e5, bytes_written=1e4)
+    t, src = model.op_time("Conv", conv_in, {"kernel": 3}, cf, "cpu")
+    assert src == "roofline"
+    assert t == pytest.approx(2e-6 + max(2e6 / (PEAK * DEFAULT_COMPUTE_EFFICIENCY["conv"]),
+                                         1.1e5 / (BW * DEFAULT_MEMORY_EFFICIENCY["conv"])))
+    assert model.op_time("NoSuchOp", conv_in, {}, OpFeatures(known=False), "cpu") == (1e-3, "unknown")
+    report = model.fit_report("cpu")
+    assert list(report.family) == ["fc"] and int(report.points[0]) == 6
+
+
+def test_copy_curve_interpolates_then_extrapolates_the_line():
+    curve = LinkCurve(latency_s=1e-5, bytes_per_s=1e10, points=[(1000, 1e-5), (1_000_000, 1e-4)])
+    assert curve_time(curve, 1000) == pytest.approx(1e-5)
+    assert curve_time(curve, math.sqrt(1000 * 1_000_000)) == pytest.approx(math.sqrt(1e-5 * 1e-4))
+    assert curve_time(curve, 1e9) == pytest.approx(1e-5 + 1e9 / 1e10)
+    gpu = load_device_profile("a100-40gb-pcie4", "gpu")
+    model = CostModel(_cpu(), gpu)
+    assert model.copy_time(0, "h2d") == 0.0
+    assert model.copy_time(2 ** 30, "h2d") == pytest.approx(1e-5 + 2 ** 30 / 25e9)
+    assert model.copy_time(2 ** 30, "d2h", pinned=False) == pytest.approx(1e-5 + 2 ** 30 / 12.5e9)
+    assert gpu_memory_bytes(gpu) == 40 * 2 ** 30
+
+
+def test_families():
+    assert family_of("Conv") == "conv"
+    assert family_of("FC") == family_of("MatMul") == "fc"
+    assert family_of("Relu") == "elementwise"
+    assert family_of("NoSuchOp") == "other"
+
+
+def _small_net() -> Net:
+    def op(i, t, ins, outs, **args):
+        return Op(i, t, tuple(ins), tuple(outs), Args(args, op=f"#{i} {t}"), name=f"op{i}")
+    ops = [op(0, "FC", ["data", "w1", "b1"], ["h"]), op(1, "Relu", ["h"], ["h"]),
+           op(2, "FC", ["h", "w2", "b2"], ["y"]), op(3, "Softmax", ["y"], ["p"]),
+           op(4, "MysteryOp", ["p"], ["q"])]
+    params = {"w1": TensorType((16, 8)), "b1": TensorType((16,)),
+              "w2": TensorType((10, 16)), "b2": TensorType((10,))}
+    return Net("small", ops, ["data", *params], ["p", "q"], params=params)
+
+
+def test_annotate_small_net():
+    typed = infer(_small_net(), {"data": TensorType((4, 8))})
+    cpu, gpu = default_profiles()
+    fc1 = OpTiming("FC", (TensorType((4, 8)), TensorType((16, 8)), TensorType((16,))), {}, 9, 3.5e-5, 1e-6)
+    cpu.ops = {fc1.key: fc1}
+    costs = annotate(typed, cpu, gpu, unknown_op_cost_s=2e-3)
+    ops, tensors = costs.ops, costs.tensors
+    assert list(ops.columns) == OP_COLUMNS and list(ops["index"]) == [0, 1, 2, 3, 4]
+    assert list(ops["type"]) == ["FC", "Relu", "FC", "Softmax", "MysteryOp"]
+    assert ops.loc[0, "cpu_s"] == 3.5e-5 and ops.loc[0, "cpu_source"] == "measured"
+    assert ops.loc[2, "cpu_source"] == "fitted"          # FC family fitted from the one entry
+    assert ops.loc[1, "cpu_source"] == "roofline"        # no elementwise entries on the host
+    relu = ops.loc[1]
+    assert relu.gpu_source == "roofline"
+    assert relu.gpu_s == pytest.approx(5e-6 + max(relu.flops / (14e12 * DEFAULT_COMPUTE_EFFICIENCY["elementwise"]),
+                                                  (relu.bytes_read + relu.bytes_written)
+                                                  / (900e9 * DEFAULT_MEMORY_EFFICIENCY["elementwise"])))
+    assert ops.loc[0, "output_bytes"] == 4 * 16 * 4
+    assert ops.loc[0, "param_bytes"] == (16 * 8 + 16) * 4
+    assert ops.loc[0, "macs"] == 4 * 8 * 16
+    mystery = ops.loc[4]
+    assert (mystery.cpu_s, mystery.gpu_s, mystery.cpu_source, bool(mystery.known), bool(mystery.gpu_kernel)) == \
+        (2e-3, 2e-3, "unknown", False, False)
+    assert bool(ops.loc[0, "gpu_kernel"]) and bool(ops.loc[0, "known"])
+
+    assert list(tensors.columns) == TENSOR_COLUMNS
+    rows = {r.name: r for r in tensors.itertuples()}
+    assert set(rows) == {"data", "w1", "b1", "h", "w2", "b2", "y", "p", "q"}
+    assert (rows["data"].producer, rows["data"].consumers) == (-1, [0])
+    assert (rows["w1"].producer, rows["w2"].consumers) == (-2, [2])
+    assert (rows["h"].producer, rows["h"].consumers) == (0, [1, 2])
+    assert (rows["p"].producer, rows["p"].consumers, bool(rows["p"].external_output)) == (3, [4], True)
+    assert (rows["q"].producer, rows["q"].consumers, rows["q"].bytes) == (4, [], 0.0)
+    assert not rows["h"].external_output
+    assert rows["data"].bytes == 4 * 8 * 4
+    assert rows["data"].h2d_s == pytest.approx(1e-5 + 128 / 12e9)
+    assert rows["y"].d2h_s == pytest.approx(1e-5 + 4 * 10 * 4 / 12e9)
+    assert costs.param_bytes == (16 * 8 + 16 + 10 * 16 + 10) * 4
+    assert costs.gpu_memory_bytes == 16 * 2 ** 30
