@@ -116,3 +116,11 @@ def missing_summary(typed: TypedNet, limit: int = 5) -> str:
     options = "--init-net INIT or --input NAME=d0,d1,..." if any(
         "--init-net" in m for m in typed.missing.values()) else "--input NAME=d0,d1,..."
     return f"{len(names)} blob(s) have no shape: {shown}; give {options}"
+
+
+def require_complete(typed: TypedNet) -> TypedNet:
+    """``typed`` itself when every blob an op needs has a shape, else a ShapeError naming the
+    blobs and the options that supply them (for commands that cannot work with gaps)."""
+    if typed.missing:
+        raise ShapeError(f"{typed.net.path}: {missing_summary(typed)}")
+    return typed

@@ -111,6 +111,20 @@ def test_params_from_corpus_init_nets(corpus):
     assert set(predict.external_input) >= set(crayon)
 
 
+def test_unknown_fields_survive_binary_and_text_refuses_to_drop_them(tmp_path):
+    op = pb.OperatorDef(type="Relu", input=["a"], output=["b"])
+    op_bytes = op.SerializeToString() + b"\x98\x06\x01"  # field 99, varint 1: not in the schema
+    raw = b"\n\x01x" + b"\x12" + bytes([len(op_bytes)]) + op_bytes
+    p = _write(tmp_path, "newer.pb", raw)
+    netdef = load_netdef(p)
+    assert netdef.op[0].type == "Relu"
+    save_netdef(netdef, tmp_path / "copy.pb")
+    assert (tmp_path / "copy.pb").read_bytes() == raw
+    with pytest.raises(PlacerError, match="binary"):
+        save_netdef(netdef, tmp_path / "copy.pbtxt")
+    assert not (tmp_path / "copy.pbtxt").exists()
+
+
 # ---------------------------------------------------------------- text details
 
 def test_old_device_id_name_is_accepted(tmp_path):

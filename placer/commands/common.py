@@ -63,11 +63,16 @@ def parse_input_specs(specs: list[str]) -> dict[str, TensorType]:
     return shapes
 
 
-def load_typed_net(args: argparse.Namespace) -> TypedNet:
+def load_typed_net(args: argparse.Namespace, complete: bool = False) -> TypedNet:
     """Load ``args.net`` (with init net / weights / phase) and infer its shapes with the
-    user's ``--input`` shapes. A name that is no blob of the net is an error."""
+    user's ``--input`` shapes. A name that is no blob of the net is an error.
+
+    With ``complete``, a blob some op needs but whose shape is unknown is a ShapeError
+    naming the blobs and the options that supply them; otherwise the gaps are left in
+    ``TypedNet.missing`` (``inspect`` lists them).
+    """
     from placer.formats import load_net
-    from placer.shapes import infer
+    from placer.shapes import infer, require_complete
     shapes = parse_input_specs(getattr(args, "inputs", []))
     net = load_net(args.net, init_path=getattr(args, "init_net", None),
                    phase=getattr(args, "phase", "test"), weights=getattr(args, "weights", None),
@@ -79,4 +84,5 @@ def load_typed_net(args: argparse.Namespace) -> TypedNet:
             some = ", ".join(net.data_inputs[:5]) or "none"
             raise InputError(f"--input {name}=...: the net has no blob '{name}' "
                              f"(its external inputs include: {some})")
-    return infer(net, shapes)
+    typed = infer(net, shapes)
+    return require_complete(typed) if complete else typed

@@ -19,7 +19,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
-from placer.errors import NetParseError
+from placer.errors import NetParseError, PlacerError
 from placer.fileio import atomic_write_bytes, atomic_write_text
 from placer.formats import caffe2_pb as pb
 from placer.types import DATA_TYPE_TO_DTYPE, Args, Device, Net, Op, TensorType
@@ -146,9 +146,32 @@ def save_netdef(netdef, path: str | os.PathLike, binary: bool | None = None) -> 
     """Write a NetDef atomically; binary when ``binary`` or, if None, when the suffix is .pb."""
     if binary is None:
         binary = Path(path).suffix == ".pb"
+    if not binary and has_unknown_fields(netdef):
+        raise PlacerError(f"{path}: the net carries fields this schema does not name (a newer "
+                          "Caffe2?); the text format would drop them",
+                          hint="write it as binary (.pb) to keep them")
     if binary:
         return atomic_write_bytes(path, netdef.SerializeToString())
     return atomic_write_text(path, text_format.MessageToString(netdef))
+
+
+def has_unknown_fields(message) -> bool:
+    """True when ``message`` or any message inside it kept fields the schema does not name."""
+    from google.protobuf import unknown_fields
+    if len(unknown_fields.UnknownFieldSet(message)):
+        return True
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        repeated = getattr(field, "is_repeated", None)
+        if repeated is None:  # protobuf < 5
+            repeated = field.label == field.LABEL_REPEATED
+        if repeated:
+            if any(has_unknown_fields(v) for v in value):
+                return True
+        elif has_unknown_fields(value):
+            return True
+    return False
 
 
 # ---------------------------------------------------------------- decoding ops
