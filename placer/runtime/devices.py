@@ -81,10 +81,11 @@ class CpuDevice:
         return array if type(array) is np.ndarray else np.asarray(array)
 
     def to_device(self, array: Any, key: Any = None) -> np.ndarray:
-        return np.asarray(array)
+        """A copy: a fed or copied blob never aliases the caller's array or its source."""
+        return np.array(array, copy=True, subok=False)
 
     def to_host(self, array: Any, key: Any = None) -> np.ndarray:
-        return np.asarray(array)
+        return np.array(array, copy=True, subok=False)
 
     def sync(self) -> None:
         pass

@@ -272,9 +272,9 @@ class Executor:
             # 2. run ops
             self._run_ops(blobs, sizes if it == 0 else None,
                           None if progress is None else (lambda i: progress(it * len(self.steps) + i, total)))
+            for d in self.devices.all():  # staging buffers are reused next iteration
+                d.sync()
             if it >= warmup:
-                for d in self.devices.all():
-                    d.sync()
                 for s in self.steps:
                     s.samples_s.append(s.timer.seconds())
         # 3. collect outputs
@@ -309,12 +309,13 @@ class Executor:
                     blobs.pop(name, None)
                 if tick is not None:
                     tick(i + 1)
-        except KeyError as e:
-            raise self._missing_blob(self.steps[i], e.args[0], blobs) from None
         except PlacerError:
             raise
         except Exception as e:
             s = self.steps[i]
+            absent = [n for n in s.inputs if n not in blobs]
+            if absent:
+                raise self._missing_blob(s, absent[0], blobs) from None
             raise PlacerError(f"op {s.op.label} failed on {s.device.name}: {e!r}",
                               hint="inputs: " + ", ".join(f"{n} {_describe(blobs.get(n))}" for n in s.inputs)) from e
 
