@@ -349,3 +349,20 @@ def test_corpus_caffe_nets_run_end_to_end_on_random_weights(corpus, name):
     pytest.importorskip("placer.formats.caffe", reason="Caffe prototxt reader not built yet")
     seconds = _corpus_case(corpus, corpus / "caffe" / name, None)
     assert seconds < SLOW_S * 5, f"{name} took {seconds:.1f} s at batch 1"
+
+
+def test_nets_placed_by_rewrite_run_emulated_and_match_cpu():
+    """Every 4-op placement of the MLP, written by placer.rewrite with its copies."""
+    need("FC", "Relu", "Sigmoid")
+    rewrite = pytest.importorskip("placer.rewrite")
+    from placer.types import CPU as HOST, GPU0
+    plain = mlp([None] * 4)
+    for mask in range(16):
+        placement = [GPU0 if mask >> k & 1 else HOST for k in range(4)]
+        placed = rewrite.place(plain, placement)
+        net = net_from_netdef(placed.predict, placed.init)
+        ex = Executor(net, emulate_gpu=True)
+        got = ex.run(FEED)["s"]
+        np.testing.assert_allclose(got, mlp_numpy(), rtol=1e-5, atol=1e-6, err_msg=str(placement))
+        devices = [o.device for o in ex.record.ops if not o.copy_direction]
+        assert devices == ["emulated-cuda:0" if d.is_gpu else "cpu" for d in placement]
