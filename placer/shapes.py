@@ -31,12 +31,13 @@ def infer(net: Net, input_shapes: dict[str, TensorType] | None = None) -> TypedN
     user = dict(input_shapes or {})
     blobs: dict[str, TensorType | None] = {**net.params, **net.input_shapes, **user}
     typed = TypedNet(net=net, blobs=blobs, features=[])
-    producers: dict[str, Op] = {}
-    for op in net.ops:
-        for out in op.outputs:
-            producers.setdefault(out, op)
+    producers: dict[str, Op] = {}  # the op that last wrote each blob, as the walk goes
     for op in net.ops:
         typed.features.append(_infer_op(typed, op, user, producers))
+        producers.update((out, op) for out in op.outputs)
+    for blob in net.external_outputs:  # what the net hands back needs a shape too
+        if blob in producers and typed.blobs.get(blob) is None:
+            _note_missing(typed, blob, producers[blob])
     return typed
 
 
@@ -100,7 +101,10 @@ def _note_missing(typed: TypedNet, blob: str, maker: Op | None) -> None:
         if registry.get(maker.type) is None:
             typed.missing[blob] = (f"blob '{blob}' has no shape: op {maker.label} makes it and "
                                    f"placer does not know op type {maker.type}: give {spec}")
-        return  # a consequence of an earlier missing shape, already noted
+        elif typed.features[maker.index].known:
+            typed.missing[blob] = (f"blob '{blob}' has no shape: op {maker.label} makes it but "
+                                   f"its shape depends on input values, not shapes: give {spec}")
+        return  # otherwise a consequence of an earlier missing shape, already noted
     if net.init_proto is None and net.source_format.startswith("caffe2"):
         typed.missing[blob] = (f"blob '{blob}' has no shape: give --init-net INIT "
                                f"(the init net that fills it) or {spec}")

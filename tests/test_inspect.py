@@ -111,9 +111,17 @@ def test_every_corpus_file_inspects_cleanly(capsys, path):
 def test_glow_pair_is_complete(capsys, corpus):
     d = corpus / "caffe2"
     rc = main(["inspect", str(d / "glow_gather_const_fold.pbtxt"), "--init-net",
-               str(d / "glow_gather_const_fold_init.pbtxt"), "--input", "data=3,2", "--json"])
+               str(d / "glow_gather_const_fold_init.pbtxt"), "--input", "data=1,2,3,4", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 2  # Reshape's output shape comes from the values of 'gather_x'
+    assert doc["missing"] == ["blob 'result' has no shape: op #2 Reshape 'result' makes it but its "
+                              "shape depends on input values, not shapes: give --input result=d0,d1,..."]
+    rc = main(["inspect", str(d / "glow_gather_const_fold.pbtxt"), "--init-net",
+               str(d / "glow_gather_const_fold_init.pbtxt"), "--input", "data=1,2,3,4",
+               "--input", "result=1,3,4,2", "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0, doc["missing"]
+    assert [r["outputs"] for r in doc["ops"]] == ["4", "4", "1x3x4x2"]
     assert [r["type"] for r in doc["ops"]] == ["Shape", "Gather", "Reshape"]
     assert doc["totals"]["param_mb"] == pytest.approx(4 * 4 / 1e6)  # 'index': int32[4]
 

@@ -32,7 +32,8 @@ def toy_ops(monkeypatch):
     registry.all_types()  # fill the registry first, so the toys are added to a full one
     toys = [OpDef("ToyFC", _toy_fc_infer, cost=_toy_fc_cost, min_inputs=2, max_inputs=3),
             OpDef("ToyRelu", lambda inputs, args: [inputs[0]], min_inputs=1, max_inputs=1),
-            OpDef("ToyBroken", lambda inputs, args: [inputs[5]], min_inputs=1, max_inputs=1)]
+            OpDef("ToyBroken", lambda inputs, args: [inputs[5]], min_inputs=1, max_inputs=1),
+            OpDef("ToyValueShaped", lambda inputs, args: [None], min_inputs=1, max_inputs=1)]
     for t in toys:
         monkeypatch.setitem(registry._REGISTRY, t.type, t)
 
@@ -92,6 +93,28 @@ def test_unknown_op_is_kept_and_user_shape_fills_its_output(toy_ops):
     typed = infer(_net(text, init), {"x": TensorType((2, 8)), "z": TensorType((2, 8))})
     assert typed.unknown_ops == [0] and not typed.missing
     assert typed.blobs["y"] == TensorType((2, 3))
+
+
+def test_value_dependent_output_and_unknown_external_output_are_reported(toy_ops):
+    text = '''op { input: "x" output: "r" type: "ToyValueShaped" }
+      op { input: "r" output: "r2" type: "ToyRelu" }
+      op { input: "x" output: "u" type: "NoSuchOp" }
+      external_input: "x" external_output: "r2" external_output: "u"'''
+    typed = infer(_net(text), {"x": TensorType((2, 8))})
+    assert list(typed.missing) == ["r", "u"]
+    assert "#0 ToyValueShaped -> 'r' makes it but its shape depends on input values" in typed.missing["r"]
+    assert "--input r=" in typed.missing["r"]
+    assert "does not know op type NoSuchOp" in typed.missing["u"]
+    typed = infer(_net(text), {"x": TensorType((2, 8)), "r": TensorType((16,)), "u": TensorType((1,))})
+    assert not typed.missing and typed.blobs["r2"] == TensorType((16,))
+
+
+def test_in_place_chain_reports_the_op_that_last_wrote_the_blob(toy_ops):
+    text = '''op { input: "x" output: "h" type: "ToyRelu" }
+      op { input: "h" output: "h" type: "NoSuchOp" }
+      op { input: "h" output: "y" type: "ToyRelu" } external_input: "x"'''
+    typed = infer(_net(text), {"x": TensorType((2, 8))})
+    assert "op #1 NoSuchOp -> 'h' makes it" in typed.missing["h"]
 
 
 def test_shape_error_names_both_blobs_and_shapes(toy_ops):
