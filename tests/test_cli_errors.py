@@ -88,6 +88,13 @@ def test_malformed_input(capsys, tmp_path, spec, words):
     assert words in _fails(capsys, ["inspect", net, "--input", spec])
 
 
+def test_bad_init_nets(capsys, tmp_path):
+    net = _file(tmp_path, "mlp.pbtxt", FC_NET)
+    assert "nope.pb: no such file" in _fails(capsys, ["inspect", net, "--init-net", str(tmp_path / "nope.pb")])
+    proto = _file(tmp_path, "deploy.prototxt", 'name: "n"\nlayer {\n  name: "a"\n}\n')
+    assert "init net is a Caffe prototxt" in _fails(capsys, ["inspect", net, "--init-net", proto])
+
+
 def test_caffemodel_given_as_net(capsys, tmp_path):
     p = _file(tmp_path, "w.caffemodel", b"\n\x03net\xa2\x06\x05\n\x03abc")
     line = _fails(capsys, ["inspect", p])

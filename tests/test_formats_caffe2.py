@@ -137,6 +137,12 @@ def test_old_device_id_name_is_accepted(tmp_path):
     assert net.ops[0].device == Device("gpu", 3)
 
 
+def test_byte_order_mark_and_crlf(tmp_path):
+    p = _write(tmp_path, "bom.pbtxt", b'\xef\xbb\xbfname: "n"\r\nop { type: "Relu" input: "x" output: "y" }\r\n'
+                                     b'external_input: "x"\r\n')
+    assert load_netdef(p).op[0].type == "Relu"
+
+
 def test_rename_keeps_columns_and_strings():
     text = 'a: "cuda_gpu_id: 1" # cuda_gpu_id: 2\n cuda_gpu_id : 4'
     out = rename_old_fields(text)

@@ -34,6 +34,13 @@ def mlp(tmp_path):
     return str(tmp_path / "mlp.pbtxt"), str(tmp_path / "init.pbtxt")
 
 
+def test_help_states_the_missing_shape_policy(capsys):
+    with pytest.raises(SystemExit):
+        main(["inspect", "--help"])
+    out = capsys.readouterr().out
+    assert "exits with code 2" in out and "--init-net" in out and "1 MAC" in out
+
+
 def test_table_and_totals(capsys, mlp):
     net, init = mlp
     assert main(["inspect", net, "--init-net", init, "--input", "data=4,99"]) == 0

@@ -88,6 +88,7 @@ def load_netdef(path: str | os.PathLike):
 
 def parse_text(text: str, path: str = "<text>"):
     """Parse a text NetDef; syntax errors carry file:line:column."""
+    text = text.lstrip("\ufeff")  # a UTF-8 byte-order mark some editors write
     stripped = text.lstrip()
     if stripped[:1] in ("{", "["):
         raise NetParseError(path, "looks like JSON, not a Caffe2 NetDef or Caffe prototxt", 1, 1)
