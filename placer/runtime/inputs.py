@@ -61,8 +61,11 @@ def random_inputs(net: Net, types: Mapping[str, TensorType | None], names: list[
     rng = np.random.default_rng(seed)
     missing = [n for n in names if types.get(n) is None]
     if missing:
-        raise InputError(f"cannot make random inputs: no shape for {', '.join(map(repr, missing))}",
-                         hint="give --input NAME=d0,d1,..[:dtype] for each")
+        shown = ", ".join(map(repr, missing[:5])) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        hint = "give --input NAME=d0,d1,..[:dtype] for each"
+        if net.init_proto is None and len(missing) > 1:
+            hint = "give --init-net INIT (the init net that fills the parameters), or " + hint
+        raise InputError(f"cannot make random inputs: no shape for {shown}", hint=hint)
     out: dict[str, np.ndarray] = {}
     pending = []
     for name in names:
