@@ -163,3 +163,23 @@ def test_alexnet_macs_match_published(corpus):
     typed = infer(load_net(corpus / "caffe" / "bvlc_alexnet_deploy.prototxt"))
     assert typed.blobs["prob"] == TensorType((10, 1000))  # the deploy file's batch is 10
     assert _conv_fc_macs(typed) / 10 == pytest.approx(0.72e9, rel=0.05)
+
+
+# AlexNet's parameter shapes (Krizhevsky et al. 2012, the two-group BVLC layout).
+ALEXNET_PARAMS = {
+    "conv1_w": (96, 3, 11, 11), "conv1_b": (96,), "conv2_w": (256, 48, 5, 5), "conv2_b": (256,),
+    "conv3_w": (384, 256, 3, 3), "conv3_b": (384,), "conv4_w": (384, 192, 3, 3), "conv4_b": (384,),
+    "conv5_w": (256, 192, 3, 3), "conv5_b": (256,), "fc6_w": (4096, 9216), "fc6_b": (4096,),
+    "fc7_w": (4096, 4096), "fc7_b": (4096,), "fc8_w": (1000, 4096), "fc8_b": (1000,),
+}
+
+
+@pytest.mark.corpus
+def test_caffe2_alexnet_macs_with_parameter_shapes_given(corpus):
+    """The Caffe2 model-zoo AlexNet, parameter shapes given as --input would: 0.72 G MACs."""
+    net = load_net(corpus / "caffe2" / "alexnet_predict_net.pbtxt")
+    shapes = {k: TensorType(v) for k, v in ALEXNET_PARAMS.items()}
+    typed = infer(net, {**shapes, "data": TensorType((1, 3, 227, 227))})
+    assert typed.blobs["prob"] == TensorType((1, 1000))
+    assert typed.blobs["pool5"] == TensorType((1, 256, 6, 6))
+    assert _conv_fc_macs(typed) == pytest.approx(0.72e9, rel=0.05)
