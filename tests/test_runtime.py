@@ -352,6 +352,7 @@ def test_corpus_caffe2_nets_with_init_run_end_to_end(corpus, predict, init):
 @pytest.mark.parametrize("name", CAFFE_NETS)
 def test_corpus_caffe_nets_run_end_to_end_on_random_weights(corpus, name):
     pytest.importorskip("placer.formats.caffe", reason="Caffe prototxt reader not built yet")
+    pytest.importorskip("placer.formats.convert", reason="Caffe -> Caffe2 converter not built yet")
     _, seconds = _corpus_case(corpus, corpus / "caffe" / name, None)
     assert seconds < SLOW_S * 5, f"{name} took {seconds:.1f} s at batch 1"
 
