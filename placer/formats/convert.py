@@ -1,0 +1,788 @@
+"""Caffe layers -> Caffe2 ops (predict net) and fill ops (init net).
+
+The mapping follows Caffe2's own Caffe translator: Convolution->Conv, Deconvolution->
+ConvTranspose, InnerProduct->FC, Pooling->MaxPool/AveragePool with ``legacy_pad`` 3
+(Caffe's ceil rounding), BatchNorm(+Scale)->SpatialBN, Scale->Mul(+Add), Eltwise->Sum/Mul/
+Max, ReLU->Relu/LeakyRelu, LRN, Dropout, Concat, Slice->Split, Flatten, Reshape, Softmax,
+SoftmaxWithLoss, Accuracy, ... Auxiliary outputs are named as the translator named them
+(``_<top>_dims`` of Concat, ``_<top>_scale`` of LRN, ``_<top>_mask`` of Dropout).
+Parameters are ``<layer>_w`` / ``<layer>_b`` (a ParamSpec ``name`` shares one blob),
+SpatialBN's ``<layer>_s``/``_b``/``_rm``/``_riv``, all of shape (C,).
+
+A layer type with no mapping (SSD's Permute, PriorBox, Normalize, DetectionOutput,
+Python, Power, ...) becomes an op of the Caffe type name, unknown to the registry, with
+its bottoms, tops and parameters as arguments: loading never fails on it.
+
+Parameter shapes need the shapes of the layers' inputs, so blob shapes are propagated
+with Caffe's own rules (partial shapes: an unknown dimension is None). The init net has one
+fill op per parameter: ``GivenTensorFill`` with the ``.caffemodel`` values when given,
+else a seeded random fill chosen from the layer's filler.
+"""
+from __future__ import annotations
+
+import math
+import os
+import zlib
+from dataclasses import dataclass, field
+from math import prod
+
+import numpy as np
+
+from placer.errors import NetParseError
+from placer.formats import caffe2_pb as c2
+from placer.formats.caffe import DATA_LAYERS, CaffeNet, Shape, full_shape, load_caffe, read_caffemodel
+from placer.types import TensorType
+
+CAFFE_LEGACY_POOLING = 3
+
+
+@dataclass
+class Conversion:
+    """What ``convert_caffe`` made: the two NetDefs and what a user should know about them.
+
+    ``shapes`` holds every blob's shape by Caffe's rules (partial where unknown);
+    ``unknown_layers`` the (layer, type) pairs kept as ops of their Caffe type;
+    ``missing_params`` the parameters left without a fill op (shape unknown), with why.
+    """
+
+    predict: object
+    init: object
+    input_shapes: dict[str, TensorType]
+    param_shapes: dict[str, tuple]
+    shapes: dict[str, Shape]
+    unknown_layers: list[tuple[str, str]] = field(default_factory=list)
+    missing_params: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    weights_used: int = 0
+
+
+def convert_caffe(path: str | os.PathLike, phase: str = "test", weights: str | os.PathLike | None = None,
+                  input_shapes: dict[str, TensorType] | None = None) -> Conversion:
+    """Convert a prototxt (and optional ``.caffemodel``) to Caffe2 predict and init nets."""
+    caffe = load_caffe(path, phase=phase)
+    blobs = read_caffemodel(weights) if weights else None
+    return convert_net(caffe, blobs, input_shapes, phase=phase)
+
+
+def convert_net(caffe: CaffeNet, weights: dict[str, list[np.ndarray]] | None = None,
+                input_shapes: dict[str, TensorType] | None = None, phase: str = "test") -> Conversion:
+    return _Converter(caffe, weights, input_shapes, phase).run()
+
+
+# ---------------------------------------------------------------- the converter
+
+class _Converter:
+    def __init__(self, caffe: CaffeNet, weights, input_shapes, phase: str):
+        self.caffe = caffe
+        self.weights = weights or {}
+        self.user_shapes = dict(input_shapes or {})
+        self.is_test = str(phase).lower() == "test"
+        self.predict = c2.NetDef(name=caffe.name)
+        self.init = c2.NetDef(name=f"{caffe.name}_init" if caffe.name else "init")
+        self.shapes: dict[str, Shape] = {}
+        self.params: dict[str, tuple] = {}
+        self.result = Conversion(self.predict, self.init, {}, self.params, self.shapes,
+                                 notes=list(caffe.notes))
+        self.layer = None  # the layer being converted (for op names and messages)
+
+    def run(self) -> Conversion:
+        self._inputs()
+        layers = [l for l in self.caffe.layers if l.type not in DATA_LAYERS]
+        i = 0
+        while i < len(layers):
+            self.layer = layer = layers[i]
+            nxt = layers[i + 1] if i + 1 < len(layers) else None
+            if layer.type == "BatchNorm" and _foldable_scale(layer, nxt, layers[i + 2:]):
+                _batch_norm(self, layer, nxt)
+                i += 2
+                continue
+            TRANSLATORS.get(layer.type, _unknown)(self, layer)
+            i += 1
+        self.predict.external_output.extend(_net_outputs(self.caffe.layers))
+        self._report()
+        return self.result
+
+    def _inputs(self) -> None:
+        for name, shape in self.caffe.inputs.items():
+            user = self.user_shapes.get(name)
+            if user is not None:
+                shape = tuple(user.shape)
+            self.shapes[name] = shape
+            if name not in self.predict.external_input:
+                self.predict.external_input.append(name)
+            dtype = user.dtype if user is not None else self.caffe.input_dtypes.get(name, "float32")
+            if full_shape(shape):
+                self.result.input_shapes[name] = TensorType(shape, dtype)
+            elif name in self.caffe.hints:
+                self.result.notes.append(self.caffe.hints[name])
+
+    def _report(self) -> None:
+        if self.result.unknown_layers:
+            kinds = sorted({t for _, t in self.result.unknown_layers})
+            self.result.notes.append(
+                f"{len(self.result.unknown_layers)} layer(s) kept as ops of their Caffe type "
+                f"(no Caffe2 mapping): {', '.join(kinds)}")
+        if self.result.missing_params:
+            self.result.notes.append(
+                f"{len(self.result.missing_params)} parameter(s) have no fill op because their "
+                f"shape depends on an input shape the file does not give: "
+                f"{', '.join(list(self.result.missing_params)[:4])}; pass --input (or --weights)")
+
+    # -------------------------------------------------------------- helpers for translators
+
+    def ins(self, layer) -> list[Shape]:
+        return [self.shapes.get(b) for b in layer.bottom]
+
+    def set(self, tops, shapes) -> None:
+        for top, shape in zip(tops, shapes):
+            self.shapes[top] = None if shape is None else tuple(shape)
+
+    def op(self, type_: str, inputs, outputs, **args):
+        proto = self.predict.op.add(type=type_, name=self.layer.name if self.layer else "")
+        proto.input.extend(inputs)
+        proto.output.extend(outputs)
+        for name, value in args.items():
+            if value is not None:
+                set_arg(proto.arg.add(name=name), value)
+        return proto
+
+    def blob(self, layer, index: int) -> np.ndarray | None:
+        blobs = self.weights.get(layer.name) or []
+        if not blobs and len(layer.blobs) > index:  # weights written into the prototxt itself
+            from placer.formats.caffe import blob_array
+            return blob_array(layer.blobs[index])
+        return blobs[index] if index < len(blobs) else None
+
+    def param_name(self, layer, index: int, suffix: str) -> str:
+        if index < len(layer.param) and layer.param[index].name:
+            return layer.param[index].name
+        return f"{layer.name}_{suffix}"
+
+    def param(self, name: str, shape: Shape, filler, values: np.ndarray | None = None) -> str:
+        """Declare a parameter: a fill op in the init net, an external input of the predict net."""
+        if name in self.params:  # shared through ParamSpec.name
+            return name
+        if values is not None:
+            arr = fit_blob(values, shape, name, self.layer.name)
+            self._fill(name, "GivenTensorFill", arr.shape, values=arr.ravel().tolist())
+            self.result.weights_used += 1
+            self.params[name] = arr.shape
+        elif full_shape(shape):
+            op_type, args = filler_op(filler)
+            self._fill(name, op_type, shape, seed=zlib.crc32(name.encode()) & 0x7FFFFFFF, **args)
+            self.params[name] = tuple(shape)
+        else:
+            known = "?" if shape is None else "x".join("?" if d is None else str(d) for d in shape)
+            self.result.missing_params[name] = (
+                f"parameter '{name}' of layer '{self.layer.name}' has shape {known}: it depends "
+                f"on input dimensions the file does not give")
+        if name not in self.predict.external_input:
+            self.predict.external_input.append(name)
+        return name
+
+    def _fill(self, name: str, op_type: str, shape, **args) -> None:
+        proto = self.init.op.add(type=op_type)
+        proto.output.append(name)
+        set_arg(proto.arg.add(name="shape"), [int(d) for d in shape])
+        for key, value in args.items():
+            set_arg(proto.arg.add(name=key), value)
+
+    def unknown(self, layer, why: str = "") -> None:
+        self.result.unknown_layers.append((layer.name, layer.type))
+        if why:
+            self.result.notes.append(f"layer '{layer.name}' ({layer.type}) kept as an unknown op: {why}")
+
+
+def set_arg(arg, value) -> None:
+    """Fill an Argument from a python value (bool and int -> i, float -> f, str -> s, lists)."""
+    if isinstance(value, (bool, int, np.integer)):
+        arg.i = int(value)
+    elif isinstance(value, (float, np.floating)):
+        arg.f = float(value)
+    elif isinstance(value, str):
+        arg.s = value.encode()
+    elif isinstance(value, bytes):
+        arg.s = value
+    elif all(isinstance(v, (bool, int, np.integer)) for v in value):
+        arg.ints.extend(int(v) for v in value)
+    elif all(isinstance(v, (int, float, np.number)) for v in value):
+        arg.floats.extend(value)
+    else:
+        arg.strings.extend(v.encode() if isinstance(v, str) else v for v in value)
+
+
+def fit_blob(arr: np.ndarray, shape: Shape, name: str, layer: str) -> np.ndarray:
+    """A caffemodel blob in the parameter's shape (legacy 4-D blobs lose their leading 1s)."""
+    if shape is None:
+        return arr
+    if full_shape(shape):
+        if arr.size == prod(shape):
+            return arr.reshape(shape)
+    else:
+        a = arr
+        while a.ndim > len(shape) and a.shape[0] == 1:
+            a = a.reshape(a.shape[1:])
+        if a.ndim == len(shape) and all(e is None or e == d for e, d in zip(shape, a.shape)):
+            return a
+    want = "x".join("?" if d is None else str(d) for d in shape)
+    raise NetParseError("<weights>", f"layer '{layer}': blob for '{name}' has shape "
+                        f"{'x'.join(map(str, arr.shape))}, the prototxt needs {want}",
+                        hint="use the .caffemodel that was trained with this prototxt")
+
+
+def filler_op(filler) -> tuple[str, dict]:
+    """A Caffe filler (FillerParameter or ("type", value)) as a Caffe2 fill op and its args."""
+    if isinstance(filler, tuple):
+        kind, value = filler[0], (filler[1] if len(filler) > 1 else 0.0)
+        mean, std, low, high = 0.0, 1.0, 0.0, 1.0
+    else:
+        kind, value = filler.type, filler.value
+        mean, std, low, high = filler.mean, filler.std, filler.min, filler.max
+    if kind == "constant":
+        return "ConstantFill", {"value": float(value)}
+    if kind == "gaussian":
+        return "GaussianFill", {"mean": float(mean), "std": float(std)}
+    if kind == "uniform":
+        return "UniformFill", {"min": float(low), "max": float(high)}
+    if kind == "msra":
+        return "MSRAFill", {}
+    return "XavierFill", {}  # xavier, and the fillers Caffe2 has no op for (bilinear, unitball)
+
+
+def filler_of(param, field_name: str, default: tuple):
+    return getattr(param, field_name) if param.HasField(field_name) else default
+
+
+# ---------------------------------------------------------------- shape arithmetic
+
+def norm_axis(axis: int, rank: int | None) -> int | None:
+    if axis >= 0:
+        return axis
+    return None if rank is None else rank + axis
+
+
+def dims_product(dims) -> int | None:
+    return None if any(d is None for d in dims) else prod(dims)
+
+
+def _expand(values, n: int, default):
+    values = [int(v) for v in values]
+    if not values:
+        return [default] * n
+    if len(values) == 1:
+        return values * n
+    return values[:n] if len(values) >= n else values + [values[-1]] * (n - len(values))
+
+
+def window_args(kernel, stride, pad, dilation=None) -> dict:
+    """Caffe2 ConvPoolOpBase arguments for 2-D windows (single value when h == w)."""
+    args: dict = {}
+    for name, vals, default in (("kernel", kernel, None), ("stride", stride, 1),
+                                ("dilation", dilation or [1, 1], 1)):
+        if vals[0] == vals[1]:
+            if not (name == "dilation" and vals[0] == default):
+                args[name] = vals[0]
+        else:
+            args[f"{name}_h"], args[f"{name}_w"] = vals
+    if pad[0] == pad[1]:
+        args["pad"] = pad[0]
+    else:
+        args.update(pad_t=pad[0], pad_b=pad[0], pad_l=pad[1], pad_r=pad[1])
+    args["order"] = "NCHW"
+    return args
+
+
+def conv_geometry(p, rank: int | None):
+    n = max(2, (rank - p.axis - 1) if rank else 2)
+    if p.HasField("kernel_h") or p.HasField("kernel_w"):
+        kernel = [p.kernel_h, p.kernel_w]
+    else:
+        kernel = _expand(p.kernel_size, n, None)
+    stride = [p.stride_h, p.stride_w] if p.HasField("stride_h") or p.HasField("stride_w") \
+        else _expand(p.stride, n, 1)
+    pad = [p.pad_h, p.pad_w] if p.HasField("pad_h") or p.HasField("pad_w") else _expand(p.pad, n, 0)
+    return kernel, stride, pad, _expand(p.dilation, n, 1)
+
+
+def conv_out(size, k, s, p, d) -> int | None:
+    return None if size is None else (size + 2 * p - (d * (k - 1) + 1)) // s + 1
+
+
+def caffe_pool_out(size, k, s, p, ceil: bool = True) -> int | None:
+    """Caffe's pooling output size: ceil rounding, clipped so the last window starts inside."""
+    if size is None:
+        return None
+    out = (int(math.ceil((size + 2 * p - k) / s)) if ceil else (size + 2 * p - k) // s) + 1
+    if p > 0 and (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+# ---------------------------------------------------------------- translators
+
+def _conv(cv: _Converter, layer, transpose: bool = False) -> None:
+    p = layer.convolution_param
+    (x,) = cv.ins(layer)[:1] or [None]
+    rank = None if x is None else len(x)
+    kernel, stride, pad, dil = conv_geometry(p, rank)
+    if len(kernel) != 2 or p.axis != 1 or None in kernel:
+        return _unknown(cv, layer, "only 2-D convolution over axis 1 is mapped")
+    m, g = int(p.num_output), int(p.group)
+    c = None if x is None else x[1]
+    if transpose:  # Caffe and Caffe2 deconvolution filters: (C_in, M / group, kh, kw)
+        w_shape = (c, m // g, *kernel)
+        spatial = [None if x is None or x[2 + i] is None else
+                   s_ * (x[2 + i] - 1) + d_ * (k_ - 1) + 1 - 2 * p_
+                   for i, (k_, s_, p_, d_) in enumerate(zip(kernel, stride, pad, dil))]
+    else:
+        w_shape = (m, None if c is None else c // g, *kernel)
+        spatial = [conv_out(None if x is None else x[2 + i], k_, s_, p_, d_)
+                   for i, (k_, s_, p_, d_) in enumerate(zip(kernel, stride, pad, dil))]
+    inputs = [layer.bottom[0],
+              cv.param(cv.param_name(layer, 0, "w"), w_shape,
+                       filler_of(p, "weight_filler", ("xavier",)), cv.blob(layer, 0))]
+    if p.bias_term:
+        inputs.append(cv.param(cv.param_name(layer, 1, "b"), (m,),
+                               filler_of(p, "bias_filler", ("constant", 0.0)), cv.blob(layer, 1)))
+    args = window_args(kernel, stride, pad, dil)
+    if g != 1:
+        args["group"] = g
+    cv.op("ConvTranspose" if transpose else "Conv", inputs, [layer.top[0]], **args)
+    cv.set(layer.top, [None if x is None else (x[0], m, *spatial)])
+
+
+def _deconv(cv: _Converter, layer) -> None:
+    _conv(cv, layer, transpose=True)
+
+
+def _inner_product(cv: _Converter, layer) -> None:
+    p = layer.inner_product_param
+    x = cv.ins(layer)[0]
+    axis = norm_axis(p.axis, None if x is None else len(x))
+    n = int(p.num_output)
+    k = None if x is None or axis is None else dims_product(x[axis:])
+    weights = cv.blob(layer, 0)
+    if weights is not None and p.transpose:  # stored (K, N): Caffe2's FC wants (N, K)
+        weights = weights.reshape(-1, n).T
+    w = cv.param(cv.param_name(layer, 0, "w"), (n, k), filler_of(p, "weight_filler", ("xavier",)), weights)
+    if p.bias_term:
+        b = cv.param(cv.param_name(layer, 1, "b"), (n,), filler_of(p, "bias_filler", ("constant", 0.0)),
+                     cv.blob(layer, 1))
+    else:  # Caffe2's FC always takes a bias
+        b = cv.param(f"{layer.name}_b", (n,), ("constant", 0.0))
+    cv.op("FC", [layer.bottom[0], w, b], [layer.top[0]], axis=p.axis if p.axis != 1 else None)
+    cv.set(layer.top, [None if x is None or axis is None else (*x[:axis], n)])
+
+
+def _pooling(cv: _Converter, layer) -> None:
+    p = layer.pooling_param
+    x = cv.ins(layer)[0]
+    if p.pool == 2:  # STOCHASTIC
+        return _unknown(cv, layer, "stochastic pooling has no Caffe2 op")
+    kernel = [p.kernel_h, p.kernel_w] if p.HasField("kernel_h") else [p.kernel_size] * 2
+    stride = [p.stride_h, p.stride_w] if p.HasField("stride_h") else [p.stride] * 2
+    pad = [p.pad_h, p.pad_w] if p.HasField("pad_h") or p.HasField("pad_w") else [p.pad] * 2
+    ceil = p.round_mode == 0
+    if p.global_pooling:
+        args = {"global_pooling": 1, "order": "NCHW"}
+        out = None if x is None else (*x[:2], 1, 1)
+    else:
+        args = window_args(kernel, stride, pad)
+        if ceil:
+            args["legacy_pad"] = CAFFE_LEGACY_POOLING
+        out = None if x is None else (*x[:2], *(caffe_pool_out(x[2 + i], kernel[i], stride[i], pad[i], ceil)
+                                                 for i in range(2)))
+    cv.op("MaxPool" if p.pool == 0 else "AveragePool", [layer.bottom[0]], [layer.top[0]], **args)
+    cv.set(layer.top, [out])
+
+
+def _foldable_scale(bn, scale, rest) -> bool:
+    """A Scale layer right after a BatchNorm, on its output, with per-channel parameters."""
+    if scale is None or scale.type != "Scale" or len(scale.bottom) != 1:
+        return False
+    if scale.bottom[0] != bn.top[0] or scale.scale_param.axis != 1 or scale.scale_param.num_axes != 1:
+        return False
+    return scale.top[0] == bn.top[0] or not any(bn.top[0] in l.bottom for l in rest)
+
+
+def _batch_norm(cv: _Converter, layer, scale=None) -> None:
+    x = cv.ins(layer)[0]
+    c = None if x is None or len(x) < 2 else x[1]
+    mean, var, factor = (cv.blob(layer, i) for i in range(3))
+    if factor is not None:  # Caffe stores mean and variance times a moving-average factor
+        f = float(np.asarray(factor).ravel()[0])
+        inv = 0.0 if f == 0 else 1.0 / f
+        mean = None if mean is None else mean * inv
+        var = None if var is None else var * inv
+    if scale is not None:
+        sp = scale.scale_param
+        cv.layer = scale
+        s = cv.param(cv.param_name(scale, 0, "w"), (c,), filler_of(sp, "filler", ("constant", 1.0)),
+                     cv.blob(scale, 0))
+        b = cv.param(cv.param_name(scale, 1, "b"), (c,),
+                     filler_of(sp, "bias_filler", ("constant", 0.0)) if sp.bias_term else ("constant", 0.0),
+                     cv.blob(scale, 1) if sp.bias_term else None)
+        cv.layer = layer
+    else:
+        s = cv.param(f"{layer.name}_s", (c,), ("constant", 1.0))
+        b = cv.param(f"{layer.name}_b", (c,), ("constant", 0.0))
+    rm = cv.param(f"{layer.name}_rm", (c,), ("constant", 0.0), mean)
+    riv = cv.param(f"{layer.name}_riv", (c,), ("constant", 1.0), var)
+    top = (scale or layer).top[0]
+    p = layer.batch_norm_param
+    is_test = cv.is_test or (p.HasField("use_global_stats") and p.use_global_stats)
+    outputs = [top] if is_test else [top, rm, riv, f"_{layer.name}_saved_mean", f"_{layer.name}_saved_var"]
+    cv.op("SpatialBN", [layer.bottom[0], s, b, rm, riv], outputs, is_test=int(is_test),
+          epsilon=float(p.eps), momentum=None if is_test else float(p.moving_average_fraction),
+          order="NCHW")
+    cv.set([top], [x])
+
+
+def _scale(cv: _Converter, layer) -> None:
+    p = layer.scale_param
+    shapes = cv.ins(layer)
+    x = shapes[0]
+    axis = norm_axis(p.axis, None if x is None else len(x))
+    if len(layer.bottom) > 1:
+        factor, bias_blob = layer.bottom[1], 0
+    else:
+        end = None if x is None or axis is None else (len(x) if p.num_axes == -1 else axis + p.num_axes)
+        shape = None if end is None else x[axis:end]
+        factor = cv.param(cv.param_name(layer, 0, "w"), shape, filler_of(p, "filler", ("constant", 1.0)),
+                          cv.blob(layer, 0))
+        bias_blob = 1
+    cv.op("Mul", [layer.bottom[0], factor], [layer.top[0]], broadcast=1, axis=p.axis)
+    if p.bias_term:
+        shape = cv.params.get(factor) if len(layer.bottom) == 1 else shapes[1]
+        b = cv.param(cv.param_name(layer, bias_blob, "b"), shape,
+                     filler_of(p, "bias_filler", ("constant", 0.0)), cv.blob(layer, bias_blob))
+        cv.op("Add", [layer.top[0], b], [layer.top[0]], broadcast=1, axis=p.axis)
+    cv.set(layer.top, [x])
+
+
+def _bias(cv: _Converter, layer) -> None:
+    p = layer.bias_param
+    x = cv.ins(layer)[0]
+    if len(layer.bottom) > 1:
+        b = layer.bottom[1]
+    else:
+        axis = norm_axis(p.axis, None if x is None else len(x))
+        end = None if x is None or axis is None else (len(x) if p.num_axes == -1 else axis + p.num_axes)
+        b = cv.param(cv.param_name(layer, 0, "b"), None if end is None else x[axis:end],
+                     filler_of(p, "filler", ("constant", 0.0)), cv.blob(layer, 0))
+    cv.op("Add", [layer.bottom[0], b], [layer.top[0]], broadcast=1, axis=p.axis)
+    cv.set(layer.top, [x])
+
+
+def _eltwise(cv: _Converter, layer) -> None:
+    p = layer.eltwise_param
+    x = cv.ins(layer)[0]
+    top = layer.top[0]
+    inputs = list(layer.bottom)
+    if p.operation == 1:  # SUM
+        coeffs = list(p.coeff)
+        if coeffs and any(c != 1.0 for c in coeffs):
+            scaled = []
+            for i, (blob, coeff) in enumerate(zip(inputs, coeffs)):
+                if coeff == 1.0:
+                    scaled.append(blob)
+                    continue
+                scaled.append(f"_{top}_x{i}")
+                cv.op("Scale", [blob], [scaled[-1]], scale=float(coeff))
+            inputs = scaled
+        cv.op("Sum", inputs, [top])
+    elif p.operation == 0:  # PROD: Caffe2's Mul takes two inputs
+        cv.op("Mul", inputs[:2], [top])
+        for blob in inputs[2:]:
+            cv.op("Mul", [top, blob], [top])
+    else:
+        cv.op("Max", inputs, [top])
+    cv.set(layer.top, [x])
+
+
+def _relu(cv: _Converter, layer) -> None:
+    slope = layer.relu_param.negative_slope
+    if slope:
+        cv.op("LeakyRelu", [layer.bottom[0]], [layer.top[0]], alpha=float(slope))
+    else:
+        cv.op("Relu", [layer.bottom[0]], [layer.top[0]])
+    cv.set(layer.top, cv.ins(layer))
+
+
+def _prelu(cv: _Converter, layer) -> None:
+    p = layer.prelu_param
+    x = cv.ins(layer)[0]
+    shape = (1,) if p.channel_shared else (None if x is None or len(x) < 2 else (x[1],))
+    slope = cv.param(cv.param_name(layer, 0, "slope"), shape,
+                     filler_of(p, "filler", ("constant", 0.25)), cv.blob(layer, 0))
+    cv.op("PRelu", [layer.bottom[0], slope], [layer.top[0]], order="NCHW")
+    cv.set(layer.top, [x])
+
+
+def _simple(op_type: str, **fixed):
+    """A layer that maps to one op with the same input and output shape."""
+    def translate(cv: _Converter, layer) -> None:
+        cv.op(op_type, list(layer.bottom[:1]), [layer.top[0]], **fixed)
+        cv.set(layer.top, cv.ins(layer)[:1])
+    return translate
+
+
+def _softmax(cv: _Converter, layer) -> None:
+    x = cv.ins(layer)[0]
+    axis = layer.softmax_param.axis
+    a = norm_axis(axis, None if x is None else len(x))
+    if x is not None and a is not None and dims_product(x[a + 1:]) not in (1, None):
+        cv.result.notes.append(
+            f"layer '{layer.name}': Caffe's Softmax over axis {axis} of {x} normalises each "
+            f"position separately; Caffe2's Softmax normalises the flattened tail")
+    cv.op("Softmax", [layer.bottom[0]], [layer.top[0]], axis=axis)
+    cv.set(layer.top, [x])
+
+
+def _softmax_loss(cv: _Converter, layer) -> None:
+    x = cv.ins(layer)[0]
+    top = layer.top[0]
+    weight = layer.loss_weight[0] if len(layer.loss_weight) else 1.0
+    cv.op("SoftmaxWithLoss", list(layer.bottom[:2]), [f"_{top}_softmax", top],
+          scale=float(weight) if weight != 1.0 else None)
+    cv.set([f"_{top}_softmax", top], [x, ()])
+
+
+def _accuracy(cv: _Converter, layer) -> None:
+    if len(layer.top) > 1:
+        return _unknown(cv, layer, "per-class accuracy output has no Caffe2 op")
+    cv.op("Accuracy", list(layer.bottom[:2]), [layer.top[0]], top_k=int(layer.accuracy_param.top_k))
+    cv.set(layer.top, [()])
+
+
+def _lrn(cv: _Converter, layer) -> None:
+    p = layer.lrn_param
+    if p.norm_region != 0:
+        return _unknown(cv, layer, "LRN WITHIN_CHANNEL has no Caffe2 op")
+    top = layer.top[0]
+    cv.op("LRN", [layer.bottom[0]], [top, f"_{top}_scale"], size=int(p.local_size),
+          alpha=float(p.alpha), beta=float(p.beta), bias=float(p.k), order="NCHW")
+    x = cv.ins(layer)[0]
+    cv.set([top, f"_{top}_scale"], [x, x])
+
+
+def _dropout(cv: _Converter, layer) -> None:
+    top = layer.top[0]
+    cv.op("Dropout", [layer.bottom[0]], [top, f"_{top}_mask"],
+          ratio=float(layer.dropout_param.dropout_ratio), is_test=int(cv.is_test))
+    x = cv.ins(layer)[0]
+    cv.set([top, f"_{top}_mask"], [x, x])
+
+
+def _concat(cv: _Converter, layer) -> None:
+    p = layer.concat_param
+    shapes = cv.ins(layer)
+    axis = p.axis if p.HasField("axis") or not p.HasField("concat_dim") else int(p.concat_dim)
+    x = shapes[0]
+    a = norm_axis(axis, None if x is None else len(x))
+    out = None
+    if x is not None and a is not None and all(s is not None and len(s) == len(x) for s in shapes):
+        sizes = [s[a] for s in shapes]
+        total = None if None in sizes else sum(sizes)
+        out = (*x[:a], total, *x[a + 1:])
+    top = layer.top[0]
+    cv.op("Concat", list(layer.bottom), [top, f"_{top}_dims"], axis=axis,
+          order="NCHW" if axis == 1 else None)
+    cv.set([top, f"_{top}_dims"], [out, (len(layer.bottom),)])
+
+
+def _slice(cv: _Converter, layer) -> None:
+    p = layer.slice_param
+    x = cv.ins(layer)[0]
+    axis = p.axis if p.HasField("axis") or not p.HasField("slice_dim") else int(p.slice_dim)
+    a = norm_axis(axis, None if x is None else len(x))
+    dim = None if x is None or a is None else x[a]
+    points = [int(v) for v in p.slice_point]
+    n = len(layer.top)
+    if points:
+        if dim is None:
+            return _unknown(cv, layer, "slice points need the input's size on the slice axis")
+        edges = [0, *points, dim]
+        sizes = [b - a_ for a_, b in zip(edges, edges[1:])]
+    else:
+        sizes = None if dim is None else [dim // n] * n
+    cv.op("Split", [layer.bottom[0]], list(layer.top), axis=axis, split=sizes if points else None)
+    cv.set(layer.top, [None if sizes is None else (*x[:a], s, *x[a + 1:]) for s in sizes]
+           if sizes else [None] * n)
+
+
+def _split(cv: _Converter, layer) -> None:
+    x = cv.ins(layer)[0]
+    for top in layer.top:
+        if top != layer.bottom[0]:
+            cv.op("Copy", [layer.bottom[0]], [top])
+    cv.set(layer.top, [x] * len(layer.top))
+
+
+def _flatten(cv: _Converter, layer) -> None:
+    p = layer.flatten_param
+    x = cv.ins(layer)[0]
+    rank = None if x is None else len(x)
+    a, e = norm_axis(p.axis, rank), norm_axis(p.end_axis, rank)
+    out = None if x is None else (*x[:a], dims_product(x[a:e + 1]), *x[e + 1:])
+    if p.axis == 1 and p.end_axis == -1:
+        cv.op("Flatten", [layer.bottom[0]], [layer.top[0]], axis=1)
+    elif x is not None and None not in x[e + 1:]:
+        top = layer.top[0]
+        cv.op("Reshape", [layer.bottom[0]], [top, f"_{top}_old_shape"],
+              shape=[0] * a + [-1] + list(x[e + 1:]))
+    else:
+        return _unknown(cv, layer, "the input's trailing dimensions are unknown")
+    cv.set(layer.top, [out])
+
+
+def _reshape(cv: _Converter, layer) -> None:
+    p = layer.reshape_param
+    x = cv.ins(layer)[0]
+    dims = [int(d) for d in p.shape.dim]
+    rank = None if x is None else len(x)
+    start = p.axis if p.axis >= 0 else (None if rank is None else rank + p.axis + 1)
+    end = None if rank is None else (rank if p.num_axes == -1 else start + p.num_axes)
+    if start is None or (end is None and (start != 0 or p.num_axes != -1)):
+        return _unknown(cv, layer, "the input's rank is unknown")
+    tail = [] if x is None else list(x[end:])
+    if None in tail:
+        return _unknown(cv, layer, "the input's trailing dimensions are unknown")
+    shape = [0] * start + dims + tail
+    out = None
+    if x is not None:
+        middle = [x[start + i] if d == 0 else (None if d == -1 else d) for i, d in enumerate(dims)]
+        full = [*x[:start], *middle, *tail]
+        total = dims_product(x)
+        if -1 in dims and total is not None and None not in [m for m, d in zip(middle, dims) if d != -1]:
+            known = prod(d for d, raw in zip(full, [0] * start + dims + tail) if raw != -1)
+            full[start + dims.index(-1)] = total // known if known else None
+        out = tuple(full)
+    top = layer.top[0]
+    cv.op("Reshape", [layer.bottom[0]], [top, f"_{top}_old_shape"], shape=shape)
+    cv.set([top, f"_{top}_old_shape"], [out, (len(shape),)])
+
+
+def _elu(cv: _Converter, layer) -> None:
+    _simple("Elu", alpha=float(layer.elu_param.alpha))(cv, layer)
+
+
+def _exp_or_log(op_type: str, param: str):
+    def translate(cv: _Converter, layer) -> None:
+        p = getattr(layer, param)
+        if p.base != -1.0 or p.scale != 1.0 or p.shift != 0.0:
+            return _unknown(cv, layer, "base, scale or shift other than the defaults")
+        _simple(op_type)(cv, layer)
+    return translate
+
+
+def _clip(cv: _Converter, layer) -> None:
+    p = layer.clip_param
+    _simple("Clip", min=float(p.min), max=float(p.max))(cv, layer)
+
+
+def _silence(cv: _Converter, layer) -> None:
+    """Silence only marks blobs as consumed: no op."""
+
+
+# ---------------------------------------------------------------- layers with no mapping
+
+def _unknown(cv: _Converter, layer, why: str = "") -> None:
+    """Keep the layer as an op of its Caffe type, its parameters as arguments."""
+    shapes = cv.ins(layer)
+    inputs = list(layer.bottom)
+    if layer.type == "Normalize":
+        p = layer.norm_param
+        x = shapes[0]
+        shape = (1,) if p.channel_shared else (None if x is None or len(x) < 2 else (x[1],))
+        inputs.append(cv.param(cv.param_name(layer, 0, "scale"), shape,
+                               filler_of(p, "scale_filler", ("constant", 1.0)), cv.blob(layer, 0)))
+    else:
+        for i in range(len(cv.weights.get(layer.name) or layer.blobs)):
+            blob = cv.blob(layer, i)
+            inputs.append(cv.param(cv.param_name(layer, i, f"blob{i}"), blob.shape, None, blob))
+    proto = cv.op(layer.type, inputs, list(layer.top))
+    for name, value in layer_arguments(layer):
+        set_arg(proto.arg.add(name=name), value)
+    cv.unknown(layer, why)
+    cv.set(layer.top, unknown_shapes(layer, shapes))
+
+
+def layer_arguments(layer) -> list[tuple[str, object]]:
+    """The fields set in a layer's *_param messages, flattened ("nms_param.top_k")."""
+    out: list[tuple[str, object]] = []
+    for fd, value in layer.ListFields():
+        if fd.name.endswith("_param") and fd.message_type is not None:
+            _flatten_message(value, "", out)
+    return out
+
+
+def _flatten_message(message, prefix: str, out: list) -> None:
+    for fd, value in message.ListFields():
+        name = prefix + fd.name
+        is_repeated = fd.is_repeated
+        if fd.message_type is not None:
+            for i, sub in enumerate(value if is_repeated else [value]):
+                _flatten_message(sub, f"{name}{i if is_repeated else ''}.", out)
+        elif fd.enum_type is not None:
+            names = [fd.enum_type.values_by_number[v].name for v in (value if is_repeated else [value])]
+            out.append((name, names if is_repeated else names[0]))
+        elif is_repeated:
+            if len(value):
+                out.append((name, list(value)))
+        else:
+            out.append((name, value))
+
+
+def unknown_shapes(layer, shapes: list[Shape]) -> list[Shape]:
+    """Output shapes of layers with no Caffe2 op, by the rules of their (fork's) Caffe code."""
+    x = shapes[0] if shapes else None
+    t = layer.type
+    n = len(layer.top)
+    if t in ("Normalize", "Power", "AbsVal", "BNLL", "Threshold", "Exp", "Log", "MVN",
+             "Swish", "Pooling", "LRN") and n == 1:
+        return [x]
+    if t == "Permute" and x is not None:
+        order = [int(o) for o in layer.permute_param.order]
+        order += [i for i in range(len(x)) if i not in order]
+        return [tuple(x[i] for i in order)]
+    if t == "PriorBox" and x is not None and len(x) == 4:
+        p = layer.prior_box_param
+        ratios = [1.0]
+        for r in p.aspect_ratio:
+            if all(abs(r - q) > 1e-6 for q in ratios):
+                ratios.append(r)
+                if p.flip:
+                    ratios.append(1.0 / r)
+        priors = len(ratios) * len(p.min_size) + len(p.max_size)
+        hw = dims_product(x[2:])
+        return [(1, 2, None if hw is None else hw * priors * 4)]
+    if t == "DetectionOutput":
+        return [(1, 1, None, 7)]
+    return [None] * n
+
+
+TRANSLATORS = {
+    "Convolution": _conv, "Deconvolution": _deconv, "InnerProduct": _inner_product,
+    "Pooling": _pooling, "BatchNorm": _batch_norm, "Scale": _scale, "Bias": _bias,
+    "Eltwise": _eltwise, "ReLU": _relu, "PReLU": _prelu, "Sigmoid": _simple("Sigmoid"),
+    "TanH": _simple("Tanh"), "AbsVal": _simple("Abs"), "ELU": _elu,
+    "Exp": _exp_or_log("Exp", "exp_param"), "Log": _exp_or_log("Log", "log_param"),
+    "Clip": _clip, "Softmax": _softmax, "SoftmaxWithLoss": _softmax_loss,
+    "Accuracy": _accuracy, "LRN": _lrn, "Dropout": _dropout, "Concat": _concat,
+    "Slice": _slice, "Split": _split, "Flatten": _flatten, "Reshape": _reshape,
+    "Silence": _silence,
+}
+
+
+def _net_outputs(layers) -> list[str]:
+    """Caffe's net outputs: tops that no later layer reads (data layers included)."""
+    available: list[str] = []
+    for layer in layers:
+        for b in layer.bottom:
+            if b in available:
+                available.remove(b)
+        for t in layer.top:
+            if t not in available:
+                available.append(t)
+    return available
