@@ -1,1 +1,117 @@
-"""Op family 'pool' (filled in by its module owner)."""
+"""Op family 'pool': MaxPool and AveragePool with Caffe2's semantics.
+
+Arguments are Caffe2's ConvPoolOpBase family (see ``spatial_args``), plus ``global_pooling``
+and, for AveragePool, ``count_include_pad`` (Caffe2 default 0):
+
+- MaxPool takes the maximum over the window positions that fall inside the image; padding
+  never wins (Caffe and Caffe2 agree).
+- AveragePool with count_include_pad=0 divides by the number of window positions inside
+  the image (Caffe2's default). With count_include_pad=1 it divides by kH*kW, as Caffe2's
+  CPU and CUDA kernels do.
+- legacy_pad=3 (CAFFE_LEGACY_POOLING) gives Caffe's ceil-mode output size; the extra
+  row/column gets a tail pad of pad + stride, as in Caffe2. Max pooling then equals Caffe
+  exactly. Caffe's own average pooling divides by the window clipped to H + pad (so it
+  differs from both Caffe2 modes on the extra row/column whenever pad > 0); what placer
+  runs is Caffe2's rule, which is what a converted net runs in Caffe2.
+
+Cost: flops = output elements x window size; bytes read = X, bytes written = Y.
+The kernels loop over the kH*kW window taps (not over pixels or channels): each tap is one
+strided slice and one vectorised max/add over the whole batch.
+"""
+from __future__ import annotations
+
+from placer.ops.registry import OpDef, register
+from placer.ops.spatial_args import Window, parse_window
+from placer.types import Args, OpFeatures, TensorType
+
+
+def _geometry(x: TensorType, args: Args):
+    win = parse_window(args, pooling=True)
+    n, c, h, w = win.image_dims(x, args.op)
+    kernel = win.kernel_for(h, w)
+    if win.global_pooling:
+        return win, (n, c, h, w), kernel, (1, 1), (0, 0, 0, 0)
+    out, pads = win.resolve(h, w, args.op)
+    return win, (n, c, h, w), kernel, out, pads
+
+
+def pool_infer(inputs, args: Args):
+    win, (n, c, _, _), _, out, _ = _geometry(inputs[0], args)
+    shape = (n, c, *out) if win.nchw else (n, *out, c)
+    return [TensorType(shape, inputs[0].dtype)]
+
+
+def pool_cost(inputs, outputs, args: Args) -> OpFeatures:
+    """One comparison or add per window position of every output element."""
+    _, _, kernel, _, _ = _geometry(inputs[0], args)
+    return OpFeatures(flops=float(outputs[0].size * kernel[0] * kernel[1]),
+                      bytes_read=float(inputs[0].nbytes), bytes_written=float(outputs[0].nbytes))
+
+
+def _windows(xp, x, win: Window, hw, kernel, out, pads, fill):
+    """Pads X with ``fill`` and yields one strided slice per window tap."""
+    (h, w), (ho, wo), (sh, sw), (dh, dw) = hw, out, win.stride, win.dilation
+    need_h, need_w = (ho - 1) * sh + dh * (kernel[0] - 1) + 1, (wo - 1) * sw + dw * (kernel[1] - 1) + 1
+    spatial = ((pads[0], max(need_h - h - pads[0], 0)), (pads[1], max(need_w - w - pads[1], 0)))
+    if any(p for pair in spatial for p in pair):
+        widths = ((0, 0), (0, 0), *spatial) if win.nchw else ((0, 0), *spatial, (0, 0))
+        x = xp.pad(x, widths, constant_values=fill)
+    for i in range(kernel[0]):
+        rows = slice(i * dh, i * dh + (ho - 1) * sh + 1, sh)
+        for j in range(kernel[1]):
+            cols = slice(j * dw, j * dw + (wo - 1) * sw + 1, sw)
+            yield x[:, :, rows, cols] if win.nchw else x[:, rows, cols, :]
+
+
+def max_pool_kernel(xp, inputs, args: Args):
+    x = inputs[0]
+    win, (_, _, h, w), kernel, out, pads = _geometry(_Shape(x), args)
+    axes = (2, 3) if win.nchw else (1, 2)
+    if win.global_pooling:
+        return (x.max(axis=axes, keepdims=True),)
+    taps = _windows(xp, x, win, (h, w), kernel, out, pads, float("-inf"))
+    y = xp.array(next(taps), copy=True)
+    for t in taps:
+        xp.maximum(y, t, out=y)
+    return (y,)
+
+
+def _valid_counts(xp, size, k, s, d, pad, n_out):
+    """How many of each output's window positions fall inside [0, size) along one axis."""
+    pos = xp.arange(n_out)[:, None] * s - pad + xp.arange(k)[None, :] * d
+    return ((pos >= 0) & (pos < size)).sum(axis=1)
+
+
+def average_pool_kernel(xp, inputs, args: Args):
+    x = inputs[0]
+    win, (_, _, h, w), kernel, out, pads = _geometry(_Shape(x), args)
+    axes = (2, 3) if win.nchw else (1, 2)
+    if win.global_pooling:
+        return (x.mean(axis=axes, keepdims=True, dtype=x.dtype),)
+    taps = _windows(xp, x, win, (h, w), kernel, out, pads, 0)
+    y = xp.array(next(taps), copy=True)
+    for t in taps:
+        y += t
+    if args.bool("count_include_pad", False):
+        y *= x.dtype.type(1.0 / (kernel[0] * kernel[1]))
+        return (y,)
+    rows = _valid_counts(xp, h, kernel[0], win.stride[0], win.dilation[0], pads[0], out[0])
+    cols = _valid_counts(xp, w, kernel[1], win.stride[1], win.dilation[1], pads[1], out[1])
+    count = (rows[:, None] * cols[None, :]).astype(x.dtype)
+    y /= count if win.nchw else count[:, :, None]
+    return (y,)
+
+
+class _Shape:
+    """Shape-only stand-in so that kernels reuse the shape helpers."""
+
+    def __init__(self, a):
+        self.shape, self.ndim = tuple(a.shape), a.ndim
+
+
+register(OpDef(type="MaxPool", infer=pool_infer, kernel=max_pool_kernel, cost=pool_cost,
+               min_inputs=1, max_inputs=1,
+               doc="2-D max pooling (Caffe2 arguments, global_pooling, legacy_pad incl. Caffe ceil mode)"))
+register(OpDef(type="AveragePool", infer=pool_infer, kernel=average_pool_kernel, cost=pool_cost,
+               min_inputs=1, max_inputs=1,
+               doc="2-D average pooling; count_include_pad (default 0) as in Caffe2"))
