@@ -376,8 +376,8 @@ class Plan:
     - ``notes``: solver facts worth reporting (rounding resolution, MILP status).
     """
 
-    placement: dict[int, Device]
-    copies: list[PlanCopy]
+    placement: dict[int, Device] = field(repr=False)
+    copies: list[PlanCopy] = field(repr=False)
     cost: PlanCost
     method: str
     objective: str = "serial"
@@ -386,8 +386,8 @@ class Plan:
     gpu_memory_bytes: float = 0.0
     gpu_capacity_bytes: float | None = None
     makespan_s: float | None = None
-    timeline: list | None = None
-    reasons: dict[int, str] = field(default_factory=dict)
+    timeline: list | None = field(default=None, repr=False)
+    reasons: dict[int, str] = field(default_factory=dict, repr=False)
     notes: list[str] = field(default_factory=list)
 
     @property

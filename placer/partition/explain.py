@@ -38,7 +38,7 @@ def reasons(arr: CostArrays, on_gpu: np.ndarray, capacity: float | None) -> dict
             out[i] = (arr.pin_reason[i] if arr.pin_reason and arr.pin_reason[i]
                       else f"pinned: {'gpu' if pin else 'cpu'}")
         elif arr.forced[i] != PIN_NONE:
-            out[i] = f"colocated with a op pinned to {'gpu' if arr.forced[i] else 'cpu'}"
+            out[i] = f"colocated with an op pinned to {'gpu' if arr.forced[i] else 'cpu'}"
         elif g and g_s < c_s:
             out[i] = f"GPU {_ratio(c_s, g_s)} faster"
         elif not g and c_s <= g_s:
