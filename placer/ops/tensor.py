@@ -229,7 +229,7 @@ def infer_transpose(inputs: Sequence[TensorType], args: Args) -> list[TensorType
 
 def kernel_transpose(xp, inputs, args: Args) -> tuple:
     x = inputs[0]
-    return (xp.ascontiguousarray(x.transpose(_transpose_axes(x.ndim, args, ()))),)
+    return (x.transpose(_transpose_axes(x.ndim, args, ())).copy(),)  # C order, never a view
 
 
 def _dims(args: Args, op_type: str) -> list[int]:
@@ -406,7 +406,7 @@ def kernel_channel_shuffle(xp, inputs, args: Args) -> tuple:
     ax, group = _shuffle_layout(tuple(x.shape), args, ())
     outer, inner = prod(x.shape[:ax]), prod(x.shape[ax + 1:])
     y = x.reshape(outer, group, x.shape[ax] // group, inner).transpose(0, 2, 1, 3)
-    return (xp.ascontiguousarray(y).reshape(x.shape),)
+    return (y.copy().reshape(x.shape),)
 
 
 def infer_shape(inputs: Sequence[TensorType], args: Args) -> list[TensorType]:
