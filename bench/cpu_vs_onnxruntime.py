@@ -57,8 +57,18 @@ def to_onnx(net, params: dict, types: dict):
         inits.append(numpy_helper.from_array(array, f"{name}__{extra}"))
         return f"{name}__{extra}"
 
+    current: dict[str, str] = {}  # ONNX is SSA: a blob written again (in place) gets a new name
+    defined = set(params) | set(net.data_inputs)
+
+    def version(name: str) -> str:
+        new = name if name not in defined else f"{name}__v{len(defined)}"
+        defined.add(new)
+        current[name] = new
+        return new
+
     for op in net.ops:
-        a, i, o = op.args, list(op.inputs), list(op.outputs)
+        a, i = op.args, [current.get(n, n) for n in op.inputs]
+        o = [version(n) for n in op.outputs]
         t = op.type
         if t == "Conv":
             nodes.append(helper.make_node("Conv", i, o[:1], kernel_shape=_hw(a, "kernel", 1),
@@ -89,17 +99,21 @@ def to_onnx(net, params: dict, types: dict):
         elif t == "SpatialBN":
             nodes.append(helper.make_node("BatchNormalization", i[:5], o[:1], epsilon=a.float("epsilon", 1e-5)))
         elif t in ("Mul", "Add"):
-            x, y = i
-            ty, tx = types.get(y), types.get(x)
-            if a.int("broadcast", 0) and ty is not None and tx is not None and y in params:
+            (x, y), (ox, oy) = i, op.inputs
+            ty, tx = types.get(oy), types.get(ox)
+            if a.int("broadcast", 0) and ty is not None and tx is not None and oy in params:
                 axis = a.int("axis", -1) % tx.ndim if a.int("axis", -1) != -1 else tx.ndim - ty.ndim
                 shape = ty.shape + (1,) * (tx.ndim - axis - ty.ndim)
-                y = const(y, np.asarray(params[y]).reshape(shape))
+                y = const(y, np.asarray(params[oy]).reshape(shape))
             nodes.append(helper.make_node(t, [x, y], o[:1]))
         elif t == "Concat":
             nodes.append(helper.make_node("Concat", i, o[:1], axis=a.int("axis", 1)))
         else:
             raise NotImplementedError(f"no ONNX mapping for {op.label}")
+    for name in net.external_outputs:
+        if current.get(name, name) != name:
+            nodes.append(helper.make_node("Identity", [current[name]], [name]))
+
     def info(name):
         tt = types[name]
         return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(tt.shape))
@@ -110,8 +124,16 @@ def to_onnx(net, params: dict, types: dict):
 
 def bench(name: str, batch: int, repeats: int) -> None:
     import onnxruntime as ort
-    net = load_net(CORPUS / NETS[name])
+    if name in NETS:
+        net = load_net(CORPUS / NETS[name])
+    else:  # a bundled example net (e.g. resnet_small), written to a temporary folder
+        import tempfile
+        from placer.examples import builders
+        files = builders()[name]().save(tempfile.mkdtemp(), name)
+        net = load_net(files["predict"], init_path=files["init"])
     shapes = {n: TensorType((batch,) + t.shape[1:], t.dtype) for n, t in net.input_shapes.items()}
+    if not shapes:  # Caffe2 files carry no input shapes: the first data input is an image
+        shapes = {net.data_inputs[0]: TensorType((batch, 3, 64, 64))}
     typed = infer(net, shapes)
     ex = Executor(net, input_types=shapes)
     params = {k: np.asarray(v) for k, v in ex.run_init().items()}

@@ -35,7 +35,10 @@ class EmulatedArray(np.ndarray):
 
 def location(array: Any) -> str:
     """The name of the device an array lives on: "cpu", "cuda:N" or "emulated-cuda:N"."""
-    if type(array) is EmulatedArray:
+    kind = type(array)
+    if kind is np.ndarray:
+        return "cpu"
+    if kind is EmulatedArray:
         return array.device
     if isinstance(array, np.ndarray) or np.isscalar(array):
         return "cpu"

@@ -161,7 +161,10 @@ class Executor:
             source, target = _copy_ends(op, self.devices)
             gpu = target if target.kind == "gpu" else (source if source is not _ANY else target)
             return Step(op, target, op.inputs[:1], op.outputs[:1], args, source=source, timer=gpu.timer())
-        device = self.devices.get(op.device)
+        try:
+            device = self.devices.get(op.device)
+        except DeviceError as e:
+            raise DeviceError(f"op {op.label} is placed on {op.device}: {e.message}", e.hint) from e
         return Step(op, device, op.inputs, op.outputs, args, kernel=registry.get(op.type).kernel,
                     timer=device.timer())
 
