@@ -586,8 +586,7 @@ def _concat(cv: _Converter, layer) -> None:
         total = None if None in sizes else sum(sizes)
         out = (*x[:a], total, *x[a + 1:])
     top = layer.top[0]
-    cv.op("Concat", list(layer.bottom), [top, f"_{top}_dims"], axis=axis,
-          order="NCHW" if axis == 1 else None)
+    cv.op("Concat", list(layer.bottom), [top, f"_{top}_dims"], axis=axis)  # not with `order`
     cv.set([top, f"_{top}_dims"], [out, (len(layer.bottom),)])
 
 

@@ -1,0 +1,78 @@
+"""``placer convert``: a Caffe prototxt (and .caffemodel) to Caffe2 predict and init nets."""
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from pathlib import Path
+
+from placer.errors import PlacerError
+from placer.fileio import refuse_overwrite
+
+HELP = "convert a Caffe .prototxt (+ .caffemodel) to Caffe2 predict_net and init_net"
+DESCRIPTION = """\
+Convert a Caffe net (V2 `layer`, V1 `layers` or V0 prototxt) to Caffe2 NetDefs the way
+Caffe2's own translator mapped layers to ops, and write OUTDIR/predict_net.pbtxt and
+OUTDIR/init_net.pbtxt (with --binary also the .pb files).
+
+The init net fills every parameter: the .caffemodel values with --weights, else seeded
+random fills chosen from each layer's filler. Layers with no Caffe2 op (SSD's PriorBox,
+Permute, ...) are kept as ops of their Caffe type and listed.
+
+example:
+  placer convert deploy.prototxt --weights net.caffemodel -o converted/
+  placer convert train_val.prototxt --phase train --input data=32,3,224,224 -o out/
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from placer.commands.common import INPUT_FORMAT
+    parser.add_argument("net", metavar="PROTOTXT", help="Caffe net definition (.prototxt)")
+    parser.add_argument("--weights", metavar="X.caffemodel",
+                        help="trained weights; without it parameters get seeded random fills")
+    parser.add_argument("--phase", choices=("test", "train"), default="test",
+                        help="Caffe include/exclude phase to keep (default: test)")
+    parser.add_argument("--input", metavar=INPUT_FORMAT, dest="inputs", action="append", default=[],
+                        help="shape of an input the file leaves open (e.g. a Data layer's "
+                             "channels), e.g. --input data=50,3,227,227; repeatable")
+    parser.add_argument("-o", "--output", metavar="OUTDIR", required=True,
+                        help="folder for predict_net.pbtxt and init_net.pbtxt")
+    parser.add_argument("--binary", action="store_true",
+                        help="also write predict_net.pb and init_net.pb")
+
+
+def run(args: argparse.Namespace) -> int:
+    from placer.commands.common import parse_input_specs
+    from placer.formats.caffe2 import save_netdef
+    from placer.formats.convert import convert_caffe
+
+    out = Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise PlacerError(f"{out}: -o takes a folder, and this is a file",
+                          hint="give a folder name; it is created when missing")
+    names = ["predict_net.pbtxt", "init_net.pbtxt"] + (["predict_net.pb", "init_net.pb"] if args.binary else [])
+    for name in names:
+        refuse_overwrite(out / name, args.net, args.weights)
+    result = convert_caffe(args.net, phase=args.phase, weights=args.weights,
+                           input_shapes=parse_input_specs(args.inputs))
+    written = []
+    for name in names:
+        netdef = result.predict if name.startswith("predict") else result.init
+        written.append(save_netdef(netdef, out / name, binary=name.endswith(".pb")))
+    _print_summary(args, result, written)
+    return 0
+
+
+def _print_summary(args, result, written) -> None:
+    ops = Counter(op.type for op in result.predict.op)
+    source = f"values from {args.weights}" if args.weights else "seeded random fills"
+    print(f"converted {args.net} (phase {args.phase}): {len(result.predict.op)} ops, "
+          f"{len(result.param_shapes)} parameters ({source})")
+    print("  ops: " + ", ".join(f"{t} {n}" for t, n in ops.most_common()))
+    if result.unknown_layers:
+        kinds = Counter(t for _, t in result.unknown_layers)
+        print("  kept as unknown ops (no Caffe2 mapping): "
+              + ", ".join(f"{t} {n}" for t, n in kinds.most_common()))
+    for note in result.notes:
+        print(f"  note: {note}")
+    for path in written:
+        print(f"wrote {path}")
