@@ -306,7 +306,11 @@ CAFFE_NETS = [p.name for p in corpus_files("caffe", ".prototxt")]
 # shapes the files do not carry (small, to keep the test fast)
 CORPUS_INPUTS = {"glow_gather_const_fold.pbtxt": {"data": TensorType((2, 3, 4, 5))},
                  "glow_fused_rowwise_quantized_sparse_lengths_sum_predict_net.pbtxt": {
-                     "indices": TensorType((7,), "int64"), "lengths": TensorType((3,), "int32")}}
+                     "indices": TensorType((7,), "int64"), "lengths": TensorType((3,), "int32")},
+                 # train/test nets whose Data layers read an LMDB: the image size of the data set
+                 "mnist_lenet_train_test.prototxt": {"data": TensorType((1, 1, 28, 28))},
+                 "v1_mnist_lenet_train_test.prototxt": {"data": TensorType((1, 1, 28, 28))},
+                 "cifar10_full_sigmoid_train_test_bn.prototxt": {"data": TensorType((1, 3, 32, 32))}}
 SLOW_S = 20.0  # a net slower than this on one run at batch 1 is reported, not failed
 
 
