@@ -4,8 +4,8 @@ Order of trust for an op on a device (``CostModel.op_time``):
 
 1. ``measured``: the device profile has an entry for the same key (op type, input
    shapes and dtypes, the arguments that change cost); its median is the answer.
-2. ``fitted``: the profile has measured entries of the op's *family* (conv, fc, pool,
-   ...); a roofline ``overhead + max(flops / (peak * eff_c), bytes / (bw * eff_m))``
+2. ``fitted``: the profile has measured entries of the op's type (at least
+   ``MIN_TYPE_POINTS``) or else of its *family* (conv, fc, pool, ...); a roofline ``overhead + max(flops / (peak * eff_c), bytes / (bw * eff_m))``
    whose overhead and efficiencies were fitted to those entries by least squares on the
    log of time (relative error, so that a 10 us op counts as much as a 10 ms one).
 3. ``roofline``: the same formula with the datasheet peak and bandwidth and the default
@@ -33,6 +33,10 @@ from placer.profiling.schema import DeviceProfile, FamilyFit, LinkCurve, OpTimin
 from placer.types import OpFeatures, TensorType, TypedNet
 
 SOURCES = ("measured", "fitted", "roofline", "unknown")
+# Weight of the pull toward default efficiencies, in log units: being a factor e off the
+# default costs as much as a 5% error on one point.
+PRIOR_WEIGHT = 0.05
+MIN_TYPE_POINTS = 3  # measured entries an op type needs for a fit of its own
 
 # Op type -> family where the registry module's name is not the right grouping.
 _FAMILY_OVERRIDES = {
@@ -72,50 +76,39 @@ def fit_family(points: Sequence[OpTiming], peak: float, bandwidth: float,
     """Least-squares fit of (overhead, eff_compute, eff_memory) to measured entries.
 
     Residuals are log(predicted / measured) under a soft-L1 loss (an op slowed by a busy
-    machine pulls the fit less than with plain squares). With one point only a common efficiency is
-    fitted (overhead fixed at the device's launch overhead); with two, both efficiencies.
+    machine pulls the fit less than with plain squares), plus a weak prior pulling each
+    efficiency toward its default: where the points cannot tell the terms apart (every
+    embedding lookup of a batch-8 net does the same few flops) the fit keeps a sensible
+    split instead of an arbitrary one, and a single point is matched by the overhead.
     """
     from scipy.optimize import least_squares
 
     flops = np.array([p.flops for p in points], float)
     nbytes = np.array([p.bytes for p in points], float)
     t = np.maximum(np.array([p.median_s for p in points], float), 1e-9)
-    n = len(points)
-    ec0 = DEFAULT_COMPUTE_EFFICIENCY.get(family, 0.2)
-    em0 = DEFAULT_MEMORY_EFFICIENCY.get(family, 0.5)
+    prior = np.log([DEFAULT_COMPUTE_EFFICIENCY.get(family, 0.2), DEFAULT_MEMORY_EFFICIENCY.get(family, 0.5)])
 
     def predict(x):
-        o, ec, em = (np.exp(x[0]), np.exp(x[1]), np.exp(x[2])) if n >= 3 else (
-            default_overhead_s, np.exp(x[0]), np.exp(x[-1]))
-        return o + np.maximum(flops / (peak * ec), nbytes / (bandwidth * em)), (o, ec, em)
+        o, ec, em = np.exp(x)
+        return o + np.maximum(flops / (peak * ec), nbytes / (bandwidth * em))
 
     def residuals(x):
-        return np.log(predict(x)[0]) - np.log(t)
+        return np.concatenate([np.log(predict(x)) - np.log(t), PRIOR_WEIGHT * (x[1:] - prior)])
 
-    starts = []
-    for scale in (0.1, 1.0, 10.0):
-        base = [math.log(ec0 * scale), math.log(em0 * scale)]
-        if n >= 3:
-            starts.append([math.log(max(float(t.min()) * 0.5, 1e-7))] + base)
-            starts.append([math.log(max(default_overhead_s, 1e-7))] + base)
-        elif n == 2:
-            starts.append(base)
-        else:
-            starts.append(base[:1])
-    if n >= 3:
-        lo, hi = [math.log(1e-9), math.log(1e-6), math.log(1e-6)], [0.0, math.log(1e3), math.log(1e3)]
-    else:
-        lo, hi = [math.log(1e-6)] * len(starts[0]), [math.log(1e3)] * len(starts[0])
+    lo = np.log([1e-9, 1e-6, 1e-6])
+    hi = np.log([1.0, 1e3, 1e3])
     best = None
-    for x0 in starts:
-        x0 = np.clip(x0, np.array(lo) + 1e-9, np.array(hi) - 1e-9)
-        res = least_squares(residuals, x0, bounds=(lo, hi), method="trf", loss="soft_l1", f_scale=0.1)
-        if best is None or res.cost < best.cost:
-            best = res
-    pred, (o, ec, em) = predict(best.x)
-    err = np.abs(pred - t) / t
+    for o0 in (float(t.min()) * 0.5, default_overhead_s, float(t.min()) * 0.01):
+        for scale in (0.1, 1.0, 10.0):
+            x0 = np.clip(np.concatenate([[math.log(max(o0, 1e-9))], prior + math.log(scale)]),
+                         lo + 1e-9, hi - 1e-9)
+            res = least_squares(residuals, x0, bounds=(lo, hi), method="trf", loss="soft_l1", f_scale=0.1)
+            if best is None or res.cost < best.cost:
+                best = res
+    o, ec, em = np.exp(best.x)
+    err = np.abs(predict(best.x) - t) / t
     return FamilyFit(overhead_s=float(o), compute_efficiency=float(ec), memory_efficiency=float(em),
-                     points=n, median_abs_pct_error=float(np.median(err) * 100))
+                     points=len(points), median_abs_pct_error=float(np.median(err) * 100))
 
 
 # ---------------------------------------------------------------------- the model
@@ -145,24 +138,33 @@ class CostModel:
         return self.profiles[device_kind]
 
     def fits(self, device_kind: str) -> dict[str, FamilyFit]:
-        """Per-family fits of a device: from its measured entries, else those stored in the file."""
+        """Fits of a device keyed by family (``conv``) and by op type (``type:Conv``).
+
+        A type gets its own fit once it has ``MIN_TYPE_POINTS`` measured entries (op types of
+        one family can differ in fixed cost by 5x: a Gather vs a SparseLengthsSum); every
+        family with entries gets one. Without measured entries, the fits stored in the file.
+        """
         if device_kind not in self._fits:
             prof = self.profile(device_kind)
-            by_family: dict[str, list[OpTiming]] = {}
+            groups: dict[str, list[OpTiming]] = {}
             for timing in prof.ops.values():
-                by_family.setdefault(family_of(timing.type), []).append(timing)
+                groups.setdefault(family_of(timing.type), []).append(timing)
+                groups.setdefault(f"type:{timing.type}", []).append(timing)
             fits = dict(prof.fits)
-            for fam, points in by_family.items():
+            for name, points in groups.items():
+                if name.startswith("type:") and len(points) < MIN_TYPE_POINTS:
+                    continue
+                fam = name[5:] if name.startswith("type:") else name
                 dtype = points[0].inputs[0].dtype if points[0].inputs else "float32"
-                fits[fam] = fit_family(points, prof.peak(dtype), prof.memory_bandwidth_bytes_per_s,
-                                       prof.launch_overhead_s, fam)
+                fits[name] = fit_family(points, prof.peak(dtype), prof.memory_bandwidth_bytes_per_s,
+                                        prof.launch_overhead_s, family_of(fam) if name.startswith("type:") else fam)
             self._fits[device_kind] = fits
         return self._fits[device_kind]
 
     def fit_report(self, device_kind: str) -> pd.DataFrame:
-        """One row per fitted family: points, overhead, efficiencies, median |error| in %."""
-        rows = [{"family": fam, **vars(fit)} for fam, fit in sorted(self.fits(device_kind).items())]
-        return pd.DataFrame(rows, columns=["family", "overhead_s", "compute_efficiency",
+        """One row per fit (family or ``type:X``): points, overhead, efficiencies, median |error| %."""
+        rows = [{"group": name, **vars(fit)} for name, fit in sorted(self.fits(device_kind).items())]
+        return pd.DataFrame(rows, columns=["group", "overhead_s", "compute_efficiency",
                                            "memory_efficiency", "points", "median_abs_pct_error"])
 
     def op_time(self, op_type: str, inputs: Sequence[TensorType | None], args: Mapping[str, Any],
@@ -178,7 +180,8 @@ class CostModel:
         dtype = inputs[0].dtype if inputs else "float32"
         nbytes = features.bytes_read + features.bytes_written
         fam = family_of(op_type)
-        fit = self.fits(device_kind).get(fam)
+        fits = self.fits(device_kind)
+        fit = fits.get(f"type:{op_type}") or fits.get(fam)
         if fit is not None:
             return roofline_s(features.flops, nbytes, prof.peak(dtype), prof.memory_bandwidth_bytes_per_s,
                               fit.overhead_s, fit.compute_efficiency, fit.memory_efficiency), "fitted"

@@ -53,8 +53,8 @@ def test_fit_recovers_known_efficiencies():
 def test_fit_with_one_point_matches_it():
     p = _fc_point(64, 512, 512)
     fit = fit_family([p], PEAK, BW, 2e-6, "fc")
-    assert fit.overhead_s == 2e-6
-    pred = 2e-6 + max(p.flops / (PEAK * fit.compute_efficiency), p.bytes / (BW * fit.memory_efficiency))
+    assert fit.compute_efficiency == pytest.approx(DEFAULT_COMPUTE_EFFICIENCY["fc"], rel=0.05)
+    pred = fit.overhead_s + max(p.flops / (PEAK * fit.compute_efficiency), p.bytes / (BW * fit.memory_efficiency))
     assert pred == pytest.approx(p.median_s, rel=1e-3)
 
 
@@ -82,7 +82,7 @@ def test_order_of_trust_measured_fitted_roofline_unknown():
                                          1.1e5 / (BW * DEFAULT_MEMORY_EFFICIENCY["conv"])))
     assert model.op_time("NoSuchOp", conv_in, {}, OpFeatures(known=False), "cpu") == (1e-3, "unknown")
     report = model.fit_report("cpu")
-    assert list(report.family) == ["fc"] and int(report.points[0]) == 6
+    assert list(report.group) == ["fc", "type:FC"] and list(report.points) == [6, 6]
 
 
 def test_copy_curve_interpolates_then_extrapolates_the_line():
@@ -155,3 +155,18 @@ def test_annotate_small_net():
     assert rows["y"].d2h_s == pytest.approx(1e-5 + 4 * 10 * 4 / 12e9)
     assert costs.param_bytes == (16 * 8 + 16 + 10 * 16 + 10) * 4
     assert costs.gpu_memory_bytes == 16 * 2 ** 30
+
+
+def test_type_fit_wins_over_family_fit():
+    """A family mixing a cheap and a dear op type: each type with enough points gets its own fit."""
+    def point(t, n, seconds):
+        return OpTiming(t, (TensorType((n, 4)),), {}, 5, seconds, 0.0, float(n), 16.0 * n)
+    gathers = [point("Gather", n, 8e-6) for n in (8, 16, 32)]
+    sls = [point("SparseLengthsSum", n, 40e-6) for n in (8, 16, 32)]
+    model = CostModel(_cpu(gathers + sls), default_profiles()[1])
+    assert {"embedding", "type:Gather", "type:SparseLengthsSum"} <= set(model.fits("cpu"))
+    f = OpFeatures(flops=24.0, bytes_read=16.0 * 24)
+    t_sls, src = model.op_time("SparseLengthsSum", (TensorType((24, 4)),), {}, f, "cpu")
+    t_gather, _ = model.op_time("Gather", (TensorType((24, 4)),), {}, f, "cpu")
+    assert src == "fitted"
+    assert t_sls == pytest.approx(40e-6, rel=0.05) and t_gather == pytest.approx(8e-6, rel=0.05)

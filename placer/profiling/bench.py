@@ -36,6 +36,8 @@ _LENGTHS_INPUTS = {
     "LengthsSum": (1, 0), "LengthsMean": (1, 0), "LengthsMax": (1, 0),
     "LengthsToSegmentIds": (0, None), "LengthsToRanges": (0, None),
 }
+NOISY_RATIO = 1.5  # median / fastest sample above which an op is timed again
+
 # Op types whose second input is a class label below the first input's last dimension.
 _LABEL_OPS = {"LabelCrossEntropy", "SoftmaxWithLoss", "Accuracy", "CrossEntropy"}
 
@@ -149,21 +151,36 @@ class BenchResult:
 
 def profile_net(typed_net: TypedNet, device_name: str = "cpu", repeats: int = 10, warmup: int = 2,
                 budget_s: float = 0.5, seed: int = 0, progress: bool = True,
-                skip_keys: set[str] | None = None) -> BenchResult:
-    """Time every distinct op of a typed net on one device."""
+                skip_keys: set[str] | None = None, retries: int = 2) -> BenchResult:
+    """Time every distinct op of a typed net on one device.
+
+    A machine shared with other work stalls now and then for milliseconds, in bursts;
+    an op whose median is more than ``NOISY_RATIO`` times its fastest sample was likely
+    timed during one, so it is timed again after the pass (up to ``retries`` times) and
+    the quieter run (the lower median) is kept.
+    """
     device = get_device(device_name)
     rng = np.random.default_rng(seed)
     result = BenchResult()
     jobs = _distinct_ops(typed_net, result, skip_keys or set())
     bar = _progress(len(jobs), f"profile {device_name}", quiet=not progress)
+    fastest: dict[str, float] = {}
     try:
         for i, (key, op, types, feats) in enumerate(jobs):
-            _time_one(op, types, feats, key, device, rng, warmup, repeats, budget_s, result)
+            fastest[key] = _time_one(op, types, feats, key, device, rng, warmup, repeats, budget_s, result)
             if bar is not None:
                 bar.update(i + 1)
     finally:
         if bar is not None:
             bar.close()
+    for _ in range(retries):
+        noisy = [j for j in jobs if j[0] in result.timings
+                 and result.timings[j[0]].median_s > NOISY_RATIO * fastest[j[0]]]
+        for key, op, types, feats in noisy:
+            kept = result.timings[key]
+            _time_one(op, types, feats, key, device, rng, warmup, repeats, budget_s, result)
+            if kept.median_s < result.timings[key].median_s:
+                result.timings[key] = kept
     return result
 
 
@@ -185,19 +202,23 @@ def _distinct_ops(typed_net: TypedNet, result: BenchResult, skip_keys: set[str])
     return jobs
 
 
-def _time_one(op, types, feats, key, device, rng, warmup, repeats, budget_s, result) -> None:
+def _time_one(op, types, feats, key, device, rng, warmup, repeats, budget_s, result) -> float:
+    """Time one op into ``result``; returns its fastest sample (inf when it failed)."""
     kernel = registry.get(op.type).kernel
     try:
         inputs = [device.to_device(a) for a in make_inputs(op, types, rng)]
         samples = time_call(lambda: kernel(device.xp, inputs, op.args), device, warmup, repeats, budget_s)
     except Exception as e:  # a kernel that fails on random data is reported, not fatal
         result.skipped[op.label] = f"kernel failed: {type(e).__name__}: {str(e)[:120]}"
-        return
+        return float("inf")
     q1, med, q3 = np.percentile(samples, [25, 50, 75])
-    result.timings[key] = OpTiming(type=op.type, inputs=tuple(types), args=cost_args(op.args),
-                                   samples=len(samples), median_s=float(med), iqr_s=float(q3 - q1),
-                                   flops=feats.flops, bytes=feats.bytes_read + feats.bytes_written)
-    result.ops_timed += 1
+    timing = OpTiming(type=op.type, inputs=tuple(types), args=cost_args(op.args),
+                      samples=len(samples), median_s=float(med), iqr_s=float(q3 - q1),
+                      flops=feats.flops, bytes=feats.bytes_read + feats.bytes_written)
+    if key not in result.timings:
+        result.ops_timed += 1
+    result.timings[key] = timing
+    return float(min(samples))
 
 
 def _progress(total: int, label: str, quiet: bool):
