@@ -6,6 +6,7 @@ reproduced in the references by reshaping B explicitly before torch broadcasts.
 """
 from __future__ import annotations
 
+import types
 import zlib
 
 import numpy as np
@@ -224,6 +225,32 @@ def test_cupy_kernel_matches_torch(case):
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
+class CupyNames:
+    """numpy restricted to the names cupy also has: a kernel that reaches for a
+    numpy-only function fails here, on machines without a GPU."""
+
+    def __init__(self, np_module, cp_module):
+        self._np, self._cp = np_module, cp_module
+
+    def __getattr__(self, name):
+        if not hasattr(self._cp, name):
+            raise AttributeError(f"cupy has no '{name}': the kernel would fail on the GPU")
+        value = getattr(self._np, name)
+        return CupyNames(value, getattr(self._cp, name)) if isinstance(value, types.ModuleType) else value
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_kernel_uses_only_names_cupy_has(case):
+    cupy = pytest.importorskip("cupy")
+    inputs = case_inputs(case)
+    opdef = registry.get(case["op"])
+    outs = opdef.kernel(CupyNames(np, cupy), inputs, case_args(case))
+    want = opdef.kernel(np, inputs, case_args(case))
+    for got, ref in zip(outs, want):
+        np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_infer_agrees_with_kernel(case):
     """Shape and dtype inference predicts what the kernel makes, output by output."""
     inputs, outs = run_kernel(case, np, np.asarray)
@@ -254,6 +281,13 @@ def test_fc_keeps_float32_and_does_not_copy_weights():
     (y,) = registry.get("FC").kernel(np, [x, w, b], Args({}))
     assert y.dtype == np.float32 and y.flags.c_contiguous
     assert np.shares_memory(w.reshape(-1, 8).T, w)
+
+
+def test_sigmoid_keeps_relative_precision_for_tiny_values():
+    x = np.array([-80.0, -60.0, -30.0, -10.0], np.float32)
+    (y,) = registry.get("Sigmoid").kernel(np, [x], Args({}))
+    exact = 1 / (1 + np.exp(-x.astype(np.float64)))
+    np.testing.assert_allclose(y, exact, rtol=1e-6)
 
 
 def test_dropout_training_keeps_about_one_minus_ratio_and_rescales():

@@ -190,20 +190,62 @@ def _same_infer(inputs, args):
     return [inputs[0]]
 
 
+# Large temporaries cost page faults and xp.where is slow on the CPU, so these kernels
+# allocate one output and work in place on it where they can.
+_EXP_LIMIT = {2: 11.0, 4: 88.0, 8: 709.0}   # largest z with exp(z) finite, by itemsize
+
+
 def _sigmoid(xp, x, args):
-    e = xp.exp(-xp.abs(x))          # never overflows
-    return xp.where(x >= 0, 1 / (1 + e), e / (1 + e))
+    """1 / (1 + exp(-x)) as Caffe2 computes it; -x is capped so exp never overflows."""
+    y = -x
+    xp.minimum(y, _EXP_LIMIT.get(x.dtype.itemsize, 88.0), out=y)
+    xp.exp(y, out=y)
+    y += 1
+    return xp.reciprocal(y, out=y)
+
+
+def leaky(xp, x, slope, unit_interval: bool):
+    """x where x > 0, else slope * x (exactly: one rounding, as Caffe2)."""
+    y = x * slope
+    if unit_interval:               # then max(x, slope*x) picks the right branch
+        return xp.maximum(x, y, out=y)
+    xp.minimum(x, 0, out=y)
+    y *= slope
+    y += xp.maximum(x, 0)
+    return y
+
+
+def _leaky_relu(xp, x, args):
+    alpha = args.float("alpha", 0.01)
+    return leaky(xp, x, alpha, 0 <= alpha <= 1)
+
+
+def _elu(xp, x, args):
+    y = xp.minimum(x, 0)
+    xp.expm1(y, out=y)
+    y *= args.float("alpha", 1.0)
+    y += xp.maximum(x, 0)
+    return y
 
 
 def _softplus(xp, x, args):
-    return xp.maximum(x, 0) + xp.log1p(xp.exp(-xp.abs(x)))
+    """log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), never overflowing."""
+    y = xp.abs(x)
+    xp.negative(y, out=y)
+    xp.exp(y, out=y)
+    xp.log1p(y, out=y)
+    y += xp.maximum(x, 0)
+    return y
 
 
 def _clip(xp, x, args):
     lo, hi = args.float("min", None), args.float("max", None)
-    out = x if lo is None else xp.maximum(x, lo)
-    out = out if hi is None else xp.minimum(out, hi)
-    return out.copy() if out is x else out
+    if lo is None and hi is None:
+        return x.copy()
+    out = xp.maximum(x, lo) if lo is not None else xp.minimum(x, hi)
+    if lo is not None and hi is not None:
+        xp.minimum(out, hi, out=out)
+    return out
 
 
 def _logit(xp, x, args):
@@ -218,8 +260,8 @@ def _replace_nan(xp, x, args):
 
 _UNARY = {
     "Relu": lambda xp, x, a: xp.maximum(x, 0),
-    "LeakyRelu": lambda xp, x, a: xp.where(x >= 0, x, x * a.float("alpha", 0.01)),
-    "Elu": lambda xp, x, a: xp.where(x > 0, x, xp.expm1(x) * a.float("alpha", 1.0)),
+    "LeakyRelu": _leaky_relu,
+    "Elu": _elu,
     "Sigmoid": _sigmoid,
     "Tanh": lambda xp, x, a: xp.tanh(x),
     "Softplus": _softplus,
@@ -271,7 +313,8 @@ def _prelu_kernel(xp, inputs, args):
         slope = slope.reshape((-1,) + (1,) * (x.ndim - 2))
     else:
         slope = slope.reshape(-1)
-    return (xp.where(x > 0, x, x * slope).astype(x.dtype, copy=False),)
+    unit = bool(((slope >= 0) & (slope <= 1)).all())
+    return (leaky(xp, x, slope, unit).astype(x.dtype, copy=False),)
 
 
 register(OpDef("PRelu", _prelu_infer, _prelu_kernel, min_inputs=2, max_inputs=2,
@@ -315,8 +358,8 @@ _DATA_TYPE_NAMES = {"FLOAT": 1, "INT32": 2, "BYTE": 3, "STRING": 4, "BOOL": 5, "
 
 def cast_dtype(args: Args) -> str:
     """The numpy dtype named by Cast's `to` (a TensorProto.DataType number or its name)."""
-    raw = args["to"] if "to" in args else None
-    number = _DATA_TYPE_NAMES.get(args.str("to").upper()) if isinstance(raw, (str, bytes)) else args.int("to")
+    raw = args["to"] if "to" in args else 1          # Caffe2's default: FLOAT
+    number = _DATA_TYPE_NAMES.get(args.str("to").upper()) if isinstance(raw, (str, bytes)) else args.int("to", 1)
     dtype = DATA_TYPE_TO_DTYPE.get(number)
     if dtype is None or dtype == "object":
         raise ArgumentError(f"op {args.op}: Cast to={raw!r} is not a numeric TensorProto.DataType",
