@@ -95,7 +95,7 @@ def infer_constant_fill(inputs: Sequence[TensorType], args: Args) -> list[Tensor
 def kernel_constant_fill(xp, inputs, args: Args) -> tuple:
     shape = _kernel_shape("ConstantFill", inputs, args)
     dtype = constant_dtype(args)
-    return (xp.full(shape, np.array(args.get("value", 0)).astype(dtype), dtype=dtype),)
+    return (xp.full(shape, np.array(args.get("value", 0)).astype(dtype).item(), dtype=dtype),)
 
 
 # -- GivenTensor*Fill ---------------------------------------------------------------------
