@@ -333,7 +333,8 @@ def test_bad_axis_names_the_argument():
 def test_shape_errors_name_op_inputs_and_misfit(name, op, args, shapes, needles):
     label = f"#4 {op} '{name}'"
     with pytest.raises(ShapeError) as err:
-        registry.get(op).infer([TensorType(s) for s in shapes], Args(args, op=label))
+        types = [TensorType(*s) if isinstance(s[-1], str) else TensorType(s) for s in shapes]
+        registry.get(op).infer(types, Args(args, op=label))
     message = str(err.value)
     for needle in [label] + needles:
         assert needle in message, message

@@ -78,6 +78,7 @@ def _swl_infer(inputs, args, spatial=False):
         if x.ndim != 4 or t.shape != (x.shape[0],) + x.shape[2:]:
             raise shape_error(args, "spatial mode needs NCHW logits and (N, H, W) labels",
                               (0, "X", x), (1, "label", t))
+        _integer_labels(t, args)
         per_sample = t
     else:
         n, d = _rows(x, args)
@@ -86,6 +87,7 @@ def _swl_infer(inputs, args, spatial=False):
             ok = t.ndim >= 2 and prod(t.shape[:axis]) == n and prod(t.shape[axis:]) == d
             want = f"({n}, {d}) label probabilities"
         else:
+            _integer_labels(t, args)
             ok = t.size == n and (t.ndim == axis or prod(t.shape[axis:]) == 1)
             want = f"{n} labels, shape ({n},) or ({n}, 1)"
         if not ok:
@@ -97,7 +99,16 @@ def _swl_infer(inputs, args, spatial=False):
     return [x, TensorType(SCALAR, "float32")]
 
 
+def _integer_labels(t: TensorType, args: Args, index: int = 1) -> None:
+    """Class labels must be integers (Caffe2 reads them as int32)."""
+    if t.dtype not in ("int32", "int64", "int16", "int8", "uint8"):
+        raise shape_error(args, "class labels must be integers (int32)", (index, "label", t))
+
+
 def _check_labels(xp, labels, d: int, args: Args, allow_dont_care=False):
+    """Caffe2 refuses labels outside 0..D-1 (numpy would wrap negatives silently)."""
+    if labels.size == 0:
+        return
     lo, hi = int(labels.min()), int(labels.max())
     if hi >= d or lo < (DONT_CARE if allow_dont_care else 0):
         raise InputError(f"op {args.op}: labels range over {lo}..{hi}, outside 0..{d - 1}")
@@ -110,10 +121,10 @@ def _average(xp, total, weight_sum, scale=1.0):
 
 
 def _swl_kernel(xp, inputs, args):
-    x, t = inputs[0], inputs[1]
-    w = inputs[2] if len(inputs) > 2 else None
     if args.bool("spatial", False):
         return _spatial_swl_kernel(xp, inputs, args)
+    x, t = inputs[0], inputs[1]
+    w = inputs[2] if len(inputs) > 2 else None
     n, d = _rows(TensorType(x.shape), args)
     logp = log_softmax_rows(xp, x.reshape(n, d))
     w = xp.ones(n, dtype=x.dtype) if w is None else w.reshape(n).astype(x.dtype, copy=False)
@@ -162,6 +173,7 @@ def _label_rows(x: TensorType, t: TensorType, args: Args) -> tuple[int, int]:
 def _lce_infer(inputs, args):
     x, t = inputs
     n, _ = _label_rows(x, t, args)
+    _integer_labels(t, args)
     return [TensorType((n,), x.dtype)]
 
 
@@ -215,6 +227,7 @@ def _accuracy_infer(inputs, args):
     if x.ndim != 2:
         raise shape_error(args, "predictions must be 2-D (N, D)", (0, "X", x))
     _label_rows(x, t, args)
+    _integer_labels(t, args)
     return [TensorType(SCALAR, "float32")]
 
 

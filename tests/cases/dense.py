@@ -198,6 +198,7 @@ CASES = [
 ]
 
 # Shapes that do not fit: (id, op, args, input shapes, substrings the message must contain).
+# An input is a shape (float32) or (shape, dtype).
 SHAPE_ERRORS = [
     ("fc_k_mismatch", "FC", {}, [(1, 9216), (4096, 9000), (4096,)],
      ["input 0 (X) float32[1,9216]", "input 1 (W) float32[4096,9000]", "K=9216", "K=9000"]),
@@ -212,9 +213,13 @@ SHAPE_ERRORS = [
     ("mul_numpy_mismatch", "Mul", {}, [(2, 3), (4,)], ["do not broadcast", "float32[2,3]", "float32[4]"]),
     ("sum_unequal", "Sum", {}, [(2, 3), (2, 3), (3, 2)], ["same shape", "input 2 (X2) float32[3,2]"]),
     ("prelu_slope", "PRelu", {}, [(2, 3, 4, 4), (4,)], ["C=3", "input 1 (slope) float32[4]"]),
-    ("swl_labels", "SoftmaxWithLoss", {}, [(6, 10), (5,)], ["6 labels", "input 1 (label) float32[5]"]),
-    ("swl_weights", "SoftmaxWithLoss", {}, [(6, 10), (6,), (3,)], ["weights need 6"]),
-    ("lce_labels", "LabelCrossEntropy", {}, [(6, 5), (6, 2)], ["6 labels"]),
+    ("swl_labels", "SoftmaxWithLoss", {}, [(6, 10), ((5,), "int32")], ["6 labels", "input 1 (label) int32[5]"]),
+    ("swl_float_labels", "SoftmaxWithLoss", {}, [(6, 10), (6,)], ["must be integers", "float32[6]"]),
+    ("swl_spatial_labels", "SoftmaxWithLoss", {"spatial": 1}, [(2, 4, 3, 3), (2, 3, 4)],
+     ["(N, H, W) labels", "input 1 (label) float32[2,3,4]"]),
+    ("swl_weights", "SoftmaxWithLoss", {}, [(6, 10), ((6,), "int32"), (3,)], ["weights need 6"]),
+    ("lce_labels", "LabelCrossEntropy", {}, [(6, 5), ((6, 2), "int32")], ["6 labels"]),
+    ("accuracy_float_labels", "Accuracy", {}, [(6, 5), (6,)], ["must be integers"]),
     ("sxe_shapes", "SigmoidCrossEntropyWithLogits", {}, [(4, 6), (4, 5)], ["same shape"]),
     ("accuracy_3d", "Accuracy", {}, [(2, 3, 4), (2,)], ["2-D"]),
 ]
