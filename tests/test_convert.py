@@ -1,0 +1,417 @@
+"""Caffe -> Caffe2 conversion: op mapping, parameter shapes, weights, fills, `placer convert`."""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from placer.cli import main
+from placer.formats import caffe_pb as pb
+from placer.formats.caffe import load_caffe_net
+from placer.formats.convert import caffe_pool_out, convert_caffe
+from placer.types import TensorType
+from conftest import corpus_dir, corpus_files
+
+DEPLOY = [p for p in corpus_files("caffe", ".prototxt") if "train" not in p.name]
+
+
+def _net(name: str):
+    return corpus_dir() / "caffe" / f"{name}.prototxt"
+
+
+def _ops(result, type_=None):
+    return [op for op in result.predict.op if type_ is None or op.type == type_]
+
+
+def _args(op) -> dict:
+    from placer.formats.caffe2 import decode_value
+    return {a.name: decode_value(a) for a in op.arg}
+
+
+def _fill(result, name):
+    return next(op for op in result.init.op if op.output[0] == name)
+
+
+def _write(tmp_path, text: str, name: str = "net.prototxt"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# ---------------------------------------------------------------- corpus nets
+
+@pytest.mark.corpus
+def test_alexnet_parameter_shapes():
+    r = convert_caffe(_net("bvlc_alexnet_deploy"))
+    shapes = r.param_shapes
+    assert shapes["conv1_w"] == (96, 3, 11, 11) and shapes["conv1_b"] == (96,)
+    assert shapes["conv2_w"] == (256, 48, 5, 5)  # group 2
+    assert shapes["conv3_w"] == (384, 256, 3, 3)
+    assert shapes["fc6_w"] == (4096, 9216) and shapes["fc7_w"] == (4096, 4096)
+    assert shapes["fc8_w"] == (1000, 4096) and shapes["fc8_b"] == (1000,)
+    assert Counter(op.type for op in _ops(r)) == Counter(
+        {"Relu": 7, "Conv": 5, "MaxPool": 3, "FC": 3, "LRN": 2, "Dropout": 2, "Softmax": 1})
+    conv1 = _ops(r, "Conv")[0]
+    assert list(conv1.input) == ["data", "conv1_w", "conv1_b"]
+    assert _args(conv1) == {"kernel": 11, "stride": 4, "pad": 0, "order": "NCHW"}
+    lrn = _ops(r, "LRN")[0]
+    assert list(lrn.output) == ["norm1", "_norm1_scale"]
+    assert _args(lrn) == {"size": 5, "alpha": pytest.approx(1e-4), "beta": 0.75, "bias": 1.0,
+                          "order": "NCHW"}
+    drop = _ops(r, "Dropout")[0]
+    assert list(drop.output) == ["fc6", "_fc6_mask"] and _args(drop)["is_test"] == 1
+    assert list(r.predict.external_output) == ["prob"]
+
+
+@pytest.mark.corpus
+def test_every_deploy_file_gets_every_parameter():
+    for path in DEPLOY:
+        r = convert_caffe(path)
+        assert r.missing_params == {}, path.name
+        filled = {op.output[0] for op in r.init.op}
+        params = set(r.param_shapes)
+        assert filled == params, path.name
+        assert params <= set(r.predict.external_input), path.name
+
+
+@pytest.mark.corpus
+def test_resnet50_batchnorm_and_scale_fold_into_spatialbn():
+    r = convert_caffe(_net("resnet50_ResNet-50-deploy"))
+    types = Counter(op.type for op in _ops(r))
+    assert types["SpatialBN"] == 53 and types["Mul"] == 0 and types["Add"] == 0
+    assert types["Sum"] == 16 and types["Conv"] == 53
+    bn = _ops(r, "SpatialBN")[0]
+    assert list(bn.input) == ["conv1", "scale_conv1_w", "scale_conv1_b", "bn_conv1_rm", "bn_conv1_riv"]
+    assert list(bn.output) == ["conv1"]
+    assert _args(bn)["is_test"] == 1 and _args(bn)["epsilon"] == pytest.approx(1e-5)
+    for name in bn.input[1:]:
+        assert r.param_shapes[name] == (64,)
+    conv1 = _ops(r, "Conv")[0]
+    assert list(conv1.input) == ["data", "conv1_w", "conv1_b"]  # conv1 has a bias
+    branch = next(op for op in _ops(r, "Conv") if op.name == "res2a_branch1")
+    assert list(branch.input) == ["pool1", "res2a_branch1_w"]  # bias_term: false
+    assert r.param_shapes["fc1000_w"] == (1000, 2048)
+
+
+@pytest.mark.corpus
+def test_mobilenet_depthwise_convolution():
+    r = convert_caffe(_net("mobilenet_deploy"))
+    dw = next(op for op in _ops(r, "Conv") if op.name == "conv2_1/dw")
+    assert _args(dw)["group"] == 32
+    assert r.param_shapes["conv2_1/dw_w"] == (32, 1, 3, 3)
+
+
+@pytest.mark.corpus
+def test_googlenet_pooling_keeps_caffe_ceil_rounding():
+    r = convert_caffe(_net("bvlc_googlenet_train_val"))
+    pools = _ops(r, "MaxPool")
+    assert pools and all(_args(p)["legacy_pad"] == 3 for p in pools)
+    # GoogLeNet's published sizes: 224 -> 112 (conv 7/2) -> 56 -> 28 -> 14 -> 7 (ceil pools 3/2)
+    assert r.shapes["conv1/7x7_s2"] == (50, 64, 112, 112)
+    assert r.shapes["pool1/3x3_s2"] == (50, 64, 56, 56)
+    assert r.shapes["pool2/3x3_s2"] == (50, 192, 28, 28)
+    assert r.shapes["pool3/3x3_s2"] == (50, 480, 14, 14)
+    assert r.shapes["pool4/3x3_s2"] == (50, 832, 7, 7)
+    concat = _ops(r, "Concat")[0]
+    assert list(concat.output) == ["inception_3a/output", "_inception_3a/output_dims"]
+    assert _args(concat) == {"axis": 1}
+    assert r.shapes["inception_3a/output"] == (50, 256, 28, 28)
+    loss = next(op for op in _ops(r, "SoftmaxWithLoss") if op.name == "loss1/loss")
+    assert _args(loss)["scale"] == pytest.approx(0.3)  # loss_weight of the auxiliary head
+    top5 = next(op for op in _ops(r, "Accuracy") if op.name == "loss1/top-5")
+    assert _args(top5)["top_k"] == 5
+
+
+def test_caffe_ceil_rule():
+    assert caffe_pool_out(112, 3, 2, 0) == 56  # floor would give 55
+    assert caffe_pool_out(112, 3, 2, 0, ceil=False) == 55
+    assert caffe_pool_out(13, 3, 2, 0) == 6
+    assert caffe_pool_out(4, 2, 2, 1) == 3  # last window would start in the padding: clipped
+    assert caffe_pool_out(5, 2, 2, 1) == 3
+
+
+@pytest.mark.corpus
+def test_ssd_keeps_fork_layers_as_unknown_ops():
+    from placer.ops import registry
+    r = convert_caffe(_net("ssd300_vgg_voc0712_deploy"))
+    types = Counter(op.type for op in _ops(r))
+    assert types["Permute"] == 12 and types["PriorBox"] == 6
+    assert types["Normalize"] == 1 and types["DetectionOutput"] == 1
+    for t in ("Permute", "PriorBox", "Normalize", "DetectionOutput"):
+        assert registry.get(t) is None
+    assert Counter(t for _, t in r.unknown_layers) == Counter(
+        {"Permute": 12, "PriorBox": 6, "Normalize": 1, "DetectionOutput": 1})
+    perm = _ops(r, "Permute")[0]
+    assert _args(perm) == {"order": [0, 2, 3, 1]}
+    norm = _ops(r, "Normalize")[0]
+    assert list(norm.input) == ["conv4_3", "conv4_3_norm_scale"]
+    fill = _fill(r, "conv4_3_norm_scale")
+    assert fill.type == "ConstantFill" and _args(fill)["value"] == 20.0
+    assert _args(fill)["shape"] == [512]
+    det = _ops(r, "DetectionOutput")[0]
+    assert _args(det)["nms_param.top_k"] == 400 and _args(det)["code_type"] == "CENTER_SIZE"
+    assert r.shapes["mbox_priorbox"] == (1, 2, 8732 * 4)  # SSD300's 8732 default boxes
+    assert r.shapes["mbox_conf_reshape"] == (1, 8732, 21)
+    reshape = _ops(r, "Reshape")[0]
+    assert _args(reshape)["shape"] == [0, -1, 21]
+
+
+@pytest.mark.corpus
+def test_random_fills_follow_fillers_and_are_seeded():
+    a = convert_caffe(_net("bvlc_alexnet_train_val"), input_shapes={"data": TensorType((50, 3, 227, 227))})
+    b = convert_caffe(_net("bvlc_alexnet_train_val"), input_shapes={"data": TensorType((50, 3, 227, 227))})
+    assert a.init == b.init
+    w = _fill(a, "conv1_w")
+    assert w.type == "GaussianFill" and _args(w)["std"] == pytest.approx(0.01)
+    assert _args(w)["shape"] == [96, 3, 11, 11] and "seed" in _args(w)
+    assert _fill(a, "conv2_b").type == "ConstantFill" and _args(_fill(a, "conv2_b"))["value"] == pytest.approx(0.1)
+    assert _args(_fill(a, "conv1_w"))["seed"] != _args(_fill(a, "conv2_w"))["seed"]
+    deploy = convert_caffe(_net("bvlc_alexnet_deploy"))  # no fillers in a deploy file
+    assert _fill(deploy, "conv1_w").type == "XavierFill"
+    assert _fill(deploy, "conv1_b").type == "ConstantFill"
+
+
+@pytest.mark.corpus
+def test_train_phase_ops():
+    r = convert_caffe(_net("cifar10_full_sigmoid_train_test_bn"), phase="train",
+                      input_shapes={"data": TensorType((100, 3, 32, 32))})
+    bn = _ops(r, "SpatialBN")[0]
+    assert _args(bn)["is_test"] == 0 and len(bn.output) == 5
+    assert list(bn.output[1:3]) == list(bn.input[3:5])  # running stats updated in place
+    assert r.param_shapes["ip1_w"] == (10, 64 * 4 * 4)
+    drop = convert_caffe(_net("bvlc_alexnet_deploy"), phase="train")
+    assert _args(_ops(drop, "Dropout")[0])["is_test"] == 0
+
+
+@pytest.mark.corpus
+def test_converted_shapes_agree_with_the_registry():
+    from placer.shapes import infer
+    for name in ("bvlc_alexnet_deploy", "bvlc_googlenet_train_val", "resnet50_ResNet-50-deploy",
+                 "squeezenet_v1.0_deploy", "mobilenet_deploy", "ssd300_vgg_voc0712_deploy"):
+        r = convert_caffe(_net(name))
+        typed = infer(load_caffe_net(_net(name)))
+        compared = 0
+        for blob, shape in r.shapes.items():
+            t = typed.blobs.get(blob)
+            if shape is not None and None not in shape and (t is not None or "ssd" not in name):
+                assert t is not None and t.shape == shape, (name, blob, t, shape)
+                compared += 1
+        assert compared >= 15, (name, compared)
+
+
+@pytest.mark.corpus
+def test_alexnet_macs_match_the_published_figure():
+    from placer.shapes import infer
+    typed = infer(load_caffe_net(_net("bvlc_alexnet_deploy")))  # batch 10
+    macs = sum(f.macs for f in typed.features) / 10
+    assert macs == pytest.approx(0.72e9, rel=0.05)
+
+
+# ---------------------------------------------------------------- layer mapping, in small nets
+
+SMALL = """
+name: "small"
+input: "x"
+input_shape { dim: 2 dim: 4 dim: 6 dim: 6 }
+layer { name: "conv" type: "Convolution" bottom: "x" top: "c"
+        convolution_param { num_output: 3 kernel_h: 3 kernel_w: 1 pad_h: 1 pad_w: 0 stride: 1 } }
+layer { name: "bn" type: "BatchNorm" bottom: "c" top: "c" }
+layer { name: "sc" type: "Scale" bottom: "c" top: "c" scale_param { bias_term: true } }
+layer { name: "lone_bn" type: "BatchNorm" bottom: "c" top: "d" batch_norm_param { eps: 0.001 } }
+layer { name: "lone_sc" type: "Scale" bottom: "d" top: "e" scale_param { bias_term: true } }
+layer { name: "leaky" type: "ReLU" bottom: "e" top: "e" relu_param { negative_slope: 0.1 } }
+layer { name: "pr" type: "PReLU" bottom: "d" top: "p" }  # keeps lone_bn from folding
+layer { name: "sum" type: "Eltwise" bottom: "e" bottom: "p" top: "s"
+        eltwise_param { operation: SUM coeff: 1 coeff: -1 } }
+layer { name: "prod" type: "Eltwise" bottom: "e" bottom: "p" bottom: "s" top: "m"
+        eltwise_param { operation: PROD } }
+layer { name: "max" type: "Eltwise" bottom: "e" bottom: "m" top: "mx" eltwise_param { operation: MAX } }
+layer { name: "sl" type: "Slice" bottom: "mx" top: "s1" top: "s2" slice_param { axis: 1 slice_point: 1 } }
+layer { name: "cat" type: "Concat" bottom: "s2" bottom: "s1" top: "cat" }
+layer { name: "flat" type: "Flatten" bottom: "cat" top: "flat" }
+layer { name: "flat2" type: "Flatten" bottom: "cat" top: "flat2" flatten_param { axis: 2 } }
+layer { name: "ip" type: "InnerProduct" bottom: "cat" top: "ip"
+        inner_product_param { num_output: 5 transpose: true bias_term: false } }
+layer { name: "pool" type: "Pooling" bottom: "cat" top: "gp" pooling_param { pool: AVE global_pooling: true } }
+layer { name: "fpool" type: "Pooling" bottom: "cat" top: "fp"
+        pooling_param { pool: MAX kernel_size: 2 stride: 2 round_mode: FLOOR } }
+layer { name: "pw" type: "Power" bottom: "ip" top: "pw" power_param { power: 2 } }
+layer { name: "sm" type: "Softmax" bottom: "pw" top: "prob" }
+"""
+
+
+def test_small_net_layer_mapping(tmp_path):
+    r = convert_caffe(_write(tmp_path, SMALL))
+    by_name = {}
+    for op in _ops(r):
+        by_name.setdefault(op.name, []).append(op)
+    conv = by_name["conv"][0]
+    assert _args(conv) == {"kernel_h": 3, "kernel_w": 1, "stride": 1, "pad_t": 1, "pad_b": 1,
+                           "pad_l": 0, "pad_r": 0, "order": "NCHW"}
+    assert r.param_shapes["conv_w"] == (3, 4, 3, 1)
+    assert [op.type for op in by_name["bn"]] == ["SpatialBN"] and "sc" not in by_name
+    assert [op.type for op in by_name["lone_bn"]] == ["SpatialBN"]
+    assert _args(by_name["lone_bn"][0])["epsilon"] == pytest.approx(0.001)
+    assert _args(_fill(r, "lone_bn_s")) == {"shape": [3], "value": 1.0, "seed": _args(_fill(r, "lone_bn_s"))["seed"]}
+    mul, add = by_name["lone_sc"]
+    assert (mul.type, add.type) == ("Mul", "Add")
+    assert list(mul.input) == ["d", "lone_sc_w"] and _args(mul) == {"broadcast": 1, "axis": 1}
+    assert list(add.input) == ["e", "lone_sc_b"] and list(add.output) == ["e"]
+    assert by_name["leaky"][0].type == "LeakyRelu" and _args(by_name["leaky"][0])["alpha"] == pytest.approx(0.1)
+    assert by_name["pr"][0].type == "PRelu" and r.param_shapes["pr_slope"] == (3,)
+    assert _args(_fill(r, "pr_slope"))["value"] == 0.25
+    scale, total = by_name["sum"]
+    assert scale.type == "Scale" and _args(scale)["scale"] == -1.0 and list(scale.input) == ["p"]
+    assert total.type == "Sum" and list(total.input) == ["e", scale.output[0]]
+    assert [op.type for op in by_name["prod"]] == ["Mul", "Mul"]
+    assert by_name["max"][0].type == "Max"
+    split = by_name["sl"][0]
+    assert split.type == "Split" and _args(split) == {"axis": 1, "split": [1, 2]}
+    assert r.shapes["s1"] == (2, 1, 6, 6) and r.shapes["s2"] == (2, 2, 6, 6)
+    assert r.shapes["cat"] == (2, 3, 6, 6)
+    assert by_name["flat"][0].type == "Flatten" and r.shapes["flat"] == (2, 108)
+    flat2 = by_name["flat2"][0]
+    assert flat2.type == "Reshape" and _args(flat2)["shape"] == [0, 0, -1]
+    assert r.shapes["flat2"] == (2, 3, 36)
+    ip = by_name["ip"][0]
+    assert ip.type == "FC" and list(ip.input) == ["cat", "ip_w", "ip_b"]
+    assert r.param_shapes["ip_w"] == (5, 108) and _args(_fill(r, "ip_b"))["value"] == 0.0
+    gp = by_name["pool"][0]
+    assert gp.type == "AveragePool" and _args(gp) == {"global_pooling": 1, "order": "NCHW"}
+    assert r.shapes["gp"] == (2, 3, 1, 1)
+    fp = by_name["fpool"][0]
+    assert "legacy_pad" not in _args(fp) and r.shapes["fp"] == (2, 3, 3, 3)
+    assert by_name["pw"][0].type == "Power" and ("pw", "Power") in r.unknown_layers
+    assert list(r.predict.external_output) == ["flat", "flat2", "gp", "fp", "prob"]
+
+
+def test_caffemodel_values_land_in_given_tensor_fills(tmp_path):
+    proto = _write(tmp_path, """
+name: "w"
+input: "x"
+input_dim: 1 input_dim: 2 input_dim: 3 input_dim: 3
+layer { name: "conv" type: "Convolution" bottom: "x" top: "c" convolution_param { num_output: 2 kernel_size: 3 } }
+layer { name: "bn" type: "BatchNorm" bottom: "c" top: "c" }
+layer { name: "sc" type: "Scale" bottom: "c" top: "c" scale_param { bias_term: true } }
+layer { name: "ip" type: "InnerProduct" bottom: "c" top: "y" inner_product_param { num_output: 3 } }
+layer { name: "ipt" type: "InnerProduct" bottom: "c" top: "z"
+        inner_product_param { num_output: 3 transpose: true } }
+""")
+    rng = np.random.default_rng(0)
+    conv_w = rng.standard_normal((2, 2, 3, 3)).astype(np.float32)
+    ip_w = rng.standard_normal((3, 2)).astype(np.float32)
+    model = pb.NetParameter(name="w")
+
+    def add(layer_name, *arrays, legacy=False):
+        layer = model.layer.add(name=layer_name)
+        for a in arrays:
+            blob = layer.blobs.add()
+            if legacy:  # old 4-D blob: (num, channels, height, width) padded with 1s
+                dims = (1,) * (4 - a.ndim) + a.shape
+                blob.num, blob.channels, blob.height, blob.width = dims
+            else:
+                blob.shape.dim.extend(a.shape)
+            blob.data.extend(a.ravel().tolist())
+
+    add("conv", conv_w, np.array([0.5, -0.5], np.float32))
+    add("bn", np.array([2.0, 4.0], np.float32), np.array([6.0, 8.0], np.float32), np.array([2.0], np.float32))
+    add("sc", np.array([1.5, 2.5], np.float32), np.array([0.1, 0.2], np.float32))
+    add("ip", ip_w, np.array([1, 2, 3], np.float32), legacy=True)
+    add("ipt", ip_w.T.copy(), np.array([4, 5, 6], np.float32))
+    weights = tmp_path / "w.caffemodel"
+    weights.write_bytes(model.SerializeToString())
+
+    r = convert_caffe(proto, weights=weights)
+    fills = {op.output[0]: op for op in r.init.op}
+    assert all(op.type == "GivenTensorFill" for op in fills.values())
+
+    def values(name):
+        a = _args(fills[name])
+        return np.array(a["values"], np.float32).reshape(a["shape"])
+
+    np.testing.assert_array_equal(values("conv_w"), conv_w)
+    np.testing.assert_array_equal(values("conv_b"), [0.5, -0.5])
+    np.testing.assert_allclose(values("bn_rm"), [1.0, 2.0])  # divided by the factor 2
+    np.testing.assert_allclose(values("bn_riv"), [3.0, 4.0])
+    np.testing.assert_allclose(values("sc_w"), [1.5, 2.5])
+    np.testing.assert_allclose(values("sc_b"), [0.1, 0.2])
+    np.testing.assert_array_equal(values("ip_w"), ip_w)  # legacy (1, 1, 3, 2) blob
+    np.testing.assert_array_equal(values("ipt_w"), ip_w)  # stored transposed in Caffe
+    np.testing.assert_array_equal(values("ip_b"), [1, 2, 3])
+    assert r.weights_used == 10
+
+    net = load_caffe_net(proto, weights=str(weights))
+    assert net.params["conv_w"] == TensorType((2, 2, 3, 3))
+    assert net.params["ipt_w"].shape == (3, 2)
+
+
+def test_weights_that_do_not_fit_are_an_error(tmp_path):
+    from placer.errors import NetParseError
+    proto = _write(tmp_path, """
+name: "w"
+input: "x"
+input_dim: 1 input_dim: 2 input_dim: 3 input_dim: 3
+layer { name: "conv" type: "Convolution" bottom: "x" top: "c" convolution_param { num_output: 2 kernel_size: 3 } }
+""")
+    model = pb.NetParameter()
+    blob = model.layer.add(name="conv").blobs.add()
+    blob.shape.dim.extend([2, 3, 3, 3])
+    blob.data.extend([0.0] * 54)
+    weights = tmp_path / "w.caffemodel"
+    weights.write_bytes(model.SerializeToString())
+    with pytest.raises(NetParseError, match="conv_w.*2x3x3x3.*2x2x3x3"):
+        convert_caffe(proto, weights=weights)
+
+
+def test_shared_parameters_through_paramspec_names(tmp_path):
+    r = convert_caffe(_write(tmp_path, """
+name: "siamese"
+input: "a" input_shape { dim: 1 dim: 8 }
+input: "b" input_shape { dim: 1 dim: 8 }
+layer { name: "ip_a" type: "InnerProduct" bottom: "a" top: "ya" param { name: "shared_w" }
+        param { name: "shared_b" } inner_product_param { num_output: 4 } }
+layer { name: "ip_b" type: "InnerProduct" bottom: "b" top: "yb" param { name: "shared_w" }
+        param { name: "shared_b" } inner_product_param { num_output: 4 } }
+"""))
+    assert [list(op.input) for op in _ops(r)] == [["a", "shared_w", "shared_b"], ["b", "shared_w", "shared_b"]]
+    assert [op.output[0] for op in r.init.op] == ["shared_w", "shared_b"]
+
+
+# ---------------------------------------------------------------- the command
+
+@pytest.mark.corpus
+def test_convert_command_writes_both_nets(tmp_path, capsys):
+    from placer.formats.caffe2 import load_netdef
+    out = tmp_path / "out"
+    rc = main(["convert", str(_net("ssd300_vgg_voc0712_deploy")), "-o", str(out), "--binary"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "101 ops" in text and "Permute 12" in text and "PriorBox 6" in text
+    for name in ("predict_net.pbtxt", "init_net.pbtxt", "predict_net.pb", "init_net.pb"):
+        assert (out / name).is_file() and f"wrote {out / name}" in text
+    r = convert_caffe(_net("ssd300_vgg_voc0712_deploy"))
+    assert load_netdef(out / "predict_net.pbtxt") == r.predict == load_netdef(out / "predict_net.pb")
+    assert load_netdef(out / "init_net.pbtxt") == r.init
+
+
+def test_convert_command_refuses_to_overwrite_its_input(tmp_path, capsys):
+    proto = _write(tmp_path, SMALL, "predict_net.pbtxt")
+    assert main(["convert", str(proto), "-o", str(tmp_path)]) == 2
+    assert "refusing to overwrite" in capsys.readouterr().err
+    assert proto.read_text() == SMALL
+
+
+def test_convert_command_with_input_shape(tmp_path, capsys):
+    proto = _write(tmp_path, """
+name: "data"
+layer { name: "d" type: "Data" top: "data" top: "label" data_param { batch_size: 4 } }
+layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 2 } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+""")
+    assert main(["convert", str(proto), "-o", str(tmp_path / "a")]) == 0
+    assert "--input data=4,C,H,W" in capsys.readouterr().out
+    assert main(["convert", str(proto), "-o", str(tmp_path / "b"), "--input", "data=4,3,5,5"]) == 0
+    from placer.formats.caffe2 import load_netdef, params_from_init
+    params = params_from_init(load_netdef(tmp_path / "b" / "init_net.pbtxt"))
+    assert params["ip_w"].shape == (2, 75)
