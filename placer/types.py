@@ -200,6 +200,8 @@ class Net:
       converted from it), kept so that a placed net changes nothing else.
     - ``path``: the file the net was read from (for messages); ``source_format`` is
       "caffe2-text", "caffe2-binary", or "caffe-prototxt".
+    - ``notes``: what the loader wants the user to know (Caffe: layers kept as unknown ops,
+      fork fields skipped, an input whose shape the file leaves open and the --input for it).
     """
 
     name: str
@@ -214,6 +216,7 @@ class Net:
     init_path: str = ""
     source_format: str = ""
     default_device: Device | None = None
+    notes: list[str] = field(default_factory=list)
 
     @property
     def data_inputs(self) -> list[str]:
