@@ -8,6 +8,7 @@ errors, the unknown-shape paths, the cost features and the random fills.
 from __future__ import annotations
 
 import math
+import types
 import zlib
 
 import numpy as np
@@ -238,6 +239,31 @@ def test_conformance(case, device):
     for t, got in zip(types, outs):
         if t is not None:
             assert t == type_of(got), (t, type_of(got))
+
+
+class CupyNamespace:
+    """numpy restricted to the names cupy also has, so that a kernel reaching for a
+    numpy-only function fails here, on machines without a GPU."""
+
+    def __init__(self, np_module, cp_module):
+        self._np, self._cp = np_module, cp_module
+
+    def __getattr__(self, name):
+        if not hasattr(self._cp, name):
+            raise AttributeError(f"cupy has no '{name}': the kernel would fail on the GPU")
+        value = getattr(self._np, name)
+        return CupyNamespace(value, getattr(self._cp, name)) if isinstance(value, types.ModuleType) else value
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_kernels_use_only_names_cupy_has(case):
+    cupy = pytest.importorskip("cupy")
+    inputs = case_inputs(case)
+    opdef = registry.get(case["op"])
+    got = opdef.kernel(CupyNamespace(np, cupy), inputs, case_args(case))
+    want = opdef.kernel(np, inputs, case_args(case))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c["inputs"]], ids=lambda c: c["id"])
@@ -543,3 +569,25 @@ def test_alias_returns_its_input_and_copy_a_new_array():
     assert run_kernel("Alias", [x])[0] is x
     y, = run_kernel("Copy", [x])
     assert y is not x and np.array_equal(y, x)
+
+
+# -- a corpus net made of these ops, end to end ---------------------------------------------
+
+@pytest.mark.corpus
+def test_glow_gather_net_infers_and_runs(corpus):
+    """Shape -> Gather(shape, index from the init net) -> Reshape(data, gathered shape): the
+    Reshape's output is unknown before running (its shape is a blob's values) and right after."""
+    from placer import shapes
+    from placer.formats import load_net
+    from placer.runtime.executor import Executor
+    path = corpus / "caffe2" / "glow_gather_const_fold.pbtxt"
+    net = load_net(path, init_path=corpus / "caffe2" / "glow_gather_const_fold_init.pbtxt")
+    typed = shapes.infer(net, {"data": TensorType((2, 3, 4, 5))})
+    assert typed.blobs["shape_x"] == TensorType((4,), "int64")
+    assert typed.blobs["gather_x"] == TensorType((4,), "int64")
+    assert typed.blobs["result"] is None and "result" in typed.missing
+    executor = Executor(net)
+    executor.run_init()
+    data = np.arange(120, dtype=np.float32).reshape(2, 3, 4, 5)
+    result = executor.run({"data": data})["result"]
+    np.testing.assert_array_equal(result, data.reshape(2, 4, 5, 3))  # index [0, 2, 3, 1] of the dims
