@@ -108,6 +108,8 @@ def test_data_layer_without_channels_gives_a_hint(corpus):
     net = load_caffe_net(corpus / "caffe" / "bvlc_alexnet_train_val.prototxt")
     assert "data" not in net.input_shapes and "conv1_w" not in net.params
     assert "conv1_w" in net.external_inputs
+    assert any("--input data=50,C,227,227" in n for n in net.notes)
+    assert any("conv1_w" in n for n in net.notes)
 
 
 @pytest.mark.corpus

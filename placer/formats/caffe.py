@@ -426,6 +426,5 @@ def load_caffe_net(path: str | os.PathLike, phase: str = "test", weights: str | 
                           source_format="caffe-prototxt")
     net.input_shapes.update(result.input_shapes)
     net.path = str(path)
-    if hasattr(net, "notes"):
-        net.notes.extend(result.notes)
+    net.notes.extend(result.notes)
     return net
