@@ -263,6 +263,17 @@ def test_infer_agrees_with_kernel(case):
         assert (got.shape, str(got.dtype)) == (t.shape, t.dtype)
 
 
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_kernel_leaves_inputs_alone(case):
+    """Outputs are fresh arrays: in-place nets (output named like an input) stay correct."""
+    inputs = case_inputs(case)
+    before = [x.copy() for x in inputs]
+    outs = registry.get(case["op"]).kernel(np, inputs, case_args(case))
+    for x, was in zip(inputs, before):
+        np.testing.assert_array_equal(x, was)
+        assert not any(np.shares_memory(x, o) for o in outs)
+
+
 def test_every_family_op_has_cases():
     families = {"fc", "elementwise", "loss"}
     ours = {t for t in registry.all_types()

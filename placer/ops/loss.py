@@ -46,7 +46,7 @@ def _rows(x: TensorType, args: Args) -> tuple[int, int]:
 
 
 def log_softmax_rows(xp, x2):
-    """Max-shifted log-softmax over axis 1 of a 2-D array (one temporary kept)."""
+    """Max-shifted log-softmax over axis 1 of a 2-D array (never overflows)."""
     z = x2 - x2.max(axis=1, keepdims=True)
     z -= xp.log(xp.exp(z).sum(axis=1, keepdims=True))
     return z

@@ -82,6 +82,8 @@ CASES = [
     dict(id="add_axis1", op="Add", args={"broadcast": 1, "axis": 1},
          inputs=[randn(2, 3, 4, 5), randn(3, 4)], ref="add"),
     dict(id="mul_axis_end", op="Mul", args={"broadcast": 1}, inputs=[randn(2, 3, 4, 5), randn(5)], ref="mul"),
+    dict(id="add_b_last_dim_axis_minus1", op="Add", args={"broadcast": 1, "axis": -1},
+         inputs=[randn(2, 3, 4, 5), randn(5)], ref="add"),
     dict(id="mul_axis_minus1", op="Mul", args={"broadcast": 1, "axis": -1},
          inputs=[randn(2, 3, 4, 5), randn(4, 5)], ref="mul"),
     dict(id="sub_axis0", op="Sub", args={"broadcast": 1, "axis": 0}, inputs=[randn(2, 3, 4, 5), randn(2)], ref="sub"),
