@@ -352,6 +352,7 @@ def test_shape_and_size_types():
     ("Reshape", [(2, 3, 4)], {"shape": [2, 3]}, {}, ["6 elements, input has 24"]),
     ("Transpose", [(2, 3, 4)], {"axes": [0, 0, 1]}, {}, ["not a permutation"]),
     ("Squeeze", [(2, 3)], {"dims": [1]}, {}, ["dimension 1 has size 3"]),
+    ("Squeeze", [(2, 1)], {"dims": [2]}, {}, ["dimension 2 is beyond 2 dimensions"]),
     ("ExpandDims", [(2, 3)], {"dims": [4]}, {}, ["beyond"]),
     ("Slice", [(4, 4)], {"starts": [1, 1], "ends": [3, 3]}, {}, ["only one dimension"]),
     ("Slice", [(4, 4)], {"starts": [3], "ends": [1]}, {}, ["start 3, end 1"]),
@@ -456,6 +457,10 @@ def test_gather_and_fill_costs():
     x = cost("XavierFill", [], {"shape": [10, 10]})
     assert (x.flops, x.bytes_written) == (100, 400)
     assert cost("Alias", [TensorType((1000,))]).bytes_read == 0
+    reshape = cost("Reshape", [TensorType((10, 10)), TensorType((2,), "int64")])  # output unknown
+    assert reshape.bytes_read == reshape.bytes_written == 400
+    split = cost("Split", [TensorType((10, 10))], {"axis": 1})  # output count unknown
+    assert split.bytes_read == split.bytes_written == 400
     assert cost("Copy", [TensorType((1000,))]).bytes_written == 4000
 
 

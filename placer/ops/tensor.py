@@ -242,7 +242,9 @@ def _dims(args: Args, op_type: str) -> list[int]:
 def squeezed(shape: tuple[int, ...], args: Args, inputs) -> tuple[int, ...]:
     dims = _dims(args, "Squeeze")
     for d in dims:
-        if d < len(shape) and shape[d] != 1:
+        if d >= len(shape):
+            raise _fail(args, "Squeeze", inputs, f"dimension {d} is beyond {len(shape)} dimensions")
+        if shape[d] != 1:
             raise _fail(args, "Squeeze", inputs, f"dimension {d} has size {shape[d]}, not 1")
     return tuple(s for i, s in enumerate(shape) if i not in dims)
 
@@ -457,6 +459,12 @@ def kernel_tile(xp, inputs, args: Args) -> tuple:
     return (xp.tile(x, _tile_reps(x.ndim, tiles, axis, args, ())),)
 
 
+def whole_input_cost(inputs, outputs, args) -> OpFeatures:
+    """Reshape and Split write exactly what they read, known even when the output shapes
+    are not (they come from a blob's values)."""
+    return OpFeatures(bytes_read=float(inputs[0].nbytes), bytes_written=float(inputs[0].nbytes))
+
+
 def first_output_cost(inputs, outputs, args) -> OpFeatures:
     """Movement of the main data only (small index/shape side inputs and outputs ignored)."""
     return movement_cost(inputs[:1], outputs[:1], args)
@@ -470,10 +478,10 @@ _reg("Concat", infer_concat, kernel_concat, n_in=(1, None),
      doc="Join inputs along axis (or a new axis with add_axis=1); second output split_info "
          "(int32, per-input sizes along the axis; Caffe2 keeps it on the CPU).")
 _reg("DepthConcat", infer_concat, kernel_concat, n_in=(1, None), doc="Old name of Concat.")
-_reg("Split", infer_split, kernel_split, n_in=(1, 2),
+_reg("Split", infer_split, kernel_split, whole_input_cost, n_in=(1, 2),
      doc="Split along axis by the split argument, a split input, or equally among the outputs.")
-_reg("DepthSplit", infer_split, kernel_split, n_in=(1, 2), doc="Old name of Split.")
-_reg("Reshape", infer_reshape, kernel_reshape, first_output_cost, n_in=(1, 2),
+_reg("DepthSplit", infer_split, kernel_split, whole_input_cost, n_in=(1, 2), doc="Old name of Split.")
+_reg("Reshape", infer_reshape, kernel_reshape, whole_input_cost, n_in=(1, 2),
      doc="New shape from the shape argument (0 copies a dimension, -1 is inferred) or from a "
          "second int32/int64 input (output shape then unknown before running); second output "
          "old_shape (int64, or the shape input's dtype; Caffe2 keeps it on the CPU).")
