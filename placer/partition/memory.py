@@ -29,7 +29,7 @@ from placer.partition.explain import make_plan
 from placer.partition.mincut import FlowNetwork
 from placer.partition.milp import milp_partition
 from placer.partition.problem import (PIN_GPU, CostArrays, flip_delta, from_graph,
-                                      gpu_memory, serial_cost)
+                                      gpu_memory, scratch_bytes, serial_cost)
 
 
 def usage(arr: CostArrays, on_gpu) -> float:
@@ -58,8 +58,10 @@ class MemoryPartitioner:
                              capacity=self.capacity,
                              notes=["the unconstrained optimum fits in GPU memory"])
         check_pinned_fit(arr, self.capacity)
-        on_gpu = lagrangian(arr, net, self.capacity)
-        on_gpu = improve(arr, on_gpu, self.capacity, self.improve_time_s)
+        starts = lagrangian(arr, net, self.capacity, free_opt)
+        starts.sort(key=lambda x: serial_cost(arr, x).total_s)
+        tried = [improve(arr, x, self.capacity, self.improve_time_s / 2) for x in starts[:2]]
+        on_gpu = min(tried, key=lambda x: serial_cost(arr, x).total_s)
         heur = serial_cost(arr, on_gpu).total_s
         notes, optimal, gap = [f"Lagrangian + repair: {heur:.6g} s"], False, None
         if self.milp_time_limit > 0:
@@ -90,9 +92,51 @@ def check_pinned_fit(arr: CostArrays, capacity: float) -> None:
             hint="unpin some of them, raise --gpu-mem or lower --gpu-reserve")
 
 
-def lagrangian(arr: CostArrays, net: FlowNetwork, capacity: float, steps: int = 14) -> np.ndarray:
-    """Best feasible placement over bisected multipliers, repaired if none was feasible."""
-    w = arr.param_bytes + arr.output_bytes
+def lagrangian(arr: CostArrays, net: FlowNetwork, capacity: float, free_opt: np.ndarray,
+               steps: int = 12, rounds: int = 3) -> list[np.ndarray]:
+    """Feasible starting placements: per round, the cheapest one met while bisecting the
+    multiplier and the last infeasible one repaired.
+
+    The memory limit holds at every op step s, so each step gets a price mu_s (summing to
+    1) and an op's GPU-side cost grows by lam * (bytes of the parameters it reads, live at
+    every step, + bytes of each blob it writes times the price of the steps the blob
+    lives). Round 1 prices the steps where the unconstrained optimum exceeds the limit;
+    each later round moves half the price to where the last infeasible plan exceeded it.
+    """
+    mu = _excess(arr, free_opt, capacity, None)
+    starts = []
+    for _ in range(rounds):
+        found, tight = _bisect(arr, net, capacity, _op_weights(arr, mu), steps)
+        starts += found
+        if tight is None:
+            break
+        mu = _excess(arr, tight, capacity, mu)
+    return starts
+
+
+def _excess(arr, x, capacity, mu):
+    params, curve, _ = gpu_memory(arr, x, curve_only=True)
+    over = np.maximum(curve + params - capacity, 0)
+    new = over / over.sum() if over.sum() > 0 else np.full(arr.n_ops, 1.0 / max(arr.n_ops, 1))
+    return new if mu is None else 0.5 * mu + 0.5 * new
+
+
+def _op_weights(arr, mu):
+    """GPU bytes of each op priced by step (see ``lagrangian``)."""
+    n = arr.n_ops
+    cum = np.concatenate([[0.0], np.cumsum(mu)])
+    last = np.full(arr.n_tensors, -1, np.int64)
+    has = np.diff(arr.t_ptr) > 0
+    if has.any():
+        last[has] = np.maximum.reduceat(arr.t_cons, arr.t_ptr[:-1][has])
+    made = np.flatnonzero(arr.t_producer >= 0)
+    p = arr.t_producer[made]
+    end = np.maximum(last[made], p)
+    act = np.bincount(p, weights=arr.t_bytes[made] * (cum[end + 1] - cum[p]), minlength=n)
+    return arr.param_bytes * cum[-1] + act + scratch_bytes(arr) * mu
+
+
+def _bisect(arr, net, capacity, w, steps):
     scale = max(float(np.abs(arr.cpu_s - arr.gpu_s).sum()), 1e-12) / max(float(w.sum()), 1.0)
     best, best_cost = arr.forced == PIN_GPU, serial_cost(arr, arr.forced == PIN_GPU).total_s
     lo, hi, tight = 0.0, scale, None
@@ -110,10 +154,7 @@ def lagrangian(arr: CostArrays, net: FlowNetwork, capacity: float, steps: int = 
             hi = mid
         else:
             lo, tight = mid, x
-    if tight is not None:
-        fixed = repair(arr, tight, capacity)
-        best, best_cost = _better(arr, fixed, best, best_cost)
-    return best
+    return [best] + ([repair(arr, tight, capacity)] if tight is not None else []), tight
 
 
 def _better(arr, x, best, best_cost):
@@ -135,26 +176,67 @@ def repair(arr: CostArrays, on_gpu: np.ndarray, capacity: float) -> np.ndarray:
 
 
 def improve(arr: CostArrays, on_gpu: np.ndarray, capacity: float, time_s: float) -> np.ndarray:
-    """Single-op (single colocation group) moves that lower the cost and still fit."""
+    """Moves that lower the cost and still fit, until none is left or time is up:
+    single ops (colocation groups), runs of up to 4 consecutive ops, and swaps of a CPU op
+    that wants the GPU with a GPU op that is cheap to move out."""
     x = on_gpu.copy()
-    free = np.flatnonzero(arr.forced < 0)
-    gain = np.abs(arr.cpu_s[free] - arr.gpu_s[free])
-    order = free[np.argsort(-gain)]
     deadline = time.perf_counter() + time_s
-    for _ in range(3):
-        moved = False
-        for i in order:
-            if time.perf_counter() > deadline:
-                return x
-            group = np.flatnonzero(arr.component == arr.component[i]) if len(arr.colocate) else [i]
-            delta, _ = flip_delta(arr, x, group)
-            if delta >= -1e-15:
-                continue
-            x[group] = ~x[group]
-            if x[i] and usage(arr, x) > capacity:
-                x[group] = ~x[group]
-                continue
-            moved = True
-        if not moved:
+    free = np.flatnonzero(arr.forced < 0)
+    order = free[np.argsort(-np.abs(arr.cpu_s[free] - arr.gpu_s[free]))]
+    groups = [_group(arr, i) for i in order]
+    runs = [np.arange(i, i + k) for k in (2, 3, 4) for i in range(arr.n_ops - k + 1)
+            if (arr.forced[i:i + k] < 0).all()]
+    for _ in range(6):
+        moved = any([_moves(arr, x, capacity, groups, deadline),
+                     _moves(arr, x, capacity, runs, deadline),
+                     _swaps(arr, x, capacity, order, deadline)])
+        if not moved or time.perf_counter() > deadline:
             break
     return x
+
+
+def _group(arr: CostArrays, i: int) -> np.ndarray:
+    if len(arr.colocate):
+        return np.flatnonzero(arr.component == arr.component[i])
+    return np.array([i])
+
+
+def _moves(arr, x, capacity, moves, deadline) -> bool:
+    """Apply each move (ops flipped together) that lowers the cost and fits."""
+    moved = False
+    for ops in moves:
+        if time.perf_counter() > deadline:
+            break
+        delta, _ = flip_delta(arr, x, ops)
+        if delta >= -1e-15:
+            continue
+        x[ops] = ~x[ops]
+        if x[ops].any() and usage(arr, x) > capacity:
+            x[ops] = ~x[ops]
+            continue
+        moved = True
+    return moved
+
+
+def _swaps(arr, x, capacity, order, deadline, k: int = 25) -> bool:
+    """Pair a CPU op whose move to the GPU would pay but does not fit with a GPU op whose
+    move to the CPU frees room cheaply."""
+    deltas = {int(i): flip_delta(arr, x, _group(arr, i))[0] for i in order}
+    want = sorted((d, i) for i, d in deltas.items() if not x[i] and d < 0)[:k]
+    out = sorted((d, i) for i, d in deltas.items() if x[i])[:k]
+    moved = False
+    for _, a in want:
+        for _, b in out:
+            if time.perf_counter() > deadline or x[a] or not x[b]:
+                break
+            ops = np.concatenate([_group(arr, a), _group(arr, b)])
+            delta, _ = flip_delta(arr, x, ops)
+            if delta >= -1e-15:
+                continue
+            x[ops] = ~x[ops]
+            if usage(arr, x) > capacity:
+                x[ops] = ~x[ops]
+                continue
+            moved = True
+            break
+    return moved

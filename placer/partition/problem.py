@@ -235,8 +235,16 @@ def _tensor_costs(arr: CostArrays, on_gpu: np.ndarray, ts: np.ndarray) -> np.nda
     return out
 
 
-def gpu_memory(arr: CostArrays, on_gpu: np.ndarray) -> tuple[float, float, int]:
-    """GPU bytes of a placement: (parameters, peak live activations, step of the peak).
+def scratch_bytes(arr: CostArrays) -> np.ndarray:
+    """Bytes each op writes that no one reads (live only while it runs)."""
+    made = arr.t_producer >= 0
+    produced = np.bincount(arr.t_producer[made], weights=arr.t_bytes[made], minlength=arr.n_ops)
+    return np.maximum(arr.output_bytes - produced, 0)
+
+
+def gpu_memory(arr: CostArrays, on_gpu: np.ndarray, curve_only: bool = False):
+    """GPU bytes of a placement: (parameters, peak live activations, step of the peak);
+    with ``curve_only``, (parameters, live activation bytes at every step, 0).
 
     Parameters live on the GPU when any GPU op reads them, for the whole run.
     Activation lifetimes follow the op order (step i = while op i runs):
@@ -268,12 +276,11 @@ def gpu_memory(arr: CostArrays, on_gpu: np.ndarray) -> tuple[float, float, int]:
     if not arr.outputs_on_host:
         end = np.where(made_gpu & arr.t_ext_out, n - 1, end)
     live = ~params & (made_gpu | gpu_reads)
-    diff = np.zeros(n + 1)
-    np.add.at(diff, start[live], arr.t_bytes[live])
-    np.add.at(diff, end[live] + 1, -arr.t_bytes[live])
-    produced = np.bincount(prod[made], weights=arr.t_bytes[made], minlength=n)
-    scratch = np.maximum(arr.output_bytes - produced, 0) * on_gpu
-    curve = np.cumsum(diff)[:n] + scratch
+    diff = np.bincount(start[live], weights=arr.t_bytes[live], minlength=n + 1)
+    diff -= np.bincount(end[live] + 1, weights=arr.t_bytes[live], minlength=n + 1)
+    curve = np.cumsum(diff)[:n] + scratch_bytes(arr) * on_gpu
+    if curve_only:
+        return param_bytes, curve, 0
     if n == 0:
         return param_bytes, 0.0, 0
     step = int(np.argmax(curve))
