@@ -183,6 +183,9 @@ REFERENCES = {
     "flatten": ref_flatten,
     "flatten_to_vec": lambda torch, xs, case: [torch.flatten(xs[0])],
     "transpose": ref_transpose,
+    "resize_like": lambda torch, xs, case: [xs[0].reshape(xs[1].shape)],
+    "ranges": lambda torch, xs, case: [torch.stack(
+        [torch.cumsum(xs[0], 0) - xs[0], xs[0]], dim=1).to(torch.int32)],
     "squeeze": ref_squeeze,
     "expand_dims": ref_expand_dims,
     "slice": lambda torch, xs, case: [xs[0][case["index"]]],
@@ -469,6 +472,7 @@ def test_gather_and_fill_costs():
 def test_devices_follow_caffe2_kernels():
     both = frozenset({"cpu", "gpu"})
     assert registry.get("LengthsToSegmentIds").devices == frozenset({"cpu"})
+    assert registry.get("LengthsToRanges").devices == frozenset({"cpu"})
     for op_type in ("SparseLengthsSum", "SparseLengthsMean", "SparseLengthsWeightedSum", "LengthsSum",
                     "Gather", "BatchGather", "Concat", "ConstantFill", "XavierFill", "CopyGPUToCPU"):
         assert registry.get(op_type).devices == both, op_type

@@ -3,7 +3,8 @@
 SparseLengthsSum / Mean / WeightedSum (DATA, [WEIGHTS,] INDICES, LENGTHS): for each
 segment s, reduce the rows DATA[INDICES[j]] for the LENGTHS[s] consecutive j of that
 segment. LengthsSum / LengthsMean (DATA, LENGTHS) do the same over DATA's own rows.
-LengthsToSegmentIds (LENGTHS) gives the segment number of every position.
+LengthsToSegmentIds (LENGTHS) gives the segment number of every position, LengthsToRanges
+(LENGTHS) the (offset, length) of every segment.
 
 How the reduction runs (no Python loop over segments, no ``add.at``): a segment sum is
 the product of a sparse (segments x rows) matrix with the table, in CSR form with
@@ -15,7 +16,7 @@ empty segments set to zero explicitly (reduceat returns a row for them).
 
 Caffe2 facts kept: LENGTHS are summed and must equal len(INDICES) (else an error naming
 the op); a mean over an empty segment is 0; float16 tables give float32 outputs; all but
-LengthsToSegmentIds had CUDA kernels (LengthsToSegmentIds was registered for CPU only).
+LengthsToSegmentIds and LengthsToRanges had CUDA kernels (those two were CPU only).
 """
 from __future__ import annotations
 
@@ -187,6 +188,20 @@ def kernel_lengths_to_segment_ids(xp, inputs, args: Args) -> tuple:
     return (ids.astype(xp.int32),)
 
 
+def infer_lengths_to_ranges(inputs: Sequence[TensorType], args: Args) -> list[TensorType]:
+    lengths = inputs[0]
+    if lengths.ndim != 1 or lengths.dtype not in INDEX_DTYPES:
+        raise _fail(args, "LengthsToRanges", inputs, "LENGTHS must be a 1-D int32/int64 vector")
+    return [TensorType(lengths.shape + (2,), "int32")]
+
+
+def kernel_lengths_to_ranges(xp, inputs, args: Args) -> tuple:
+    """Row s is [offset of segment s, its length]."""
+    lengths = inputs[0].astype(xp.int32)
+    offsets = xp.cumsum(lengths) - lengths
+    return (xp.stack([offsets, lengths], axis=1).astype(xp.int32),)
+
+
 # -- costs ------------------------------------------------------------------------------
 
 def sparse_lengths_cost(inputs: Sequence[TensorType], outputs: Sequence[TensorType],
@@ -236,3 +251,6 @@ register(OpDef("LengthsToSegmentIds", infer_lengths_to_segment_ids, kernel_lengt
                segment_ids_cost, devices=frozenset({"cpu"}), min_inputs=1, max_inputs=1,
                doc="LENGTHS -> int32 segment id of every position (length sum(LENGTHS), known "
                    "only when run). CPU only: Caffe2 had no CUDA kernel for it."))
+register(OpDef("LengthsToRanges", infer_lengths_to_ranges, kernel_lengths_to_ranges, segment_ids_cost,
+               devices=frozenset({"cpu"}), min_inputs=1, max_inputs=1,
+               doc="LENGTHS -> int32 (offset, length) rows. CPU only, as in Caffe2."))

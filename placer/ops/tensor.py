@@ -1,7 +1,7 @@
 """Op family 'tensor': ops that move or re-view data without arithmetic.
 
-Concat, Split, Reshape, Flatten, FlattenToVec, Transpose, Squeeze, ExpandDims, Slice,
-Gather, BatchGather, ChannelShuffle, Shape, Size, Tile — with Caffe2's semantics.
+Concat, Split, Reshape, Flatten, FlattenToVec, ResizeLike, Transpose, Squeeze, ExpandDims,
+Slice, Gather, BatchGather, ChannelShuffle, Shape, Size, Tile — with Caffe2's semantics.
 
 Conventions of this family:
 - An output whose shape depends on the *values* of an input tensor (Reshape's shape
@@ -276,6 +276,17 @@ def kernel_expand_dims(xp, inputs, args: Args) -> tuple:
     return (x.reshape(expanded(tuple(x.shape), args, ())).copy(),)
 
 
+def infer_resize_like(inputs: Sequence[TensorType], args: Args) -> list[TensorType]:
+    x, like = inputs
+    if x.size != like.size:
+        raise _fail(args, "ResizeLike", inputs, f"{x.size} elements cannot take the shape of {like.size}")
+    return [TensorType(like.shape, x.dtype)]
+
+
+def kernel_resize_like(xp, inputs, args: Args) -> tuple:
+    return (inputs[0].reshape(inputs[1].shape).copy(),)
+
+
 # -- Slice ----------------------------------------------------------------------------------
 
 def slice_bounds(shape: tuple[int, ...], starts: list[int], ends: list[int], args: Args,
@@ -487,6 +498,8 @@ _reg("Reshape", infer_reshape, kernel_reshape, whole_input_cost, n_in=(1, 2),
          "old_shape (int64, or the shape input's dtype; Caffe2 keeps it on the CPU).")
 _reg("Flatten", infer_flatten, kernel_flatten, doc="2-D: dims before axis (default 1) x the rest.")
 _reg("FlattenToVec", infer_flatten_to_vec, kernel_flatten_to_vec, doc="1-D view of all elements.")
+_reg("ResizeLike", infer_resize_like, kernel_resize_like, first_output_cost, n_in=(2, 2),
+     doc="The first input with the second input's shape (same number of elements).")
 _reg("Transpose", infer_transpose, kernel_transpose, doc="Permute axes (default: reversed).")
 _reg("Squeeze", infer_squeeze, kernel_squeeze, doc="Drop the listed size-1 dims.")
 _reg("ExpandDims", infer_expand_dims, kernel_expand_dims, doc="Insert size-1 dims at the listed positions.")

@@ -82,6 +82,7 @@ CASES = [
     dict(id="flatten_axis0", op="Flatten", args={"axis": 0}, inputs=[randn(2, 3)], ref="flatten"),
     dict(id="flatten_axis2", op="Flatten", args={"axis": 2}, inputs=[randn(2, 3, 4, 5)], ref="flatten"),
     dict(id="flatten_to_vec", op="FlattenToVec", args={}, inputs=[randn(2, 3, 4)], ref="flatten_to_vec"),
+    dict(id="resize_like", op="ResizeLike", args={}, inputs=[randn(6, 4), randn(2, 3, 4)], ref="resize_like"),
     dict(id="transpose_default", op="Transpose", args={}, inputs=[randn(2, 3, 4)], ref="transpose"),
     dict(id="transpose_axes", op="Transpose", args={"axes": [0, 2, 3, 1]}, inputs=[randn(2, 3, 4, 5)],
          ref="transpose"),
@@ -163,6 +164,8 @@ CASES = [
          inputs=[randn(4, 2), given([1, 3], "int64")], ref="lengths_sum"),
     dict(id="lengths_to_segment_ids", op="LengthsToSegmentIds", args={}, inputs=[given([0, 2, 0, 3, 1, 0])],
          ref="segment_ids"),
+    dict(id="lengths_to_ranges", op="LengthsToRanges", args={}, inputs=[given([2, 0, 3, 1])],
+         ref="ranges"),
     dict(id="lengths_to_segment_ids_empty", op="LengthsToSegmentIds", args={}, inputs=[given([0, 0])],
          ref="segment_ids"),
 
