@@ -156,15 +156,18 @@ class Executor:
     # -- set-up, once ----------------------------------------------------------------
 
     def _step(self, op: Op) -> Step:
+        try:
+            return self._resolve(op)
+        except DeviceError as e:
+            raise DeviceError(f"op {op.label} is placed on {op.device}: {e.message}", e.hint) from e
+
+    def _resolve(self, op: Op) -> Step:
         args = Args(dict(op.args), op=op.label, seed=self.seed * 1_000_003 + op.index)
         if op.type in COPY_OPS:
             source, target = _copy_ends(op, self.devices)
             gpu = target if target.kind == "gpu" else (source if source is not _ANY else target)
             return Step(op, target, op.inputs[:1], op.outputs[:1], args, source=source, timer=gpu.timer())
-        try:
-            device = self.devices.get(op.device)
-        except DeviceError as e:
-            raise DeviceError(f"op {op.label} is placed on {op.device}: {e.message}", e.hint) from e
+        device = self.devices.get(op.device)
         return Step(op, device, op.inputs, op.outputs, args, kernel=registry.get(op.type).kernel,
                     timer=device.timer())
 
