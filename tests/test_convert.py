@@ -415,3 +415,72 @@ layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "
     from placer.formats.caffe2 import load_netdef, params_from_init
     params = params_from_init(load_netdef(tmp_path / "b" / "init_net.pbtxt"))
     assert params["ip_w"].shape == (2, 75)
+
+
+# ---------------------------------------------------------------- numbers, against Caffe's semantics
+
+E2E = """
+name: "e2e"
+input: "x"
+input_dim: 2 input_dim: 3 input_dim: 14 input_dim: 14
+layer { name: "conv" type: "Convolution" bottom: "x" top: "c" convolution_param { num_output: 4 kernel_size: 3 pad: 1 } }
+layer { name: "bn" type: "BatchNorm" bottom: "c" top: "c" }
+layer { name: "sc" type: "Scale" bottom: "c" top: "c" scale_param { bias_term: true } }
+layer { name: "relu" type: "ReLU" bottom: "c" top: "c" }
+layer { name: "avg" type: "Pooling" bottom: "c" top: "a" pooling_param { pool: AVE kernel_size: 3 stride: 1 pad: 1 } }
+layer { name: "pool" type: "Pooling" bottom: "a" top: "p" pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
+layer { name: "norm" type: "LRN" bottom: "p" top: "n" lrn_param { local_size: 3 alpha: 0.01 beta: 0.75 } }
+layer { name: "conv2" type: "Convolution" bottom: "n" top: "c2" convolution_param { num_output: 4 kernel_size: 1 group: 2 } }
+layer { name: "sum" type: "Eltwise" bottom: "n" bottom: "c2" top: "s" eltwise_param { coeff: 0.5 coeff: 2 } }
+layer { name: "sl" type: "Slice" bottom: "s" top: "s1" top: "s2" slice_param { slice_point: 1 } }
+layer { name: "cat" type: "Concat" bottom: "s2" bottom: "s1" top: "cat" }
+layer { name: "ip" type: "InnerProduct" bottom: "cat" top: "ip" inner_product_param { num_output: 5 } }
+"""
+
+
+def test_converted_net_computes_what_caffe_computes(tmp_path):
+    """Run the converted net (weights from a caffemodel) and compare with a torch
+    transcription of Caffe's layers: BN factor, folded Scale, ceil pooling, padded average,
+    grouped conv, Eltwise coefficients, Slice/Concat order, InnerProduct layout."""
+    from conftest import require_torch
+    torch = require_torch()
+    import torch.nn.functional as F
+    from placer.runtime.executor import Executor
+
+    rng = np.random.default_rng(1)
+    blobs = {
+        "conv": [rng.standard_normal((4, 3, 3, 3)), rng.standard_normal(4)],
+        "bn": [rng.standard_normal(4) * 3, rng.random(4) * 3 + 1, np.array([3.0])],
+        "sc": [rng.standard_normal(4), rng.standard_normal(4)],
+        "conv2": [rng.standard_normal((4, 2, 1, 1)), rng.standard_normal(4)],
+        "ip": [rng.standard_normal((5, 4 * 7 * 7)), rng.standard_normal(5)],
+    }
+    blobs = {k: [np.asarray(a, np.float32) for a in v] for k, v in blobs.items()}
+    model = pb.NetParameter()
+    for name, arrays in blobs.items():
+        layer = model.layer.add(name=name)
+        for a in arrays:
+            blob = layer.blobs.add()
+            blob.shape.dim.extend(a.shape)
+            blob.data.extend(a.ravel().tolist())
+    (tmp_path / "w.caffemodel").write_bytes(model.SerializeToString())
+    net = load_caffe_net(_write(tmp_path, E2E), weights=str(tmp_path / "w.caffemodel"))
+    executor = Executor(net)
+    executor.run_init()
+    x = rng.standard_normal((2, 3, 14, 14)).astype(np.float32)
+    got = executor.run({"x": x})["ip"]
+
+    t = torch.from_numpy
+    per_channel = lambda a: t(a)[None, :, None, None]  # noqa: E731
+    y = F.conv2d(t(x), t(blobs["conv"][0]), t(blobs["conv"][1]), padding=1)
+    mean, var, factor = blobs["bn"][0], blobs["bn"][1], blobs["bn"][2][0]
+    y = (y - per_channel(mean / factor)) / torch.sqrt(per_channel(var / factor) + 1e-5)
+    y = F.relu(y * per_channel(blobs["sc"][0]) + per_channel(blobs["sc"][1]))
+    y = F.avg_pool2d(y, 3, 1, padding=1, count_include_pad=True)
+    y = F.max_pool2d(y, 3, 2, ceil_mode=True)  # 14 -> 7 in Caffe's ceil mode (floor: 6)
+    n = F.local_response_norm(y, 3, alpha=0.01, beta=0.75, k=1.0)
+    s = 0.5 * n + 2 * F.conv2d(n, t(blobs["conv2"][0]), t(blobs["conv2"][1]), groups=2)
+    cat = torch.cat([s[:, 1:], s[:, :1]], 1)
+    want = (cat.reshape(2, -1) @ t(blobs["ip"][0]).T + t(blobs["ip"][1])).numpy()
+    assert got.shape == (2, 5)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

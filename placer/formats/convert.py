@@ -4,10 +4,15 @@ The mapping follows Caffe2's own Caffe translator: Convolution->Conv, Deconvolut
 ConvTranspose, InnerProduct->FC, Pooling->MaxPool/AveragePool with ``legacy_pad`` 3
 (Caffe's ceil rounding), BatchNorm(+Scale)->SpatialBN, Scale->Mul(+Add), Eltwise->Sum/Mul/
 Max, ReLU->Relu/LeakyRelu, LRN, Dropout, Concat, Slice->Split, Flatten, Reshape, Softmax,
-SoftmaxWithLoss, Accuracy, ... Auxiliary outputs are named as the translator named them
-(``_<top>_dims`` of Concat, ``_<top>_scale`` of LRN, ``_<top>_mask`` of Dropout).
-Parameters are ``<layer>_w`` / ``<layer>_b`` (a ParamSpec ``name`` shares one blob),
-SpatialBN's ``<layer>_s``/``_b``/``_rm``/``_riv``, all of shape (C,).
+SoftmaxWithLoss, Accuracy, ... One deliberate difference: a padded average pooling gets
+``count_include_pad`` 1, because Caffe divides by the window including its padding
+(Caffe2's default leaves the padding out). Auxiliary outputs are named as the translator
+named them (``_<top>_dims`` of Concat, ``_<top>_scale`` of LRN, ``_<top>_mask`` of Dropout).
+
+Parameters are ``<layer>_w`` / ``<layer>_b`` (a ParamSpec ``name`` shares one blob).
+SpatialBN reads ``<bn>_rm`` / ``<bn>_riv`` (mean, variance: Caffe's blobs divided by their
+moving-average factor) and the folded Scale layer's ``<scale>_w`` / ``<scale>_b`` (a lone
+BatchNorm gets ``<bn>_s`` = 1 and ``<bn>_b`` = 0), all of shape (C,).
 
 A layer type with no mapping (SSD's Permute, PriorBox, Normalize, DetectionOutput,
 Python, Power, ...) becomes an op of the Caffe type name, unknown to the registry, with
@@ -390,6 +395,8 @@ def _pooling(cv: _Converter, layer) -> None:
         args = window_args(kernel, stride, pad)
         if ceil:
             args["legacy_pad"] = CAFFE_LEGACY_POOLING
+        if p.pool == 1 and any(pad):  # Caffe's average counts the padding in the window
+            args["count_include_pad"] = 1
         out = None if x is None else (*x[:2], *(caffe_pool_out(x[2 + i], kernel[i], stride[i], pad[i], ceil)
                                                  for i in range(2)))
     cv.op("MaxPool" if p.pool == 0 else "AveragePool", [layer.bottom[0]], [layer.top[0]], **args)
