@@ -600,3 +600,13 @@ def test_glow_gather_net_infers_and_runs(corpus):
     data = np.arange(120, dtype=np.float32).reshape(2, 3, 4, 5)
     result = executor.run({"data": data})["result"]
     np.testing.assert_array_equal(result, data.reshape(2, 4, 5, 3))  # index [0, 2, 3, 1] of the dims
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op_type", sorted(RANDOM_FILLS))
+def test_random_fills_give_the_same_values_on_the_gpu(op_type):
+    import cupy
+    args = Args({"shape": [8, 4], "min": 0, "max": 9}, op="f", seed=21)
+    on_gpu, = registry.get(op_type).kernel(cupy, [], args)
+    assert isinstance(on_gpu, cupy.ndarray)
+    np.testing.assert_array_equal(on_gpu.get(), registry.get(op_type).kernel(np, [], args)[0])
