@@ -137,6 +137,9 @@ def _bmm_plan(a: TensorType, b: TensorType, args: Args):
                               "equal batch dims", (0, "A", a), (1, "B", b))
     elif a.ndim == 0 or b.ndim == 0:
         raise shape_error(args, "matmul of a 0-d input", (0, "A", a), (1, "B", b))
+    elif (ta and a.ndim == 1) or (tb and b.ndim == 1):
+        raise shape_error(args, "trans_a/trans_b on a 1-d input is ambiguous; drop the flag",
+                          (0, "A", a), (1, "B", b))
     if len(da) == 1:
         da = [1] + da
     if len(db) == 1:

@@ -209,6 +209,7 @@ SHAPE_ERRORS = [
     ("matmul_inner", "MatMul", {}, [(3, 4), (5, 6)], ["K=4", "K=5", "input 1 (B) float32[5,6]"]),
     ("bmm_batch_mismatch", "BatchMatMul", {}, [(2, 3, 4), (3, 4, 5)], ["same rank", "float32[3,4,5]"]),
     ("bmm_inner", "BatchMatMul", {"broadcast": 1}, [(2, 3, 4), (5, 6)], ["K=4", "K=5"]),
+    ("bmm_trans_1d", "BatchMatMul", {"broadcast": 1, "trans_a": 1}, [(4,), (2, 1, 5)], ["1-d input"]),
     ("add_legacy_mismatch", "Add", {"broadcast": 1, "axis": 1}, [(2, 3, 4, 5), (4, 4)],
      ["axis=1", "input 0 (A) float32[2,3,4,5]", "input 1 (B) float32[4,4]"]),
     ("add_legacy_b_bigger", "Add", {"broadcast": 1}, [(3,), (2, 3)], ["more dims"]),
