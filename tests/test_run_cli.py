@@ -123,3 +123,31 @@ def test_progress_draws_step_elapsed_and_time_left_on_a_terminal():
     assert "10/10" in stream.getvalue()
     p.close()
     assert stream.getvalue().endswith("\r\x1b[K")
+
+
+@pytest.mark.corpus
+def test_caffe_lenet_placed_by_rewrite_runs_emulated_with_the_same_outputs(corpus, tmp_path, capsys):
+    """The same random weights (seeded per parameter) and inputs give the same outputs
+    whether the net runs unplaced on the CPU or placed half on an emulated GPU."""
+    from placer import rewrite
+    from placer.formats import load_net
+    from placer.types import CPU, GPU0
+    src = corpus / "caffe" / "mnist_lenet.prototxt"
+    net = load_net(src)
+    placement = [GPU0 if op.type in ("Conv", "Relu") else CPU for op in net.ops]
+    placed = rewrite.place(net, placement)
+    save_netdef(placed.predict, tmp_path / "placed.pbtxt")
+    save_netdef(placed.init, tmp_path / "placed_init.pbtxt")
+    code, out, err = run_cli(capsys, src, "--random-inputs", 1, "--outputs", tmp_path / "cpu.npz")
+    assert code == 0, err
+    code, out, err = run_cli(capsys, tmp_path / "placed.pbtxt", "--init-net", tmp_path / "placed_init.pbtxt",
+                             "--input", "data=64,1,28,28", "--random-inputs", 1, "--emulate-gpu",
+                             "--outputs", tmp_path / "gpu.npz", "--record", tmp_path / "run.json")
+    assert code == 0, err
+    assert "CopyCPUToGPU" in out and "emulated-cuda:0" in out
+    cpu, gpu = np.load(tmp_path / "cpu.npz"), np.load(tmp_path / "gpu.npz")
+    assert set(cpu.files) == set(gpu.files) and cpu.files
+    for name in cpu.files:
+        np.testing.assert_allclose(gpu[name], cpu[name], rtol=1e-5, atol=1e-6)
+    rec = json.loads((tmp_path / "run.json").read_text())
+    assert rec["emulated"] and rec["copy_bytes"]["h2d"] > 0 and rec["peak_bytes"]["emulated-cuda:0"] > 0

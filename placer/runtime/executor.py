@@ -19,6 +19,7 @@ Placement rules (as Caffe2 runs a net):
 from __future__ import annotations
 
 import statistics
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -162,7 +163,7 @@ class Executor:
             raise DeviceError(f"op {op.label} is placed on {op.device}: {e.message}", e.hint) from e
 
     def _resolve(self, op: Op) -> Step:
-        args = Args(dict(op.args), op=op.label, seed=self.seed * 1_000_003 + op.index)
+        args = Args(dict(op.args), op=op.label, seed=self._seed(op))
         if op.type in COPY_OPS:
             source, target = _copy_ends(op, self.devices)
             gpu = target if target.kind == "gpu" else (source if source is not _ANY else target)
@@ -170,6 +171,18 @@ class Executor:
         device = self.devices.get(op.device)
         return Step(op, device, op.inputs, op.outputs, args, kernel=registry.get(op.type).kernel,
                     timer=device.timer())
+
+    def _seed(self, op: Op) -> int:
+        """The file's ``random_seed`` (or a ``seed`` argument, unless the run sets its own
+        seed) when it gives one (Caffe2 honours it); else one drawn
+        from the run's seed and the op's first output, so that a fill copied onto another
+        device by a rewrite makes the same values."""
+        if op.args.seed:
+            return op.args.seed
+        if isinstance(op.args.get("seed"), int) and self.seed == 0:
+            return op.args["seed"]
+        name = op.outputs[0] if op.outputs else op.type
+        return (self.seed * 1_000_003 + zlib.crc32(name.encode())) & 0x7FFFFFFF
 
     def _plan_frees(self) -> None:
         keep = set(self.net.external_outputs) | set(self.net.params) | {
@@ -199,7 +212,7 @@ class Executor:
         for op in self.init_ops:
             device = (self.devices.get(op.device) if op.device is not None
                       else self._first_reader(op.outputs[0]) if op.outputs else self.devices.cpu)
-            args = Args(dict(op.args), op=op.label, seed=self.seed * 1_000_003 + 500_000 + op.index)
+            args = Args(dict(op.args), op=op.label, seed=self._seed(op))
             ins = [_plain(blobs[n]) for n in op.inputs]
             try:
                 outs = registry.get(op.type).kernel(device.xp, ins, args)
