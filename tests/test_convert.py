@@ -484,3 +484,23 @@ def test_converted_net_computes_what_caffe_computes(tmp_path):
     want = (cat.reshape(2, -1) @ t(blobs["ip"][0]).T + t(blobs["ip"][1])).numpy()
     assert got.shape == (2, 5)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_reshape_axis_and_num_axes_follow_caffe(tmp_path):
+    from placer.shapes import infer
+    path = _write(tmp_path, """
+name: "r"
+layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 2 dim: 8 } } }
+layer { name: "a" type: "Reshape" bottom: "x" top: "a" reshape_param { shape { dim: 2 dim: 4 } axis: 1 } }
+layer { name: "b" type: "Reshape" bottom: "x" top: "b" reshape_param { shape { dim: 1 } axis: 1 num_axes: 0 } }
+layer { name: "c" type: "Reshape" bottom: "x" top: "c" reshape_param { shape { dim: 0 dim: -1 dim: 2 } } }
+layer { name: "d" type: "Reshape" bottom: "x" top: "d" reshape_param { shape { dim: 1 dim: 2 } num_axes: 1 } }
+""")
+    r = convert_caffe(path)
+    # the examples of caffe.proto's ReshapeParameter comment, on a 2 x 8 input
+    assert r.shapes["a"] == (2, 2, 4) and r.shapes["b"] == (2, 1, 8)
+    assert r.shapes["c"] == (2, 4, 2) and r.shapes["d"] == (1, 2, 8)
+    assert [_args(op)["shape"] for op in _ops(r)] == [[0, 2, 4], [0, 1, 8], [0, -1, 2], [1, 2, 8]]
+    typed = infer(load_caffe_net(path))
+    for blob in "abcd":
+        assert typed.blobs[blob].shape == r.shapes[blob]

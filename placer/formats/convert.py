@@ -654,19 +654,22 @@ def _reshape(cv: _Converter, layer) -> None:
     tail = [] if x is None else list(x[end:])
     if None in tail:
         return _unknown(cv, layer, "the input's trailing dimensions are unknown")
-    shape = [0] * start + dims + tail
-    out = None
-    if x is not None:
-        middle = [x[start + i] if d == 0 else (None if d == -1 else d) for i, d in enumerate(dims)]
-        full = [*x[:start], *middle, *tail]
-        total = dims_product(x)
-        if -1 in dims and total is not None and None not in [m for m, d in zip(middle, dims) if d != -1]:
-            known = prod(d for d, raw in zip(full, [0] * start + dims + tail) if raw != -1)
-            full[start + dims.index(-1)] = total // known if known else None
-        out = tuple(full)
+    shape = [0] * start + dims + tail  # Caffe2's 0 copies the input dim at the same index
+    out = None if x is None else caffe_reshape(x, dims, start, end)
     top = layer.top[0]
     cv.op("Reshape", [layer.bottom[0]], [top, f"_{top}_old_shape"], shape=shape)
     cv.set([top, f"_{top}_old_shape"], [out, (len(shape),)])
+
+
+def caffe_reshape(x: tuple, dims: list[int], start: int, end: int) -> tuple:
+    """Caffe's Reshape: dims replace x[start:end]; 0 copies that input dim, -1 is inferred."""
+    middle = [x[start + i] if d == 0 else d for i, d in enumerate(dims)]
+    full = [*x[:start], *middle, *x[end:]]
+    if -1 in middle:
+        at = start + middle.index(-1)
+        total, rest = dims_product(x), dims_product(full[:at] + full[at + 1:])
+        full[at] = None if total is None or not rest else total // rest
+    return tuple(full)
 
 
 def _elu(cv: _Converter, layer) -> None:
