@@ -376,3 +376,19 @@ def test_nets_placed_by_rewrite_run_emulated_and_match_cpu():
         np.testing.assert_allclose(got, mlp_numpy(), rtol=1e-5, atol=1e-6, err_msg=str(placement))
         devices = [o.device for o in ex.record.ops if not o.copy_direction]
         assert devices == ["emulated-cuda:0" if d.is_gpu else "cpu" for d in placement]
+
+
+def test_net_level_device_option_is_the_default_and_an_op_option_wins():
+    need("Relu", "Sigmoid")
+    netdef = pb.NetDef(name="d", external_input=["x"], external_output=["y_cpu"])
+    netdef.device_option.device_type = GPU
+    netdef.op.extend([op("Relu", ["x"], ["r"]), op("Sigmoid", ["r"], ["y"]),
+                      op("CopyGPUToCPU", ["y"], ["y_cpu"])])
+    netdef.op[1].device_option.device_type = CPU  # wins over the net's default
+    ex = Executor(net_from_netdef(netdef), emulate_gpu=True)
+    with pytest.raises(DeviceError, match=r"Sigmoid.*runs on cpu but its input 'r' is on emulated-cuda:0"):
+        ex.run({"x": X})
+    netdef.op[1].device_option.device_type = GPU
+    ex = Executor(net_from_netdef(netdef), emulate_gpu=True)
+    np.testing.assert_allclose(ex.run({"x": X})["y_cpu"], 1 / (1 + np.exp(-np.maximum(X, 0))), rtol=1e-6)
+    assert [o.device for o in ex.record.ops] == ["emulated-cuda:0", "emulated-cuda:0", "cpu"]

@@ -2,6 +2,12 @@
 
 The file is plain JSON with a ``schema`` tag and version so that a reader can refuse a
 file it does not understand; it is written atomically (``placer.fileio``).
+
+Conventions: times are seconds (median over the timed runs, every sample kept); a copy
+op's ``device`` is the device it copies to, its direction is in ``copy_direction``;
+``timing_labels`` says how each device's times must be read (an emulated GPU's are CPU
+times); ``peak_bytes`` counts live blobs (parameters, fed inputs, activations until
+their last reader), not allocator overhead.
 """
 from __future__ import annotations
 
