@@ -301,12 +301,15 @@ CAFFE2_WITH_INIT = [("glow_gather_const_fold.pbtxt", "glow_gather_const_fold_ini
                     ("glow_fused_rowwise_quantized_sparse_lengths_sum_predict_net.pbtxt",
                      "glow_fused_rowwise_quantized_sparse_lengths_sum_init_net.pbtxt"),
                     ("crayon_predict.pb", "crayon_init.pb"),
-                    ("yolov3_net.pbtxt", "yolov3_param_init_net.pbtxt")]
+                    ("yolov3_net.pbtxt", "yolov3_param_init_net.pbtxt"),
+                    ("glow_pre_partitioned_multi_op_predict_net.pbtxt", None)]  # no params
 CAFFE_NETS = [p.name for p in corpus_files("caffe", ".prototxt")]
 # shapes the files do not carry (small, to keep the test fast)
 CORPUS_INPUTS = {"glow_gather_const_fold.pbtxt": {"data": TensorType((2, 3, 4, 5))},
                  "glow_fused_rowwise_quantized_sparse_lengths_sum_predict_net.pbtxt": {
                      "indices": TensorType((7,), "int64"), "lengths": TensorType((3,), "int32")},
+                 "glow_pre_partitioned_multi_op_predict_net.pbtxt": {
+                     n: TensorType((4, 4)) for n in ("mm0_in", "mm1_in", "add_in")},
                  # train/test nets whose Data layers read an LMDB: the image size of the data set
                  "mnist_lenet_train_test.prototxt": {"data": TensorType((1, 1, 28, 28))},
                  "v1_mnist_lenet_train_test.prototxt": {"data": TensorType((1, 1, 28, 28))},
@@ -341,15 +344,18 @@ def _corpus_case(corpus, path, init):
         want = typed.blobs.get(name)
         if want is not None:
             assert value.shape == want.shape, name
-    return out, seconds
+    return out, seconds, feed
 
 
 @pytest.mark.corpus
 @pytest.mark.parametrize("predict,init", CAFFE2_WITH_INIT)
 def test_corpus_caffe2_nets_with_init_run_end_to_end(corpus, predict, init):
-    out, _ = _corpus_case(corpus, corpus / "caffe2" / predict, corpus / "caffe2" / init)
+    out, _, feed = _corpus_case(corpus, corpus / "caffe2" / predict, init and corpus / "caffe2" / init)
     if predict == "glow_gather_const_fold.pbtxt":  # Reshape to data's shape permuted by index
         assert out["result"].shape == (2, 4, 5, 3)
+    if predict.startswith("glow_pre_partitioned"):  # res = mm0 * (mm0 @ mm1) - (mm0 @ mm1 + add)
+        mm = feed["mm0_in"] @ feed["mm1_in"]
+        np.testing.assert_allclose(out["res"], feed["mm0_in"] * mm - (mm + feed["add_in"]), rtol=1e-5)
 
 
 @pytest.mark.corpus
@@ -357,7 +363,7 @@ def test_corpus_caffe2_nets_with_init_run_end_to_end(corpus, predict, init):
 def test_corpus_caffe_nets_run_end_to_end_on_random_weights(corpus, name):
     pytest.importorskip("placer.formats.caffe", reason="Caffe prototxt reader not built yet")
     pytest.importorskip("placer.formats.convert", reason="Caffe -> Caffe2 converter not built yet")
-    _, seconds = _corpus_case(corpus, corpus / "caffe" / name, None)
+    _, seconds, _ = _corpus_case(corpus, corpus / "caffe" / name, None)
     assert seconds < SLOW_S * 5, f"{name} took {seconds:.1f} s at batch 1"
 
 

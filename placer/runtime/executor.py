@@ -381,7 +381,7 @@ class Executor:
     def _collect(self, blobs: dict, name: str) -> np.ndarray:
         if name not in blobs:
             raise PlacerError(f"net '{self.net.name}': external output '{name}' was not produced; "
-                              f"known blobs: {', '.join(sorted(blobs)[:40])}")
+                              f"known blobs: {', '.join(sorted(blobs)[:40]) or '(none)'}")
         x = blobs[name]
         host = self._device_named(location(x)).to_host(x, key=("out", name))
         return np.array(host, copy=True, subok=False)
