@@ -185,6 +185,16 @@ for _name, _ufunc in (("Sum", "add"), ("Max", "maximum"), ("Min", "minimum")):
                    doc=f"elementwise {_ufunc} of n inputs of equal shape"))
 
 
+def _mean_kernel(xp, inputs, args):
+    (total,) = _nary_kernel("add")(xp, inputs, args)
+    total /= len(inputs)
+    return (total,)
+
+
+register(OpDef("Mean", _same_shape_infer, _mean_kernel, cost=_nary_cost, min_inputs=1,
+               doc="elementwise mean of n inputs of equal shape"))
+
+
 # ---------------------------------------------------------------- unary
 def _same_infer(inputs, args):
     return [inputs[0]]
@@ -248,6 +258,12 @@ def _clip(xp, x, args):
     return out
 
 
+def _swish(xp, x, args):
+    y = _sigmoid(xp, x, args)
+    y *= x
+    return y
+
+
 def _logit(xp, x, args):
     eps = args.float("eps", 1e-6)
     c = xp.minimum(xp.maximum(x, eps), 1 - eps)
@@ -275,6 +291,13 @@ _UNARY = {
     "Clip": _clip,
     "Logit": _logit,
     "ReplaceNaN": _replace_nan,
+    "Swish": _swish,
+    "Softsign": lambda xp, x, a: x / (xp.abs(x) + 1),
+    "ThresholdedRelu": lambda xp, x, a: x * (x > a.float("alpha", 1.0)),
+    "Reciprocal": lambda xp, x, a: xp.reciprocal(x),
+    "Rsqrt": lambda xp, x, a: xp.reciprocal(xp.sqrt(x)),
+    "Cos": lambda xp, x, a: xp.cos(x),
+    "Sin": lambda xp, x, a: xp.sin(x),
 }
 
 
