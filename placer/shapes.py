@@ -105,7 +105,11 @@ def _note_missing(typed: TypedNet, blob: str, maker: Op | None) -> None:
             typed.missing[blob] = (f"blob '{blob}' has no shape: op {maker.label} makes it but "
                                    f"its shape depends on input values, not shapes: give {spec}")
         return  # otherwise a consequence of an earlier missing shape, already noted
-    if net.init_proto is None and net.source_format.startswith("caffe2"):
+    if net.source_format == "caffe-prototxt":
+        typed.missing[blob] = (f"blob '{blob}' has no shape: give {spec} (a Caffe layer's "
+                               "parameter shapes follow from the net's input shapes, so --input "
+                               "for the data inputs may be enough)")
+    elif net.init_proto is None and net.source_format.startswith("caffe2"):
         typed.missing[blob] = (f"blob '{blob}' has no shape: give --init-net INIT "
                                f"(the init net that fills it) or {spec}")
     else:

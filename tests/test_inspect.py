@@ -141,3 +141,16 @@ def test_caffe_deploy_files_get_complete_shapes(capsys, corpus, name):
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0, doc["missing"]
     assert doc["totals"]["gmac"] > 0
+
+
+@pytest.mark.corpus
+def test_caffe_train_file_needs_only_its_data_shape(capsys, corpus):
+    path = str(corpus / "caffe" / "mnist_lenet_train_test.prototxt")
+    assert main(["inspect", path]) == 2
+    out, err = capsys.readouterr()
+    assert "blob 'data' has no shape: give --input data=" in out
+    assert main(["inspect", path, "--input", "data=100,1,28,28", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    conv1 = doc["ops"][0]
+    assert conv1["type"] == "Conv" and conv1["outputs"] == "100x20x24x24"
+    assert conv1["gmac"] == pytest.approx(100 * 20 * 24 * 24 * 25 / 1e9)  # LeNet conv1: 5x5, 1 -> 20
