@@ -504,3 +504,21 @@ layer { name: "d" type: "Reshape" bottom: "x" top: "d" reshape_param { shape { d
     typed = infer(load_caffe_net(path))
     for blob in "abcd":
         assert typed.blobs[blob].shape == r.shapes[blob]
+
+
+def test_big_init_nets_are_written_binary_only(tmp_path, capsys, monkeypatch):
+    import placer.commands.convert as command
+    from placer.formats.caffe2 import load_netdef
+    proto = _write(tmp_path, E2E)
+    model = pb.NetParameter()
+    blob = model.layer.add(name="ip").blobs.add()
+    blob.shape.dim.extend([5, 196])
+    blob.data.extend(np.linspace(-1, 1, 980, dtype=np.float32).tolist())
+    (tmp_path / "w.caffemodel").write_bytes(model.SerializeToString())
+    monkeypatch.setattr(command, "TEXT_INIT_MAX_VALUES", 500)
+    out = tmp_path / "out"
+    assert main(["convert", str(proto), "--weights", str(tmp_path / "w.caffemodel"), "-o", str(out)]) == 0
+    assert "980 weight values: written binary only" in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == ["init_net.pb", "predict_net.pbtxt"]
+    fill = next(op for op in load_netdef(out / "init_net.pb").op if op.output[0] == "ip_w")
+    np.testing.assert_allclose(_args(fill)["values"], np.linspace(-1, 1, 980), atol=1e-6)
