@@ -33,7 +33,9 @@ def infer(net: Net, input_shapes: dict[str, TensorType] | None = None) -> TypedN
     typed = TypedNet(net=net, blobs=blobs, features=[])
     producers: dict[str, Op] = {}  # the op that last wrote each blob, as the walk goes
     for op in net.ops:
+        typed.op_inputs.append(tuple(typed.blobs.get(b) for b in op.inputs))
         typed.features.append(_infer_op(typed, op, user, producers))
+        typed.op_outputs.append(tuple(typed.blobs.get(b) for b in op.outputs))
         producers.update((out, op) for out in op.outputs)
     for blob in net.external_outputs:  # what the net hands back needs a shape too
         if blob in producers and typed.blobs.get(blob) is None:

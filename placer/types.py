@@ -257,6 +257,9 @@ class TypedNet:
     ``blobs`` maps every blob name to its type, or None where it cannot be known (an
     unknown op's outputs); ``features[i]`` are the cost features of ``net.ops[i]``;
     ``missing`` explains each unknown blob ("blob 'x': set --input x=..." style hints).
+    ``op_inputs[i]`` / ``op_outputs[i]`` are the types ``net.ops[i]`` read and wrote, as
+    they were at that op: a later in-place op may rewrite a blob name with another shape,
+    so ``blobs`` (the last type of each name) can differ from them.
     """
 
     net: Net
@@ -264,6 +267,8 @@ class TypedNet:
     features: list[OpFeatures]
     unknown_ops: list[int] = field(default_factory=list)
     missing: dict[str, str] = field(default_factory=dict)
+    op_inputs: list[tuple[TensorType | None, ...]] = field(default_factory=list)
+    op_outputs: list[tuple[TensorType | None, ...]] = field(default_factory=list)
 
     def type_of(self, blob: str) -> TensorType | None:
         return self.blobs.get(blob)

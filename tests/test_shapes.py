@@ -117,6 +117,19 @@ def test_in_place_chain_reports_the_op_that_last_wrote_the_blob(toy_ops):
     assert "op #1 NoSuchOp -> 'h' makes it" in typed.missing["h"]
 
 
+def test_in_place_rewrite_keeps_each_ops_own_types(toy_ops, monkeypatch):
+    flat = OpDef("ToyFlatten", lambda inputs, args: [TensorType((inputs[0].shape[0], inputs[0].size // inputs[0].shape[0]))],
+                 min_inputs=1, max_inputs=1)
+    monkeypatch.setitem(registry._REGISTRY, flat.type, flat)
+    text = '''op { input: "x" output: "h" type: "ToyRelu" }
+      op { input: "h" output: "h" type: "ToyFlatten" }
+      op { input: "h" output: "y" type: "ToyRelu" } external_input: "x"'''
+    typed = infer(_net(text), {"x": TensorType((2, 3, 4))})
+    assert typed.op_outputs == [(TensorType((2, 3, 4)),), (TensorType((2, 12)),), (TensorType((2, 12)),)]
+    assert typed.op_inputs[1] == (TensorType((2, 3, 4)),)
+    assert typed.blobs["h"] == TensorType((2, 12))
+
+
 def test_shape_error_names_both_blobs_and_shapes(toy_ops):
     with pytest.raises(ShapeError) as e:
         infer(_net(MLP, MLP_INIT), {"x": TensorType((4, 15))})

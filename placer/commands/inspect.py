@@ -70,8 +70,7 @@ def run(args) -> int:
 def op_rows(typed: TypedNet) -> list[dict]:
     """One dict per op; figures are None where they are unknown."""
     rows = []
-    for op, f in zip(typed.net.ops, typed.features):
-        outs = [typed.blobs.get(b) for b in op.outputs]
+    for op, f, outs in zip(typed.net.ops, typed.features, typed.op_outputs):
         known = op.index not in typed.unknown_ops
         have = f.known
         rows.append({
