@@ -88,15 +88,18 @@ def op_rows(typed: TypedNet) -> list[dict]:
 def net_totals(typed: TypedNet) -> dict:
     net = typed.net
     unknown = Counter(net.ops[i].type for i in typed.unknown_ops)
-    produced = {b for op in net.ops for b in op.outputs} - set(net.params)
-    activations = [typed.blobs.get(b) for b in produced]
+    activation_bytes: dict[str, int] = {}  # one buffer per blob name, as big as it gets
+    for op, outs in zip(net.ops, typed.op_outputs):
+        for name, t in zip(op.outputs, outs):
+            if t is not None and name not in net.params:
+                activation_bytes[name] = max(activation_bytes.get(name, 0), t.nbytes)
     costed = [f for f in typed.features if f.known]
     return {
         "ops": len(net.ops),
         "unknown_op_types": dict(sorted(unknown.items())),
         "ops_without_cost": len(net.ops) - len(costed),
         "param_mb": sum(t.nbytes for t in net.params.values()) / MB,
-        "activation_mb": sum(t.nbytes for t in activations if t is not None) / MB,
+        "activation_mb": sum(activation_bytes.values()) / MB,
         "blobs_without_shape": sum(1 for t in typed.blobs.values() if t is None),
         "gflop": sum(f.flops for f in costed) / G,
         "gmac": sum(f.macs for f in costed) / G,
