@@ -149,6 +149,33 @@ def ref_lengths(torch, xs, mode):
     return [_embedding_bag(torch, data, torch.arange(data.shape[0]), lengths, mode)]
 
 
+def _segment_lengths(torch, case, xs):
+    """LENGTHS as given, or counted from sorted SEGMENT_IDS (ids 0..last)."""
+    if case["op"].startswith("Lengths"):
+        return xs[1].long()
+    ids = xs[1].long()
+    return torch.bincount(ids, minlength=int(ids[-1]) + 1)
+
+
+def ref_segment(torch, xs, case, reduce):
+    """torch.segment_reduce, with 0 for an empty segment (Caffe2's convention)."""
+    lengths = _segment_lengths(torch, case, xs)
+    out = torch.segment_reduce(xs[0], reduce, lengths=lengths)
+    out[lengths == 0] = 0
+    return [out]
+
+
+def ref_segment_logsumexp(torch, xs, case, mean=False):
+    lengths = _segment_lengths(torch, case, xs)
+    rows, start = [], 0
+    for n in lengths.tolist():
+        part = xs[0][start:start + n]
+        rows.append(torch.zeros(xs[0].shape[1:]) if n == 0 else
+                    torch.logsumexp(part, 0) - (math.log(n) if mean else 0.0))
+        start += n
+    return [torch.stack(rows)]
+
+
 def ref_fill(torch, xs, case):
     """The fill's documented shape and value, built with torch."""
     args = case["args"]
@@ -202,6 +229,11 @@ REFERENCES = {
         _embedding_bag(torch, xs[0], xs[2], xs[3], "sum", weights=xs[1])],
     "lengths_sum": lambda torch, xs, case: ref_lengths(torch, xs, "sum"),
     "lengths_mean": lambda torch, xs, case: ref_lengths(torch, xs, "mean"),
+    "segment_sum": lambda torch, xs, case: ref_segment(torch, xs, case, "sum"),
+    "segment_mean": lambda torch, xs, case: ref_segment(torch, xs, case, "mean"),
+    "segment_max": lambda torch, xs, case: ref_segment(torch, xs, case, "max"),
+    "segment_logsumexp": ref_segment_logsumexp,
+    "segment_logmeanexp": lambda torch, xs, case: ref_segment_logsumexp(torch, xs, case, mean=True),
     "segment_ids": lambda torch, xs, case: [torch.repeat_interleave(
         torch.arange(xs[0].shape[0], dtype=torch.int32), xs[0].long())],
     "constant_fill": ref_fill,
@@ -305,6 +337,7 @@ def test_reshape_old_shape_and_shape_input():
     ("ConstantFill", [(2,)], {"input_as_shape": 1}, {0: "int64"}),
     ("XavierFill", [(2,)], {"input_as_shape": 1}, {0: "int64"}),
     ("LengthsToSegmentIds", [(5,)], {}, {0: "int32"}),
+    ("SortedSegmentRangeMax", [(5, 3), (5,)], {}, {1: "int32"}),
 ])
 def test_value_dependent_shapes_are_unknown(op_type, shapes, args, dtypes):
     assert infer(op_type, shapes, args, dtypes=dtypes) == [None]
@@ -409,6 +442,7 @@ def run_kernel(op_type, inputs, args=None, n_outputs=None):
                                   np.array([0, 1], np.int64), np.array([3, -1], np.int32)], ["negative length"]),
     ("LengthsSum", [np.ones((5, 2), np.float32), np.array([2, 2], np.int32)],
      ["LENGTHS sum to 4 but there are 5 DATA rows"]),
+    ("SortedSegmentSum", [np.ones((3, 2), np.float32), np.array([0, 2, 1], np.int32)], ["must be sorted"]),
     ("Gather", [np.ones((4, 2), np.float32), np.array([1, 4], np.int32)], ["index 4 is out of range"]),
     ("Gather", [np.ones((4, 2), np.float32), np.array([-1], np.int64)], ["index -1 is out of range"]),
     ("BatchGather", [np.ones((4, 3), np.float32), np.array([3], np.int64)], ["index 3 is out of range"]),
@@ -473,6 +507,8 @@ def test_devices_follow_caffe2_kernels():
     both = frozenset({"cpu", "gpu"})
     assert registry.get("LengthsToSegmentIds").devices == frozenset({"cpu"})
     assert registry.get("LengthsToRanges").devices == frozenset({"cpu"})
+    assert registry.get("SortedSegmentRangeMax").devices == frozenset({"cpu"})
+    assert registry.get("SortedSegmentRangeLogMeanExp").devices == frozenset({"cpu", "gpu"})
     for op_type in ("SparseLengthsSum", "SparseLengthsMean", "SparseLengthsWeightedSum", "LengthsSum",
                     "Gather", "BatchGather", "Concat", "ConstantFill", "XavierFill", "CopyGPUToCPU"):
         assert registry.get(op_type).devices == both, op_type

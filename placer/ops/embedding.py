@@ -4,7 +4,8 @@ SparseLengthsSum / Mean / WeightedSum (DATA, [WEIGHTS,] INDICES, LENGTHS): for e
 segment s, reduce the rows DATA[INDICES[j]] for the LENGTHS[s] consecutive j of that
 segment. LengthsSum / LengthsMean (DATA, LENGTHS) do the same over DATA's own rows.
 LengthsToSegmentIds (LENGTHS) gives the segment number of every position, LengthsToRanges
-(LENGTHS) the (offset, length) of every segment.
+(LENGTHS) the (offset, length) of every segment. LengthsMax and the SortedSegment* ops
+(DATA, SEGMENT_IDS) reduce consecutive rows too, with max and log-sum-exp among the reductions.
 
 How the reduction runs (no Python loop over segments, no ``add.at``): a segment sum is
 the product of a sparse (segments x rows) matrix with the table, in CSR form with
@@ -143,17 +144,18 @@ def _csr_product(xp, flat, lengths, indices, weights):
     return xp.asarray(matrix @ flat)
 
 
-def _reduceat(xp, flat, lengths, indices, weights, acc_dtype):
+def _reduceat(xp, flat, lengths, indices, weights, acc_dtype, ufunc=None):
     if lengths.shape[0] == 0:
         return xp.zeros((0, flat.shape[1]), dtype=acc_dtype)
     rows = flat if indices is None else xp.take(flat, indices, axis=0)
     rows = rows.astype(acc_dtype)
     if weights is not None:
         rows = rows * weights.astype(acc_dtype)[:, None]
-    # A zero row at the end lets every start (even len(rows)) be a valid reduceat index.
+    # A zero row at the end makes every offset, len(rows) included, a valid reduceat index;
+    # with all S+1 offsets the last segment stops before that row and its result is dropped.
     padded = xp.concatenate([rows, xp.zeros((1, rows.shape[1]), dtype=acc_dtype)])
-    sums = xp.add.reduceat(padded, _offsets(xp, lengths)[:-1], axis=0)
-    return xp.where((lengths > 0)[:, None], sums, xp.zeros((), dtype=acc_dtype))
+    reduced = (ufunc or xp.add).reduceat(padded, _offsets(xp, lengths), axis=0)[:-1]
+    return xp.where((lengths > 0)[:, None], reduced, xp.zeros((), dtype=acc_dtype))
 
 
 def sparse_lengths_kernel(op_type: str, mean: bool = False):
@@ -200,6 +202,74 @@ def kernel_lengths_to_ranges(xp, inputs, args: Args) -> tuple:
     lengths = inputs[0].astype(xp.int32)
     offsets = xp.cumsum(lengths) - lengths
     return (xp.stack([offsets, lengths], axis=1).astype(xp.int32),)
+
+
+# -- segment ids instead of lengths (SortedSegment*) and max-like reductions ---------------
+
+def infer_sorted_segment(op_type: str):
+    def infer(inputs: Sequence[TensorType], args: Args) -> list[TensorType | None]:
+        data, ids = inputs
+        _infer_segments(op_type, data, TensorType(ids.shape[:1], ids.dtype), inputs, args)
+        if ids.shape != data.shape[:1]:
+            raise _fail(args, op_type, inputs, "SEGMENT_IDS must be a vector as long as DATA's first dimension")
+        return [None]  # the number of segments is the last id + 1, known only from the values
+    return infer
+
+
+def ids_to_lengths(xp, ids, op_type: str, args: Args):
+    """Lengths of segments 0..last id from sorted SEGMENT_IDS (an error when unsorted)."""
+    if ids.size == 0:
+        return xp.zeros(0, dtype=xp.int64)
+    if ids.size > 1 and bool((ids[1:] < ids[:-1]).any()):
+        raise ShapeError(f"op {args.op}: {op_type} SEGMENT_IDS must be sorted (non-decreasing)")
+    if int(ids[0]) < 0:
+        raise ShapeError(f"op {args.op}: {op_type} SEGMENT_IDS has a negative id ({int(ids[0])})")
+    return xp.bincount(ids.astype(xp.int64), minlength=int(ids[-1]) + 1)
+
+
+def segment_max(xp, data, lengths):
+    """Per-segment maximum of consecutive rows; 0 for an empty segment."""
+    flat = data.reshape(data.shape[0], -1)
+    acc = xp.float32 if data.dtype == xp.float16 else data.dtype
+    out = _reduceat(xp, flat, lengths, None, None, acc, ufunc=xp.maximum)
+    return out.reshape((lengths.shape[0],) + data.shape[1:])
+
+
+def segment_log_sum_exp(xp, data, lengths, mean: bool = False):
+    """log(sum(exp(rows))) per segment, shifted by the segment max for stability
+    (minus log(length) for LogMeanExp); 0 for an empty segment."""
+    top = segment_max(xp, data, lengths)
+    row_ids = xp.searchsorted(xp.cumsum(lengths), xp.arange(data.shape[0]), side="right")
+    shifted = xp.exp(data.astype(top.dtype) - xp.take(top, row_ids, axis=0))
+    total = segment_reduce(xp, shifted, lengths)  # >= 1 where the segment has rows
+    nonempty = (lengths > 0).reshape((-1,) + (1,) * (data.ndim - 1))
+    out = xp.log(xp.where(nonempty, total, 1)) + top
+    if mean:
+        out = out - xp.log(xp.maximum(lengths, 1).astype(top.dtype)).reshape(nonempty.shape)
+    return xp.where(nonempty, out, xp.zeros((), dtype=out.dtype))
+
+
+REDUCTIONS = {
+    "Sum": lambda xp, data, lengths: segment_reduce(xp, data, lengths),
+    "Mean": lambda xp, data, lengths: segment_reduce(xp, data, lengths, mean=True),
+    "Max": segment_max,
+    "LogSumExp": segment_log_sum_exp,
+    "LogMeanExp": lambda xp, data, lengths: segment_log_sum_exp(xp, data, lengths, mean=True),
+}
+
+
+def sorted_segment_kernel(op_type: str, reduction: str):
+    def kernel(xp, inputs, args: Args) -> tuple:
+        data, ids = inputs
+        lengths = ids_to_lengths(xp, ids, op_type, args)
+        return (REDUCTIONS[reduction](xp, data, lengths),)
+    return kernel
+
+
+def kernel_lengths_max(xp, inputs, args: Args) -> tuple:
+    data, lengths = inputs
+    _checked(xp, "LengthsMax", args, lengths, data.shape[0])
+    return (segment_max(xp, data, lengths),)
 
 
 # -- costs ------------------------------------------------------------------------------
@@ -254,3 +324,18 @@ register(OpDef("LengthsToSegmentIds", infer_lengths_to_segment_ids, kernel_lengt
 register(OpDef("LengthsToRanges", infer_lengths_to_ranges, kernel_lengths_to_ranges, segment_ids_cost,
                devices=frozenset({"cpu"}), min_inputs=1, max_inputs=1,
                doc="LENGTHS -> int32 (offset, length) rows. CPU only, as in Caffe2."))
+register(OpDef("LengthsMax", infer_lengths("LengthsMax"), kernel_lengths_max, lengths_cost,
+               min_inputs=2, max_inputs=2,
+               doc="(DATA, LENGTHS) -> maxima of consecutive row segments (0 when empty)."))
+# SortedSegment*: (DATA, SEGMENT_IDS sorted) -> one row per id 0..last; only the Range
+# Mean and LogMeanExp variants had CUDA kernels in Caffe2.
+for _name, _reduction, _gpu in [
+        ("SortedSegmentSum", "Sum", False), ("SortedSegmentMean", "Mean", False),
+        ("SortedSegmentRangeSum", "Sum", False), ("SortedSegmentRangeMean", "Mean", True),
+        ("SortedSegmentRangeMax", "Max", False), ("SortedSegmentRangeLogSumExp", "LogSumExp", False),
+        ("SortedSegmentRangeLogMeanExp", "LogMeanExp", True)]:
+    register(OpDef(_name, infer_sorted_segment(_name), sorted_segment_kernel(_name, _reduction),
+                   lengths_cost, devices=frozenset({"cpu", "gpu"} if _gpu else {"cpu"}),
+                   min_inputs=2, max_inputs=2,
+                   doc=f"{_reduction} over the rows of each segment id (sorted ids; output rows = "
+                       f"last id + 1, known only when run; empty ids give 0)."))
