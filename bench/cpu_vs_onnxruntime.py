@@ -1,6 +1,6 @@
 """placer's CPU runtime against onnxruntime's CPU provider on the same nets and weights.
 
-Usage: python bench/cpu_vs_onnxruntime.py [--repeats 5] [--nets resnet50-1,resnet50-8,alexnet-1]
+Usage: python bench/cpu_vs_onnxruntime.py [--repeats 5] [--threads N] [--nets resnet50-1,resnet50-8,alexnet-1]
 Each Caffe prototxt from the corpus is converted by ``placer.formats.load_net`` (random
 weights from its init net), run by the Executor, then rebuilt as an ONNX graph with the
 onnx helper API from the very same weight arrays and run by onnxruntime in this process.
@@ -11,13 +11,27 @@ time goes per op type. A benchmark prints figures; it is not a test.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
+
+def _threads_from_argv() -> int | None:
+    """--threads N must act before numpy loads its BLAS, so it is read here, first."""
+    if "--threads" in sys.argv:
+        return int(sys.argv[sys.argv.index("--threads") + 1])
+    return None
+
+
+THREADS = _threads_from_argv()
+if THREADS:
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(THREADS)
+
+import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -155,7 +169,11 @@ def bench(name: str, batch: int, repeats: int) -> None:
     by_type = {t: statistics.median(v) for t, v in per_type.items()}  # same runs as the wall median
 
     model = to_onnx(net, params, typed.blobs)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    if THREADS:
+        options.intra_op_num_threads = THREADS
+        options.inter_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     ort_out = sess.run(None, feed)
     theirs = []
     for _ in range(repeats):
@@ -175,6 +193,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--nets", default="resnet50-1,resnet50-8,alexnet-1")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="threads for both (BLAS and onnxruntime intra-op); default: their own")
     a = parser.parse_args()
     for spec in a.nets.split(","):
         name, _, batch = spec.partition("-")
