@@ -30,6 +30,9 @@ from placer.types import Args, OpFeatures, TensorType, shape_str
 # Channels per group from which one GEMM per filter tap beats one stacked GEMM (measured
 # with bench/conv_kernels.py on a 2-core OpenBLAS machine).
 _ACCUMULATE_MIN_CHANNELS = 32
+# Output elements per block of the depthwise multiply-add (about 1 MiB of float32: the
+# block, the scratch and the input rows then stay in a core's L2 cache).
+_DEPTHWISE_BLOCK_ELEMENTS = 1 << 16
 
 
 def _filter_kernel(w: TensorType, nchw: bool) -> tuple[int, int]:
@@ -153,12 +156,7 @@ def conv2d(xp, x, w, bias, win: Window, pads, out, group: int):
     else:
         wt = xp.ascontiguousarray(w.reshape(group, mg, kk, cg).transpose(2, 0, 3, 1))
     if cg == 1:                     # depthwise-like: broadcast multiply-add per tap
-        # NCHW: (N, G, 1, L) * (G, Mg, 1); NHWC: (N, L, G, 1) * (G, Mg). One scratch buffer.
-        wd_t = wt if nchw else wt.reshape(kk, group, mg)
-        y = tap(taps[0]) * wd_t[0]
-        scratch = xp.empty_like(y)
-        for t in range(1, kk):
-            y += xp.multiply(tap(taps[t]), wd_t[t], out=scratch)
+        y = _depthwise(xp, [tap(t) for t in taps], wt if nchw else wt.reshape(kk, group, mg), nchw)
     elif kk == 1 or cg >= _ACCUMULATE_MIN_CHANNELS:   # one GEMM per tap, accumulated
         y = _tap_gemm(xp, tap(taps[0]), wt[0], nchw)
         for t in range(1, kk):
@@ -171,6 +169,28 @@ def conv2d(xp, x, w, bias, win: Window, pads, out, group: int):
             k_mat = w.reshape(group, mg, kk * cg).transpose(0, 2, 1)
             y = xp.matmul(cols_arr.reshape(n, length, group, kk * cg).transpose(0, 2, 1, 3), k_mat)
     return _finish(xp, y, bias, nchw, cg == 1, (n, m, ho, wo, cols, group))
+
+
+def _depthwise(xp, taps, w_taps, nchw: bool):
+    """Sum over taps of tap * weight, in blocks small enough for the running sum to stay in cache.
+
+    NCHW: (N, G, 1, L) * (G, Mg, 1) -> (N, G, Mg, L), blocked over images and groups;
+    NHWC: (N, L, G, 1) * (G, Mg) -> (N, L, G, Mg), blocked over images and positions.
+    Without blocking every tap streams the whole output through memory twice.
+    """
+    n, width = taps[0].shape[0], taps[0].shape[1]
+    first = taps[0][:1, :1] * w_taps[0][:1]
+    y = xp.empty((n, width, *first.shape[2:]), dtype=first.dtype)
+    step = max(1, _DEPTHWISE_BLOCK_ELEMENTS // first.size)
+    scratch = xp.empty((1, min(step, width), *first.shape[2:]), dtype=first.dtype)
+    for i in range(n):
+        for j in range(0, width, step):
+            cut = slice(j, j + step)
+            block, part = y[i:i + 1, cut], scratch[:, :min(step, width - j)]
+            xp.multiply(taps[0][i:i + 1, cut], w_taps[0][cut] if nchw else w_taps[0], out=block)
+            for t in range(1, len(taps)):
+                block += xp.multiply(taps[t][i:i + 1, cut], w_taps[t][cut] if nchw else w_taps[t], out=part)
+    return y
 
 
 def _tap_gemm(xp, tap, w_tap, nchw: bool):
