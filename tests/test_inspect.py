@@ -154,3 +154,15 @@ def test_caffe_train_file_needs_only_its_data_shape(capsys, corpus):
     conv1 = doc["ops"][0]
     assert conv1["type"] == "Conv" and conv1["outputs"] == "100x20x24x24"
     assert conv1["gmac"] == pytest.approx(100 * 20 * 24 * 24 * 25 / 1e9)  # LeNet conv1: 5x5, 1 -> 20
+
+
+@pytest.mark.parametrize("spec, name, shape, dtype", [
+    ("data=1,3,224,224", "data", (1, 3, 224, 224), "float32"),
+    ("gpu_0/data = 2, 3 :float16", "gpu_0/data", (2, 3), "float16"),
+    ("ids=4096:int64", "ids", (4096,), "int64"),
+    ("step=", "step", (), "float32"),
+])
+def test_input_specs(spec, name, shape, dtype):
+    from placer.commands.common import parse_input_spec
+    got_name, t = parse_input_spec(spec)
+    assert (got_name, t.shape, t.dtype) == (name, shape, dtype)

@@ -26,10 +26,11 @@ net, an input the file does not size, the output of an op type placer does not k
 the table is still printed, with '?' where a figure is unknown, followed by the list of
 missing blobs and the option that supplies each (--init-net INIT, --input NAME=...).
 The command then exits with code 2 and says so on one line on stderr; a complete table
-exits 0.
+exits 0. A file that cannot be read as a net, or shapes that do not fit an op, print one
+line on stderr and exit 2 without a table.
 
 examples:
-  placer inspect resnet50_predict_net.pbtxt --init-net resnet50_init_net.pb --input data=1,3,224,224
+  placer inspect resnet50_predict_net.pbtxt --init-net resnet50_init_net.pb --input gpu_0/data=1,3,224,224
   placer inspect ResNet-50-deploy.prototxt --json
 """
 MAC_CONVENTION = "1 MAC = one multiply-add = 2 FLOPs"
