@@ -31,6 +31,11 @@ def make_input(spec: dict, rng: np.random.Generator) -> np.ndarray:
         return rng.standard_normal(spec["shape"]).astype(dtype)
     if kind == "randint":
         return rng.integers(spec["low"], spec["high"], spec["shape"]).astype(dtype)
+    if kind == "fused8bit":
+        rows, dim = spec["shape"]
+        scale_bias = np.stack([rng.uniform(0.01, 0.5, rows), rng.uniform(-2, 2, rows)], 1).astype(np.float32)
+        values = rng.integers(0, 256, (rows, dim)).astype(np.uint8)
+        return np.concatenate([values, scale_bias.view(np.uint8)], axis=1)
     return np.asarray(spec["values"], dtype=dtype)
 
 
@@ -144,6 +149,12 @@ def _embedding_bag(torch, table, indices, lengths, mode, weights=None):
     return out.reshape((lengths.shape[0],) + tuple(table.shape[1:]))
 
 
+def _dequantized(torch, fused):
+    """float rows of a fused 8-bit table, decoded with torch's own byte view."""
+    scale_bias = fused[:, -8:].contiguous().view(torch.float32)
+    return fused[:, :-8].float() * scale_bias[:, 0:1] + scale_bias[:, 1:2]
+
+
 def ref_lengths(torch, xs, mode):
     data, lengths = xs
     return [_embedding_bag(torch, data, torch.arange(data.shape[0]), lengths, mode)]
@@ -227,6 +238,12 @@ REFERENCES = {
     "embedding_bag_mean": lambda torch, xs, case: [_embedding_bag(torch, xs[0], xs[1], xs[2], "mean")],
     "embedding_bag_weighted": lambda torch, xs, case: [
         _embedding_bag(torch, xs[0], xs[2], xs[3], "sum", weights=xs[1])],
+    "fused_sum": lambda torch, xs, case: [
+        _embedding_bag(torch, _dequantized(torch, xs[0]), xs[1], xs[2], "sum")],
+    "fused_mean": lambda torch, xs, case: [
+        _embedding_bag(torch, _dequantized(torch, xs[0]), xs[1], xs[2], "mean")],
+    "fused_weighted": lambda torch, xs, case: [
+        _embedding_bag(torch, _dequantized(torch, xs[0]), xs[2], xs[3], "sum", weights=xs[1])],
     "lengths_sum": lambda torch, xs, case: ref_lengths(torch, xs, "sum"),
     "lengths_mean": lambda torch, xs, case: ref_lengths(torch, xs, "mean"),
     "segment_sum": lambda torch, xs, case: ref_segment(torch, xs, case, "sum"),
@@ -484,6 +501,9 @@ def test_sparse_lengths_sum_reads_only_looked_up_rows():
     w = cost("SparseLengthsWeightedSum", [TensorType((1000, 8)), TensorType((10,)),
                                           TensorType((10,), "int32"), TensorType((4,), "int32")])
     assert w.flops == 2 * 10 * 8 and w.bytes_read == 10 * 8 * 4 + 10 * 4 + 10 * 4 + 4 * 4
+    q = cost("SparseLengthsSumFused8BitRowwise", [TensorType((10_000, 72), "uint8"),
+                                                  TensorType((100,), "int64"), TensorType((10,), "int32")])
+    assert q.bytes_read == 100 * 72 + 100 * 8 + 10 * 4 and q.bytes_written == 10 * 64 * 4
 
 
 def test_gather_and_fill_costs():
@@ -508,6 +528,7 @@ def test_devices_follow_caffe2_kernels():
     assert registry.get("LengthsToSegmentIds").devices == frozenset({"cpu"})
     assert registry.get("LengthsToRanges").devices == frozenset({"cpu"})
     assert registry.get("SortedSegmentRangeMax").devices == frozenset({"cpu"})
+    assert registry.get("SparseLengthsSumFused8BitRowwise").devices == frozenset({"cpu"})
     assert registry.get("SortedSegmentRangeLogMeanExp").devices == frozenset({"cpu", "gpu"})
     for op_type in ("SparseLengthsSum", "SparseLengthsMean", "SparseLengthsWeightedSum", "LengthsSum",
                     "Gather", "BatchGather", "Concat", "ConstantFill", "XavierFill", "CopyGPUToCPU"):
@@ -646,3 +667,24 @@ def test_random_fills_give_the_same_values_on_the_gpu(op_type):
     on_gpu, = registry.get(op_type).kernel(cupy, [], args)
     assert isinstance(on_gpu, cupy.ndarray)
     np.testing.assert_array_equal(on_gpu.get(), registry.get(op_type).kernel(np, [], args)[0])
+
+
+@pytest.mark.corpus
+def test_glow_fused_8bit_net_runs(corpus):
+    """The init net's byte string decodes to a 3 x (2 + 8) table; the sums are checked
+    against scale * value + bias decoded here with struct."""
+    import struct
+    from placer.formats import load_net
+    from placer.runtime.executor import Executor
+    path = corpus / "caffe2" / "glow_fused_rowwise_quantized_sparse_lengths_sum_predict_net.pbtxt"
+    net = load_net(path, init_path=str(path).replace("predict", "init"))
+    executor = Executor(net)
+    params = executor.run_init()
+    table = np.asarray(params["data"])
+    assert table.shape == (3, 10) and table.dtype == np.uint8
+    rows = [[q * struct.unpack("<f", bytes(r[2:6]))[0] + struct.unpack("<f", bytes(r[6:10]))[0]
+             for q in r[:2]] for r in table.tolist()]
+    result = executor.run({"indices": np.array([2, 0, 1, 2], np.int64),
+                           "lengths": np.array([1, 3], np.int32)})["result"]
+    want = [rows[2], [a + b + c for a, b, c in zip(rows[0], rows[1], rows[2])]]
+    np.testing.assert_allclose(result, want, rtol=1e-6)

@@ -6,6 +6,7 @@ segment. LengthsSum / LengthsMean (DATA, LENGTHS) do the same over DATA's own ro
 LengthsToSegmentIds (LENGTHS) gives the segment number of every position, LengthsToRanges
 (LENGTHS) the (offset, length) of every segment. LengthsMax and the SortedSegment* ops
 (DATA, SEGMENT_IDS) reduce consecutive rows too, with max and log-sum-exp among the reductions.
+SparseLengths*Fused8BitRowwise read uint8 tables whose rows end in a float32 scale and bias.
 
 How the reduction runs (no Python loop over segments, no ``add.at``): a segment sum is
 the product of a sparse (segments x rows) matrix with the table, in CSR form with
@@ -204,6 +205,49 @@ def kernel_lengths_to_ranges(xp, inputs, args: Args) -> tuple:
     return (xp.stack([offsets, lengths], axis=1).astype(xp.int32),)
 
 
+# -- 8-bit rowwise-quantized tables (fused storage) ---------------------------------------
+
+def infer_fused_8bit(op_type: str, weighted: bool = False):
+    """DATA is uint8 (rows, D + 8): D quantized values, then float32 scale and bias."""
+    def infer(inputs: Sequence[TensorType], args: Args) -> list[TensorType]:
+        data, lengths = inputs[0], inputs[-1]
+        indices, weights = inputs[-2], (inputs[1] if weighted else None)
+        if data.dtype != "uint8" or data.ndim != 2 or data.shape[1] <= 8:
+            raise _fail(args, op_type, inputs, f"DATA must be uint8 of shape (rows, D + 8), found {data}")
+        _infer_segments(op_type, TensorType(data.shape, "float32"), lengths, inputs, args,
+                        indices=indices, weights=weights)
+        return [TensorType((lengths.shape[0], data.shape[1] - 8), "float32")]
+    return infer
+
+
+def dequantized_rows(xp, data, indices):
+    """float32 rows data[indices]: value * scale + bias, scale and bias read from the
+    last 8 bytes of each row."""
+    rows = xp.take(data, indices, axis=0)
+    scale_bias = xp.ascontiguousarray(rows[:, -8:]).view(xp.float32)
+    return rows[:, :-8].astype(xp.float32) * scale_bias[:, :1] + scale_bias[:, 1:]
+
+
+def fused_8bit_kernel(op_type: str, weighted: bool = False, mean: bool = False):
+    def kernel(xp, inputs, args: Args) -> tuple:
+        data, indices, lengths = inputs[0], inputs[-2], inputs[-1]
+        _checked(xp, op_type, args, lengths, indices.shape[0], indices, data.shape[0])
+        rows = dequantized_rows(xp, data, indices)
+        weights = inputs[1] if weighted else None
+        return (segment_reduce(xp, rows, lengths, weights=weights, mean=mean),)
+    return kernel
+
+
+def fused_8bit_cost(inputs: Sequence[TensorType], outputs: Sequence[TensorType], args: Args) -> OpFeatures:
+    """Reads the looked-up rows (bytes, scale, bias); a multiply-add to dequantize and an
+    add to reduce each value."""
+    data, indices = inputs[0], inputs[-2]
+    side = sum(t.nbytes for t in inputs[1:])
+    looked_up = indices.shape[0] * (data.shape[1] - 8)
+    return OpFeatures(flops=float(3 * looked_up), bytes_read=float(indices.shape[0] * data.shape[1] + side),
+                      bytes_written=float(sum(t.nbytes for t in outputs)))
+
+
 # -- segment ids instead of lengths (SortedSegment*) and max-like reductions ---------------
 
 def infer_sorted_segment(op_type: str):
@@ -339,3 +383,11 @@ for _name, _reduction, _gpu in [
                    min_inputs=2, max_inputs=2,
                    doc=f"{_reduction} over the rows of each segment id (sorted ids; output rows = "
                        f"last id + 1, known only when run; empty ids give 0)."))
+# Fused 8-bit rowwise tables: CPU only in Caffe2 (no CUDA kernels were registered).
+for _name, _weighted, _mean in [("SparseLengthsSumFused8BitRowwise", False, False),
+                                ("SparseLengthsWeightedSumFused8BitRowwise", True, False),
+                                ("SparseLengthsMeanFused8BitRowwise", False, True)]:
+    register(OpDef(_name, infer_fused_8bit(_name, _weighted), fused_8bit_kernel(_name, _weighted, _mean),
+                   fused_8bit_cost, devices=frozenset({"cpu"}), min_inputs=4 if _weighted else 3,
+                   max_inputs=4 if _weighted else 3,
+                   doc="SparseLengths* over a uint8 table whose rows end in float32 scale and bias."))

@@ -22,6 +22,11 @@ def given(values, dtype="int32"):
     return {"kind": "given", "values": values, "dtype": dtype}
 
 
+def fused_table(rows, dim):
+    """uint8 rows: dim quantized values, then float32 scale and float32 bias."""
+    return {"kind": "fused8bit", "shape": (rows, dim), "dtype": "uint8"}
+
+
 def _sls(id, lengths, rows=20, dim=4, index_dtype="int64", op="SparseLengthsSum", dtype="float32",
          ref="embedding_bag_sum", weighted=False):
     n = sum(lengths)
@@ -154,6 +159,14 @@ CASES = [
          weighted=True, dtype="float16"),
     dict(id="sls_3d_table", op="SparseLengthsSum", args={},
          inputs=[randn(8, 2, 3), randint(0, 8, 5), given([2, 0, 3])], ref="embedding_bag_sum"),
+    dict(id="sls_fused8bit", op="SparseLengthsSumFused8BitRowwise", args={},
+         inputs=[fused_table(12, 5), randint(0, 12, 7), given([3, 0, 4])], ref="fused_sum"),
+    dict(id="sls_fused8bit_int32_empty_first", op="SparseLengthsSumFused8BitRowwise", args={},
+         inputs=[fused_table(6, 3), randint(0, 6, 4, dtype="int32"), given([0, 4, 0])], ref="fused_sum"),
+    dict(id="slws_fused8bit", op="SparseLengthsWeightedSumFused8BitRowwise", args={},
+         inputs=[fused_table(9, 4), randn(5), randint(0, 9, 5), given([2, 3])], ref="fused_weighted"),
+    dict(id="sls_mean_fused8bit", op="SparseLengthsMeanFused8BitRowwise", args={},
+         inputs=[fused_table(9, 4), randint(0, 9, 6), given([2, 0, 4])], ref="fused_mean"),
     dict(id="lengths_sum", op="LengthsSum", args={}, inputs=[randn(7, 3), given([2, 0, 4, 1])],
          ref="lengths_sum"),
     dict(id="lengths_sum_3d_empty_end", op="LengthsSum", args={}, inputs=[randn(5, 2, 2), given([0, 5, 0])],
