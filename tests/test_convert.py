@@ -522,3 +522,29 @@ def test_big_init_nets_are_written_binary_only(tmp_path, capsys, monkeypatch):
     assert sorted(p.name for p in out.iterdir()) == ["init_net.pb", "predict_net.pbtxt"]
     fill = next(op for op in load_netdef(out / "init_net.pb").op if op.output[0] == "ip_w")
     np.testing.assert_allclose(_args(fill)["values"], np.linspace(-1, 1, 980), atol=1e-6)
+
+
+def test_deconvolution_dilation_axis_and_tile(tmp_path):
+    from placer.shapes import infer
+    path = _write(tmp_path, """
+name: "dc"
+input: "x" input_shape { dim: 2 dim: 4 dim: 6 dim: 6 }
+layer { name: "up" type: "Deconvolution" bottom: "x" top: "u"
+        convolution_param { num_output: 6 kernel_size: 4 stride: 2 pad: 1 group: 2 } }
+layer { name: "dil" type: "Convolution" bottom: "u" top: "d"
+        convolution_param { num_output: 3 kernel_size: 3 dilation: 2 pad: 2 } }
+layer { name: "ipax" type: "InnerProduct" bottom: "d" top: "ip" inner_product_param { num_output: 7 axis: 2 } }
+layer { name: "tile" type: "Tile" bottom: "ip" top: "t" tile_param { axis: 1 tiles: 2 } }
+""")
+    r = convert_caffe(path)
+    up, dil, ipax, tile = _ops(r)
+    assert (up.type, _args(up)["group"]) == ("ConvTranspose", 2)
+    assert r.param_shapes["up_w"] == (4, 3, 4, 4)  # (C_in, M / group, kh, kw)
+    assert r.shapes["u"] == (2, 6, 12, 12)  # stride * (6 - 1) + 4 - 2 * pad
+    assert _args(dil)["dilation"] == 2 and r.shapes["d"] == (2, 3, 12, 12)
+    assert _args(ipax)["axis"] == 2 and r.param_shapes["ipax_w"] == (7, 144)
+    assert r.shapes["ip"] == (2, 3, 7)
+    assert _args(tile) == {"tiles": 2, "axis": 1} and r.shapes["t"] == (2, 6, 7)
+    typed = infer(load_caffe_net(path))
+    for blob in ("u", "d", "ip", "t"):
+        assert typed.blobs[blob].shape == r.shapes[blob]

@@ -705,6 +705,15 @@ def _clip(cv: _Converter, layer) -> None:
     _simple("Clip", min=float(p.min), max=float(p.max))(cv, layer)
 
 
+def _tile(cv: _Converter, layer) -> None:
+    p = layer.tile_param
+    x = cv.ins(layer)[0]
+    a = norm_axis(p.axis, None if x is None else len(x))
+    cv.op("Tile", [layer.bottom[0]], [layer.top[0]], tiles=int(p.tiles), axis=int(p.axis))
+    out = None if x is None or a is None or x[a] is None else (*x[:a], x[a] * p.tiles, *x[a + 1:])
+    cv.set(layer.top, [out])
+
+
 def _silence(cv: _Converter, layer) -> None:
     """Silence only marks blobs as consumed: no op."""
 
@@ -795,7 +804,7 @@ TRANSLATORS = {
     "Clip": _clip, "Softmax": _softmax, "SoftmaxWithLoss": _softmax_loss,
     "Accuracy": _accuracy, "LRN": _lrn, "Dropout": _dropout, "Concat": _concat,
     "Slice": _slice, "Split": _split, "Flatten": _flatten, "Reshape": _reshape,
-    "Silence": _silence,
+    "Tile": _tile, "Silence": _silence,
 }
 
 
