@@ -125,6 +125,47 @@ def test_unknown_fields_survive_binary_and_text_refuses_to_drop_them(tmp_path):
     assert not (tmp_path / "copy.pbtxt").exists()
 
 
+EVERY_FIELD = '''name: "all" type: "dag" num_workers: 4
+device_option { device_type: 1 device_id: 0 random_seed: 7 node_name: "n0" numa_node_id: 1 extra_info: "k=v" }
+arg { name: "net_level" s: "x" }
+op { input: "x" output: "y" name: "op0" type: "CustomThing" engine: "DEPTHWISE_3x3,NNPACK"
+  control_input: "x" is_gradient_op: true debug_info: "File \\"a.py\\", line 1" domain: "caffe2" op_version: 3
+  arg { name: "unknown_to_placer" ints: 1 ints: 2 }
+  arg { name: "t" t { dims: 2 data_type: INT64 int64_data: 5 int64_data: 6 name: "tt" } }
+  arg { name: "q" qtensors { dims: 1 precision: 8 scale: 0.5 bias: 0 is_signed: false data: 3 } }
+  arg { name: "nets" nets { name: "a" op { type: "Relu" input: "p" output: "q" } } nets { name: "b" } } }
+external_input: "x" external_output: "y"
+partition_info { name: "p" device_id: 0 extra_info: "e" backend_options { backend_name: "B" option { key: "k" val: "v" } } }
+'''
+
+
+@pytest.mark.parametrize("suffix", [".pbtxt", ".pb"])
+def test_every_field_survives(tmp_path, suffix):
+    netdef = parse_text(EVERY_FIELD)
+    save_netdef(netdef, tmp_path / f"n{suffix}")
+    back = load_netdef(tmp_path / f"n{suffix}")
+    assert back == netdef
+    op = back.op[0]
+    assert (op.engine, op.debug_info, op.domain, op.op_version) == (
+        "DEPTHWISE_3x3,NNPACK", 'File "a.py", line 1', "caffe2", 3)
+    assert list(op.control_input) == ["x"] and op.is_gradient_op
+    assert back.partition_info[0].backend_options[0].option[0].val == "v"
+    assert back.device_option.extra_info == ["k=v"] and back.num_workers == 4
+    net = net_from_netdef(back)
+    assert net.ops[0].args["t"].int64_data == [5, 6]
+    assert [n.name for n in net.ops[0].args["nets"]] == ["a", "b"]
+    assert net.ops[0].args.seed == 7  # from the net-level device option
+
+
+def test_old_file_written_back_uses_the_current_name(tmp_path):
+    p = _write(tmp_path, "old.pbtxt", 'op { type: "Relu" input: "x" output: "y" '
+               'device_option { device_type: 1 cuda_gpu_id: 2 } } external_input: "x"')
+    save_netdef(load_netdef(p), tmp_path / "new.pbtxt")
+    text = (tmp_path / "new.pbtxt").read_text()
+    assert "device_id: 2" in text and "cuda_gpu_id" not in text
+    assert load_netdef(tmp_path / "new.pbtxt") == load_netdef(p)
+
+
 # ---------------------------------------------------------------- text details
 
 def test_old_device_id_name_is_accepted(tmp_path):
