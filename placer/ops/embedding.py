@@ -17,8 +17,11 @@ other dtypes (float16) gather the rows and use ``add.reduceat`` on a float32 cop
 empty segments set to zero explicitly (reduceat returns a row for them).
 
 Caffe2 facts kept: LENGTHS are summed and must equal len(INDICES) (else an error naming
-the op); a mean over an empty segment is 0; float16 tables give float32 outputs; all but
-LengthsToSegmentIds and LengthsToRanges had CUDA kernels (those two were CPU only).
+the op); a mean (or max) over an empty segment is 0; float16 tables give float32 outputs.
+Devices: SparseLengths{Sum,Mean,WeightedSum}, Lengths{Sum,Mean,Max} and
+SortedSegmentRange{Mean,LogMeanExp} had CUDA kernels in Caffe2; LengthsToSegmentIds,
+LengthsToRanges, the other SortedSegment* ops and the Fused8BitRowwise ops were CPU only,
+so they are registered for the CPU only and the planner pins them there.
 """
 from __future__ import annotations
 
