@@ -314,6 +314,21 @@ def test_blob_nothing_makes():
     assert net.data_inputs == ["x"]
 
 
+def test_a_blob_the_user_feeds_becomes_an_external_input():
+    netdef = parse_text('op { input: "x" input: "w" output: "y" type: "FC" } external_input: "x"')
+    net = net_from_netdef(netdef, fed=["w", "x", "elsewhere"])
+    assert net.external_inputs == ["x", "w"]
+
+
+@pytest.mark.corpus
+def test_glow_predict_net_without_its_init_net(corpus):
+    path = corpus / "caffe2" / "glow_fused_rowwise_quantized_sparse_lengths_sum_predict_net.pbtxt"
+    with pytest.raises(NetParseError, match="--input data="):
+        load_net(path)
+    net = load_net(path, input_shapes={"data": TensorType((3, 10), "uint8")})
+    assert net.external_inputs == ["indices", "lengths", "data"]
+
+
 def test_in_place_ops_are_not_cycles():
     netdef = parse_text('''op { input: "x" output: "y" type: "Relu" }
       op { input: "y" output: "y" type: "Relu" } external_input: "x"''')

@@ -38,8 +38,9 @@ def load_net(path: str | os.PathLike, init_path: str | os.PathLike | None = None
     ``init_path`` is the Caffe2 init net that fills the parameters; ``phase`` and
     ``weights`` apply to Caffe prototxt files (include/exclude rules, ``.caffemodel``).
     ``input_shapes`` (the user's ``--input``) lets a Caffe file whose input sizes are open
-    get its parameter shapes (they follow from the input channels); a Caffe2 net ignores
-    them here (``shapes.infer`` takes them).
+    get its parameter shapes (they follow from the input channels); for a Caffe2 net only
+    their names count here (a blob the user feeds need not be listed in external_input;
+    ``shapes.infer`` takes the shapes).
     """
     from placer.formats import caffe2
     data = caffe2.read_file_bytes(path)
@@ -54,7 +55,7 @@ def load_net(path: str | os.PathLike, init_path: str | os.PathLike | None = None
                           hint="give the Caffe2 init net with --init-net")
     if init_path is not None:
         _check_init_net(init_path)
-    return caffe2.load_caffe2_net(path, init_path)
+    return caffe2.load_caffe2_net(path, init_path, fed=input_shapes or ())
 
 
 def _load_caffe(path, phase, weights, input_shapes) -> Net:

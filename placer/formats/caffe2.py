@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Iterable
 
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError
@@ -300,8 +301,12 @@ def params_from_init(init_netdef) -> dict[str, TensorType]:
 # ---------------------------------------------------------------- building the Net
 
 def net_from_netdef(netdef, init_netdef=None, path: str = "", init_path: str = "",
-                    source_format: str = "") -> Net:
-    """A ``Net`` from a predict NetDef (and its init net), after structural checks."""
+                    source_format: str = "", fed: Iterable[str] = ()) -> Net:
+    """A ``Net`` from a predict NetDef (and its init net), after structural checks.
+
+    ``fed`` names blobs the user supplies (``--input``): one that an op reads but that no
+    op makes and external_input does not list becomes an external input instead of an error.
+    """
     default = netdef.device_option if netdef.HasField("device_option") else None
     ops = [op_from_proto(i, p, default) for i, p in enumerate(netdef.op)]
     params = params_from_init(init_netdef) if init_netdef is not None else {}
@@ -311,6 +316,9 @@ def net_from_netdef(netdef, init_netdef=None, path: str = "", init_path: str = "
               init_proto=init_netdef, path=str(path), init_path=str(init_path or ""),
               source_format=source_format,
               default_device=decode_device(default) if default is not None else None)
+    produced = {o for op in ops for o in op.outputs} | init_outputs | set(net.external_inputs)
+    read = {b for op in ops for b in op.inputs}
+    net.external_inputs += [b for b in dict.fromkeys(fed) if b in read and b not in produced]
     check_structure(net, init_outputs, path or "<net>")
     return net
 
@@ -338,12 +346,14 @@ def check_structure(net: Net, init_outputs: set[str], path: str) -> None:
             raise NetParseError(
                 path, f"op {op.label} reads blob '{blob}', which no earlier op makes and "
                       "external_input does not list",
-                hint="add it to external_input, or give --init-net INIT if an init net fills it")
+                hint=f"add it to external_input, give --init-net INIT if an init net fills it, "
+                     f"or give its shape with --input {blob}=d0,d1,...")
         available.update(op.outputs)
 
 
-def load_caffe2_net(path, init_path=None) -> Net:
-    """Read a Caffe2 predict net (and optional init net) into a ``Net``."""
+def load_caffe2_net(path, init_path=None, fed: Iterable[str] = ()) -> Net:
+    """Read a Caffe2 predict net (and optional init net) into a ``Net``; ``fed`` as in
+    ``net_from_netdef``."""
     netdef, fmt = read_netdef(path)
     init = read_netdef(init_path)[0] if init_path else None
-    return net_from_netdef(netdef, init, str(path), str(init_path or ""), fmt)
+    return net_from_netdef(netdef, init, str(path), str(init_path or ""), fmt, fed)
