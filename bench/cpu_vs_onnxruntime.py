@@ -41,6 +41,7 @@ from placer.runtime.executor import Executor  # noqa: E402
 from placer.shapes import infer  # noqa: E402
 from placer.types import TensorType  # noqa: E402
 
+ORT_OPT = "all"
 CORPUS = ROOT.parent / "shared" / "nets" / "caffe"
 NETS = {"resnet50": "resnet50_ResNet-50-deploy.prototxt", "alexnet": "bvlc_alexnet_deploy.prototxt"}
 
@@ -170,6 +171,9 @@ def bench(name: str, batch: int, repeats: int) -> None:
 
     model = to_onnx(net, params, typed.blobs)
     options = ort.SessionOptions()
+    options.graph_optimization_level = {
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL}[ORT_OPT]
     if THREADS:
         options.intra_op_num_threads = THREADS
         options.inter_op_num_threads = 1
@@ -195,7 +199,12 @@ def main() -> None:
     parser.add_argument("--nets", default="resnet50-1,resnet50-8,alexnet-1")
     parser.add_argument("--threads", type=int, default=None,
                         help="threads for both (BLAS and onnxruntime intra-op); default: their own")
+    parser.add_argument("--ort-opt", choices=("all", "none"), default="all",
+                        help="onnxruntime graph optimizations (none: no Conv+BN+Relu fusion, "
+                             "op for op like placer)")
     a = parser.parse_args()
+    global ORT_OPT
+    ORT_OPT = a.ort_opt
     for spec in a.nets.split(","):
         name, _, batch = spec.partition("-")
         bench(name, int(batch or 1), a.repeats)
