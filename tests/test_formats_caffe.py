@@ -323,3 +323,15 @@ def test_proto_defaults_match_caffe():
     assert layer.norm_param.across_spatial is True
     assert layer.dropout_param.dropout_ratio == 0.5
     assert layer.flatten_param.end_axis == -1 and layer.reshape_param.num_axes == -1
+
+
+def test_unknown_bottom_names_the_layer_and_the_phase(tmp_path):
+    path = _write(tmp_path, """
+name: "b"
+layer { name: "d" type: "Input" top: "x" input_param { shape { dim: 1 dim: 2 } } }
+layer { name: "t" type: "ReLU" bottom: "x" top: "y" include { phase: TRAIN } }
+layer { name: "u" type: "ReLU" bottom: "y" top: "z" }
+""")
+    assert [op.type for op in load_caffe_net(path, phase="train").ops] == ["Relu", "Relu"]
+    with pytest.raises(NetParseError, match="layer 'u' \\(ReLU\\) reads bottom 'y'.*phase 'test'"):
+        load_caffe_net(path, phase="test")

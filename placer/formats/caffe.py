@@ -303,7 +303,21 @@ def load_caffe(path: str | os.PathLike, phase: str = "test",
     if not kept:
         raise NetParseError(str(path), f"no layers in phase '{phase}'",
                             hint="check the file, or try the other --phase")
+    _check_bottoms(caffe, phase)
     return caffe
+
+
+def _check_bottoms(caffe: CaffeNet, phase: str) -> None:
+    """Every bottom is made by an earlier layer or is an input (Caffe's "Unknown bottom blob")."""
+    available = set(caffe.inputs)
+    for layer in caffe.layers:
+        for bottom in layer.bottom:
+            if bottom not in available:
+                raise NetParseError(
+                    caffe.path, f"layer '{layer.name}' ({layer.type}) reads bottom '{bottom}', which "
+                                f"no earlier layer of phase '{phase}' makes and no input declares",
+                    hint="fix the bottom name, or check the include/exclude rules and --phase")
+        available.update(layer.top)
 
 
 def _declared_inputs(net, caffe: CaffeNet) -> None:
