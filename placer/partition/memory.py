@@ -28,7 +28,7 @@ from placer.errors import InfeasiblePlanError
 from placer.partition.explain import make_plan
 from placer.partition.mincut import FlowNetwork
 from placer.partition.milp import milp_partition
-from placer.partition.problem import (PIN_GPU, CostArrays, flip_delta, from_graph,
+from placer.partition.problem import (PIN_CPU, PIN_GPU, CostArrays, flip_delta, from_graph,
                                       gpu_memory, scratch_bytes, serial_cost)
 
 
@@ -58,10 +58,13 @@ class MemoryPartitioner:
                              capacity=self.capacity,
                              notes=["the unconstrained optimum fits in GPU memory"])
         check_pinned_fit(arr, self.capacity)
-        starts = lagrangian(arr, net, self.capacity, free_opt)
-        starts.sort(key=lambda x: serial_cost(arr, x).total_s)
-        tried = [improve(arr, x, self.capacity, self.improve_time_s / 2) for x in starts[:2]]
+        starts, prices = lagrangian(arr, net, self.capacity, free_opt)
+        starts = _distinct(arr, starts)[:4]
+        share = self.improve_time_s / (2 * len(starts) + 1)
+        tried = [windows(arr, net, improve(arr, x, self.capacity, share), self.capacity,
+                         prices[-1], share) for x in starts]
         on_gpu = min(tried, key=lambda x: serial_cost(arr, x).total_s)
+        on_gpu = improve(arr, on_gpu, self.capacity, share)
         heur = serial_cost(arr, on_gpu).total_s
         notes, optimal, gap = [f"Lagrangian + repair: {heur:.6g} s"], False, None
         if self.milp_time_limit > 0:
@@ -83,12 +86,12 @@ def check_pinned_fit(arr: CostArrays, capacity: float) -> None:
     used = usage(arr, forced)
     if used > capacity:
         ops = np.flatnonzero(forced)
-        heavy = ops[np.argsort(-(arr.param_bytes[ops] + arr.output_bytes[ops]))][:5]
+        own = arr.read_param_bytes + arr.written_bytes
+        heavy = ops[np.argsort(-own[ops], kind="stable")][:5]
         raise InfeasiblePlanError(
             f"the ops pinned to the GPU need {used / 2**20:.1f} MiB of GPU memory, "
             f"{(used - capacity) / 2**20:.1f} MiB over the {capacity / 2**20:.1f} MiB usable: "
-            + ", ".join(f"{arr.op_label(i)} ({(arr.param_bytes[i] + arr.output_bytes[i]) / 2**20:.1f} MiB)"
-                        for i in heavy),
+            + ", ".join(f"{arr.op_label(i)} ({own[i] / 2**20:.1f} MiB)" for i in heavy),
             hint="unpin some of them, raise --gpu-mem or lower --gpu-reserve")
 
 
@@ -104,14 +107,16 @@ def lagrangian(arr: CostArrays, net: FlowNetwork, capacity: float, free_opt: np.
     each later round moves half the price to where the last infeasible plan exceeded it.
     """
     mu = _excess(arr, free_opt, capacity, None)
-    starts = []
+    starts, prices = [], []
     for _ in range(rounds):
-        found, tight = _bisect(arr, net, capacity, _op_weights(arr, mu), steps)
+        w = _op_weights(arr, mu)
+        found, tight, lam = _bisect(arr, net, capacity, w, steps)
         starts += found
+        prices.append(lam * w)
         if tight is None:
             break
         mu = _excess(arr, tight, capacity, mu)
-    return starts
+    return starts, prices
 
 
 def _excess(arr, x, capacity, mu):
@@ -133,7 +138,7 @@ def _op_weights(arr, mu):
     p = arr.t_producer[made]
     end = np.maximum(last[made], p)
     act = np.bincount(p, weights=arr.t_bytes[made] * (cum[end + 1] - cum[p]), minlength=n)
-    return arr.param_bytes * cum[-1] + act + scratch_bytes(arr) * mu
+    return arr.read_param_bytes * cum[-1] + act + scratch_bytes(arr) * mu
 
 
 def _bisect(arr, net, capacity, w, steps):
@@ -154,7 +159,41 @@ def _bisect(arr, net, capacity, w, steps):
             hi = mid
         else:
             lo, tight = mid, x
-    return [best] + ([repair(arr, tight, capacity)] if tight is not None else []), tight
+    found = [best] + ([repair(arr, tight, capacity)] if tight is not None else [])
+    return found, tight, hi
+
+
+def _distinct(arr, starts):
+    """Starting placements without repeats, cheapest first."""
+    seen, out = set(), []
+    for x in sorted(starts, key=lambda x: serial_cost(arr, x).total_s):
+        key = x.tobytes()
+        if key not in seen:
+            seen.add(key)
+            out.append(x)
+    return out
+
+
+def windows(arr: CostArrays, net: FlowNetwork, on_gpu: np.ndarray, capacity: float,
+            price: np.ndarray, time_s: float, width: int = 16) -> np.ndarray:
+    """Re-solve windows of consecutive ops exactly by min-cut, the rest held, with the
+    memory price at 0, 1/2 and 1 times the Lagrangian one; keep what lowers the cost and
+    fits. Moves whole blocks that single-op moves cannot."""
+    x = on_gpu.copy()
+    cost = serial_cost(arr, x).total_s
+    deadline = time.perf_counter() + time_s
+    for start in range(0, max(arr.n_ops - width // 2, 1), width // 2):
+        for mult in (0.0, 0.5, 1.0):
+            if time.perf_counter() > deadline:
+                return x
+            fixed = np.where(x, PIN_GPU, PIN_CPU).astype(np.int8)
+            inside = slice(start, start + width)
+            fixed[inside] = arr.forced[inside]
+            y, _ = net.solve(mult * price, fixed=fixed, ref=x)
+            c = serial_cost(arr, y).total_s
+            if c < cost * (1 - 1e-12) and usage(arr, y) <= capacity:
+                x, cost = y, c
+    return x
 
 
 def _better(arr, x, best, best_cost):
@@ -166,7 +205,7 @@ def repair(arr: CostArrays, on_gpu: np.ndarray, capacity: float) -> np.ndarray:
     """Move GPU ops to the CPU, cheapest cost increase per byte first, until it fits."""
     x = on_gpu.copy()
     movable = np.flatnonzero(x & (arr.forced != PIN_GPU))
-    w = arr.param_bytes + arr.output_bytes + 1.0
+    w = arr.read_param_bytes + arr.written_bytes + 1.0
     ratio = np.maximum(arr.cpu_s[movable] - arr.gpu_s[movable], 0) / w[movable]
     for i in movable[np.argsort(ratio)]:
         if usage(arr, x) <= capacity:

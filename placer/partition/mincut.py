@@ -55,19 +55,25 @@ class FlowNetwork:
         self.inner_caps = caps
         self.inner_rows, self.inner_cols = self.keys // self.n_nodes, self.keys % self.n_nodes
 
-    def solve(self, extra_gpu_s: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
-        """Min-cut placement (bool on_gpu per op) and solver facts."""
+    def solve(self, extra_gpu_s: np.ndarray | None = None, fixed: np.ndarray | None = None,
+              ref: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
+        """Min-cut placement (bool on_gpu per op) and solver facts.
+
+        ``fixed`` (PIN_* per op) replaces the pins, e.g. to re-solve a window of ops with
+        the rest held; ``ref`` is then a placement that respects it (sets the scale)."""
+        forced = self.forced if fixed is None else fixed
         n = self.arr.n_ops
         extra = extra_gpu_s if extra_gpu_s is not None else 0.0
         src = self.src + extra
         snk = self.snk.copy()
         base = np.minimum(src, snk)
         src, snk = src - base, snk - base
-        ref = self.forced == PIN_GPU     # feasible reference: free ops on the CPU
+        if ref is None:
+            ref = forced == PIN_GPU      # feasible reference: free ops on the CPU
         ops_only = np.where(ref, self.arr.gpu_s + extra, self.arr.cpu_s) - base
         ref_cut = (float(ops_only.sum()) + serial_cost(self.arr, ref).copy_s) * 1.001
-        src[self.forced == PIN_CPU] = np.inf
-        snk[self.forced == PIN_GPU] = np.inf
+        src[forced == PIN_CPU] = np.inf
+        snk[forced == PIN_GPU] = np.inf
         inner = np.bincount(self.inverse, weights=np.where(np.isinf(self.inner_caps), 0,
                                                            self.inner_caps),
                             minlength=len(self.keys)).astype(np.float64)

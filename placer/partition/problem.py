@@ -89,6 +89,20 @@ class CostArrays:
         return ptr, order
 
     @cached_property
+    def read_param_bytes(self) -> np.ndarray:
+        """Bytes of the parameters each op reads (from the blob table)."""
+        par = (self.t_producer == PARAM)[self.entry_tensor]
+        return np.bincount(self.t_cons[par], weights=self.t_bytes[self.entry_tensor[par]],
+                           minlength=self.n_ops)
+
+    @cached_property
+    def written_bytes(self) -> np.ndarray:
+        """Bytes each op writes: its blobs in the table, or ``output_bytes`` if larger."""
+        made = self.t_producer >= 0
+        own = np.bincount(self.t_producer[made], weights=self.t_bytes[made], minlength=self.n_ops)
+        return np.maximum(own, self.output_bytes)
+
+    @cached_property
     def component(self) -> np.ndarray:
         """Colocation component of every op (ops that must share a device)."""
         n = self.n_ops
