@@ -61,7 +61,13 @@ def _infer_op(typed: TypedNet, op: Op, user: dict[str, TensorType],
     opdef.check_arity(len(inputs), op.label)
     outputs = _run_infer(opdef, op, inputs)
     _set_outputs(typed, op, outputs, user)
-    features = opdef.cost(inputs, [t for t in outputs if t is not None], op.args)
+    try:
+        features = opdef.cost(inputs, [t for t in outputs if t is not None], op.args)
+    except PlacerError:
+        raise
+    except Exception as e:  # as for inference: name the op rather than crash
+        raise ShapeError(f"op {op.label}: cost features failed on inputs "
+                         f"{_named_types(op, inputs)}: {type(e).__name__}: {e}") from e
     params = {b for b in op.inputs if b in typed.net.params}
     return replace(features, param_bytes=float(sum(typed.net.params[b].nbytes for b in params)))
 

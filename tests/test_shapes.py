@@ -33,6 +33,8 @@ def toy_ops(monkeypatch):
     toys = [OpDef("ToyFC", _toy_fc_infer, cost=_toy_fc_cost, min_inputs=2, max_inputs=3),
             OpDef("ToyRelu", lambda inputs, args: [inputs[0]], min_inputs=1, max_inputs=1),
             OpDef("ToyBroken", lambda inputs, args: [inputs[5]], min_inputs=1, max_inputs=1),
+            OpDef("ToyBrokenCost", lambda inputs, args: [inputs[0]], cost=lambda i, o, a: 1 / 0,
+                  min_inputs=1, max_inputs=1),
             OpDef("ToyValueShaped", lambda inputs, args: [None], min_inputs=1, max_inputs=1)]
     for t in toys:
         monkeypatch.setitem(registry._REGISTRY, t.type, t)
@@ -147,6 +149,12 @@ def test_arity_is_checked(toy_ops):
 def test_a_bug_in_an_op_becomes_a_shape_error(toy_ops):
     net = _net('op { input: "x" output: "y" type: "ToyBroken" } external_input: "x"')
     with pytest.raises(ShapeError, match="shape inference failed.*IndexError"):
+        infer(net, {"x": TensorType((1, 2))})
+
+
+def test_a_bug_in_a_cost_becomes_a_shape_error(toy_ops):
+    net = _net('op { input: "x" output: "y" type: "ToyBrokenCost" } external_input: "x"')
+    with pytest.raises(ShapeError, match="cost features failed.*'x' float32\\[1,2\\].*ZeroDivisionError"):
         infer(net, {"x": TensorType((1, 2))})
 
 
