@@ -68,6 +68,11 @@ CASES = [
          {"stride": 2, "padding": 1, "groups": 8}),
     conv("conv_depthwise_multiplier2", (1, 4, 9, 9), (8, 1, 3, 3), {"kernel": 3, "pad": 1, "group": 4},
          {"padding": 1, "groups": 4}),
+    # Large enough that the depthwise multiply-add is split into cache blocks (by group, by image).
+    conv("conv_depthwise_blocked_groups", (1, 8, 200, 200), (8, 1, 3, 3), {"kernel": 3, "pad": 1, "group": 8},
+         {"padding": 1, "groups": 8}),
+    conv("conv_depthwise_blocked_images", (3, 16, 40, 40), (16, 1, 3, 3), {"kernel": 3, "pad": 1, "group": 16},
+         {"padding": 1, "groups": 16}),
     conv("conv_alexnet_conv1", (1, 3, 59, 59), (8, 3, 11, 11), {"kernel": 11, "stride": 4}, {"stride": 4}),
     conv("conv_kernel_from_filter", (1, 3, 8, 8), (4, 3, 3, 3), {"pad": 1}, {"padding": 1}),
     conv("conv_legacy_valid", (1, 3, 9, 9), (4, 3, 3, 3), {"kernel": 3, "stride": 2, "legacy_pad": 1}, {"stride": 2}),
@@ -83,6 +88,8 @@ CASES = [
          {"padding": 1, "groups": 2, "nhwc": True}),
     conv("conv_nhwc_depthwise", (2, 7, 7, 5), (5, 3, 3, 1), {"kernel": 3, "group": 5, "order": "NHWC"},
          {"groups": 5, "nhwc": True}),
+    conv("conv_nhwc_depthwise_blocked", (3, 70, 70, 16), (16, 3, 3, 1),
+         {"kernel": 3, "pad": 1, "group": 16, "order": "NHWC"}, {"padding": 1, "groups": 16, "nhwc": True}),
     conv("conv_nhwc_1x1", (2, 5, 5, 16), (8, 1, 1, 16), {"kernel": 1, "order": "NHWC"}, {"nhwc": True}),
     conv("conv_float64", (1, 4, 6, 6), (3, 4, 3, 3), {"kernel": 3}, {}, tol=1e-10, dtype="float64"),
     # ------------------------------------------------------------ ConvTranspose (filter C, M/group, kH, kW)
