@@ -62,6 +62,7 @@ def test_json_has_the_same_figures(capsys, mlp):
     doc = json.loads(capsys.readouterr().out)
     fc, relu = doc["ops"]
     assert fc["type"] == "FC" and fc["outputs"] == "4x10" and fc["known"]
+    assert fc["output_types"] == [{"shape": [4, 10], "dtype": "float32"}]
     assert fc["gmac"] == pytest.approx(4 * 99 * 10 / 1e9)
     assert fc["gflop"] >= 2 * fc["gmac"]
     assert fc["param_mb"] == pytest.approx((990 + 10) * 4 / 1e6)

@@ -77,6 +77,8 @@ def op_rows(typed: TypedNet) -> list[dict]:
         rows.append({
             "index": op.index, "op": op.name or (op.outputs[0] if op.outputs else ""),
             "type": op.type, "outputs": shape_str(outs),
+            "output_types": [None if t is None else {"shape": list(t.shape), "dtype": t.dtype}
+                             for t in outs],
             "gflop": f.flops / G if have else None, "gmac": f.macs / G if have else None,
             "mb_read": f.bytes_read / MB if have else None,
             "mb_written": f.bytes_written / MB if have else None,
@@ -111,7 +113,7 @@ def net_totals(typed: TypedNet) -> dict:
 def format_table(rows: list[dict]) -> str:
     if not rows:
         return "(the net has no ops)"
-    df = pd.DataFrame(rows).set_index("index")
+    df = pd.DataFrame(rows).drop(columns="output_types").set_index("index")
     df["known"] = df["known"].map({True: "known", False: "UNKNOWN"})
     for column in COLUMN_TITLES:
         df[column] = [_figure(x) for x in df[column]]
