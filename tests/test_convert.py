@@ -360,8 +360,34 @@ layer { name: "conv" type: "Convolution" bottom: "x" top: "c" convolution_param 
     blob.data.extend([0.0] * 54)
     weights = tmp_path / "w.caffemodel"
     weights.write_bytes(model.SerializeToString())
-    with pytest.raises(NetParseError, match="conv_w.*2x3x3x3.*2x2x3x3"):
+    with pytest.raises(NetParseError, match="conv_w.*2x3x3x3.*2x2x3x3") as e:
         convert_caffe(proto, weights=weights)
+    assert e.value.path == str(weights)
+
+
+def test_parameters_missing_from_the_weights_are_named(tmp_path):
+    proto = _write(tmp_path, V_TWO_CONVS)
+    model = pb.NetParameter()
+    layer = model.layer.add(name="a")
+    for shape in ((2, 2, 1, 1), (2,)):
+        blob = layer.blobs.add()
+        blob.shape.dim.extend(shape)
+        blob.data.extend([1.0] * int(np.prod(shape)))
+    weights = tmp_path / "w.caffemodel"
+    weights.write_bytes(model.SerializeToString())
+    r = convert_caffe(proto, weights=weights)
+    assert _fill(r, "a_w").type == "GivenTensorFill" and _fill(r, "b_w").type == "XavierFill"
+    assert any(f"2 parameter(s) have no blob in {weights}" in n and "b_w, b_b" in n for n in r.notes)
+    assert r.weights_used == 2
+
+
+V_TWO_CONVS = """
+name: "two"
+input: "x"
+input_dim: 1 input_dim: 2 input_dim: 4 input_dim: 4
+layer { name: "a" type: "Convolution" bottom: "x" top: "a" convolution_param { num_output: 2 kernel_size: 1 } }
+layer { name: "b" type: "Convolution" bottom: "a" top: "b" convolution_param { num_output: 2 kernel_size: 1 } }
+"""
 
 
 def test_shared_parameters_through_paramspec_names(tmp_path):

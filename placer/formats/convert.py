@@ -66,20 +66,23 @@ def convert_caffe(path: str | os.PathLike, phase: str = "test", weights: str | o
     """Convert a prototxt (and optional ``.caffemodel``) to Caffe2 predict and init nets."""
     caffe = load_caffe(path, phase=phase)
     blobs = read_caffemodel(weights) if weights else None
-    return convert_net(caffe, blobs, input_shapes, phase=phase)
+    return convert_net(caffe, blobs, input_shapes, phase=phase, weights_path=str(weights or ""))
 
 
 def convert_net(caffe: CaffeNet, weights: dict[str, list[np.ndarray]] | None = None,
-                input_shapes: dict[str, TensorType] | None = None, phase: str = "test") -> Conversion:
-    return _Converter(caffe, weights, input_shapes, phase).run()
+                input_shapes: dict[str, TensorType] | None = None, phase: str = "test",
+                weights_path: str = "") -> Conversion:
+    return _Converter(caffe, weights, input_shapes, phase, weights_path).run()
 
 
 # ---------------------------------------------------------------- the converter
 
 class _Converter:
-    def __init__(self, caffe: CaffeNet, weights, input_shapes, phase: str):
+    def __init__(self, caffe: CaffeNet, weights, input_shapes, phase: str, weights_path: str = ""):
         self.caffe = caffe
         self.weights = weights or {}
+        self.weights_path = weights_path or "<weights>"
+        self.random_despite_weights: list[str] = []
         self.user_shapes = dict(input_shapes or {})
         self.is_test = str(phase).lower() == "test"
         self.predict = c2.NetDef(name=caffe.name)
@@ -132,6 +135,11 @@ class _Converter:
                 f"{len(self.result.missing_params)} parameter(s) have no fill op because their "
                 f"shape depends on an input shape the file does not give: "
                 f"{', '.join(list(self.result.missing_params)[:4])}; pass --input (or --weights)")
+        if self.random_despite_weights:
+            self.result.notes.append(
+                f"{len(self.random_despite_weights)} parameter(s) have no blob in "
+                f"{self.weights_path} and got random fills: "
+                f"{', '.join(self.random_despite_weights[:4])}")
 
     # -------------------------------------------------------------- helpers for translators
 
@@ -163,12 +171,19 @@ class _Converter:
             return layer.param[index].name
         return f"{layer.name}_{suffix}"
 
-    def param(self, name: str, shape: Shape, filler, values: np.ndarray | None = None) -> str:
-        """Declare a parameter: a fill op in the init net, an external input of the predict net."""
+    def param(self, name: str, shape: Shape, filler, values: np.ndarray | None = None,
+              learned: bool = True) -> str:
+        """Declare a parameter: a fill op in the init net, an external input of the predict net.
+
+        ``learned`` is False for parameters Caffe does not have (FC's zero bias when
+        bias_term is false, a lone BatchNorm's unit scale), which no weights file holds.
+        """
         if name in self.params:  # shared through ParamSpec.name
             return name
+        if values is None and learned and self.weights:
+            self.random_despite_weights.append(name)
         if values is not None:
-            arr = fit_blob(values, shape, name, self.layer.name)
+            arr = fit_blob(values, shape, name, self.layer.name, self.weights_path)
             self._fill(name, "GivenTensorFill", arr.shape)
             set_float_values(self.init.op[-1].arg.add(name="values"), arr)
             self.result.weights_used += 1
@@ -231,7 +246,7 @@ def set_float_values(arg, values: np.ndarray) -> None:
     arg.MergeFromString(b"\x2a" + bytes(length) + raw)  # field 5 (floats), wire type 2
 
 
-def fit_blob(arr: np.ndarray, shape: Shape, name: str, layer: str) -> np.ndarray:
+def fit_blob(arr: np.ndarray, shape: Shape, name: str, layer: str, path: str = "<weights>") -> np.ndarray:
     """A caffemodel blob in the parameter's shape (legacy 4-D blobs lose their leading 1s)."""
     if shape is None:
         return arr
@@ -245,7 +260,7 @@ def fit_blob(arr: np.ndarray, shape: Shape, name: str, layer: str) -> np.ndarray
         if a.ndim == len(shape) and all(e is None or e == d for e, d in zip(shape, a.shape)):
             return a
     want = "x".join("?" if d is None else str(d) for d in shape)
-    raise NetParseError("<weights>", f"layer '{layer}': blob for '{name}' has shape "
+    raise NetParseError(path, f"layer '{layer}': blob for '{name}' has shape "
                         f"{'x'.join(map(str, arr.shape))}, the prototxt needs {want}",
                         hint="use the .caffemodel that was trained with this prototxt")
 
@@ -389,7 +404,7 @@ def _inner_product(cv: _Converter, layer) -> None:
         b = cv.param(cv.param_name(layer, 1, "b"), (n,), filler_of(p, "bias_filler", ("constant", 0.0)),
                      cv.blob(layer, 1))
     else:  # Caffe2's FC always takes a bias
-        b = cv.param(f"{layer.name}_b", (n,), ("constant", 0.0))
+        b = cv.param(f"{layer.name}_b", (n,), ("constant", 0.0), learned=False)
     cv.op("FC", [layer.bottom[0], w, b], [layer.top[0]], axis=p.axis if p.axis != 1 else None)
     cv.set(layer.top, [None if x is None or axis is None else (*x[:axis], n)])
 
@@ -443,11 +458,11 @@ def _batch_norm(cv: _Converter, layer, scale=None) -> None:
                      cv.blob(scale, 0))
         b = cv.param(cv.param_name(scale, 1, "b"), (c,),
                      filler_of(sp, "bias_filler", ("constant", 0.0)) if sp.bias_term else ("constant", 0.0),
-                     cv.blob(scale, 1) if sp.bias_term else None)
+                     cv.blob(scale, 1) if sp.bias_term else None, learned=bool(sp.bias_term))
         cv.layer = layer
     else:
-        s = cv.param(f"{layer.name}_s", (c,), ("constant", 1.0))
-        b = cv.param(f"{layer.name}_b", (c,), ("constant", 0.0))
+        s = cv.param(f"{layer.name}_s", (c,), ("constant", 1.0), learned=False)
+        b = cv.param(f"{layer.name}_b", (c,), ("constant", 0.0), learned=False)
     rm = cv.param(f"{layer.name}_rm", (c,), ("constant", 0.0), mean)
     riv = cv.param(f"{layer.name}_riv", (c,), ("constant", 1.0), var)
     top = (scale or layer).top[0]
