@@ -93,6 +93,9 @@ class CpuDevice:
     def sync(self) -> None:
         pass
 
+    def activate(self) -> None:
+        """Make this device current for the kernels that follow (a GPU's context)."""
+
     def timer(self) -> CpuTimer:
         return CpuTimer()
 
@@ -203,6 +206,9 @@ class CudaDevice:
             array.get(out=out)
             self.cupy.cuda.get_current_stream().synchronize()
             return out
+
+    def activate(self) -> None:
+        self.cupy.cuda.Device(self.index).use()
 
     def sync(self) -> None:
         with self.cupy.cuda.Device(self.index):
