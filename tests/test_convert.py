@@ -574,3 +574,29 @@ layer { name: "tile" type: "Tile" bottom: "ip" top: "t" tile_param { axis: 1 til
     typed = infer(load_caffe_net(path))
     for blob in ("u", "d", "ip", "t"):
         assert typed.blobs[blob].shape == r.shapes[blob]
+
+
+def test_unknown_layers_keep_their_parameters_as_arguments(tmp_path):
+    proto = _write(tmp_path, """
+name: "u"
+input: "x"
+input_shape { dim: 1 dim: 3 dim: 4 dim: 4 }
+layer { name: "py" type: "Python" bottom: "x" top: "y"
+        python_param { module: "my.layers" layer: "Crop" param_str: "{'k': 2}" } }
+layer { name: "pw" type: "Power" bottom: "y" top: "z" power_param { power: 2 shift: 1 } }
+layer { name: "th" type: "Threshold" bottom: "x" top: "t" threshold_param { threshold: 0.5 } }
+""")
+    model = pb.NetParameter()
+    blob = model.layer.add(name="py").blobs.add()
+    blob.shape.dim.extend([3])
+    blob.data.extend([1.0, 2.0, 3.0])
+    (tmp_path / "w.caffemodel").write_bytes(model.SerializeToString())
+    r = convert_caffe(proto, weights=tmp_path / "w.caffemodel")
+    py, pw, th = _ops(r)
+    assert py.type == "Python" and list(py.input) == ["x", "py_blob0"]
+    assert _args(py) == {"module": "my.layers", "layer": "Crop", "param_str": "{'k': 2}"}
+    assert _args(_fill(r, "py_blob0"))["values"] == [1.0, 2.0, 3.0]
+    assert _args(pw) == {"power": 2.0, "shift": 1.0}
+    assert r.shapes["z"] is None  # the Python layer's output is unknown, and so what follows
+    assert r.shapes["t"] == (1, 3, 4, 4)  # Threshold keeps its input's shape
+    assert [t for _, t in r.unknown_layers] == ["Python", "Power", "Threshold"]
