@@ -231,6 +231,9 @@ layer { name: "s" type: "Silence" bottom: "a" bottom: "b" bottom: "c" bottom: "m
     net = load_caffe_net(path)
     assert net.ops == []  # Silence only marks blobs as consumed
     assert set(net.input_shapes) == {"a", "b", "c", "m", "ml", "i", "il"}
+    dtypes = {name: t.dtype for name, t in net.input_shapes.items()}
+    assert dtypes == {"a": "float32", "b": "float32", "c": "float32", "m": "float32",
+                      "ml": "int32", "i": "float32", "il": "int32"}  # labels are integers
 
 
 # ---------------------------------------------------------------- text errors and forks

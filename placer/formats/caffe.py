@@ -36,6 +36,9 @@ Shape = tuple | None
 DATA_LAYERS = frozenset({"Input", "Data", "ImageData", "DummyData", "MemoryData", "HDF5Data",
                          "WindowData", "AnnotatedData", "VideoData"})
 
+# Data layers whose second top is a class label (an integer per example).
+LABELLED_DATA_LAYERS = frozenset({"Data", "ImageData", "WindowData", "MemoryData"})
+
 # V0 lower-case type -> V1 enum name (Caffe's V0 upgrader).
 _V0_TYPES = {
     "accuracy": "ACCURACY", "bnll": "BNLL", "concat": "CONCAT", "conv": "CONVOLUTION",
@@ -331,7 +334,8 @@ def _declared_inputs(net, caffe: CaffeNet) -> None:
             shape = tuple(int(d) for d in dims[4 * i:4 * i + 4])
         caffe.inputs[name] = shape
         if shape is None:
-            caffe.hints[name] = f"input '{name}' has no input_shape or input_dim in the file"
+            caffe.hints[name] = (f"input '{name}' has no input_shape or input_dim in the file; "
+                                 f"pass --input {name}=N,C,H,W")
 
 
 def _data_layer_inputs(layer, caffe: CaffeNet) -> None:
@@ -347,11 +351,13 @@ def _data_layer_inputs(layer, caffe: CaffeNet) -> None:
     elif t == "MemoryData":
         p = layer.memory_data_param
         shapes = [(p.batch_size, p.channels, p.height, p.width), (p.batch_size,)][:len(tops)]
-    elif t in ("Data", "ImageData", "WindowData", "AnnotatedData"):
+    elif t in ("Data", "ImageData", "WindowData"):
         shapes = [_image_batch_shape(layer), (_batch_size(layer),)][:len(tops)]
+    elif t == "AnnotatedData":  # its second top holds boxes, (1, 1, boxes, 8): data-dependent
+        shapes = [_image_batch_shape(layer), None][:len(tops)]
     for i, (top, shape) in enumerate(zip(tops, shapes)):
         caffe.inputs[top] = shape
-        if i == 1 and t != "Input":
+        if i == 1 and t in LABELLED_DATA_LAYERS:
             caffe.input_dtypes[top] = "int32"  # labels: Caffe2 losses and Accuracy take int labels
         if shape is None or None in shape:
             caffe.hints[top] = _shape_hint(layer, top, shape)
