@@ -321,12 +321,31 @@ def test_a_blob_the_user_feeds_becomes_an_external_input():
 
 
 @pytest.mark.corpus
-def test_glow_predict_net_without_its_init_net(corpus):
-    path = corpus / "caffe2" / "glow_fused_rowwise_quantized_sparse_lengths_sum_predict_net.pbtxt"
+def test_glow_predict_net_without_its_init_net(corpus, tmp_path):
+    source = corpus / "caffe2" / "glow_fused_rowwise_quantized_sparse_lengths_sum_predict_net.pbtxt"
+    path = tmp_path / source.name  # alone: its init net is not beside it
+    path.write_bytes(source.read_bytes())
     with pytest.raises(NetParseError, match="--input data="):
         load_net(path)
     net = load_net(path, input_shapes={"data": TensorType((3, 10), "uint8")})
     assert net.external_inputs == ["indices", "lengths", "data"]
+
+
+@pytest.mark.corpus
+def test_init_net_beside_the_predict_net_is_found(corpus):
+    path = corpus / "caffe2" / "glow_fused_rowwise_quantized_sparse_lengths_sum_predict_net.pbtxt"
+    net = load_net(path)
+    assert net.init_path.endswith("glow_fused_rowwise_quantized_sparse_lengths_sum_init_net.pbtxt")
+    assert net.params["data"].dtype == "uint8"
+    assert load_net(corpus / "caffe2" / "alexnet_predict_net.pbtxt").init_proto is None
+
+
+def test_value_info_json_gives_input_shapes():
+    from placer import examples
+    net = load_net(examples.path("dlrm_small"))
+    assert net.init_path.endswith("dlrm_small_init.pbtxt")
+    assert net.input_shapes["dense_in"] == TensorType((256, 13))
+    assert net.input_shapes["emb:::sls0_i"] == TensorType((256,), "int64")
 
 
 def test_in_place_ops_are_not_cycles():
