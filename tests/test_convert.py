@@ -600,3 +600,22 @@ layer { name: "th" type: "Threshold" bottom: "x" top: "t" threshold_param { thre
     assert r.shapes["z"] is None  # the Python layer's output is unknown, and so what follows
     assert r.shapes["t"] == (1, 3, 4, 4)  # Threshold keeps its input's shape
     assert [t for _, t in r.unknown_layers] == ["Python", "Power", "Threshold"]
+
+
+def test_layers_whose_variant_has_no_caffe2_op_stay_unknown_with_a_note(tmp_path):
+    r = convert_caffe(_write(tmp_path, """
+name: "v"
+input: "x"
+input_shape { dim: 1 dim: 3 dim: 8 dim: 8 }
+layer { name: "lrn" type: "LRN" bottom: "x" top: "l" lrn_param { norm_region: WITHIN_CHANNEL } }
+layer { name: "sp" type: "Pooling" bottom: "l" top: "p" pooling_param { pool: STOCHASTIC kernel_size: 2 stride: 2 } }
+layer { name: "e2" type: "Exp" bottom: "x" top: "e2" exp_param { base: 2 } }
+layer { name: "e" type: "Exp" bottom: "x" top: "e" }
+"""))
+    # LRN and Exp are Caffe2 ops with other semantics: the kept layers must not run as them
+    assert [op.type for op in _ops(r)] == ["CaffeLRN", "Pooling", "CaffeExp", "Exp"]
+    assert [name for name, _ in r.unknown_layers] == ["lrn", "sp", "e2"]
+    assert _args(_ops(r)[0]) == {"norm_region": "WITHIN_CHANNEL"}
+    notes = "\n".join(r.notes)
+    assert "LRN WITHIN_CHANNEL has no Caffe2 op" in notes and "stochastic pooling" in notes
+    assert r.shapes["l"] == (1, 3, 8, 8) and r.shapes["e"] == (1, 3, 8, 8)

@@ -16,7 +16,9 @@ BatchNorm gets ``<bn>_s`` = 1 and ``<bn>_b`` = 0), all of shape (C,).
 
 A layer type with no mapping (SSD's Permute, PriorBox, Normalize, DetectionOutput,
 Python, Power, ...) becomes an op of the Caffe type name, unknown to the registry, with
-its bottoms, tops and parameters as arguments: loading never fails on it.
+its bottoms, tops and parameters as arguments: loading never fails on it. Where the name
+is a Caffe2 op with other semantics (LRN within channels, Exp of base 2), the op is named
+``Caffe<type>`` instead.
 
 Parameter shapes need the shapes of the layers' inputs, so blob shapes are propagated
 with Caffe's own rules (partial shapes: an unknown dimension is None). The init net has one
@@ -749,11 +751,19 @@ def _unknown(cv: _Converter, layer, why: str = "") -> None:
         for i in range(len(cv.weights.get(layer.name) or layer.blobs)):
             blob = cv.blob(layer, i)
             inputs.append(cv.param(cv.param_name(layer, i, f"blob{i}"), blob.shape, None, blob))
-    proto = cv.op(layer.type, inputs, list(layer.top))
+    proto = cv.op(unknown_op_type(layer.type), inputs, list(layer.top))
     for name, value in layer_arguments(layer):
         set_arg(proto.arg.add(name=name), value)
     cv.unknown(layer, why)
     cv.set(layer.top, unknown_shapes(layer, shapes))
+
+
+def unknown_op_type(caffe_type: str) -> str:
+    """The op type of a layer kept unconverted: its Caffe type, or "Caffe<type>" where a
+    Caffe2 op of that name exists with other semantics (an LRN within channels, an Exp of
+    another base, a Slice by points), so the registry never runs the wrong kernel."""
+    from placer.ops import registry
+    return f"Caffe{caffe_type}" if registry.get(caffe_type) is not None else caffe_type
 
 
 def layer_arguments(layer) -> list[tuple[str, object]]:
