@@ -46,12 +46,15 @@ def _back(t, nhwc):
 def ref_conv2d(torch, inputs, ra, transpose=False):
     F = torch.nn.functional
     ra = dict(ra)
-    nhwc, pad = ra.pop("nhwc", False), ra.pop("pad", None)
+    nhwc, pad, crop = ra.pop("nhwc", False), ra.pop("pad", None), ra.pop("crop", None)
     x, w = _nchw(torch, inputs[0], nhwc), _nchw(torch, inputs[1], nhwc)
     b = torch.from_numpy(inputs[2]) if len(inputs) > 2 else None
     if pad is not None:
         x = F.pad(x, pad)
     y = (F.conv_transpose2d if transpose else F.conv2d)(x, w, b, **ra)
+    if crop is not None:
+        top, bottom, left, right = crop
+        y = y[:, :, top:y.shape[2] - bottom, left:y.shape[3] - right]
     return [_back(y, nhwc)]
 
 

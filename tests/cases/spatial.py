@@ -7,7 +7,8 @@ terms (so the Caffe2 -> PyTorch translation is not our own code again), and opti
 ``tol`` (max abs error relative to max(1, max |expected|)).
 
 ``ref_args`` keys: torch keyword arguments, plus ``pad`` = (left, right, top, bottom) applied
-with F.pad before the op, ``nhwc`` = True when X (and the filter) are in Caffe2's NHWC layout.
+with F.pad before the op, ``crop`` = (top, bottom, left, right) rows/cols cut from the result,
+``nhwc`` = True when X (and the filter) are in Caffe2's NHWC layout.
 """
 
 
@@ -103,6 +104,11 @@ CASES = [
          {"stride": (2, 1)}, bias=False, op="ConvTranspose", ref="conv_transpose2d"),
     conv("convT_nhwc", (1, 5, 4, 4), (4, 3, 3, 2), {"kernel": 3, "stride": 2, "pad": 1, "order": "NHWC"},
          {"stride": 2, "padding": 1, "nhwc": True}, bias=2, op="ConvTranspose", ref="conv_transpose2d"),
+    conv("convT_legacy_valid_adj", (1, 3, 4, 4), (3, 2, 3, 3), {"kernel": 3, "stride": 2, "legacy_pad": 1, "adj": 1},
+         {"stride": 2, "output_padding": 1}, bias=2, op="ConvTranspose", ref="conv_transpose2d"),
+    # Asymmetric pads crop the full transposed output: rows [1, H-2), cols [0, W-1).
+    conv("convT_asymmetric_pads", (2, 3, 5, 4), (3, 4, 3, 3), {"kernel": 3, "stride": 2, "pads": [1, 0, 2, 1]},
+         {"stride": 2, "crop": (1, 2, 0, 1)}, bias=4, op="ConvTranspose", ref="conv_transpose2d"),
     # ------------------------------------------------------------ MaxPool
     pool("maxpool_2x2", "MaxPool", (2, 3, 8, 8), {"kernel": 2, "stride": 2}, {"kernel_size": 2, "stride": 2}),
     pool("maxpool_3x3_s2_p1", "MaxPool", (2, 3, 9, 9), {"kernel": 3, "stride": 2, "pad": 1},
