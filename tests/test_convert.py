@@ -619,3 +619,26 @@ layer { name: "e" type: "Exp" bottom: "x" top: "e" }
     notes = "\n".join(r.notes)
     assert "LRN WITHIN_CHANNEL has no Caffe2 op" in notes and "stochastic pooling" in notes
     assert r.shapes["l"] == (1, 3, 8, 8) and r.shapes["e"] == (1, 3, 8, 8)
+
+
+def test_softmax_over_channels_of_an_image_matches_caffe(tmp_path):
+    from placer.runtime.executor import Executor
+    path = _write(tmp_path, """
+name: "seg"
+input: "x"
+input_shape { dim: 2 dim: 3 dim: 4 dim: 5 }
+layer { name: "prob" type: "Softmax" bottom: "x" top: "prob" }
+layer { name: "flat" type: "Flatten" bottom: "x" top: "f" }
+layer { name: "fprob" type: "Softmax" bottom: "f" top: "fprob" }
+""")
+    r = convert_caffe(path)
+    assert [op.type for op in _ops(r)] == ["Transpose", "Softmax", "Transpose", "Flatten", "Softmax"]
+    assert _args(_ops(r)[0])["axes"] == [0, 2, 3, 1] and _args(_ops(r)[2])["axes"] == [0, 3, 1, 2]
+    executor = Executor(load_caffe_net(path))
+    executor.run_init()
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    out = executor.run({"x": x})
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(out["prob"], e / e.sum(axis=1, keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(out["prob"].sum(axis=1), 1.0, rtol=1e-5)  # per pixel, as Caffe
+    assert out["fprob"].shape == (2, 60)

@@ -567,14 +567,23 @@ def _simple(op_type: str, **fixed):
 
 
 def _softmax(cv: _Converter, layer) -> None:
+    """Caffe normalises along one axis, every other position apart; Caffe2's Softmax
+    normalises the whole flattened tail from its axis. They agree when the axis is the last
+    one with extent > 1; otherwise the axis is moved last around the Softmax."""
     x = cv.ins(layer)[0]
     axis = layer.softmax_param.axis
     a = norm_axis(axis, None if x is None else len(x))
-    if x is not None and a is not None and dims_product(x[a + 1:]) not in (1, None):
-        cv.result.notes.append(
-            f"layer '{layer.name}': Caffe's Softmax over axis {axis} of {x} normalises each "
-            f"position separately; Caffe2's Softmax normalises the flattened tail")
-    cv.op("Softmax", [layer.bottom[0]], [layer.top[0]], axis=axis)
+    top = layer.top[0]
+    if x is None or a is None or dims_product(x[a + 1:]) == 1:
+        cv.op("Softmax", [layer.bottom[0]], [top], axis=axis)
+    else:
+        order = [i for i in range(len(x)) if i != a] + [a]
+        back = [order.index(i) for i in range(len(x))]
+        moved = (*(x[i] for i in order),)
+        cv.op("Transpose", [layer.bottom[0]], [f"_{top}_moved"], axes=order)
+        cv.op("Softmax", [f"_{top}_moved"], [f"_{top}_moved_prob"], axis=len(x) - 1)
+        cv.op("Transpose", [f"_{top}_moved_prob"], [top], axes=back)
+        cv.set([f"_{top}_moved", f"_{top}_moved_prob"], [moved, moved])
     cv.set(layer.top, [x])
 
 
