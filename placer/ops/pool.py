@@ -15,8 +15,8 @@ and, for AveragePool, ``count_include_pad`` (Caffe2 default 0):
   runs is Caffe2's rule, which is what a converted net runs in Caffe2.
 
 Cost: flops = output elements x window size; bytes read = X, bytes written = Y.
-The kernels loop over the kH*kW window taps (not over pixels or channels): each tap is one
-strided slice and one vectorised max/add over the whole batch.
+The kernels loop over the window taps (not over pixels or channels), separably: kW strided
+slices along W, then kH along H, each one vectorised max/add over the whole batch.
 """
 from __future__ import annotations
 
@@ -48,19 +48,32 @@ def pool_cost(inputs, outputs, args: Args) -> OpFeatures:
                       bytes_read=float(inputs[0].nbytes), bytes_written=float(outputs[0].nbytes))
 
 
-def _windows(xp, x, win: Window, hw, kernel, out, pads, fill):
-    """Pads X with ``fill`` and yields one strided slice per window tap."""
+def _reduce_windows(xp, x, win: Window, hw, kernel, out, pads, fill, combine):
+    """Pads X with ``fill`` and folds every window with ``combine`` (max or add), separably.
+
+    Max and sum are separable: first over the kW taps along W (kW strided slices), then over
+    the kH taps along H, so a kH x kW window costs kH + kW passes instead of kH * kW.
+    """
     (h, w), (ho, wo), (sh, sw), (dh, dw) = hw, out, win.stride, win.dilation
     need_h, need_w = (ho - 1) * sh + dh * (kernel[0] - 1) + 1, (wo - 1) * sw + dw * (kernel[1] - 1) + 1
     spatial = ((pads[0], max(need_h - h - pads[0], 0)), (pads[1], max(need_w - w - pads[1], 0)))
     if any(p for pair in spatial for p in pair):
         widths = ((0, 0), (0, 0), *spatial) if win.nchw else ((0, 0), *spatial, (0, 0))
         x = xp.pad(x, widths, constant_values=fill)
-    for i in range(kernel[0]):
-        rows = slice(i * dh, i * dh + (ho - 1) * sh + 1, sh)
-        for j in range(kernel[1]):
-            cols = slice(j * dw, j * dw + (wo - 1) * sw + 1, sw)
-            yield x[:, :, rows, cols] if win.nchw else x[:, rows, cols, :]
+    h_axis = 2 if win.nchw else 1
+
+    def fold(a, axis, k, step, dil, n_out):
+        def tap(i):
+            index = [slice(None)] * a.ndim
+            index[axis] = slice(i * dil, i * dil + (n_out - 1) * step + 1, step)
+            return a[tuple(index)]
+        acc = xp.array(tap(0), copy=True)
+        for i in range(1, k):
+            combine(acc, tap(i), out=acc)
+        return acc
+
+    cols = fold(x, h_axis + 1, kernel[1], sw, dw, wo)
+    return fold(cols, h_axis, kernel[0], sh, dh, ho)
 
 
 def max_pool_kernel(xp, inputs, args: Args):
@@ -69,11 +82,7 @@ def max_pool_kernel(xp, inputs, args: Args):
     axes = (2, 3) if win.nchw else (1, 2)
     if win.global_pooling:
         return (x.max(axis=axes, keepdims=True),)
-    taps = _windows(xp, x, win, (h, w), kernel, out, pads, float("-inf"))
-    y = xp.array(next(taps), copy=True)
-    for t in taps:
-        xp.maximum(y, t, out=y)
-    return (y,)
+    return (_reduce_windows(xp, x, win, (h, w), kernel, out, pads, float("-inf"), xp.maximum),)
 
 
 def _valid_counts(xp, size, k, s, d, pad, n_out):
@@ -88,10 +97,7 @@ def average_pool_kernel(xp, inputs, args: Args):
     axes = (2, 3) if win.nchw else (1, 2)
     if win.global_pooling:
         return (x.mean(axis=axes, keepdims=True, dtype=x.dtype),)
-    taps = _windows(xp, x, win, (h, w), kernel, out, pads, 0)
-    y = xp.array(next(taps), copy=True)
-    for t in taps:
-        y += t
+    y = _reduce_windows(xp, x, win, (h, w), kernel, out, pads, 0, xp.add)
     if args.bool("count_include_pad", False):
         y *= x.dtype.type(1.0 / (kernel[0] * kernel[1]))
         return (y,)
