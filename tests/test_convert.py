@@ -642,3 +642,16 @@ layer { name: "fprob" type: "Softmax" bottom: "f" top: "fprob" }
     np.testing.assert_allclose(out["prob"], e / e.sum(axis=1, keepdims=True), rtol=1e-5)
     np.testing.assert_allclose(out["prob"].sum(axis=1), 1.0, rtol=1e-5)  # per pixel, as Caffe
     assert out["fprob"].shape == (2, 60)
+
+
+def test_softmax_loss_on_images_is_spatial(tmp_path):
+    r = convert_caffe(_write(tmp_path, """
+name: "fcn"
+layer { name: "d" type: "Input" top: "score" top: "label"
+        input_param { shape { dim: 2 dim: 21 dim: 8 dim: 8 } shape { dim: 2 dim: 1 dim: 8 dim: 8 } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "score" bottom: "label" top: "loss" }
+"""))
+    squeeze, loss = _ops(r)
+    assert (squeeze.type, _args(squeeze)) == ("Squeeze", {"dims": [1]})
+    assert loss.type == "SpatialSoftmaxWithLoss" and list(loss.input) == ["score", "_loss_label"]
+    assert r.shapes["_loss_label"] == (2, 8, 8)

@@ -588,11 +588,23 @@ def _softmax(cv: _Converter, layer) -> None:
 
 
 def _softmax_loss(cv: _Converter, layer) -> None:
-    x = cv.ins(layer)[0]
+    """SoftmaxWithLoss; on images (N, C, H, W) Caffe takes a label per pixel, (N, 1, H, W),
+    which is Caffe2's SpatialSoftmaxWithLoss with (N, H, W) labels."""
+    shapes = cv.ins(layer)
+    x = shapes[0]
     top = layer.top[0]
     weight = layer.loss_weight[0] if len(layer.loss_weight) else 1.0
-    cv.op("SoftmaxWithLoss", list(layer.bottom[:2]), [f"_{top}_softmax", top],
-          scale=float(weight) if weight != 1.0 else None)
+    scale = float(weight) if weight != 1.0 else None
+    inputs = list(layer.bottom[:2])
+    if x is not None and len(x) == 4 and dims_product(x[2:]) != 1 and layer.softmax_param.axis == 1:
+        label = shapes[1] if len(shapes) > 1 else None
+        if label is None or len(label) == 4:
+            cv.op("Squeeze", [inputs[1]], [f"_{top}_label"], dims=[1])
+            cv.set([f"_{top}_label"], [None if label is None else (label[0], *label[2:])])
+            inputs[1] = f"_{top}_label"
+        cv.op("SpatialSoftmaxWithLoss", inputs, [f"_{top}_softmax", top], scale=scale)
+    else:
+        cv.op("SoftmaxWithLoss", inputs, [f"_{top}_softmax", top], scale=scale)
     cv.set([f"_{top}_softmax", top], [x, ()])
 
 
