@@ -338,3 +338,37 @@ layer { name: "u" type: "ReLU" bottom: "y" top: "z" }
     assert [op.type for op in load_caffe_net(path, phase="train").ops] == ["Relu", "Relu"]
     with pytest.raises(NetParseError, match="layer 'u' \\(ReLU\\) reads bottom 'y'.*phase 'test'"):
         load_caffe_net(path, phase="test")
+
+
+# Field numbers from BVLC caffe.proto (and the SSD fork for 200-206): the wire format.
+V2_PARAM_NUMBERS = {
+    "transform_param": 100, "loss_param": 101, "accuracy_param": 102, "concat_param": 104,
+    "convolution_param": 106, "data_param": 107, "dropout_param": 108, "eltwise_param": 110,
+    "inner_product_param": 117, "lrn_param": 118, "pooling_param": 121, "relu_param": 123,
+    "softmax_param": 125, "python_param": 130, "reshape_param": 133, "flatten_param": 135,
+    "batch_norm_param": 139, "scale_param": 142, "input_param": 143, "clip_param": 148,
+    "permute_param": 202, "prior_box_param": 203, "detection_output_param": 204, "norm_param": 206,
+}
+V1_PARAM_NUMBERS = {"concat_param": 9, "convolution_param": 10, "data_param": 11, "pooling_param": 19,
+                    "relu_param": 30, "transform_param": 36, "loss_param": 42, "layer": 1}
+
+
+def test_field_numbers_match_caffe_proto():
+    v2 = pb.LayerParameter.DESCRIPTOR.fields_by_name
+    assert {n: v2[n].number for n in V2_PARAM_NUMBERS} == V2_PARAM_NUMBERS
+    v1 = pb.V1LayerParameter.DESCRIPTOR.fields_by_name
+    assert {n: v1[n].number for n in V1_PARAM_NUMBERS} == V1_PARAM_NUMBERS
+    net = pb.NetParameter.DESCRIPTOR.fields_by_name
+    assert (net["layer"].number, net["layers"].number, net["input_dim"].number) == (100, 2, 4)
+    layer_type = pb.V1LayerParameter.LayerType
+    assert (layer_type.Value("CONVOLUTION"), layer_type.Value("SOFTMAX_LOSS"),
+            layer_type.Value("DECONVOLUTION")) == (4, 21, 39)
+    assert pb.V1_TYPE_NAMES["SOFTMAX_LOSS"] == "SoftmaxWithLoss" and pb.V1_TYPE_NAMES["TANH"] == "TanH"
+
+
+def test_binary_round_trip_of_a_v1_net(corpus):
+    text = (corpus / "caffe" / "v1_caffenet_deploy.prototxt").read_text()
+    net, _ = pb.parse_text(text)
+    again = pb.NetParameter()
+    again.ParseFromString(net.SerializeToString())
+    assert again == net and again.layers[0].convolution_param.num_output == 96
