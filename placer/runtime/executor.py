@@ -155,6 +155,7 @@ class Executor:
         self._signature: tuple = ()
         self._sizes: dict[tuple, dict] = {}
         self._checked_signatures: set = set()
+        self._readers: dict[str, Any] | None = None
         self._plan_frees()
 
     # -- set-up, once ----------------------------------------------------------------
@@ -176,10 +177,12 @@ class Executor:
                     timer=device.timer())
 
     def _seed(self, op: Op) -> int:
-        """The file's ``random_seed`` (or a ``seed`` argument, unless the run sets its own
-        seed) when it gives one (Caffe2 honours it); else one drawn
-        from the run's seed and the op's first output, so that a fill copied onto another
-        device by a rewrite makes the same values."""
+        """The seed of an op with randomness (fills, training-mode Dropout).
+
+        The file's ``random_seed`` wins (Caffe2 honours it), then a ``seed`` argument (the
+        converter's, unless the run asks for its own seed); else a seed drawn from the
+        run's seed and the op's first output name, so that a fill the rewrite copied onto
+        another device, or moved in the init net, makes the same values."""
         if op.args.seed:
             return op.args.seed
         if isinstance(op.args.get("seed"), int) and self.seed == 0:
@@ -202,10 +205,14 @@ class Executor:
             s.frees = tuple(names)
 
     def _first_reader(self, blob: str) -> Any:
-        for op in self.ops:
-            if blob in op.inputs:
-                return read_device(op, self.devices)
-        return self.devices.cpu
+        """The device the first op reading ``blob`` reads it on (cpu when none reads it)."""
+        if self._readers is None:
+            self._readers = {}
+            for op in self.ops:
+                for name in op.inputs:
+                    if name not in self._readers:
+                        self._readers[name] = read_device(op, self.devices)
+        return self._readers.get(blob, self.devices.cpu)
 
     # -- the init net ----------------------------------------------------------------
 
