@@ -13,18 +13,39 @@
 Prints figures; not a test. ``--quick`` uses fewer nets and batches. Nets whose loader
 or kernels are missing are reported and skipped.
 
-    python bench/cost_accuracy.py [--quick] [--repeats 5] [--budget 0.3]
+BLAS threads: 1 by default (``--blas-threads N`` to change; set before numpy loads).
+On a machine shared with other work, two-thread OpenBLAS GEMMs stall whenever one
+thread is descheduled: the same AlexNet conv measured 8 to 174 GFLOP/s from run to run,
+while single-threaded it stays within a few percent. The benchmark measures the model,
+so it wants reproducible timings; on a quiet machine use the threads the runtime uses.
+For the same reason ops are timed with the process CPU time by default (``--clock
+cpu``): with one BLAS thread it is the kernel's own time, without the time slices other
+work on a shared machine takes (load average 6 on 2 cores made wall times 3x longer).
+Use ``--clock wall --blas-threads 2`` on a quiet machine for what users see.
+
+    python bench/cost_accuracy.py [--quick] [--repeats 5] [--budget 0.3] [--blas-threads 1]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+
+def _blas_threads_from_argv() -> str:
+    argv = sys.argv
+    return argv[argv.index("--blas-threads") + 1] if "--blas-threads" in argv[:-1] else "1"
+
+
+if __name__ == "__main__":  # before numpy is imported, or the thread count is fixed
+    for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[_var] = _blas_threads_from_argv()
+
+import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -108,7 +129,7 @@ def measure(name: str, batch: int, args) -> tuple[TypedNet, dict] | None:
         print(f"  {name} b{batch}: cannot load ({type(e).__name__}: {str(e)[:150]})")
         return None
     result = profile_net(typed, "cpu", repeats=args.repeats, warmup=1, budget_s=args.budget,
-                         progress=False)
+                         progress=False, clock=args.clock)
     print(f"  {name} b{batch}: {len(typed.net.ops)} ops, {result.ops_timed} distinct timed, "
           f"{len(result.skipped)} not timed, {time.perf_counter() - t0:.1f} s")
     reasons = {}
@@ -131,13 +152,24 @@ def op_rows(typed: TypedNet, timings: dict, model: CostModel) -> list[dict]:
         if hit is None:
             continue
         pred, source = model.op_time(op.type, types, op.args, feats, "cpu")
-        rows.append({"family": family_of(op.type), "type": op.type, "measured": hit.median_s,
+        rows.append({"family": family_of(op.type), "type": op.type, "shape": str(types[0]),
+                     "flops": feats.flops, "bytes": feats.bytes_read + feats.bytes_written,
+                     "measured": hit.median_s,
                      "predicted": pred, "source": source})
     return rows
 
 
 def ape(pred: float, meas: float) -> float:
     return abs(pred - meas) / meas * 100.0
+
+
+def worst(rows_by_net: dict[str, list[dict]], n: int) -> None:
+    rows = [dict(r, net=net) for net, rs in rows_by_net.items() for r in rs]
+    rows.sort(key=lambda r: -abs(r["predicted"] - r["measured"]))
+    print(f"\nlargest absolute errors (top {n})")
+    for r in rows[:n]:
+        print(f"  {r['net']:<14} {r['type']:<14} {r['shape']:<24} measured {r['measured'] * 1e3:9.3f} ms "
+              f"predicted {r['predicted'] * 1e3:9.3f} ms  {r['flops'] / 1e9:7.3f} GFLOP {r['bytes'] / 1e6:8.2f} MB")
 
 
 def summarise(rows_by_net: dict[str, list[dict]]) -> None:
@@ -166,22 +198,44 @@ def summarise(rows_by_net: dict[str, list[dict]]) -> None:
     print(f"{'p90':<16} {'':>12} {'':>13} {np.percentile(errs, 90):>8.1f}")
 
 
+def noise_floor(first, args) -> None:
+    """Re-time a training net: how much the machine's speed drifted during the run."""
+    name, batch, before = first
+    got = measure(name, batch, args)
+    if not got:
+        return
+    common = [k for k in before if k in got[1]]
+    t0 = sum(before[k].median_s for k in common)
+    t1 = sum(got[1][k].median_s for k in common)
+    per_op = [ape(got[1][k].median_s, before[k].median_s) for k in common]
+    print(f"noise floor: {name} b{batch} re-timed at the end: whole net {ape(t1, t0):.1f}% "
+          f"off its first timing, per op median {np.median(per_op):.1f}% / p90 {np.percentile(per_op, 90):.1f}%")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer held-out nets and batches")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--budget", type=float, default=0.3, help="seconds of samples per op at most")
+    p.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                   help="op timing clock: process CPU time (default, see above) or wall time")
+    p.add_argument("--detail", type=int, default=0, metavar="N", help="list the N largest errors")
+    p.add_argument("--blas-threads", default="1", help="BLAS threads (default 1, see above)")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
     host = measure_host()
+    print(f"load average {os.getloadavg()[0]:.1f}, BLAS threads {os.environ.get('OPENBLAS_NUM_THREADS')}, "
+          f"clock {args.clock}")
     print(f"host: {host.source['host']}\n  {host.peak_flops['float32'] / 1e9:.0f} GFLOP/s float32 GEMM, "
           f"{host.memory_bandwidth_bytes_per_s / 1e9:.1f} GB/s streaming, "
           f"{host.launch_overhead_s * 1e6:.2f} us per kernel call")
     print("training set (batch 8):")
+    first_train = None
     for name, batch in TRAIN:
         got = measure(name, batch, args)
         if got:
             host.ops.update(got[1])
+            first_train = first_train or (name, batch, got[1])
     model = CostModel(host, None, use_measured=False)
     print("\nfits from the training entries:")
     print(model.fit_report("cpu").to_string(index=False, float_format=lambda v: f"{v:.3g}"))
@@ -191,8 +245,12 @@ def main(argv=None) -> int:
         got = measure(name, batch, args)
         if got:
             rows_by_net[f"{name} b{batch}"] = op_rows(got[0], got[1], model)
+    if args.detail:
+        worst(rows_by_net, args.detail)
     summarise(rows_by_net)
-    print(f"\ntotal bench time {time.perf_counter() - t0:.0f} s")
+    if first_train:
+        noise_floor(first_train, args)
+    print(f"\ntotal bench time {time.perf_counter() - t0:.0f} s, load average {os.getloadavg()[0]:.1f}")
     return 0
 
 

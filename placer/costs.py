@@ -34,9 +34,12 @@ from placer.types import OpFeatures, TensorType, TypedNet
 
 SOURCES = ("measured", "fitted", "roofline", "unknown")
 # Weight of the pull toward default efficiencies, in log units: being a factor e off the
-# default costs as much as a 5% error on one point.
-PRIOR_WEIGHT = 0.05
-MIN_TYPE_POINTS = 3  # measured entries an op type needs for a fit of its own
+# default costs as much as a 20% error on one point.
+PRIOR_WEIGHT = 0.2
+# A weaker pull of the overhead toward the device's launch overhead: a group timed only
+# at large sizes says nothing about its fixed cost, which must not swallow the time.
+OVERHEAD_PRIOR_WEIGHT = 0.02
+MIN_TYPE_POINTS = 2  # measured entries an op type needs for a fit of its own
 
 # Op type -> family where the registry module's name is not the right grouping.
 _FAMILY_OVERRIDES = {
@@ -63,6 +66,28 @@ def family_of(op_type: str) -> str:
     return _MODULE_FAMILY.get(module, "other")
 
 
+def variant_of(op_type: str, inputs: Sequence[TensorType | None], args: Mapping[str, Any]) -> str | None:
+    """A finer fit group for op types whose kernels behave differently by argument.
+
+    Convolutions run as one GEMM per filter tap (or a broadcast multiply-add when each
+    group has one channel), so memory traffic grows with the tap count while the
+    features count each input once: 1x1, 3x3, larger and depthwise convs are fitted
+    apart. None for every other op type.
+    """
+    if op_type not in ("Conv", "ConvTranspose") or len(inputs) < 2 or inputs[1] is None:
+        return None
+    w = inputs[1].shape
+    if len(w) != 4:
+        return None
+    order = args.get("order", "NCHW")
+    order = order.decode() if isinstance(order, bytes) else order
+    kh, kw, cg = (w[2], w[3], w[1]) if order != "NHWC" else (w[1], w[2], w[3])
+    if cg == 1 and op_type == "Conv":
+        return f"{op_type}/depthwise"
+    taps = kh * kw
+    return f"{op_type}/{'k1' if taps == 1 else 'k3' if taps <= 9 else 'k5+'}"
+
+
 def roofline_s(flops: float, nbytes: float, peak: float, bandwidth: float,
                overhead_s: float, eff_compute: float, eff_memory: float) -> float:
     """overhead + max(compute time, memory time) at the given efficiencies."""
@@ -87,16 +112,19 @@ def fit_family(points: Sequence[OpTiming], peak: float, bandwidth: float,
     nbytes = np.array([p.bytes for p in points], float)
     t = np.maximum(np.array([p.median_s for p in points], float), 1e-9)
     prior = np.log([DEFAULT_COMPUTE_EFFICIENCY.get(family, 0.2), DEFAULT_MEMORY_EFFICIENCY.get(family, 0.5)])
+    log_overhead0 = math.log(max(default_overhead_s, 1e-9))
 
     def predict(x):
         o, ec, em = np.exp(x)
         return o + np.maximum(flops / (peak * ec), nbytes / (bandwidth * em))
 
     def residuals(x):
-        return np.concatenate([np.log(predict(x)) - np.log(t), PRIOR_WEIGHT * (x[1:] - prior)])
+        return np.concatenate([np.log(predict(x)) - np.log(t), PRIOR_WEIGHT * (x[1:] - prior),
+                               [OVERHEAD_PRIOR_WEIGHT * (x[0] - log_overhead0)]])
 
+    # Every op of the group pays the overhead, so it cannot exceed the fastest one.
     lo = np.log([1e-9, 1e-6, 1e-6])
-    hi = np.log([1.0, 1e3, 1e3])
+    hi = np.log([max(float(t.min()), 2e-9), 1e3, 1e3])
     best = None
     for o0 in (float(t.min()) * 0.5, default_overhead_s, float(t.min()) * 0.01):
         for scale in (0.1, 1.0, 10.0):
@@ -138,11 +166,12 @@ class CostModel:
         return self.profiles[device_kind]
 
     def fits(self, device_kind: str) -> dict[str, FamilyFit]:
-        """Fits of a device keyed by family (``conv``) and by op type (``type:Conv``).
+        """Fits of a device keyed by family (``conv``), op type (``type:Conv``) and variant
+        (``type:Conv/k3``, see ``variant_of``).
 
-        A type gets its own fit once it has ``MIN_TYPE_POINTS`` measured entries (op types of
-        one family can differ in fixed cost by 5x: a Gather vs a SparseLengthsSum); every
-        family with entries gets one. Without measured entries, the fits stored in the file.
+        A type or variant gets its own fit once it has ``MIN_TYPE_POINTS`` measured entries
+        (op types of one family can differ in fixed cost by 5x: a Gather vs a
+        SparseLengthsSum); every family with entries gets one. The finest fit wins. Without measured entries, the fits stored in the file.
         """
         if device_kind not in self._fits:
             prof = self.profile(device_kind)
@@ -150,14 +179,17 @@ class CostModel:
             for timing in prof.ops.values():
                 groups.setdefault(family_of(timing.type), []).append(timing)
                 groups.setdefault(f"type:{timing.type}", []).append(timing)
+                variant = variant_of(timing.type, timing.inputs, timing.args)
+                if variant:
+                    groups.setdefault(f"type:{variant}", []).append(timing)
             fits = dict(prof.fits)
             for name, points in groups.items():
                 if name.startswith("type:") and len(points) < MIN_TYPE_POINTS:
                     continue
-                fam = name[5:] if name.startswith("type:") else name
+                fam = family_of(points[0].type)
                 dtype = points[0].inputs[0].dtype if points[0].inputs else "float32"
                 fits[name] = fit_family(points, prof.peak(dtype), prof.memory_bandwidth_bytes_per_s,
-                                        prof.launch_overhead_s, family_of(fam) if name.startswith("type:") else fam)
+                                        prof.launch_overhead_s, fam)
             self._fits[device_kind] = fits
         return self._fits[device_kind]
 
@@ -181,7 +213,8 @@ class CostModel:
         nbytes = features.bytes_read + features.bytes_written
         fam = family_of(op_type)
         fits = self.fits(device_kind)
-        fit = fits.get(f"type:{op_type}") or fits.get(fam)
+        variant = variant_of(op_type, inputs, args)
+        fit = (variant and fits.get(f"type:{variant}")) or fits.get(f"type:{op_type}") or fits.get(fam)
         if fit is not None:
             return roofline_s(features.flops, nbytes, prof.peak(dtype), prof.memory_bandwidth_bytes_per_s,
                               fit.overhead_s, fit.compute_efficiency, fit.memory_efficiency), "fitted"

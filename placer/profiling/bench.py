@@ -112,9 +112,16 @@ def get_device(name: str) -> Any:
     raise DeviceError(f"unknown device '{name}'", hint="use cpu or cuda:N")
 
 
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
 def time_call(fn: Callable[[], Any], device: Any, warmup: int, repeats: int,
-              budget_s: float) -> list[float]:
-    """Samples of one call in seconds: CUDA events on a GPU, perf_counter on the CPU.
+              budget_s: float, clock: str = "wall") -> list[float]:
+    """Samples of one call in seconds: CUDA events on a GPU, ``clock`` on the CPU.
+
+    The "cpu" clock (process CPU time) leaves out time the process spent descheduled on a
+    machine shared with other work; it equals wall time only for single-threaded kernels
+    on a quiet machine, so it is for model studies with one BLAS thread, not for profiles.
 
     Stops early once ``budget_s`` is spent (keeping at least 3 samples), so that a slow
     op at a large batch does not dominate a profiling run.
@@ -125,6 +132,7 @@ def time_call(fn: Callable[[], Any], device: Any, warmup: int, repeats: int,
     samples: list[float] = []
     spent = 0.0
     use_events = getattr(device, "kind", "cpu") == "gpu"
+    now = CLOCKS[clock]
     while len(samples) < repeats and (len(samples) < 3 or spent < budget_s):
         if use_events:
             timer = device.timer()
@@ -133,9 +141,9 @@ def time_call(fn: Callable[[], Any], device: Any, warmup: int, repeats: int,
             timer.stop()
             samples.append(timer.seconds())
         else:
-            t0 = time.perf_counter()
+            t0 = now()
             fn()
-            samples.append(time.perf_counter() - t0)
+            samples.append(now() - t0)
         spent += samples[-1]
     return samples
 
@@ -151,7 +159,7 @@ class BenchResult:
 
 def profile_net(typed_net: TypedNet, device_name: str = "cpu", repeats: int = 10, warmup: int = 2,
                 budget_s: float = 0.5, seed: int = 0, progress: bool = True,
-                skip_keys: set[str] | None = None, retries: int = 2) -> BenchResult:
+                skip_keys: set[str] | None = None, retries: int = 2, clock: str = "wall") -> BenchResult:
     """Time every distinct op of a typed net on one device.
 
     A machine shared with other work stalls now and then for milliseconds, in bursts;
@@ -167,7 +175,7 @@ def profile_net(typed_net: TypedNet, device_name: str = "cpu", repeats: int = 10
     fastest: dict[str, float] = {}
     try:
         for i, (key, op, types, feats) in enumerate(jobs):
-            fastest[key] = _time_one(op, types, feats, key, device, rng, warmup, repeats, budget_s, result)
+            fastest[key] = _time_one(op, types, feats, key, device, rng, warmup, repeats, budget_s, result, clock)
             if bar is not None:
                 bar.update(i + 1)
     finally:
@@ -178,7 +186,7 @@ def profile_net(typed_net: TypedNet, device_name: str = "cpu", repeats: int = 10
                  and result.timings[j[0]].median_s > NOISY_RATIO * fastest[j[0]]]
         for key, op, types, feats in noisy:
             kept = result.timings[key]
-            _time_one(op, types, feats, key, device, rng, warmup, repeats, budget_s, result)
+            _time_one(op, types, feats, key, device, rng, warmup, repeats, budget_s, result, clock)
             if kept.median_s < result.timings[key].median_s:
                 result.timings[key] = kept
     return result
@@ -202,12 +210,13 @@ def _distinct_ops(typed_net: TypedNet, result: BenchResult, skip_keys: set[str])
     return jobs
 
 
-def _time_one(op, types, feats, key, device, rng, warmup, repeats, budget_s, result) -> float:
+def _time_one(op, types, feats, key, device, rng, warmup, repeats, budget_s, result, clock) -> float:
     """Time one op into ``result``; returns its fastest sample (inf when it failed)."""
     kernel = registry.get(op.type).kernel
     try:
         inputs = [device.to_device(a) for a in make_inputs(op, types, rng)]
-        samples = time_call(lambda: kernel(device.xp, inputs, op.args), device, warmup, repeats, budget_s)
+        samples = time_call(lambda: kernel(device.xp, inputs, op.args), device, warmup, repeats,
+                            budget_s, clock)
     except Exception as e:  # a kernel that fails on random data is reported, not fatal
         result.skipped[op.label] = f"kernel failed: {type(e).__name__}: {str(e)[:120]}"
         return float("inf")
