@@ -1,0 +1,98 @@
+"""``placer report``: the HTML report (and a Chrome trace) of a saved plan, after a run too.
+
+``write_report`` and ``write_trace`` are what ``placer plan --report/--trace`` and
+``placer run --trace`` call with the dicts they already hold.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+
+from placer.errors import InputError
+from placer.fileio import atomic_write_text, refuse_overwrite
+from placer.report.html import render
+from placer.report.trace import build_trace, validate_trace
+
+HELP = "write the HTML report (and Chrome trace) of a plan, optionally with a measured run"
+DESCRIPTION = """\
+Turn a plan (`placer plan --json > plan.json`) into one self-contained HTML page: the plan
+against every baseline, the placement drawn on the net's graph, per-op costs, the predicted
+timeline, memory on each device, a sortable per-op table with the reason for each decision,
+and, with --run (`placer run --record run.json`), predicted against measured times.
+--trace writes the timelines in the Chrome trace event format (open in Perfetto or
+chrome://tracing): the predicted schedule, and the measured run when --run is given.
+
+  placer report plan.json -o report.html
+  placer report plan.json --run run.json -o report.html --trace trace.json
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("plan", metavar="PLAN.json", help="what `placer plan --json` printed")
+    parser.add_argument("--run", metavar="RUN.json", help="a run record from `placer run --record`")
+    parser.add_argument("-o", "--output", metavar="OUT.html", required=True, help="the report to write")
+    parser.add_argument("--trace", metavar="OUT.json", help="also write a Chrome trace here")
+    parser.add_argument("--schedule", choices=("serial", "makespan"), default=None,
+                        help="the predicted schedule in the trace (default: the plan's objective)")
+
+
+def run(args: argparse.Namespace) -> int:
+    for out in (args.output, args.trace):
+        if out:
+            refuse_overwrite(out, args.plan, args.run)
+    plan = read_json(args.plan, "plan", "write it with `placer plan NET --json > plan.json`")
+    if not isinstance(plan.get("ops"), list):
+        raise InputError(f"{args.plan}: not a placer plan (no 'ops' list)",
+                         hint="write it with `placer plan NET --json > plan.json`")
+    run_dict = read_json(args.run, "run record", "write it with `placer run --record run.json`") \
+        if args.run else None
+    if run_dict is not None and run_dict.get("schema") != "placer.run_record":
+        raise InputError(f"{args.run}: not a placer run record (schema {run_dict.get('schema')!r})",
+                         hint="write it with `placer run --record run.json`")
+    write_report(plan, run_dict, args.output)
+    print(f"report: {args.output}")
+    if args.trace:
+        write_trace(plan, run_dict, args.trace, schedule=args.schedule)
+        print(f"trace: {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
+    return 0
+
+
+def read_json(path: str, what: str, hint: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the {what} ({e.strerror or e})", hint=hint) from e
+    except ValueError as e:
+        raise InputError(f"{path}: the {what} is not valid JSON ({e})", hint=hint) from e
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: the {what} should be a JSON object", hint=hint)
+    return data
+
+
+def write_report(plan: dict, run: dict | None, path: str | os.PathLike) -> None:
+    """Render the report of ``plan`` (and ``run``, a RunRecord dict, or None) to ``path``."""
+    atomic_write_text(path, render(plan, run))
+
+
+def write_trace(plan: dict | None, run: dict | None, path: str | os.PathLike,
+                schedule: str | None = None) -> None:
+    """Write the predicted timeline of ``plan`` and/or the measured one of ``run``.
+
+    The trace is validated before it is written: a malformed one is a bug, not a file.
+    """
+    trace = build_trace(plan, run, schedule)
+    problems = validate_trace(trace)
+    if problems:
+        raise AssertionError("trace failed validation: " + "; ".join(problems[:5]))
+    atomic_write_text(path, json.dumps(trace, allow_nan=False, default=_plain) + "\n")
+
+
+def _plain(value):
+    """numpy scalars and the like, as JSON numbers."""
+    if hasattr(value, "item"):
+        v = value.item()
+        return v if not isinstance(v, float) or math.isfinite(v) else None
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -1,0 +1,81 @@
+"""The HTML report: one self-contained page from a plan dict and, after a run, a run
+record dict.
+
+Self-contained means it opens with no network and no other file: charts are SVG inlined
+as ``data:`` URIs in ``<img>`` tags (so the browser reports their decoded size), the
+stylesheet and the small table-sorting script are inline. A part the plan does not carry
+(an older plan without schedules or memory timeline) is shown as "not available" with
+the reason, never as a failure of the whole page.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+
+from placer.report import plots, tables
+
+TEMPLATES = Path(__file__).with_name("templates")
+SECTIONS = ("summary", "placement", "costs", "timeline", "memory", "ops", "measured")
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+                             autoescape=jinja2.select_autoescape(enabled_extensions=("html", "j2")),
+                             trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    env.filters["t"] = tables.fmt_time
+    env.filters["b"] = tables.fmt_bytes
+    env.filters["pct"] = lambda v, digits=1: "n/a" if v is None else f"{v:.{digits}f}%"
+    return env
+
+
+def _image(title: str, build) -> dict:
+    """An <img>-ready chart, or the reason it could not be drawn from this plan."""
+    try:
+        result = build()
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        return {"title": title, "missing": f"could not be drawn from this plan ({type(e).__name__}: {e})"}
+    if result is None:
+        return {"title": title, "missing": "not available in this plan"}
+    svg, note = result if isinstance(result, tuple) else (result, "")
+    return {"title": title, "uri": plots.data_uri(svg), "note": note}
+
+
+def _svg(fig_builder):
+    return lambda: plots.to_svg(fig_builder())
+
+
+def render(plan: dict, run: dict | None = None) -> str:
+    """The report page as a string (see the module docstring)."""
+    top, n_costed = tables.top_savers(plan)
+    timeline = plan.get("memory_timeline")
+    schedules = plan.get("schedules")
+    capacity = (plan.get("gpu_memory") or {}).get("capacity_bytes")
+    images = {
+        "baselines": _image("Plan vs baselines", _svg(lambda: plots.fig_baselines(plan))),
+        "placement": _image("Placement on the graph",
+                            lambda: plots.placement_svg(plan) if plan.get("ops") else None),
+        "costs": _image("Per-op cost", (lambda: None) if not top else
+                        _svg(lambda: plots.fig_cost_bars(top, n_costed))),
+        "timeline": _image("Predicted timeline", (lambda: None) if not schedules else
+                           _svg(lambda: plots.fig_gantt(schedules))),
+        "memory": _image("Memory over the op sequence", (lambda: None) if not timeline else
+                         _svg(lambda: plots.fig_memory(timeline, capacity))),
+    }
+    measured = _measured(plan, run) if run is not None else None
+    html = _environment().get_template("report.html.j2").render(
+        plan=plan, s=tables.summary(plan), baselines=tables.baseline_rows(plan), images=images,
+        top_shown=len(top), n_costed=n_costed,
+        rows=tables.op_rows(plan, measured and {p["index"]: p["measured_s"] for p in measured["pairs"]}),
+        n_ops=len(plan.get("ops") or []), max_rows=tables.MAX_TABLE_ROWS,
+        measured=measured, run=run, sections=SECTIONS)
+    return html
+
+
+def _measured(plan: dict, run: dict) -> dict:
+    pairs = tables.match_run(plan, run)
+    emulated = bool(run.get("emulated"))
+    return {"pairs": pairs, "stats": tables.error_stats(pairs), "totals": tables.run_totals(plan, run),
+            "emulated": emulated, "n_run_ops": len(run.get("ops") or []),
+            "scatter": _image("Predicted vs measured per op", (lambda: None) if not pairs else
+                              _svg(lambda: plots.fig_pred_vs_measured(pairs, emulated)))}

@@ -1,0 +1,232 @@
+"""The numbers a report shows, taken from a plan dict (``placer plan --json``) and a run
+record dict (``placer run --record``), with no drawing in them.
+
+Every function tolerates older plans that lack a key: it returns None (or an empty list)
+and the page says that part is not available, rather than failing.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+BASELINE_LABELS = {
+    "all_cpu": "all-CPU",
+    "all_gpu": "all-GPU (CPU fallback)",
+    "greedy": "greedy (each op on its faster device)",
+    "existing": "your placement (the file's device options)",
+    "lower_bound": "lower bound (sum of min(CPU, GPU))",
+}
+COPY_TYPES = ("CopyCPUToGPU", "CopyGPUToCPU", "EnsureCPUOutput", "Copy")
+MAX_TABLE_ROWS = 20000  # a bigger per-op table makes a page no browser scrolls happily
+
+
+def fmt_time(seconds: float | None) -> str:
+    """`12.3 ms`, `45.6 µs`, `1.23 s`: the unit that keeps 3 significant digits readable."""
+    if seconds is None or not math.isfinite(seconds):
+        return "n/a"
+    a = abs(seconds)
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if a >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns" if a else "0 s"
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None or not math.isfinite(n):
+        return "n/a"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def time_unit(max_seconds: float) -> tuple[str, float]:
+    """(unit, scale) for an axis whose largest value is ``max_seconds``."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if max_seconds >= scale:
+            return unit, scale
+    return "ns", 1e-9
+
+
+def byte_unit(max_bytes: float) -> tuple[str, float]:
+    for unit, size in (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10)):
+        if max_bytes >= size:
+            return unit, size
+    return "B", 1.0
+
+
+def op_label(op: dict, width: int = 34) -> str:
+    """`#12 Conv conv2_1` cut to ``width`` characters (axis labels, graph nodes)."""
+    text = f"#{op.get('index', '?')} {op.get('type', '?')}"
+    if op.get("name"):
+        text += f" {op['name']}"
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+# --- summary -------------------------------------------------------------------------
+
+
+def baseline_rows(plan: dict) -> list[dict]:
+    """The plan and every baseline: label, total, and how the plan compares."""
+    plan_s = plan.get("total_s")
+    rows = [{"key": "plan", "label": f"this plan ({plan.get('method', '?')}, "
+                                     f"{plan.get('objective', 'serial')} objective)",
+             "total_s": plan_s, "vs_plan": "—"}]
+    for key, base in (plan.get("baselines") or {}).items():
+        total = base.get("total_s") if isinstance(base, dict) else None
+        rows.append({"key": key, "label": BASELINE_LABELS.get(key, key), "total_s": total,
+                     "vs_plan": _ratio_text(total, plan_s, key), "note": _base_note(base)})
+    for r in rows:
+        total = r["total_s"]
+        r["time_text"] = ("n/a" if total is None else
+                          fmt_time(total) if math.isfinite(total) else "infeasible")
+    return rows
+
+
+def _ratio_text(total: float | None, plan_s: float | None, key: str) -> str:
+    if total is None or plan_s is None or not math.isfinite(total):
+        return "infeasible" if total is not None and not math.isfinite(total) else "n/a"
+    if key == "lower_bound":
+        return f"plan is {plan_s / total:.2f}x the bound" if total > 0 else "n/a"
+    if plan_s <= 0:
+        return "n/a"
+    return f"plan is {total / plan_s:.2f}x faster" if total >= plan_s else \
+        f"plan is {plan_s / total:.2f}x slower"
+
+
+def _base_note(base) -> str:
+    if not isinstance(base, dict):
+        return ""
+    for key in ("note", "reason", "infeasible"):
+        if base.get(key):
+            return str(base[key])
+    return ""
+
+
+def summary(plan: dict) -> dict:
+    """Headline figures: net, profiles, GPU memory, PCIe bytes, optimality."""
+    mem = plan.get("gpu_memory") or {}
+    pcie = plan.get("pcie_bytes") or {}
+    ops = plan.get("ops") or []
+    on_gpu = sum(1 for o in ops if o.get("device") == "gpu")
+    used, cap = mem.get("used_bytes"), mem.get("capacity_bytes")
+    return {
+        "net": plan.get("net", "?"), "path": plan.get("path", ""),
+        "method": plan.get("method", "?"), "objective": plan.get("objective", "serial"),
+        "total_s": plan.get("total_s"), "n_ops": len(ops), "n_gpu": on_gpu,
+        "n_cpu": len(ops) - on_gpu, "n_copies": len(plan.get("copies") or []),
+        "profiles": plan.get("profiles") or {},
+        "gpu_used": used, "gpu_capacity": cap,
+        "gpu_fraction": (used / cap) if used is not None and cap else None,
+        "gpu_params": mem.get("param_bytes"), "gpu_peak_activations": mem.get("peak_activation_bytes"),
+        "h2d_bytes": pcie.get("h2d"), "d2h_bytes": pcie.get("d2h"),
+        "optimality": plan.get("optimality") or _optimality_text(plan),
+        "makespans": {k: s.get("makespan_s") for k, s in (plan.get("schedules") or {}).items()},
+    }
+
+
+def _optimality_text(plan: dict) -> str:
+    if plan.get("optimal"):
+        return f"optimal for the {plan.get('objective', 'serial')} objective"
+    if plan.get("gap") is not None:
+        return f"within {100 * plan['gap']:.2g}% of the best lower bound"
+    return "no optimality proof for this plan"
+
+
+# --- per op --------------------------------------------------------------------------
+
+
+def op_rows(plan: dict, measured: dict[int, float] | None = None) -> list[dict]:
+    """One row per op for the sortable table (times in seconds, saved = cpu - gpu)."""
+    rows = []
+    for o in (plan.get("ops") or [])[:MAX_TABLE_ROWS]:
+        cpu, gpu = o.get("cpu_s"), o.get("gpu_s")
+        rows.append({**o, "saved_s": (cpu - gpu) if cpu is not None and gpu is not None else None,
+                     "measured_s": (measured or {}).get(o.get("index"))})
+    return rows
+
+
+def top_savers(plan: dict, limit: int = 40) -> tuple[list[dict], int]:
+    """Ops sorted by |cpu_s - gpu_s| (time saved by the better device), the first ``limit``;
+    also the total op count, so the page can say when it shows only some."""
+    ops = [o for o in plan.get("ops") or [] if o.get("cpu_s") is not None and o.get("gpu_s") is not None]
+    ops.sort(key=lambda o: (-abs(o["cpu_s"] - o["gpu_s"]), o.get("index", 0)))
+    return ops[:limit], len(ops)
+
+
+# --- predicted vs measured -----------------------------------------------------------
+
+
+def device_kind(name: str) -> str:
+    """"cpu" for the host, "gpu" for "cuda:0" / "emulated-cuda:0" / "gpu0"."""
+    return "cpu" if name in ("cpu", "") or name.startswith("cpu") else "gpu"
+
+
+def match_run(plan: dict, run: dict) -> list[dict]:
+    """Pair each op of the plan with the op of the run that executed it.
+
+    The placed net is the planned net with copy ops inserted, in the same order, so the two
+    sequences are aligned in order: a run op of the same type (and name, where both have one)
+    as the next plan op is that op; a copy op in between is one the rewrite inserted.
+    Each pair carries the predicted time on the device the op actually ran on.
+    """
+    ops = plan.get("ops") or []
+    pairs, j = [], 0
+    for r in run.get("ops") or []:
+        if j >= len(ops):
+            break
+        p = ops[j]
+        same = r.get("type") == p.get("type") and (not r.get("name") or not p.get("name")
+                                                   or r.get("name") == p.get("name"))
+        if same:
+            dev = device_kind(str(r.get("device", "cpu")))
+            predicted = p.get("gpu_s") if dev == "gpu" else p.get("cpu_s")
+            pairs.append({"index": p.get("index", j), "name": p.get("name", ""), "type": p.get("type"),
+                          "device": dev, "predicted_s": predicted, "measured_s": r.get("time_s")})
+            j += 1
+    return pairs
+
+
+def error_stats(pairs: list[dict]) -> dict:
+    """Median and p90 of |predicted - measured| / measured, in percent, over timed ops."""
+    pred = np.array([p["predicted_s"] or 0.0 for p in pairs], float)
+    meas = np.array([p["measured_s"] or 0.0 for p in pairs], float)
+    ok = meas > 0
+    if not ok.any():
+        return {"n": 0, "median_pct": None, "p90_pct": None}
+    err = 100.0 * np.abs(pred[ok] - meas[ok]) / meas[ok]
+    return {"n": int(ok.sum()), "median_pct": float(np.median(err)),
+            "p90_pct": float(np.percentile(err, 90))}
+
+
+def run_totals(plan: dict, run: dict) -> dict:
+    """Whole-net figures: predicted serial total vs measured sum of op times, by part."""
+    ops = run.get("ops") or []
+    copies = [o for o in ops if o.get("copy_direction") in ("h2d", "d2h")]
+    measured = sum(float(o.get("time_s") or 0.0) for o in ops)
+    predicted = plan.get("total_s")
+    by_dev: dict[str, float] = {}
+    for o in ops:
+        if o.get("copy_direction") in ("h2d", "d2h"):
+            continue
+        kind = device_kind(str(o.get("device", "cpu")))
+        by_dev[kind] = by_dev.get(kind, 0.0) + float(o.get("time_s") or 0.0)
+    pred_copy = sum(float(c.get("time_s") or 0.0) for c in plan.get("copies") or [])
+    pred_dev = {"cpu": 0.0, "gpu": 0.0}
+    for o in plan.get("ops") or []:
+        d = o.get("device", "cpu")
+        pred_dev[d] = pred_dev.get(d, 0.0) + float(o.get(f"{d}_s") or 0.0)
+    return {
+        "predicted_s": predicted, "measured_s": measured,
+        "error_pct": (100 * abs(predicted - measured) / measured) if predicted is not None and measured > 0 else None,
+        "rows": [
+            {"part": "CPU ops", "predicted_s": pred_dev.get("cpu", 0.0), "measured_s": by_dev.get("cpu", 0.0)},
+            {"part": "GPU ops", "predicted_s": pred_dev.get("gpu", 0.0), "measured_s": by_dev.get("gpu", 0.0)},
+            {"part": "PCIe copies", "predicted_s": pred_copy,
+             "measured_s": sum(float(o.get("time_s") or 0.0) for o in copies)},
+        ],
+        "copy_bytes": {d: sum(o.get("copy_bytes") or 0 for o in copies if o.get("copy_direction") == d)
+                       for d in ("h2d", "d2h")},
+        "peak_bytes": run.get("peak_bytes") or {},
+    }
