@@ -12,8 +12,6 @@ import os
 
 from placer.errors import InputError
 from placer.fileio import atomic_write_text, refuse_overwrite
-from placer.report.html import render
-from placer.report.trace import build_trace, validate_trace
 
 HELP = "write the HTML report (and Chrome trace) of a plan, optionally with a measured run"
 DESCRIPTION = """\
@@ -74,6 +72,8 @@ def read_json(path: str, what: str, hint: str) -> dict:
 
 def write_report(plan: dict, run: dict | None, path: str | os.PathLike) -> None:
     """Render the report of ``plan`` (and ``run``, a RunRecord dict, or None) to ``path``."""
+    from placer.report.html import render   # matplotlib and jinja2 only when needed
+
     atomic_write_text(path, render(plan, run))
 
 
@@ -83,6 +83,8 @@ def write_trace(plan: dict | None, run: dict | None, path: str | os.PathLike,
 
     The trace is validated before it is written: a malformed one is a bug, not a file.
     """
+    from placer.report.trace import build_trace, validate_trace
+
     trace = build_trace(plan, run, schedule)
     problems = validate_trace(trace)
     if problems:

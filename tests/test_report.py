@@ -1,0 +1,235 @@
+"""The HTML report: every section, one table row per op, inline images that decode as SVG,
+no network references, missing plan parts said rather than crashed on, readable charts."""
+from __future__ import annotations
+
+import base64
+import json
+import re
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+from report_cases import hand_plan, run_record, synthetic_plan
+
+from placer import cli
+from placer.commands.report import write_report
+from placer.report import plots, tables
+from placer.report.html import render
+
+SECTION_IDS = {"summary", "placement", "costs", "timeline", "memory", "ops", "measured"}
+
+
+class Page(HTMLParser):
+    """Section ids, <img> sources, op-table rows and text per section of a page."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.sections, self.images, self.op_rows, self.refs = [], [], 0, []
+        self.text: dict[str, list[str]] = {}
+        self._section = None
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "section":
+            self._section = a.get("id")
+            self.sections.append(self._section)
+        if tag == "img":
+            self.images.append(a.get("src", ""))
+        if tag == "tr" and "op-row" in (a.get("class") or "").split():
+            self.op_rows += 1
+        for key in ("src", "href"):
+            if key in a:
+                self.refs.append(a[key])
+
+    def handle_endtag(self, tag):
+        if tag == "section":
+            self._section = None
+
+    def handle_data(self, data):
+        if self._section:
+            self.text.setdefault(self._section, []).append(data)
+
+    def section_text(self, sid: str) -> str:
+        return " ".join(" ".join(self.text.get(sid, [])).split())
+
+
+@pytest.fixture(scope="module")
+def small_page():
+    plan = hand_plan()
+    return plan, Page(render(plan, run_record(plan, emulated=True)))
+
+
+@pytest.fixture(scope="module")
+def big_page():
+    plan = synthetic_plan(300)
+    return plan, Page(render(plan, run_record(plan, emulated=False)))
+
+
+def decode_image(src: str) -> bytes:
+    m = re.fullmatch(r"data:image/(svg\+xml|png);base64,([A-Za-z0-9+/=]+)", src)
+    assert m, f"image is not an inline data URI: {src[:80]}"
+    return base64.b64decode(m.group(2))
+
+
+@pytest.mark.parametrize("which", ["small_page", "big_page"])
+def test_every_section_one_row_per_op_and_images_decode(which, request):
+    plan, page = request.getfixturevalue(which)
+    assert SECTION_IDS <= set(page.sections)
+    assert page.op_rows == len(plan["ops"])
+    # baselines, placement, costs, timeline, memory, scatter
+    assert len(page.images) == 6
+    for src in page.images:
+        root = ET.fromstring(decode_image(src))
+        assert root.tag.endswith("svg")
+        assert float(re.match(r"[\d.]+", root.get("width")).group()) > 50
+        assert float(re.match(r"[\d.]+", root.get("height")).group()) > 50
+
+
+@pytest.mark.parametrize("which", ["small_page", "big_page"])
+def test_no_network_references(which, request):
+    _, page = request.getfixturevalue(which)
+    for ref in page.refs:
+        assert ref.startswith(("data:", "#")), ref
+    for src in page.images:
+        svg = decode_image(src).decode()
+        # namespaces and the DTD name a URL as plain text; no reference may load one
+        assert not re.search(r"""(href|src)\s*=\s*["'](https?:)?//""", svg)
+        assert "@import" not in svg
+
+
+def test_summary_figures_of_the_hand_plan(small_page):
+    _, page = small_page
+    text = page.section_text("summary")
+    # 4.41 ms all-CPU against 0.65 ms for the plan (0.33 ms of ops + 0.32 ms of copies)
+    assert "650 µs" in text and "6.78x faster" in text
+    assert "588.00 KiB" in text and "3.06 MiB" in text          # H2D, D2H bytes per run
+    assert "optimal for the serial objective" in text
+    assert "V100-16GB" in text and "ci-host" in text
+    for label in ("all-CPU", "all-GPU", "greedy", "your placement", "lower bound"):
+        assert label in text
+
+
+def test_big_net_shows_top_40_and_says_so(big_page):
+    _, page = big_page
+    assert "40 ops with the largest time difference" in page.section_text("costs")
+    assert "of 300" in page.section_text("costs")
+
+
+def test_measured_section_labels_emulated_runs(small_page, big_page):
+    assert "emulated GPU: CPU timings" in small_page[1].section_text("measured")
+    assert "emulated" not in big_page[1].section_text("measured")
+    assert "4 of 4 planned ops matched" in small_page[1].section_text("measured")
+    assert "300 of 300 planned ops matched" in big_page[1].section_text("measured")
+
+
+def test_old_plan_without_schedules_says_not_available():
+    plan = {k: v for k, v in hand_plan().items()
+            if k not in ("schedules", "memory_timeline", "tensors", "gpu_memory", "profiles")}
+    page = Page(render(plan))
+    assert SECTION_IDS <= set(page.sections)
+    assert "not available" in page.section_text("timeline")
+    assert "not available" in page.section_text("memory")
+    assert "No run given" in page.section_text("measured")
+    assert page.op_rows == 4
+
+
+def test_error_statistics_by_hand():
+    pairs = [{"predicted_s": p, "measured_s": m} for p, m in ((1, 1), (2, 1), (4, 5))]
+    stats = tables.error_stats(pairs)   # errors 0%, 100%, 20%
+    assert stats["n"] == 3
+    assert stats["median_pct"] == pytest.approx(20.0)
+    assert stats["p90_pct"] == pytest.approx(84.0)   # 20 + 0.8 * (100 - 20)
+
+
+def test_run_is_matched_past_inserted_copies():
+    plan = hand_plan()
+    run = run_record(plan, emulated=True)
+    assert len(run["ops"]) == 6   # two copy ops inserted
+    pairs = tables.match_run(plan, run)
+    assert [p["index"] for p in pairs] == [0, 1, 2, 3]
+    assert [p["device"] for p in pairs] == ["gpu", "gpu", "cpu", "cpu"]
+    assert [p["predicted_s"] for p in pairs] == [2e-4, 2e-5, 1e-4, 1e-5]
+    real = [o for o in run["ops"] if not o["copy_direction"]]
+    assert [p["measured_s"] for p in pairs] == [o["time_s"] for o in real]
+
+
+def test_charts_of_300_ops_have_no_overlapping_labels():
+    plan = synthetic_plan(300)
+    pairs = tables.match_run(plan, run_record(plan))
+    figs = {"baselines": plots.fig_baselines(plan),
+            "costs": plots.fig_cost_bars(*tables.top_savers(plan)),
+            "timeline": plots.fig_gantt(plan["schedules"]),
+            "memory": plots.fig_memory(plan["memory_timeline"], 36e9),
+            "placement": plots.fig_placement(plan),
+            "scatter": plots.fig_pred_vs_measured(pairs, True)}
+    for name, fig in figs.items():
+        assert plots.text_overlaps(fig) == [], name
+        if name != "placement":   # its title and legend are figure-level text
+            assert fig.axes[0].get_title() and fig.axes[-1].get_xlabel(), name
+            assert "(" in fig.axes[-1].get_xlabel(), f"{name}: axis label without a unit"
+
+
+def test_overlap_check_finds_colliding_labels():
+    from matplotlib.figure import Figure
+    fig = Figure()
+    ax = fig.add_subplot()
+    ax.text(0.5, 0.5, "one label")
+    ax.text(0.5, 0.5, "another")
+    assert plots.text_overlaps(fig) == [("one label", "another")]
+
+
+def test_placement_layout_folds_a_long_chain():
+    n = 300
+    edges = [(i, i + 1, False) for i in range(n - 1)]
+    lay = plots.layered_layout(n, edges)
+    assert lay["col"].max() >= 5                       # folded into columns
+    assert len({tuple(p) for p in np.round(lay["xy"], 6)}) == n   # no two ops on one spot
+    assert (lay["xy"][:, 0] > 0).all() and (lay["xy"][:, 0] < lay["width"]).all()
+    assert (lay["xy"][:, 1] < 0).all() and (lay["xy"][:, 1] > -lay["height"]).all()
+    # within a column, a consumer sits below its producer
+    same = lay["col"][:-1] == lay["col"][1:]
+    assert (lay["xy"][1:, 1][same] < lay["xy"][:-1, 1][same]).all()
+
+
+def test_graph_edges_mark_copies_and_host_transfers():
+    edges, host_in, host_out = plots.graph_edges(hand_plan())
+    assert edges == [(0, 1, False), (1, 2, True), (2, 3, False)]
+    assert host_in == {0} and host_out == set()
+
+
+def test_cli_writes_report_and_trace(tmp_path, capsys):
+    plan, run = hand_plan(), run_record(hand_plan())
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    rc = cli.main(["report", str(tmp_path / "plan.json"), "--run", str(tmp_path / "run.json"),
+                   "-o", str(tmp_path / "r.html"), "--trace", str(tmp_path / "t.json")])
+    assert rc == 0
+    assert Page((tmp_path / "r.html").read_text()).op_rows == 4
+    trace = json.loads((tmp_path / "t.json").read_text())
+    assert {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"} >= {"conv1", "prob"}
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    (tmp_path / "plan.json").write_text("{not json")
+    rc = cli.main(["report", str(tmp_path / "plan.json"), "-o", str(tmp_path / "r.html")])
+    assert rc == 2
+    assert "not valid JSON" in capsys.readouterr().err
+    (tmp_path / "plan.json").write_text(json.dumps(hand_plan()))
+    rc = cli.main(["report", str(tmp_path / "plan.json"), "-o", str(tmp_path / "plan.json")])
+    assert rc == 2 and "refusing to overwrite" in capsys.readouterr().err
+    (tmp_path / "run.json").write_text(json.dumps({"ops": []}))
+    rc = cli.main(["report", str(tmp_path / "plan.json"), "--run", str(tmp_path / "run.json"),
+                   "-o", str(tmp_path / "r.html")])
+    assert rc == 2 and "not a placer run record" in capsys.readouterr().err
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_write_report_replaces_atomically(tmp_path):
+    out = tmp_path / "sub" / "r.html"
+    write_report(hand_plan(), None, out)
+    first = out.read_text()
+    write_report(synthetic_plan(40), None, out)
+    assert out.read_text() != first
+    assert [p.name for p in out.parent.iterdir()] == ["r.html"]   # no temporary left behind
