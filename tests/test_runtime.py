@@ -398,3 +398,99 @@ def test_net_level_device_option_is_the_default_and_an_op_option_wins():
     ex = Executor(net_from_netdef(netdef), emulate_gpu=True)
     np.testing.assert_allclose(ex.run({"x": X})["y_cpu"], 1 / (1 + np.exp(-np.maximum(X, 0))), rtol=1e-6)
     assert [o.device for o in ex.record.ops] == ["emulated-cuda:0", "emulated-cuda:0", "cpu"]
+
+
+# -- the CUDA code path on a stand-in for cupy (numpy underneath), for machines without a GPU --
+
+class _FakeCupy:
+    """Just enough of cupy's API for CudaDevice: arrays are numpy arrays of a subclass
+    that carries ``.device.id``; pinned memory is a bytearray; events read perf_counter."""
+
+    def __init__(self):
+        import types
+        fake = self
+
+        class ndarray(np.ndarray):
+            device = None  # shadows numpy 2's read-only ndarray.device
+
+            def __array_finalize__(self, obj):
+                dev = getattr(obj, "device", None)
+                self.device = dev if hasattr(dev, "id") else types.SimpleNamespace(id=fake.current)
+
+            def set(self, arr, stream=None):
+                assert isinstance(arr, np.ndarray) and arr.shape == self.shape and arr.dtype == self.dtype
+                fake.pinned_sources.append(arr)
+                np.copyto(self.view(np.ndarray), arr)
+
+            def get(self, stream=None, out=None):
+                np.copyto(out, self.view(np.ndarray))
+                return out
+
+        class Event:
+            def record(self):
+                self.t = time.perf_counter()
+
+            def synchronize(self):
+                pass
+
+        class Device:
+            def __init__(self, index):
+                self.index = index
+
+            def use(self):
+                fake.current = self.index
+
+            def __enter__(self):
+                self.saved, fake.current = fake.current, self.index
+
+            def __exit__(self, *exc):
+                fake.current = self.saved
+
+        self.current, self.pinned_sources, self.ndarray = 0, [], ndarray
+        stream = types.SimpleNamespace(synchronize=lambda: None)
+        self.cuda = types.SimpleNamespace(
+            Event=Event, Device=Device, get_current_stream=lambda: stream,
+            alloc_pinned_memory=lambda n: bytearray(n),
+            get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3,
+            runtime=types.SimpleNamespace(getDeviceCount=lambda: 2))
+
+    def is_available(self):
+        return True
+
+    def asarray(self, a):
+        return np.array(a).view(self.ndarray)
+
+    def empty(self, shape, dtype):
+        return self.asarray(np.empty(shape, dtype))
+
+    def __getattr__(self, name):  # every other function is numpy's
+        return getattr(np, name)
+
+
+def test_cuda_path_on_a_cupy_stand_in(monkeypatch):
+    """Placed net on "cuda:0": pinned staging for feeds and copies, event timers, outputs
+    back as plain host arrays, and a host array handed to a GPU op refused."""
+    need("FC", "Relu", "Sigmoid")
+    import sys
+    fake = _FakeCupy()
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    net = make_net([op("FC", ["x", "w1", "b1"], ["h"], CPU), op("CopyCPUToGPU", ["h"], ["h_gpu0"], GPU),
+                    op("Relu", ["h_gpu0"], ["r"], GPU), op("CopyGPUToCPU", ["r"], ["r_cpu"], GPU),
+                    op("FC", ["r_cpu", "w2", "b2"], ["y"], CPU), op("CopyCPUToGPU", ["y"], ["y_gpu0"], GPU),
+                    op("Sigmoid", ["y_gpu0"], ["s"], GPU)], list(FEED), ["s"])
+    ex = Executor(net)
+    out = ex.run(FEED, iterations=2)
+    assert type(out["s"]) is np.ndarray
+    np.testing.assert_allclose(out["s"], mlp_numpy(), rtol=1e-5, atol=1e-6)
+    assert ex.record.devices == ("cpu", "cuda:0") and not ex.record.emulated
+    assert [o.copy_direction for o in ex.record.ops if o.copy_bytes] == ["h2d", "d2h", "h2d"]
+    # every host -> device transfer went through a pinned staging buffer (bytearray-backed)
+    def root(a):
+        while isinstance(a, np.ndarray) and a.base is not None:
+            a = a.base
+        return a.obj if isinstance(a, memoryview) else a
+    assert len(fake.pinned_sources) == 2 * 3  # 2 h2d copies (feeds go to the CPU FC) x (1 warm-up + 2 runs)
+    assert all(isinstance(root(a), bytearray) for a in fake.pinned_sources)
+    bad = make_net([op("Relu", ["x"], ["r"], CPU), op("Sigmoid", ["r"], ["s"], GPU, name="sig")], ["x"], ["s"])
+    with pytest.raises(DeviceError, match=r"'sig' runs on cuda:0 but its input 'r' is on cpu"):
+        Executor(bad).run({"x": X})
