@@ -491,6 +491,7 @@ def test_cuda_path_on_a_cupy_stand_in(monkeypatch):
         return a.obj if isinstance(a, memoryview) else a
     assert len(fake.pinned_sources) == 2 * 3  # 2 h2d copies (feeds go to the CPU FC) x (1 warm-up + 2 runs)
     assert all(isinstance(root(a), bytearray) for a in fake.pinned_sources)
+    assert len({id(root(a)) for a in fake.pinned_sources}) == 2  # one staging buffer per copy op, reused
     bad = make_net([op("Relu", ["x"], ["r"], CPU), op("Sigmoid", ["r"], ["s"], GPU, name="sig")], ["x"], ["s"])
     with pytest.raises(DeviceError, match=r"'sig' runs on cuda:0 but its input 'r' is on cpu"):
         Executor(bad).run({"x": X})
