@@ -42,6 +42,11 @@ CASES = [
          {"stride": 2, "padding": 1}),
     conv("conv_wide_channels", (2, 64, 9, 9), (32, 64, 3, 3), {"kernel": 3, "pad": 1}, {"padding": 1}),
     conv("conv_wide_stride2", (1, 48, 10, 12), (16, 48, 3, 3), {"kernel": 3, "stride": 2}, {"stride": 2}),
+    # Big enough that the per-tap GEMMs are accumulated in blocks (by image, by positions).
+    conv("conv_blocked_images", (3, 32, 40, 40), (64, 32, 3, 3), {"kernel": 3, "pad": 1}, {"padding": 1}),
+    conv("conv_blocked_positions", (1, 32, 70, 70), (64, 32, 3, 3), {"kernel": 3, "pad": 1}, {"padding": 1}),
+    conv("conv_blocked_group2_stride2", (1, 64, 101, 99), (64, 32, 3, 3), {"kernel": 3, "stride": 2, "group": 2},
+         {"stride": 2, "groups": 2}),
     conv("conv_no_bias", (2, 4, 7, 7), (5, 4, 3, 3), {"kernel": 3}, {}, bias=False),
     conv("conv_1x1", (2, 64, 7, 7), (32, 64, 1, 1), {"kernel": 1}, {}),
     conv("conv_1x1_stride2", (2, 16, 7, 8), (8, 16, 1, 1), {"kernel": 1, "stride": 2}, {"stride": 2}),
@@ -91,6 +96,8 @@ CASES = [
          {"groups": 5, "nhwc": True}),
     conv("conv_nhwc_depthwise_blocked", (3, 70, 70, 16), (16, 3, 3, 1),
          {"kernel": 3, "pad": 1, "group": 16, "order": "NHWC"}, {"padding": 1, "groups": 16, "nhwc": True}),
+    conv("conv_nhwc_blocked", (1, 70, 70, 32), (64, 3, 3, 32), {"kernel": 3, "pad": 1, "order": "NHWC"},
+         {"padding": 1, "nhwc": True}),
     conv("conv_nhwc_1x1", (2, 5, 5, 16), (8, 1, 1, 16), {"kernel": 1, "order": "NHWC"}, {"nhwc": True}),
     conv("conv_float64", (1, 4, 6, 6), (3, 4, 3, 3), {"kernel": 3}, {}, tol=1e-10, dtype="float64"),
     # ------------------------------------------------------------ ConvTranspose (filter C, M/group, kH, kW)
