@@ -15,10 +15,13 @@ once into stride phases (only for stride > 1); every filter tap (i, j) then read
 *contiguous* slice of a phase flattened over (rows x padded width) -- output columns past
 Wo are computed on the padded width and dropped at the end -- so no im2col window copy is
 needed when the per-group channel count is large: one GEMM per tap accumulates into the
-output (``_ACCUMULATE_MIN_CHANNELS``). With few channels per group (AlexNet conv1, C=3) the
-tap slices are stacked into one K = C*kH*kW GEMM instead. Depthwise convolutions
-(C/group == 1) are a broadcast multiply-add per tap. Groups are a batch dimension of the
-matmul; there is no Python loop over channels, images or groups.
+output (``_ACCUMULATE_MIN_CHANNELS``), in cache-sized blocks of images and positions. A 1x1
+convolution with stride 1 and no pad is a single matmul on the input as it is. With few
+channels per group (AlexNet conv1, C=3) the tap slices are stacked into one K = C*kH*kW
+GEMM instead. Depthwise convolutions (C/group == 1) are a broadcast multiply-add per tap,
+also blocked for the cache. Groups are a batch dimension of the matmul; the only Python
+loops are over filter taps and cache blocks, never over channels or pixels. On a GPU
+(``xp`` not numpy) the blocks are one block.
 """
 from __future__ import annotations
 
