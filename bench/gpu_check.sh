@@ -8,7 +8,7 @@ set -euo pipefail
 if [ $# -ne 1 ]; then echo "usage: bench/gpu_check.sh DIR" >&2; exit 2; fi
 OUT="$1"
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
-PY="${PYTHON:-python}"
+PY="${PYTHON:-python3}"
 mkdir -p "$OUT"
 cd "$HERE"
 export PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}"

@@ -1,8 +1,8 @@
 """Every op of a net timed on the CPU (numpy) and on the GPU (cupy, CUDA events).
 
 Usage: python bench/gpu_vs_cpu_ops.py NET [--batch 8] [--repeats 5] [--csv out.csv] [--emulate-gpu]
-NET is a corpus file name under ../shared/nets/caffe (converted with random weights) or
-a path. Writes one CSV row per op (index, type, cpu_s, gpu_s, speedup) and prints totals
+NET is a corpus file name under ../shared/nets/caffe (or $PLACER_CORPUS/caffe; converted
+with random weights) or a path. Writes one CSV row per op (index, type, cpu_s, gpu_s, speedup) and prints totals
 and the max output difference between the two runs. --emulate-gpu exercises the same
 path without a GPU (its "gpu" times are then CPU times). Not a test: it prints figures.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import sys
 from pathlib import Path
 
@@ -31,7 +32,8 @@ def main() -> None:
     parser.add_argument("--csv")
     parser.add_argument("--emulate-gpu", action="store_true")
     a = parser.parse_args()
-    path = Path(a.net) if Path(a.net).exists() else ROOT.parent / "shared" / "nets" / "caffe" / a.net
+    corpus = Path(os.environ.get("PLACER_CORPUS", ROOT.parent / "shared" / "nets"))
+    path = Path(a.net) if Path(a.net).exists() else corpus / "caffe" / a.net
     net = load_net(path)
     shapes = {n: TensorType((a.batch,) + t.shape[1:], t.dtype) for n, t in net.input_shapes.items()}
     rng = np.random.default_rng(0)
