@@ -223,7 +223,7 @@ def main(argv=None) -> int:
     p.add_argument("--blas-threads", default="1", help="BLAS threads (default 1, see above)")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
-    host = measure_host()
+    host = measure_host(clock=time.process_time if args.clock == "cpu" else time.perf_counter)
     print(f"load average {os.getloadavg()[0]:.1f}, BLAS threads {os.environ.get('OPENBLAS_NUM_THREADS')}, "
           f"clock {args.clock}")
     print(f"host: {host.source['host']}\n  {host.peak_flops['float32'] / 1e9:.0f} GFLOP/s float32 GEMM, "

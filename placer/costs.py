@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from placer.constants import DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY
+from placer.constants import default_efficiency
 from placer.errors import ProfileError
 from placer.ops import registry
 from placer.profiling.schema import DeviceProfile, FamilyFit, LinkCurve, OpTiming, op_key
@@ -97,7 +97,7 @@ def roofline_s(flops: float, nbytes: float, peak: float, bandwidth: float,
 # ------------------------------------------------------------------------- fitting
 
 def fit_family(points: Sequence[OpTiming], peak: float, bandwidth: float,
-               default_overhead_s: float, family: str = "other") -> FamilyFit:
+               default_overhead_s: float, family: str = "other", device_kind: str = "gpu") -> FamilyFit:
     """Least-squares fit of (overhead, eff_compute, eff_memory) to measured entries.
 
     Residuals are log(predicted / measured) under a soft-L1 loss (an op slowed by a busy
@@ -111,7 +111,7 @@ def fit_family(points: Sequence[OpTiming], peak: float, bandwidth: float,
     flops = np.array([p.flops for p in points], float)
     nbytes = np.array([p.bytes for p in points], float)
     t = np.maximum(np.array([p.median_s for p in points], float), 1e-9)
-    prior = np.log([DEFAULT_COMPUTE_EFFICIENCY.get(family, 0.2), DEFAULT_MEMORY_EFFICIENCY.get(family, 0.5)])
+    prior = np.log(default_efficiency(family, device_kind))
     log_overhead0 = math.log(max(default_overhead_s, 1e-9))
 
     def predict(x):
@@ -189,7 +189,7 @@ class CostModel:
                 fam = family_of(points[0].type)
                 dtype = points[0].inputs[0].dtype if points[0].inputs else "float32"
                 fits[name] = fit_family(points, prof.peak(dtype), prof.memory_bandwidth_bytes_per_s,
-                                        prof.launch_overhead_s, fam)
+                                        prof.launch_overhead_s, fam, device_kind)
             self._fits[device_kind] = fits
         return self._fits[device_kind]
 
@@ -219,8 +219,7 @@ class CostModel:
             return roofline_s(features.flops, nbytes, prof.peak(dtype), prof.memory_bandwidth_bytes_per_s,
                               fit.overhead_s, fit.compute_efficiency, fit.memory_efficiency), "fitted"
         return roofline_s(features.flops, nbytes, prof.peak(dtype), prof.memory_bandwidth_bytes_per_s,
-                          prof.launch_overhead_s, DEFAULT_COMPUTE_EFFICIENCY.get(fam, 0.2),
-                          DEFAULT_MEMORY_EFFICIENCY.get(fam, 0.5)), "roofline"
+                          prof.launch_overhead_s, *default_efficiency(fam, device_kind)), "roofline"
 
     def copy_time(self, nbytes: float, direction: str, pinned: bool = True) -> float:
         """Seconds to copy ``nbytes`` host->GPU ("h2d") or GPU->host ("d2h")."""

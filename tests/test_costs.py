@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from placer.constants import DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY
+from placer.constants import DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY, default_efficiency
 from placer.costs import (OP_COLUMNS, TENSOR_COLUMNS, CostModel, annotate, curve_time,
                           family_of, fit_family, gpu_memory_bytes)
 from placer.profiling import default_profiles, load_device_profile
@@ -77,8 +77,8 @@ def test_order_of_trust_measured_fitted_roofline_unknown():
     cf = OpFeatures(flops=2e6, bytes_read=1e5, bytes_written=1e4)
     t, src = model.op_time("Conv", conv_in, {"kernel": 3}, cf, "cpu")
     assert src == "roofline"
-    assert t == pytest.approx(2e-6 + max(2e6 / (PEAK * DEFAULT_COMPUTE_EFFICIENCY["conv"]),
-                                         1.1e5 / (BW * DEFAULT_MEMORY_EFFICIENCY["conv"])))
+    eff_c, eff_m = default_efficiency("conv", "cpu")
+    assert t == pytest.approx(2e-6 + max(2e6 / (PEAK * eff_c), 1.1e5 / (BW * eff_m)))
     assert model.op_time("NoSuchOp", conv_in, {}, OpFeatures(known=False), "cpu") == (1e-3, "unknown")
     report = model.fit_report("cpu")
     assert list(report.group) == ["fc", "type:FC"] and list(report.points) == [6, 6]

@@ -17,11 +17,11 @@ import numpy as np
 from placer.profiling.schema import DeviceProfile
 
 
-def gemm_flops(n: int = 1024, repeats: int = 3) -> float:
+def gemm_flops(n: int = 1024, repeats: int = 3, clock=time.perf_counter) -> float:
     a = np.random.default_rng(0).random((n, n), dtype=np.float32)
     b = a.T.copy()
     a @ b  # warm-up: thread pool start, page faults
-    best = min(_seconds(lambda: a @ b) for _ in range(repeats))
+    best = min(_seconds(lambda: a @ b, clock) for _ in range(repeats))
     return 2.0 * n ** 3 / best
 
 
@@ -57,10 +57,10 @@ def call_overhead_s(calls: int = 2000) -> float:
     return float(np.median(per_call))
 
 
-def _seconds(fn) -> float:
-    t0 = time.perf_counter()
+def _seconds(fn, clock=time.perf_counter) -> float:
+    t0 = clock()
     fn()
-    return time.perf_counter() - t0
+    return clock() - t0
 
 
 def host_description() -> str:
@@ -81,9 +81,13 @@ def memory_capacity_bytes() -> float:
         return 8.0 * 2 ** 30
 
 
-def measure_host() -> DeviceProfile:
-    """A measured CPU device profile (no op entries; `placer profile NET` adds those)."""
-    f32 = gemm_flops()
+def measure_host(clock=time.perf_counter) -> DeviceProfile:
+    """A measured CPU device profile (no op entries; `placer profile NET` adds those).
+
+    ``clock`` times the GEMM: wall time for profiles; process CPU time for model studies
+    that time ops the same way (``bench.time_call(clock="cpu")``).
+    """
+    f32 = gemm_flops(clock=clock)
     return DeviceProfile(
         kind="cpu", name=host_description().split(": ", 1)[-1].split(",")[0],
         source={"kind": "measured", "host": host_description(),
