@@ -12,7 +12,7 @@ from placer.partition.problem import (PIN_NONE, CostArrays, flip_delta, gpu_memo
                                       placement_dict, plan_copies, serial_cost)
 from placer.types import Plan
 
-MAX_EXPLAINED_MOVES = 20000  # ops whose reason needs a what-if move; others get the ratio
+MAX_EXPLAINED_MOVES = 2000  # ops whose reason names a blob; the rest a generic one
 
 
 def make_plan(arr: CostArrays, on_gpu: np.ndarray, method: str, objective: str = "serial",

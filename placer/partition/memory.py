@@ -28,8 +28,8 @@ from placer.errors import InfeasiblePlanError
 from placer.partition.explain import make_plan
 from placer.partition.mincut import FlowNetwork
 from placer.partition.milp import milp_partition
-from placer.partition.problem import (PIN_CPU, PIN_GPU, CostArrays, flip_delta, from_graph,
-                                      gpu_memory, scratch_bytes, serial_cost)
+from placer.partition.problem import (PIN_CPU, PIN_GPU, CostArrays, flip_delta, flip_deltas,
+                                      from_graph, gpu_memory, scratch_bytes, serial_cost)
 
 
 def usage(arr: CostArrays, on_gpu) -> float:
@@ -58,7 +58,9 @@ class MemoryPartitioner:
                              capacity=self.capacity,
                              notes=["the unconstrained optimum fits in GPU memory"])
         check_pinned_fit(arr, self.capacity)
-        starts, prices = lagrangian(arr, net, self.capacity, free_opt)
+        big = arr.n_ops > 20_000   # each min-cut costs ~0.1 s per 50k ops: fewer of them
+        starts, prices = lagrangian(arr, net, self.capacity, free_opt,
+                                    steps=8 if big else 12, rounds=1 if big else 3)
         starts = _distinct(arr, starts)[:4]
         share = self.improve_time_s / (2 * len(starts) + 1)
         tried = [windows(arr, net, improve(arr, x, self.capacity, share), self.capacity,
@@ -202,16 +204,27 @@ def _better(arr, x, best, best_cost):
 
 
 def repair(arr: CostArrays, on_gpu: np.ndarray, capacity: float) -> np.ndarray:
-    """Move GPU ops to the CPU, cheapest cost increase per byte first, until it fits."""
-    x = on_gpu.copy()
-    movable = np.flatnonzero(x & (arr.forced != PIN_GPU))
+    """Move GPU ops to the CPU, cheapest cost increase per byte first, until it fits.
+    Moving an op off the GPU never makes GPU memory grow, so the shortest prefix of that
+    order that fits is found by bisection (log n memory evaluations)."""
+    movable = np.flatnonzero(on_gpu & (arr.forced != PIN_GPU))
     w = arr.read_param_bytes + arr.written_bytes + 1.0
     ratio = np.maximum(arr.cpu_s[movable] - arr.gpu_s[movable], 0) / w[movable]
-    for i in movable[np.argsort(ratio)]:
-        if usage(arr, x) <= capacity:
-            break
-        x[arr.component == arr.component[i]] = False
-    return x
+    order = movable[np.argsort(ratio, kind="stable")]
+
+    def moved(k):
+        x = on_gpu.copy()
+        x[np.isin(arr.component, arr.component[order[:k]])] = False
+        return x
+
+    lo, hi = 0, len(order)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if usage(arr, moved(mid)) <= capacity:
+            hi = mid
+        else:
+            lo = mid + 1
+    return moved(lo)
 
 
 def improve(arr: CostArrays, on_gpu: np.ndarray, capacity: float, time_s: float) -> np.ndarray:
@@ -223,8 +236,8 @@ def improve(arr: CostArrays, on_gpu: np.ndarray, capacity: float, time_s: float)
     free = np.flatnonzero(arr.forced < 0)
     order = free[np.argsort(-np.abs(arr.cpu_s[free] - arr.gpu_s[free]))]
     groups = [_group(arr, i) for i in order]
-    runs = [np.arange(i, i + k) for k in (2, 3, 4) for i in range(arr.n_ops - k + 1)
-            if (arr.forced[i:i + k] < 0).all()]
+    runs = (np.arange(i, i + k) for k in (2, 3, 4) for i in range(arr.n_ops - k + 1)
+            if (arr.forced[i:i + k] < 0).all())
     for _ in range(6):
         moved = any([_moves(arr, x, capacity, groups, deadline),
                      _moves(arr, x, capacity, runs, deadline),
@@ -260,9 +273,10 @@ def _moves(arr, x, capacity, moves, deadline) -> bool:
 def _swaps(arr, x, capacity, order, deadline, k: int = 25) -> bool:
     """Pair a CPU op whose move to the GPU would pay but does not fit with a GPU op whose
     move to the CPU frees room cheaply."""
-    deltas = {int(i): flip_delta(arr, x, _group(arr, i))[0] for i in order}
-    want = sorted((d, i) for i, d in deltas.items() if not x[i] and d < 0)[:k]
-    out = sorted((d, i) for i, d in deltas.items() if x[i])[:k]
+    d = flip_deltas(arr, x)
+    cpu_ops, gpu_ops = order[~x[order]], order[x[order]]
+    want = [(d[i], i) for i in cpu_ops[np.argsort(d[cpu_ops])][:k] if d[i] < 0]
+    out = [(d[i], i) for i in gpu_ops[np.argsort(d[gpu_ops])][:k]]
     moved = False
     for _, a in want:
         for _, b in out:

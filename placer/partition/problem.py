@@ -299,3 +299,35 @@ def gpu_memory(arr: CostArrays, on_gpu: np.ndarray, curve_only: bool = False):
         return param_bytes, 0.0, 0
     step = int(np.argmax(curve))
     return param_bytes, float(curve[step]), step
+
+
+def flip_deltas(arr: CostArrays, on_gpu: np.ndarray) -> np.ndarray:
+    """Change of the serial cost if each op alone moved to the other device (vectorised
+    ``flip_delta`` for all ops at once, colocation ignored)."""
+    x = np.asarray(on_gpu, bool)
+    n, T, et = arr.n_ops, arr.n_tensors, arr.entry_tensor
+    sign = np.where(x, -1.0, 1.0)
+    delta = sign * (arr.gpu_s - arr.cpu_s)
+    g_read = np.bincount(et, weights=x[arr.t_cons], minlength=T)
+    c_read = np.bincount(et, weights=~x[arr.t_cons], minlength=T)
+    if arr.outputs_on_host:
+        c_read = c_read + arr.t_ext_out
+    made = arr.t_producer >= 0
+    p_gpu = np.zeros(T, bool)
+    p_gpu[made] = x[arr.t_producer[made]]
+    live = arr.t_producer != PARAM
+
+    def cost(pg, g, c, t=slice(None)):
+        return np.where(pg, np.where(c > 0, arr.t_d2h[t], 0.0), np.where(g > 0, arr.t_h2d[t], 0.0))
+
+    now = np.where(live, cost(p_gpu, g_read, c_read), 0.0)
+    # producers flip
+    prod_after = np.where(live & made, cost(~p_gpu, g_read, c_read), 0.0)
+    delta += np.bincount(arr.t_producer[made], weights=(prod_after - now)[made], minlength=n)
+    # each reader flips
+    rg = x[arr.t_cons]
+    g2 = g_read[et] + np.where(rg, -1, 1)
+    c2 = c_read[et] + np.where(rg, 1, -1)
+    after = np.where(live[et], cost(p_gpu[et], g2, c2, et), 0.0)
+    delta += np.bincount(arr.t_cons, weights=after - now[et], minlength=n)
+    return delta
