@@ -151,3 +151,24 @@ def test_caffe_lenet_placed_by_rewrite_runs_emulated_with_the_same_outputs(corpu
         np.testing.assert_allclose(gpu[name], cpu[name], rtol=1e-5, atol=1e-6)
     rec = json.loads((tmp_path / "run.json").read_text())
     assert rec["emulated"] and rec["copy_bytes"]["h2d"] > 0 and rec["peak_bytes"]["emulated-cuda:0"] > 0
+
+
+def test_threads_option_sets_the_blas_thread_count(tmp_path, capsys):
+    import ctypes
+
+    from placer.runtime import threads
+    libs = threads._loaded_openblas()
+    getter = next((getattr(ctypes.CDLL(p), n) for p in libs for n in
+                   ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads")
+                   if hasattr(ctypes.CDLL(p), n)), None)
+    if getter is None:
+        pytest.skip("numpy here is not linked to an OpenBLAS with a thread setter")
+    before = getter()
+    try:
+        net = write_net(tmp_path / "net.pbtxt")
+        np.savez(tmp_path / "in.npz", x=X, w=W, b=B)
+        code, _, err = run_cli(capsys, net, "--inputs", tmp_path / "in.npz", "--threads", 1, "--quiet")
+        assert code == 0, err
+        assert getter() == 1 and "warning" not in err
+    finally:
+        threads.set_blas_threads(before)

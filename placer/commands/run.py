@@ -14,6 +14,7 @@ from placer.progress import Progress
 from placer.runtime import record as run_record
 from placer.runtime.executor import Executor
 from placer.runtime.inputs import random_inputs
+from placer.runtime.threads import set_blas_threads
 from placer.types import RunRecord, TensorType
 
 HELP = "run a net on numpy (CPU) / cupy (GPU) and time every op"
@@ -50,6 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of random fills in the init net")
     parser.add_argument("--outputs", metavar="OUT.npz", help="write the external outputs here")
     parser.add_argument("--record", metavar="RUN.json", help="write the RunRecord here")
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help="BLAS threads for CPU kernels (1 gives stable times on a shared host)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no table")
 
 
@@ -59,6 +62,12 @@ def run(args: argparse.Namespace) -> int:
     for out in (args.outputs, args.record):
         if out:
             refuse_overwrite(out, args.net, args.init_net, args.inputs_npz)
+    if args.threads is not None:
+        if args.threads < 1:
+            raise InputError("--threads must be >= 1")
+        if not set_blas_threads(args.threads):
+            print("placer: warning: could not set the BLAS thread count here; "
+                  f"set OPENBLAS_NUM_THREADS={args.threads} before starting", file=sys.stderr)
     typed = load_typed_net(args)
     net = typed.net
     executor = Executor(net, emulate_gpu=args.emulate_gpu, seed=args.seed)
