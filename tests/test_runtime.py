@@ -527,3 +527,14 @@ def test_small_dlrm_with_tables_on_cpu_and_mlps_on_emulated_gpu_matches_cpu(tmp_
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)
     rec = ex_gpu.record
     assert rec.copy_bytes("h2d") > 0 and rec.peak_bytes["cpu"] > 0 and rec.peak_bytes["emulated-cuda:0"] > 0
+
+
+def test_device_map_overrides_the_file_placement():
+    need("FC", "Relu", "Sigmoid")
+    from placer.types import GPU0
+    ex = Executor(mlp([None] * 4), device_map={i: GPU0 for i in range(4)}, emulate_gpu=True)
+    np.testing.assert_allclose(ex.run(FEED)["s"], mlp_numpy(), rtol=1e-5, atol=1e-6)
+    assert [o.device for o in ex.record.ops] == ["emulated-cuda:0"] * 4
+    # one op moved without a copy: the next op finds its input on the wrong device
+    with pytest.raises(DeviceError, match=r"#1 Relu.*runs on cpu but its input 'h' is on emulated-cuda:0"):
+        Executor(mlp([None] * 4), device_map={0: GPU0}, emulate_gpu=True).run(FEED)
