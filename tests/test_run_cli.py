@@ -39,6 +39,15 @@ def kernels():
             pytest.skip(f"no kernel yet for {t}")
 
 
+@pytest.fixture
+def restore_blas_threads():
+    from placer.runtime import threads
+    before = threads.get_blas_threads()
+    yield
+    if before is not None:
+        threads.set_blas_threads(before)
+
+
 def run_cli(capsys, *argv):
     code = cli.main(["run", *map(str, argv)])
     out, err = capsys.readouterr()
@@ -126,7 +135,8 @@ def test_progress_draws_step_elapsed_and_time_left_on_a_terminal():
 
 
 @pytest.mark.corpus
-def test_caffe_lenet_placed_by_rewrite_runs_emulated_with_the_same_outputs(corpus, tmp_path, capsys):
+def test_caffe_lenet_placed_by_rewrite_runs_emulated_with_the_same_outputs(corpus, tmp_path, capsys,
+                                                                            restore_blas_threads):
     """The same random weights (seeded per parameter) and inputs give the same outputs
     whether the net runs unplaced on the CPU or placed half on an emulated GPU."""
     from placer import rewrite
@@ -138,10 +148,10 @@ def test_caffe_lenet_placed_by_rewrite_runs_emulated_with_the_same_outputs(corpu
     placed = rewrite.place(net, placement)
     save_netdef(placed.predict, tmp_path / "placed.pbtxt")
     save_netdef(placed.init, tmp_path / "placed_init.pbtxt")
-    code, out, err = run_cli(capsys, src, "--random-inputs", 1, "--outputs", tmp_path / "cpu.npz")
+    code, out, err = run_cli(capsys, src, "--random-inputs", 1, "--outputs", tmp_path / "cpu.npz", "--threads", 1)
     assert code == 0, err
     code, out, err = run_cli(capsys, tmp_path / "placed.pbtxt", "--init-net", tmp_path / "placed_init.pbtxt",
-                             "--input", "data=64,1,28,28", "--random-inputs", 1, "--emulate-gpu",
+                             "--input", "data=64,1,28,28", "--random-inputs", 1, "--emulate-gpu", "--threads", 1,
                              "--outputs", tmp_path / "gpu.npz", "--record", tmp_path / "run.json")
     assert code == 0, err
     assert "CopyCPUToGPU" in out and "emulated-cuda:0" in out
@@ -154,21 +164,15 @@ def test_caffe_lenet_placed_by_rewrite_runs_emulated_with_the_same_outputs(corpu
 
 
 def test_threads_option_sets_the_blas_thread_count(tmp_path, capsys):
-    import ctypes
-
     from placer.runtime import threads
-    libs = threads._loaded_openblas()
-    getter = next((getattr(ctypes.CDLL(p), n) for p in libs for n in
-                   ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads")
-                   if hasattr(ctypes.CDLL(p), n)), None)
-    if getter is None:
+    before = threads.get_blas_threads()
+    if before is None:
         pytest.skip("numpy here is not linked to an OpenBLAS with a thread setter")
-    before = getter()
     try:
         net = write_net(tmp_path / "net.pbtxt")
         np.savez(tmp_path / "in.npz", x=X, w=W, b=B)
         code, _, err = run_cli(capsys, net, "--inputs", tmp_path / "in.npz", "--threads", 1, "--quiet")
         assert code == 0, err
-        assert getter() == 1 and "warning" not in err
+        assert threads.get_blas_threads() == 1 and "warning" not in err
     finally:
         threads.set_blas_threads(before)

@@ -317,6 +317,18 @@ CORPUS_INPUTS = {"glow_gather_const_fold.pbtxt": {"data": TensorType((2, 3, 4, 5
 SLOW_S = 20.0  # a net slower than this on one run at batch 1 is reported, not failed
 
 
+@pytest.fixture
+def one_blas_thread():
+    """Corpus nets run single-threaded: on a loaded host 2 BLAS threads make them crawl."""
+    from placer.runtime import threads
+    before = threads.get_blas_threads()
+    if before is not None:
+        threads.set_blas_threads(1)
+    yield
+    if before is not None:
+        threads.set_blas_threads(before)
+
+
 def _corpus_case(corpus, path, init):
     from placer.formats import load_net
     from placer.shapes import infer
@@ -349,7 +361,7 @@ def _corpus_case(corpus, path, init):
 
 @pytest.mark.corpus
 @pytest.mark.parametrize("predict,init", CAFFE2_WITH_INIT)
-def test_corpus_caffe2_nets_with_init_run_end_to_end(corpus, predict, init):
+def test_corpus_caffe2_nets_with_init_run_end_to_end(corpus, predict, init, one_blas_thread):
     out, _, feed = _corpus_case(corpus, corpus / "caffe2" / predict, init and corpus / "caffe2" / init)
     if predict == "glow_gather_const_fold.pbtxt":  # Reshape to data's shape permuted by index
         assert out["result"].shape == (2, 4, 5, 3)
@@ -360,7 +372,7 @@ def test_corpus_caffe2_nets_with_init_run_end_to_end(corpus, predict, init):
 
 @pytest.mark.corpus
 @pytest.mark.parametrize("name", CAFFE_NETS)
-def test_corpus_caffe_nets_run_end_to_end_on_random_weights(corpus, name):
+def test_corpus_caffe_nets_run_end_to_end_on_random_weights(corpus, name, one_blas_thread):
     pytest.importorskip("placer.formats.caffe", reason="Caffe prototxt reader not built yet")
     pytest.importorskip("placer.formats.convert", reason="Caffe -> Caffe2 converter not built yet")
     _, seconds, _ = _corpus_case(corpus, corpus / "caffe" / name, None)

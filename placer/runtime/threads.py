@@ -11,6 +11,8 @@ from __future__ import annotations
 import ctypes
 import re
 
+_GETTERS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
+            "openblas_get_num_threads64_", "openblas_get_num_threads")
 _SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
             "openblas_set_num_threads64_", "openblas_set_num_threads")
 
@@ -40,3 +42,17 @@ def set_blas_threads(count: int) -> bool:
                 done = True
                 break
     return done
+
+
+def get_blas_threads() -> int | None:
+    """The thread count of the first loaded OpenBLAS, or None when it cannot be read."""
+    for path in _loaded_openblas():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in _GETTERS:
+            getter = getattr(lib, name, None)
+            if getter is not None:
+                return int(getter())
+    return None
