@@ -233,3 +233,41 @@ def test_write_report_replaces_atomically(tmp_path):
     write_report(synthetic_plan(40), None, out)
     assert out.read_text() != first
     assert [p.name for p in out.parent.iterdir()] == ["r.html"]   # no temporary left behind
+
+
+def test_op_without_a_gpu_kernel_and_sparse_old_ops():
+    plan = hand_plan()
+    plan["ops"][3]["gpu_s"] = float("inf")       # no GPU kernel: infinite on the GPU
+    plan["ops"].append({"index": 4, "type": "Unknown"})   # an op with almost nothing known
+    page_text = render(plan, run_record(hand_plan()))
+    page = Page(page_text)
+    assert page.op_rows == 5
+    assert "∞" in page.section_text("ops")
+    assert 'data-v="inf"' not in page_text and 'data-v="nan"' not in page_text
+    top, n = tables.top_savers(plan)
+    assert n == 3 and 3 not in [o["index"] for o in top]
+
+
+def test_placement_falls_back_to_matplotlib_without_graphviz(monkeypatch):
+    import shutil
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    svg, how = plots.placement_svg(hand_plan())
+    assert how.startswith("matplotlib")
+    assert ET.fromstring(svg).tag.endswith("svg")
+
+
+def test_placement_by_graphviz_marks_the_copy():
+    import shutil
+    if not shutil.which("dot"):
+        pytest.skip("graphviz dot not installed (the matplotlib drawing is used instead)")
+    svg, how = plots.placement_svg(hand_plan())
+    assert how == "graphviz dot"
+    root = ET.fromstring(svg)
+    assert root.tag.endswith("svg")
+    assert svg.count(">copy<") == 1            # relu1 -> fc crosses devices
+    assert "3 Softmax" in svg and plots.COLORS["gpu"] in svg
+
+
+def test_a_long_net_is_folded_not_handed_to_graphviz():
+    svg, how = plots.placement_svg(synthetic_plan(300))
+    assert how == "matplotlib, longest-path layers, folded into columns"

@@ -26,7 +26,15 @@ def _environment() -> jinja2.Environment:
     env.filters["t"] = tables.fmt_time
     env.filters["b"] = tables.fmt_bytes
     env.filters["pct"] = lambda v, digits=1: "n/a" if v is None else f"{v:.{digits}f}%"
+    env.filters["v"] = _sort_value
     return env
+
+
+def _sort_value(value) -> str:
+    """A number JavaScript's parseFloat reads, for sorting: missing sorts first, inf last."""
+    if value is None or value != value:
+        return "-1e308"
+    return repr(float(max(min(value, 1e308), -1e308)))
 
 
 def _image(title: str, build) -> dict:

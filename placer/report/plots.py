@@ -202,7 +202,8 @@ def fig_pred_vs_measured(pairs: list[dict], emulated: bool) -> Figure:
     """Log-log scatter of per-op predicted vs measured time with the y = x line."""
     fig = Figure(figsize=(6.5, 6))
     ax = fig.add_subplot()
-    pts = [p for p in pairs if (p["predicted_s"] or 0) > 0 and (p["measured_s"] or 0) > 0]
+    pts = [p for p in pairs if all(isinstance(p[k], (int, float)) and 0 < p[k] < math.inf
+                                   for k in ("predicted_s", "measured_s"))]
     vals = [v for p in pts for v in (p["predicted_s"], p["measured_s"])]
     unit, scale = time_unit(max(vals, default=1.0))
     for dev in ("cpu", "gpu"):
@@ -232,7 +233,7 @@ BOX_W, BOX_H = 0.96, 0.24         # the node box inside its cell
 MAX_ROW_NODES = 14                # a wider layer wraps onto more rows
 ROWS_PER_COLUMN = 45              # a deeper net folds into side-by-side columns
 MAX_LABELLED_OPS = 800            # past this, boxes without labels (the table names them)
-DOT_MAX_ROWS, DOT_MAX_OPS = 45, 400
+DOT_MAX_OPS = 400
 
 
 def graph_edges(plan: dict) -> tuple[list[tuple[int, int, bool]], set[int], set[int]]:
@@ -369,8 +370,10 @@ def placement_svg(plan: dict) -> tuple[str, str]:
     ops = plan.get("ops") or []
     edges, _, _ = graph_edges(plan)
     lay = layered_layout(len(ops), edges)
-    depth = int(lay["row"].max()) + 1 if len(ops) else 0
-    if 0 < len(ops) <= DOT_MAX_OPS and depth <= DOT_MAX_ROWS:
+    folded = int(lay["col"].max(initial=0)) > 0
+    widest = max(np.unique(lay["row"], return_counts=True)[1], default=0)
+    # dot neither folds long nets nor wraps wide layers: use it only where neither is needed
+    if 0 < len(ops) <= DOT_MAX_OPS and not folded and widest < MAX_ROW_NODES:
         svg = _dot_svg(ops, edges)
         if svg:
             return svg, "graphviz dot"
@@ -385,7 +388,11 @@ def _dot_svg(ops: list[dict], edges) -> str | None:
     dot = shutil.which("dot")
     if not dot:
         return None
-    lines = ["digraph placement {", "rankdir=TB; node [shape=box style=filled fontcolor=white "
+    gpu = sum(o.get("device") == "gpu" for o in ops)
+    title = (f"Placement: {len(ops) - gpu} ops on the CPU (blue), {gpu} on the GPU (green); "
+             f"{sum(e[2] for e in edges)} red edges: tensors copied over PCIe")
+    lines = ["digraph placement {", f'graph [label="{title}" labelloc=t fontname=Helvetica fontsize=11 '
+             'nodesep=0.15 ranksep=0.3];', "node [shape=box style=filled fontcolor=white "
              "fontname=Helvetica fontsize=9 height=0.25];", "edge [color=\"#9a9a9a\" arrowsize=0.5];"]
     for k, o in enumerate(ops):
         color = COLORS["gpu" if o.get("device") == "gpu" else "cpu"]

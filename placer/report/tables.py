@@ -23,8 +23,10 @@ MAX_TABLE_ROWS = 20000  # a bigger per-op table makes a page no browser scrolls 
 
 def fmt_time(seconds: float | None) -> str:
     """`12.3 ms`, `45.6 µs`, `1.23 s`: the unit that keeps 3 significant digits readable."""
-    if seconds is None or not math.isfinite(seconds):
+    if seconds is None or math.isnan(seconds):
         return "n/a"
+    if math.isinf(seconds):
+        return "∞" if seconds > 0 else "-∞"
     a = abs(seconds)
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
         if a >= scale:
@@ -140,19 +142,28 @@ def _optimality_text(plan: dict) -> str:
 def op_rows(plan: dict, measured: dict[int, float] | None = None) -> list[dict]:
     """One row per op for the sortable table (times in seconds, saved = cpu - gpu)."""
     rows = []
-    for o in (plan.get("ops") or [])[:MAX_TABLE_ROWS]:
-        cpu, gpu = o.get("cpu_s"), o.get("gpu_s")
-        rows.append({**o, "saved_s": (cpu - gpu) if cpu is not None and gpu is not None else None,
-                     "measured_s": (measured or {}).get(o.get("index"))})
+    for k, o in enumerate((plan.get("ops") or [])[:MAX_TABLE_ROWS]):
+        row = {"index": k, "name": "", "type": "?", "device": "?", "cpu_s": None, "gpu_s": None,
+               "cpu_source": "", "gpu_source": "", "reason": "", "pinned": None}
+        row.update({key: v for key, v in o.items() if v is not None})
+        cpu, gpu = row["cpu_s"], row["gpu_s"]
+        row["saved_s"] = (cpu - gpu) if cpu is not None and gpu is not None else None
+        row["measured_s"] = (measured or {}).get(row["index"])
+        rows.append(row)
     return rows
 
 
 def top_savers(plan: dict, limit: int = 40) -> tuple[list[dict], int]:
     """Ops sorted by |cpu_s - gpu_s| (time saved by the better device), the first ``limit``;
-    also the total op count, so the page can say when it shows only some."""
-    ops = [o for o in plan.get("ops") or [] if o.get("cpu_s") is not None and o.get("gpu_s") is not None]
+    also how many ops have both times, so the page can say when it shows only some. An op
+    with an infinite time on one device (no kernel there) has no bar to draw."""
+    ops = [o for o in plan.get("ops") or [] if _finite(o.get("cpu_s")) and _finite(o.get("gpu_s"))]
     ops.sort(key=lambda o: (-abs(o["cpu_s"] - o["gpu_s"]), o.get("index", 0)))
     return ops[:limit], len(ops)
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
 
 
 # --- predicted vs measured -----------------------------------------------------------
@@ -190,9 +201,9 @@ def match_run(plan: dict, run: dict) -> list[dict]:
 
 def error_stats(pairs: list[dict]) -> dict:
     """Median and p90 of |predicted - measured| / measured, in percent, over timed ops."""
-    pred = np.array([p["predicted_s"] or 0.0 for p in pairs], float)
-    meas = np.array([p["measured_s"] or 0.0 for p in pairs], float)
-    ok = meas > 0
+    pred = np.array([p["predicted_s"] if _finite(p["predicted_s"]) else np.nan for p in pairs], float)
+    meas = np.array([p["measured_s"] if _finite(p["measured_s"]) else 0.0 for p in pairs], float)
+    ok = (meas > 0) & np.isfinite(pred)
     if not ok.any():
         return {"n": 0, "median_pct": None, "p90_pct": None}
     err = 100.0 * np.abs(pred[ok] - meas[ok]) / meas[ok]
