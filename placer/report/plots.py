@@ -209,7 +209,8 @@ def fig_pred_vs_measured(pairs: list[dict], emulated: bool) -> Figure:
     for dev in ("cpu", "gpu"):
         sel = [p for p in pts if p["device"] == dev]
         if sel:
-            label = "GPU ops (emulated: CPU timings)" if dev == "gpu" and emulated else f"{dev.upper()} ops"
+            label = ("GPU-placed ops, run on the CPU (emulated), vs predicted CPU time"
+                     if dev == "gpu" and emulated else f"{dev.upper()} ops")
             ax.scatter([p["predicted_s"] / scale for p in sel], [p["measured_s"] / scale for p in sel],
                        s=14, alpha=0.75, color=COLORS[dev], label=label)
     lo, hi = (min(vals) / scale / 2, max(vals) / scale * 2) if vals else (1e-3, 1.0)

@@ -180,7 +180,9 @@ def match_run(plan: dict, run: dict) -> list[dict]:
     The placed net is the planned net with copy ops inserted, in the same order, so the two
     sequences are aligned in order: a run op of the same type (and name, where both have one)
     as the next plan op is that op; a copy op in between is one the rewrite inserted.
-    Each pair carries the predicted time on the device the op actually ran on.
+    Each pair carries the predicted time on the device the op actually ran on; an op of an
+    emulated GPU ran on the CPU, so its reference is its predicted CPU time
+    (``emulated`` True), which is what its measured time can be held to.
     """
     ops = plan.get("ops") or []
     pairs, j = [], 0
@@ -191,10 +193,12 @@ def match_run(plan: dict, run: dict) -> list[dict]:
         same = r.get("type") == p.get("type") and (not r.get("name") or not p.get("name")
                                                    or r.get("name") == p.get("name"))
         if same:
-            dev = device_kind(str(r.get("device", "cpu")))
-            predicted = p.get("gpu_s") if dev == "gpu" else p.get("cpu_s")
+            name = str(r.get("device", "cpu"))
+            dev, emulated = device_kind(name), name.startswith("emulated")
+            predicted = p.get("gpu_s") if dev == "gpu" and not emulated else p.get("cpu_s")
             pairs.append({"index": p.get("index", j), "name": p.get("name", ""), "type": p.get("type"),
-                          "device": dev, "predicted_s": predicted, "measured_s": r.get("time_s")})
+                          "device": dev, "emulated": emulated, "predicted_s": predicted,
+                          "measured_s": r.get("time_s")})
             j += 1
     return pairs
 
@@ -228,8 +232,13 @@ def run_totals(plan: dict, run: dict) -> dict:
     for o in plan.get("ops") or []:
         d = o.get("device", "cpu")
         pred_dev[d] = pred_dev.get(d, 0.0) + float(o.get(f"{d}_s") or 0.0)
+    pairs = match_run(plan, run)
+    ops_measured = sum(float(p["measured_s"] or 0.0) for p in pairs)
+    ops_reference = sum(float(p["predicted_s"] or 0.0) for p in pairs if _finite(p["predicted_s"]))
     return {
         "predicted_s": predicted, "measured_s": measured,
+        "ops_reference_s": ops_reference, "ops_measured_s": ops_measured,
+        "ops_error_pct": (100 * abs(ops_reference - ops_measured) / ops_measured) if ops_measured > 0 else None,
         "error_pct": (100 * abs(predicted - measured) / measured) if predicted is not None and measured > 0 else None,
         "rows": [
             {"part": "CPU ops", "predicted_s": pred_dev.get("cpu", 0.0), "measured_s": by_dev.get("cpu", 0.0)},
