@@ -285,6 +285,18 @@ class NetCosts:
         t = self.tensors
         return int(t.loc[t.producer == PARAMETER, "bytes"].sum())
 
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes of every other tensor, each counted once (an upper bound on live activations:
+        the planner's peak-memory walk over blob lifetimes is the tight figure)."""
+        t = self.tensors
+        return int(t.loc[t.producer != PARAMETER, "bytes"].sum())
+
+    def memory_footprint(self) -> dict[str, int]:
+        """Parameters, activations (each once) and the GPU's capacity, in bytes."""
+        return {"param_bytes": self.param_bytes, "activation_bytes": self.activation_bytes,
+                "gpu_capacity_bytes": self.gpu_memory_bytes}
+
 
 def annotate(typed_net: TypedNet, cpu_profile: DeviceProfile | None = None,
              gpu_profile: DeviceProfile | None = None, unknown_op_cost_s: float = 0.0,

@@ -154,6 +154,10 @@ def test_annotate_small_net():
     assert rows["y"].d2h_s == pytest.approx(1e-5 + 4 * 10 * 4 / 12e9)
     assert costs.param_bytes == (16 * 8 + 16 + 10 * 16 + 10) * 4
     assert costs.gpu_memory_bytes == 16 * 2 ** 30
+    # data, h, y, p (q has no known shape): 4x8 + 4x16 + 4x10 + 4x10 floats
+    assert costs.memory_footprint() == {"param_bytes": costs.param_bytes,
+                                        "activation_bytes": (32 + 64 + 40 + 40) * 4,
+                                        "gpu_capacity_bytes": 16 * 2 ** 30}
 
 
 def test_type_fit_wins_over_family_fit():

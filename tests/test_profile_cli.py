@@ -99,6 +99,13 @@ def test_bad_mode_combinations(tiny, capsys):
         capsys, ["profile", "--host", "-o", str(tiny / "net.pbtxt")])
 
 
+def test_net_without_shapes_says_what_to_add(tiny, capsys):
+    err = _one_line_error(capsys, ["profile", str(tiny / "net.pbtxt"), "--device", "cpu", "--quiet",
+                                   "-o", str(tiny / "none.json")])
+    assert "no op could be timed" in err and "--init-net" in err
+    assert not (tiny / "none.json").exists()
+
+
 def test_index_inputs_are_valid():
     from placer.profiling.bench import make_inputs
     from placer.types import Args, Op
@@ -137,3 +144,16 @@ def test_profile_cuda_ops(tiny):
     assert rc == 0
     gpu = load_profile(out).device("gpu")
     assert len(gpu.ops) == 4 and gpu.source["kind"] == "measured"
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name", ["mnist_lenet.prototxt", "squeezenet_v1.0_deploy.prototxt"])
+def test_profile_corpus_net(corpus, tmp_path, name):
+    out = tmp_path / "c.json"
+    rc = main(["profile", str(corpus / "caffe" / name), "--input", "data=1,3,227,227"
+               if "squeeze" in name else "data=1,1,28,28", "--device", "cpu", "--repeats", "1",
+               "--warmup", "0", "--budget", "0", "--quiet", "-o", str(out)])
+    assert rc == 0
+    cpu = load_profile(out).device("cpu")
+    assert {"Conv", "MaxPool"} <= {t.type for t in cpu.ops.values()}
+    assert all(t.median_s > 0 for t in cpu.ops.values())

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from placer.commands.common import add_net_arguments, load_typed_net
-from placer.errors import DeviceError, InputError
+from placer.errors import DeviceError, InputError, ShapeError
 from placer.fileio import refuse_overwrite
 from placer.profiling import DEFAULT_GPU_PROFILE, find_profile, load_profile, shipped_profile_names
 from placer.profiling.schema import DeviceProfile, Profile, save_profile
@@ -170,6 +170,11 @@ def _merge_ops(profile: Profile, args: argparse.Namespace, kind: str) -> None:
             dev = profile.devices["cpu"] = measure_host()
     result = profile_net(typed, args.device, repeats=args.repeats, warmup=args.warmup,
                          budget_s=args.budget, progress=not args.quiet)
+    if typed.missing:
+        from placer.shapes import missing_summary
+        if not result.timings:
+            raise ShapeError(f"{args.net}: no op could be timed: {missing_summary(typed)}")
+        print(f"warning: {missing_summary(typed)}; ops that need them are not timed", file=sys.stderr)
     dev.ops.update(result.timings)
     dev.source = {**dev.source, "kind": "measured", "host": dev.source.get("host", _host()),
                   "date": _today()}
