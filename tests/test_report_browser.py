@@ -98,18 +98,13 @@ def test_screenshot_is_a_full_page_png(pages, tmp_path):
     assert console_lines(res.stderr) == []
 
 
-def test_console_check_sees_a_broken_page(tmp_path):
-    bad = tmp_path / "bad.html"
-    bad.write_text("<html><body><script>notDefined();</script></body></html>")
-    res = browse(bad, tmp_path, "--dump-dom")
-    assert any("Uncaught ReferenceError" in line for line in console_lines(res.stderr))
-
-
-def test_image_check_sees_an_image_that_does_not_decode(pages, tmp_path):
+def test_checks_see_a_script_error_and_an_image_that_does_not_decode(pages, tmp_path):
     page, _ = pages["small"]
     text = page.read_text()
     start = text.index("data:image/svg+xml;base64,") + len("data:image/svg+xml;base64,")
+    text = text[:start] + "bm90IGFuIGltYWdl" + text[text.index('"', start):]
     broken = tmp_path / "broken.html"
-    broken.write_text(text[:start] + "bm90IGFuIGltYWdl" + text[text.index('"', start):])
-    dom = Dom(browse(broken, tmp_path, "--dump-dom").stdout)
-    assert dom.body.get("data-images-ok", "").startswith("no: Plan vs baselines")
+    broken.write_text(text.replace("</body>", "<script>notDefined();</script></body>"))
+    res = browse(broken, tmp_path, "--dump-dom")
+    assert Dom(res.stdout).body.get("data-images-ok", "").startswith("no: Plan vs baselines")
+    assert any("Uncaught ReferenceError" in line for line in console_lines(res.stderr))

@@ -109,7 +109,8 @@ def _complete(name, cat, lane, pid_base, start_s, dur_s, args) -> dict:
     dev, tid, _ = LANES.get(lane, LANES["cpu"])
     return {"name": str(name), "cat": cat, "ph": "X", "ts": start_s * US, "dur": max(dur_s, 0.0) * US,
             "pid": pid_base + DEVICES.index(dev), "tid": tid,
-            "args": {k: v for k, v in args.items() if v is not None}}
+            "args": {k: v for k, v in args.items() if v is not None
+                     and not (isinstance(v, float) and not math.isfinite(v))}}
 
 
 # --- validation ----------------------------------------------------------------------
