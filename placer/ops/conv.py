@@ -37,6 +37,8 @@ _ACCUMULATE_MIN_CHANNELS = 32
 # fewest positions a block's GEMM gets (narrower GEMMs lose more to call overhead).
 _GEMM_BLOCK_ELEMENTS = 1 << 17
 _GEMM_MIN_COLUMNS = 256
+# Elements of stacked columns per block of the deep GEMM (8 MiB of float32).
+_STACK_BLOCK_ELEMENTS = 1 << 21
 # Output elements per block of the depthwise multiply-add (about 1 MiB of float32: the
 # block, the scratch and the input rows then stay in a core's L2 cache).
 _DEPTHWISE_BLOCK_ELEMENTS = 1 << 16
@@ -167,14 +169,11 @@ def conv2d(xp, x, w, bias, win: Window, pads, out, group: int):
     elif kk == 1:                   # 1x1: one GEMM straight on the (strided) input
         y = _tap_gemm(xp, tap(taps[0]), wt[0], nchw)
     elif cg >= _ACCUMULATE_MIN_CHANNELS:   # one GEMM per tap, accumulated block by block
-        y = _accumulate_taps(xp, [tap(t) for t in taps], wt, nchw, (n, group, mg, length))
-    else:                           # few channels: stack the taps into one deep GEMM
-        cols_arr = xp.stack([tap(t) for t in taps], axis=3)
-        if nchw:                    # (N, G, Cg, kk, L) -> K ordered (Cg, kh, kw) like W
-            y = xp.matmul(w.reshape(group, mg, cg * kk), cols_arr.reshape(n, group, cg * kk, length))
-        else:                       # (N, L, G, kk, Cg) -> K ordered (kh, kw, Cg) like W
-            k_mat = w.reshape(group, mg, kk * cg).transpose(0, 2, 1)
-            y = xp.matmul(cols_arr.reshape(n, length, group, kk * cg).transpose(0, 2, 1, 3), k_mat)
+        y = _in_blocks(xp, [tap(t) for t in taps], lambda part: _accumulate(xp, part, wt, nchw),
+                       nchw, (n, group, mg, length), group * mg, _GEMM_BLOCK_ELEMENTS)
+    else:                           # few channels: stack the taps into one deep GEMM per block
+        y = _in_blocks(xp, [tap(t) for t in taps], lambda part: _stacked(xp, part, w, nchw, group),
+                       nchw, (n, group, mg, length), group * cg * kk, _STACK_BLOCK_ELEMENTS)
     return _finish(xp, y, bias, nchw, cg == 1, (n, m, ho, wo, cols, group))
 
 
@@ -204,35 +203,49 @@ def _depthwise(xp, taps, w_taps, nchw: bool):
     return y
 
 
-def _accumulate_taps(xp, taps, wt, nchw: bool, dims):
-    """Sum over taps of the tap GEMMs, one (images x positions) block at a time.
+def _in_blocks(xp, taps, compute, nchw: bool, dims, per_position: int, budget: int):
+    """``compute(tap slices)`` over (images x positions) blocks of about ``budget`` elements.
 
-    A block's running sum (about ``_GEMM_BLOCK_ELEMENTS`` floats) stays in cache while the
-    kH*kW GEMMs add into it; unblocked, every tap streams the whole output through memory
-    (measured 30-40% slower on a 224x224 3x3 conv).
+    ``per_position`` is how many elements one output position costs in the block's working
+    set (the running sum for accumulated GEMMs, the stacked columns for the deep GEMM).
+    Keeping a block in cache is worth 30-50% on large images (224x224 3x3, AlexNet conv1
+    at batch 8); small problems and GPUs run as one block.
     """
     n, group, mg, length = dims
-    per_position = group * mg
-    if getattr(xp, "__name__", "") != "numpy" or n * per_position * length <= _GEMM_BLOCK_ELEMENTS:
-        y = _tap_gemm(xp, taps[0], wt[0], nchw)
-        for t in range(1, len(taps)):
-            y += _tap_gemm(xp, taps[t], wt[t], nchw)
-        return y
-    cols = min(length, max(_GEMM_MIN_COLUMNS, _GEMM_BLOCK_ELEMENTS // per_position))
-    rows = max(1, _GEMM_BLOCK_ELEMENTS // (per_position * length)) if cols == length else 1
+    if getattr(xp, "__name__", "") != "numpy" or n * per_position * length <= budget:
+        return compute(taps)
+    cols = min(length, max(_GEMM_MIN_COLUMNS, budget // per_position))
+    rows = max(1, budget // (per_position * length)) if cols == length else 1
     y = xp.empty((n, group, mg, length) if nchw else (n, group, length, mg), dtype=taps[0].dtype)
     for i in range(0, n, rows):
         for j in range(0, length, cols):
             r, c = slice(i, i + rows), slice(j, j + cols)
-            part = [t[r, ..., c] if nchw else t[r, c] for t in taps]
-            acc = _tap_gemm(xp, part[0], wt[0], nchw)
-            for t in range(1, len(taps)):
-                acc += _tap_gemm(xp, part[t], wt[t], nchw)
+            block = compute([t[r, ..., c] if nchw else t[r, c] for t in taps])
             if nchw:
-                y[r, ..., c] = acc
+                y[r, ..., c] = block
             else:
-                y[r, :, c] = acc
+                y[r, :, c] = block
     return y
+
+
+def _accumulate(xp, taps, wt, nchw: bool):
+    """Sum over taps of one GEMM each: (N, G, Mg, L) for NCHW, (N, G, L, Mg) for NHWC."""
+    y = _tap_gemm(xp, taps[0], wt[0], nchw)
+    for t in range(1, len(taps)):
+        y += _tap_gemm(xp, taps[t], wt[t], nchw)
+    return y
+
+
+def _stacked(xp, taps, w, nchw: bool, group: int):
+    """The taps stacked into one K = Cg*kH*kW operand (an im2col of contiguous slices)."""
+    kk, m = len(taps), w.shape[0]
+    stack = xp.stack(taps, axis=3)
+    if nchw:                        # (N, G, Cg, kk, L): K ordered (Cg, kh, kw) like W
+        n, _, cg, _, length = stack.shape
+        return xp.matmul(w.reshape(group, m // group, cg * kk), stack.reshape(n, group, cg * kk, length))
+    n, length, _, _, cg = stack.shape   # (N, L, G, kk, Cg): K ordered (kh, kw, Cg) like W
+    k_mat = w.reshape(group, m // group, kk * cg).transpose(0, 2, 1)
+    return xp.matmul(stack.reshape(n, length, group, kk * cg).transpose(0, 2, 1, 3), k_mat)
 
 
 def _tap_gemm(xp, tap, w_tap, nchw: bool):

@@ -47,6 +47,10 @@ CASES = [
     conv("conv_blocked_positions", (1, 32, 70, 70), (64, 32, 3, 3), {"kernel": 3, "pad": 1}, {"padding": 1}),
     conv("conv_blocked_group2_stride2", (1, 64, 101, 99), (64, 32, 3, 3), {"kernel": 3, "stride": 2, "group": 2},
          {"stride": 2, "groups": 2}),
+    # Few channels (stacked deep GEMM), big enough to be split into blocks (by image, by positions).
+    conv("conv_stacked_blocked_images", (3, 8, 64, 64), (8, 8, 5, 5), {"kernel": 5, "pad": 2}, {"padding": 2}),
+    conv("conv_stacked_blocked_positions", (1, 16, 120, 120), (4, 16, 3, 3), {"kernel": 3, "pad": 1},
+         {"padding": 1}),
     conv("conv_no_bias", (2, 4, 7, 7), (5, 4, 3, 3), {"kernel": 3}, {}, bias=False),
     conv("conv_1x1", (2, 64, 7, 7), (32, 64, 1, 1), {"kernel": 1}, {}),
     conv("conv_1x1_stride2", (2, 16, 7, 8), (8, 16, 1, 1), {"kernel": 1, "stride": 2}, {"stride": 2}),
