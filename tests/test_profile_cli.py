@@ -90,6 +90,8 @@ def test_link_without_gpu_exits_2(tmp_path, capsys):
     err = _one_line_error(capsys, ["profile", "--link", "--device", "cuda:0", "-o", str(tmp_path / "l.json")])
     assert "GPU" in err
     assert not (tmp_path / "l.json").exists()
+    err = _one_line_error(capsys, ["profile", "net.pbtxt", "--device", "cuda:0", "-o", str(tmp_path / "l.json")])
+    assert "--device cuda:0 needs a CUDA GPU" in err
 
 
 def test_bad_mode_combinations(tiny, capsys):

@@ -126,6 +126,17 @@ def _gpu_device(profile: Profile, args: argparse.Namespace) -> DeviceProfile:
     return dev
 
 
+def _require_gpu(what: str) -> None:
+    """A DeviceError that says what to use instead when no GPU is visible."""
+    from placer.runtime.devices import import_cupy
+    try:
+        import_cupy()
+    except DeviceError as e:
+        raise DeviceError(f"{what} needs a CUDA GPU: {e.message.split(':')[0]}",
+                          hint="the shipped GPU profiles carry datasheet figures, "
+                               "e.g. placer plan --gpu-profile a100-40gb-pcie4") from None
+
+
 def _guess_base(gpu_name: str) -> str:
     lowered = gpu_name.lower()
     for key, base in (("h200", "h200-141gb-pcie5"), ("h100", "h100-pcie5"), ("a100", "a100-40gb-pcie4"),
@@ -137,13 +148,7 @@ def _guess_base(gpu_name: str) -> str:
 
 def _merge_link(profile: Profile, args: argparse.Namespace) -> None:
     from placer.profiling.link import SIZES, measure_link
-    from placer.runtime.devices import import_cupy
-    try:
-        import_cupy()
-    except DeviceError as e:
-        raise DeviceError(f"--link needs a CUDA GPU: {e.message.split(':')[0]}",
-                          hint="the shipped GPU profiles carry datasheet link figures, "
-                               "e.g. placer plan --gpu-profile a100-40gb-pcie4") from None
+    _require_gpu("--link")
     dev = _gpu_device(profile, args)
     index = int(args.device.split(":", 1)[1]) if ":" in args.device else 0
     bar = _bar(len(SIZES) * 4, "link", args.quiet)
@@ -160,6 +165,8 @@ def _merge_link(profile: Profile, args: argparse.Namespace) -> None:
 def _merge_ops(profile: Profile, args: argparse.Namespace, kind: str) -> None:
     from placer.costs import CostModel
     from placer.profiling.bench import profile_net
+    if kind == "gpu":
+        _require_gpu(f"--device {args.device}")
     typed = load_typed_net(args)
     if kind == "gpu":
         dev = _gpu_device(profile, args)
