@@ -18,7 +18,7 @@ needed when the per-group channel count is large: one GEMM per tap accumulates i
 output (``_ACCUMULATE_MIN_CHANNELS``), in cache-sized blocks of images and positions. A 1x1
 convolution with stride 1 and no pad is a single matmul on the input as it is. With few
 channels per group (AlexNet conv1, C=3) the tap slices are stacked into one K = C*kH*kW
-GEMM instead. Depthwise convolutions (C/group == 1) are a broadcast multiply-add per tap,
+GEMM instead, block by block as well. Depthwise convolutions (C/group == 1) are a broadcast multiply-add per tap,
 also blocked for the cache. Groups are a batch dimension of the matmul; the only Python
 loops are over filter taps and cache blocks, never over channels or pixels. On a GPU
 (``xp`` not numpy) the blocks are one block.
