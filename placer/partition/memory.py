@@ -58,9 +58,10 @@ class MemoryPartitioner:
                              capacity=self.capacity,
                              notes=["the unconstrained optimum fits in GPU memory"])
         check_pinned_fit(arr, self.capacity)
-        big = arr.n_ops > 20_000   # each min-cut costs ~0.1 s per 50k ops: fewer of them
-        starts, prices = lagrangian(arr, net, self.capacity, free_opt,
-                                    steps=8 if big else 12, rounds=1 if big else 3)
+        # each min-cut costs ~0.2 s at 100k ops and ~5 s at 1M: fewer of them on big nets
+        steps = 12 if arr.n_ops <= 20_000 else 8 if arr.n_ops <= 200_000 else 4
+        starts, prices = lagrangian(arr, net, self.capacity, free_opt, steps=steps,
+                                    rounds=3 if arr.n_ops <= 20_000 else 1)
         starts = _distinct(arr, starts)[:4]
         share = self.improve_time_s / (2 * len(starts) + 1)
         tried = [windows(arr, net, improve(arr, x, self.capacity, share), self.capacity,

@@ -49,11 +49,20 @@ class FlowNetwork:
         cols = np.concatenate([cols, b, a])
         caps = np.concatenate([caps, np.full(2 * len(a), np.inf)])
         self.n_nodes, self.s, self.t = n_nodes + 2, n_nodes, n_nodes + 1
-        # merge parallel arcs once; solve() only recomputes their capacities
+        # merge parallel arcs once (capacities between ops never change between solves)
         key = rows * self.n_nodes + cols
-        self.keys, self.inverse = np.unique(key, return_inverse=True)
-        self.inner_caps = caps
-        self.inner_rows, self.inner_cols = self.keys // self.n_nodes, self.keys % self.n_nodes
+        keys, inverse = np.unique(key, return_inverse=True)
+        finite = np.where(np.isinf(caps), 0.0, caps)
+        self.inner = np.bincount(inverse, weights=finite, minlength=len(keys)).astype(np.float64)
+        self.inner[np.bincount(inverse, weights=np.isinf(caps), minlength=len(keys)) > 0] = np.inf
+        # the CSR pattern of the whole network, fixed; solve() only fills in capacities
+        node = np.arange(n)
+        all_rows = np.concatenate([np.full(n, self.s), node, keys // self.n_nodes])
+        all_cols = np.concatenate([node, np.full(n, self.t), keys % self.n_nodes])
+        self.order = np.lexsort((all_cols, all_rows))
+        self.indices = all_cols[self.order].astype(np.int32)
+        self.indptr = np.concatenate([[0], np.cumsum(np.bincount(all_rows, minlength=self.n_nodes))]
+                                     ).astype(np.int32)
 
     def solve(self, extra_gpu_s: np.ndarray | None = None, fixed: np.ndarray | None = None,
               ref: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
@@ -74,23 +83,12 @@ class FlowNetwork:
         ref_cut = (float(ops_only.sum()) + serial_cost(self.arr, ref).copy_s) * 1.001
         src[forced == PIN_CPU] = np.inf
         snk[forced == PIN_GPU] = np.inf
-        inner = np.bincount(self.inverse, weights=np.where(np.isinf(self.inner_caps), 0,
-                                                           self.inner_caps),
-                            minlength=len(self.keys)).astype(np.float64)
-        inner_inf = np.bincount(self.inverse, weights=np.isinf(self.inner_caps),
-                                minlength=len(self.keys)) > 0
-        inner[inner_inf] = np.inf
         if ref_cut <= 0:  # the reference costs nothing above the per-op minimum: optimal
             return ref.copy(), {"resolution_s": 0.0, "flow_units": 0, "arcs": 0,
                                 "nodes": self.n_nodes}
         scale = BUDGET / ref_cut
-        node = np.arange(n)
-        rows = np.concatenate([np.full(n, self.s), node, self.inner_rows])
-        cols = np.concatenate([node, np.full(n, self.t), self.inner_cols])
-        caps = _to_int(np.concatenate([src, snk, inner]), scale)
-        keep = caps > 0
-        rows, cols, caps = rows[keep], cols[keep], caps[keep]
-        m = csr_matrix((caps, (rows, cols)), shape=(self.n_nodes, self.n_nodes))
+        caps = _to_int(np.concatenate([src, snk, self.inner]), scale)[self.order]
+        m = csr_matrix((caps, self.indices, self.indptr), shape=(self.n_nodes, self.n_nodes))
         flow = maximum_flow(m, self.s, self.t, method="dinic")
         residual = m.astype(np.int64) - flow.flow.astype(np.int64)
         residual.data[residual.data < 0] = 0
@@ -99,7 +97,7 @@ class FlowNetwork:
         on_cpu = np.zeros(self.n_nodes, bool)
         on_cpu[reach] = True
         facts = {"resolution_s": 1.0 / scale, "flow_units": int(flow.flow_value),
-                 "arcs": int(len(caps)), "nodes": self.n_nodes}
+                 "arcs": int(np.count_nonzero(caps)), "nodes": self.n_nodes}
         return ~on_cpu[:n], facts
 
 

@@ -143,7 +143,9 @@ def from_graph(graph) -> CostArrays:
     pin = np.array([{None: PIN_NONE, "cpu": PIN_CPU, "gpu": PIN_GPU}[d["pin"]] for d in nodes],
                    dtype=np.int8)
     t = graph.graph["tensors"]
-    consumers = [sorted(set(int(c) for c in cs)) for cs in t["consumers"]]
+    # an op reading the blob it writes (in place) needs no copy of it: not a reader here
+    consumers = [sorted(set(int(c) for c in cs) - {int(p)})
+                 for cs, p in zip(t["consumers"], t["producer"])]
     ptr = np.zeros(len(consumers) + 1, np.int64)
     ptr[1:] = np.cumsum([len(c) for c in consumers])
     cons = np.fromiter((c for cs in consumers for c in cs), np.int64, count=ptr[-1])

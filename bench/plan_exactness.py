@@ -1,0 +1,100 @@
+"""Exactness of the partitioners, printed as figures.
+
+1. min-cut vs brute-force enumeration on 1,000 random nets of 1-16 ops (random costs,
+   random pins and colocation): largest relative difference (target 1e-9).
+2. min-cut vs the MILP optimum without a memory limit on random nets up to 2,000 ops.
+3. memory-limited: the Lagrangian + repair + moves heuristic (MILP off) vs the MILP
+   optimum, over random nets of 40-250 ops and limits between the pinned floor and the
+   unconstrained use: median and worst gap (targets: under 1% and under 5%).
+
+    python bench/plan_exactness.py [memory_cases]
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from partition_cases import brute_force_costs  # noqa: E402
+from placer.partition import check_plan  # noqa: E402
+from placer.partition.memory import MemoryPartitioner, usage  # noqa: E402
+from placer.partition.milp import milp_partition  # noqa: E402
+from placer.partition.mincut import MinCutPartitioner, mincut_placement  # noqa: E402
+from placer.partition.problem import PIN_GPU, PIN_NONE, serial_cost  # noqa: E402
+from placer.partition.synthetic import random_arrays, random_small  # noqa: E402
+
+
+def brute_force(cases: int = 1000) -> None:
+    rng = np.random.default_rng(1000)
+    worst, solved, t0 = 0.0, 0, time.perf_counter()
+    for case in range(cases):
+        arr = random_small(int(rng.integers(1, 17)), rng)
+        for i in np.flatnonzero((arr.pin == PIN_NONE) & (rng.random(arr.n_ops) < 0.05)):
+            arr.pin[i] = PIN_GPU
+        if arr.n_ops > 1 and rng.random() < 0.3:
+            pairs = rng.integers(0, arr.n_ops, (2, 2))
+            arr.colocate = pairs[pairs[:, 0] != pairs[:, 1]].astype(np.int64)
+        best = brute_force_costs(arr).min()
+        if not np.isfinite(best):
+            continue
+        plan = MinCutPartitioner().partition(arr)
+        check_plan(arr, plan)
+        worst = max(worst, abs(plan.total_s - best) / best)
+        solved += 1
+    print(f"brute force: {solved} nets of 1-16 ops, largest relative difference {worst:.2e} "
+          f"({time.perf_counter() - t0:.1f} s)")
+
+
+def versus_milp(sizes=(100, 300, 1000, 2000)) -> None:
+    for n in sizes:
+        for seed in range(3):
+            arr = random_arrays(n, seed=seed, tensor_bytes=3e6)
+            t0 = time.perf_counter()
+            x = mincut_placement(arr)
+            t_cut = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            res = milp_partition(arr, None, time_limit=120)
+            t_milp = time.perf_counter() - t0
+            cut = serial_cost(arr, x).total_s
+            print(f"MILP vs min-cut, {n} ops seed {seed}: min-cut {cut:.9g} s, MILP "
+                  f"{res['objective']:.9g} s ({'optimal' if res['optimal'] else 'not proven'}), "
+                  f"rel diff {abs(cut - res['objective']) / res['objective']:.1e}; "
+                  f"min-cut {t_cut * 1e3:.0f} ms, MILP {t_milp * 1e3:.0f} ms")
+
+
+def memory_gaps(cases: int = 100) -> None:
+    gaps, finals, t_h, t_m, unproven = [], [], 0.0, 0.0, 0
+    for k in range(cases):
+        rng = np.random.default_rng(k)
+        arr = random_arrays(int(rng.integers(40, 250)), seed=100 + k,
+                            tensor_bytes=float(rng.choice([5e5, 2e6, 8e6])))
+        free = usage(arr, mincut_placement(arr))
+        floor = usage(arr, arr.forced == PIN_GPU)
+        cap = floor + (free - floor) * rng.uniform(0.2, 0.9)
+        t0 = time.perf_counter()
+        heur = MemoryPartitioner(cap, milp_time_limit=0).partition(arr)
+        t_h += time.perf_counter() - t0
+        check_plan(arr, heur, capacity=cap)
+        t0 = time.perf_counter()
+        res = milp_partition(arr, cap, time_limit=60)
+        t_m += time.perf_counter() - t0
+        if not res["optimal"]:
+            unproven += 1
+            continue
+        gaps.append(heur.total_s / res["objective"] - 1)
+    g = np.array(gaps)
+    print(f"memory limit, {len(g)} nets of 40-250 ops with a proven MILP optimum "
+          f"({unproven} unproven in 60 s): heuristic gap median {100 * np.median(g):.3f}%, "
+          f"90th pct {100 * np.quantile(g, 0.9):.3f}%, worst {100 * g.max():.3f}%; "
+          f"time heuristic {t_h / cases:.2f} s/net, MILP {t_m / cases:.2f} s/net")
+
+
+if __name__ == "__main__":
+    brute_force()
+    versus_milp()
+    memory_gaps(int(sys.argv[1]) if len(sys.argv) > 1 else 100)
