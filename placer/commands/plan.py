@@ -1,0 +1,194 @@
+"""`placer plan`: the best CPU/GPU placement of a net, explained, and the placed net."""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+
+from placer.commands.common import add_net_arguments, load_typed_net
+from placer.errors import PlacerError
+from placer.fileio import atomic_write_text, refuse_overwrite
+from placer.partition import METHODS
+from placer.planner import PlanOptions, plan
+from placer.planview import fmt_bytes, fmt_time, plan_json
+from placer.profiling import add_profile_arguments, profiles_from_args
+
+HELP = "find the best CPU/GPU placement and write the placed net"
+DESCRIPTION = """\
+Prices every op on the CPU and the GPU (device profiles: measured op times where the
+profile has them, else a fitted or datasheet roofline), then places each op so that the
+sum of op times plus PCIe copies is smallest (exact s-t minimum cut; with the GPU memory
+limit, Lagrangian relaxation + repair, checked by a MILP that gives the optimality gap).
+Prints a per-op table with the reason for each decision, the totals against all-CPU,
+all-GPU, greedy, your own placement (if the file has device options) and a lower bound.
+
+examples:
+  placer plan net.pbtxt --init-net init.pbtxt --input data=1,3,224,224
+  placer plan dlrm.pbtxt --gpu-profile a100-40gb-pcie4 -o placed.pbtxt
+  placer plan net.pbtxt --pin 'emb:::*=cpu' --json > plan.json
+"""
+
+MAX_ROWS = 200
+
+
+def add_arguments(p) -> None:
+    add_net_arguments(p)
+    add_profile_arguments(p)
+    g = p.add_argument_group("placement")
+    g.add_argument("--method", choices=[m for m in METHODS if m not in ("all_cpu", "all_gpu")],
+                   default="mincut", help="partitioner (default: mincut, exact for the serial objective)")
+    g.add_argument("--gpu-mem", metavar="SIZE", help="GPU memory, e.g. 16GiB or 40GB "
+                   "(default: the GPU profile's capacity)")
+    g.add_argument("--gpu-reserve", metavar="PCT", default="10%",
+                   help="part of GPU memory kept free (default: 10%%)")
+    g.add_argument("--pin", metavar="GLOB=cpu|gpu", action="append", default=[],
+                   help="pin ops whose name, type or output blob matches GLOB; repeatable")
+    g.add_argument("--keep-existing", action="store_true",
+                   help="pin every op that already has a device_option")
+    g.add_argument("--outputs-on-host", action=argparse.BooleanOptionalAction, default=True,
+                   help="external outputs come back to the host, paying their D2H copy (default: on)")
+    g.add_argument("--time-limit", type=float, default=10.0, metavar="S",
+                   help="seconds for the MILP / local search (default: 10)")
+    g.add_argument("--unknown-op-cost", type=float, default=0.0, metavar="S",
+                   help="CPU seconds charged to an op type placer does not know (default: 0)")
+    o = p.add_argument_group("output")
+    o.add_argument("-o", "--output", metavar="PLACED.pbtxt", help="write the placed predict net")
+    o.add_argument("--init-out", metavar="PLACED_INIT.pbtxt", help="write the placed init net")
+    o.add_argument("--json", action="store_true", help="print the plan as JSON instead of tables")
+    o.add_argument("--plan-out", metavar="PLAN.json", help="also write the plan JSON to a file")
+    o.add_argument("--all", action="store_true", help=f"print every op (default: at most {MAX_ROWS} rows)")
+    _add_report_arguments(o)
+
+
+def _add_report_arguments(o) -> None:
+    try:
+        import placer.report.html  # noqa: F401
+    except ImportError:
+        return
+    o.add_argument("--report", metavar="OUT.html", help="write the self-contained HTML report")
+    o.add_argument("--trace", metavar="OUT.json", help="write the predicted timeline as a Chrome trace")
+
+
+def parse_size(text: str | None) -> float | None:
+    """'16GiB' / '40GB' / '1.5e10' -> bytes."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([KMGT]?)(i?)B?\s*", text)
+    if not m:
+        raise PlacerError(f"--gpu-mem '{text}': expected a size like 16GiB, 40GB or 17179869184")
+    value = float(m.group(1))
+    base = 1024 if m.group(3) else 1000
+    return value * base ** " KMGT".index(m.group(2) or " ")
+
+
+def parse_fraction(text: str) -> float:
+    try:
+        value = float(text.rstrip("%")) / (100 if text.strip().endswith("%") else 1)
+    except ValueError:
+        raise PlacerError(f"--gpu-reserve '{text}': expected a percentage like 10%") from None
+    if not 0 <= value < 1:
+        raise PlacerError(f"--gpu-reserve '{text}': must be at least 0% and below 100%")
+    return value
+
+
+def run(args) -> int:
+    for out in (args.output, args.init_out, args.plan_out, getattr(args, "report", None)):
+        if out:
+            refuse_overwrite(out, args.net, args.init_net)
+    typed = load_typed_net(args, complete=True)
+    cpu, gpu = profiles_from_args(args)
+    options = PlanOptions(method=args.method, gpu_mem_bytes=parse_size(args.gpu_mem),
+                          reserve=parse_fraction(args.gpu_reserve), pins=tuple(args.pin),
+                          keep_existing=args.keep_existing, outputs_on_host=args.outputs_on_host,
+                          time_limit_s=args.time_limit, unknown_op_cost_s=args.unknown_op_cost)
+    result = plan(typed, cpu, gpu, options)
+    doc = plan_json(result, {"cpu": {"name": cpu.name, "source": _source(cpu)},
+                             "gpu": {"name": gpu.name, "source": _source(gpu)}})
+    written = _write_outputs(args, result, doc)
+    if args.json:
+        json.dump(doc, sys.stdout, indent=1)
+        print()
+    else:
+        print_plan(doc, all_rows=args.all)
+        for what, path in written:
+            print(f"wrote {what}: {path}")
+    return 0
+
+
+def _source(profile) -> str:
+    src = profile.source or {}
+    return str(src.get("kind", "")) + (f" ({src['host']})" if src.get("host") else "")
+
+
+def _write_outputs(args, result, doc) -> list[tuple[str, str]]:
+    from placer.formats.caffe2 import save_netdef
+    from placer.rewrite import place
+    written = []
+    if args.output or args.init_out:
+        net = result.typed.net
+        placed = place(net, [result.plan.placement[i] for i in range(len(net.ops))],
+                       outputs_on_host=args.outputs_on_host)
+        if args.output:
+            save_netdef(placed.predict, args.output)
+            written.append(("placed net", args.output))
+        if args.init_out:
+            if placed.init is None:
+                raise PlacerError("--init-out: the net has no init net to place", hint="give --init-net")
+            save_netdef(placed.init, args.init_out)
+            written.append(("placed init net", args.init_out))
+    if args.plan_out:
+        atomic_write_text(args.plan_out, json.dumps(doc, indent=1) + "\n")
+        written.append(("plan JSON", args.plan_out))
+    if getattr(args, "report", None):
+        from placer.report.html import write_report
+        write_report(doc, None, args.report)
+        written.append(("report", args.report))
+    if getattr(args, "trace", None):
+        from placer.report.trace import write_trace
+        write_trace(doc, args.trace)
+        written.append(("predicted trace", args.trace))
+    return written
+
+
+def print_plan(doc: dict, all_rows: bool = False, out=sys.stdout) -> None:
+    import pandas as pd
+    ops = doc["ops"]
+    rows = [{"#": o["index"], "op": (o["name"] or (o["outputs"][0] if o["outputs"] else ""))[:28],
+             "type": o["type"], "device": o["device"], "cpu ms": o["cpu_s"] * 1e3, "gpu ms": o["gpu_s"] * 1e3,
+             "copies in/out": f"{len(o['copies_in'])}/{len(o['copies_out'])}", "why": o["reason"]}
+            for o in ops]
+    shown = rows
+    if not all_rows and len(rows) > MAX_ROWS:
+        shown = sorted(rows, key=lambda r: -abs(r["cpu ms"] - r["gpu ms"]))[:MAX_ROWS]
+        shown.sort(key=lambda r: r["#"])
+    with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_colwidth", 60,
+                           "display.float_format", "{:.4g}".format):
+        print(pd.DataFrame(shown).to_string(index=False), file=out)
+    if len(shown) < len(rows):
+        print(f"({len(rows) - len(shown)} more ops with smaller CPU/GPU differences not shown; --all or --json)",
+              file=out)
+    gpu_ops = sum(o["device"] == "gpu" for o in ops)
+    print(f"\nnet {doc['net'] or doc['path']}: {len(ops)} ops, {gpu_ops} on the GPU, {len(ops) - gpu_ops} on the CPU;"
+          f" profiles: cpu {doc['profiles']['cpu']['name']}, gpu {doc['profiles']['gpu']['name']}", file=out)
+    total = doc["total_s"]
+    print(f"plan ({doc['method']}): {fmt_time(total)}  (compute {fmt_time(doc['compute_s'])}, "
+          f"copies {fmt_time(doc['copy_s'])}) -- {doc['optimality']}", file=out)
+    for name, b in doc["baselines"].items():
+        line = f"  {b['label']:<46} {fmt_time(b['total_s']):>10}"
+        if name != "lower_bound" and total > 0:
+            line += f"  ({b['total_s'] / total:.2f}x the plan)"
+        if not b.get("feasible", True):
+            line += f"  INFEASIBLE: {b['why_infeasible']}"
+        print(line, file=out)
+    if "existing" in doc["baselines"]:
+        print(f"your placement: {fmt_time(doc['baselines']['existing']['total_s'])}, ours: {fmt_time(total)}",
+              file=out)
+    mem = doc["gpu_memory"]
+    print(f"GPU memory: {fmt_bytes(mem['used_bytes'])} used of {fmt_bytes(mem['usable_bytes'])} usable "
+          f"(capacity {fmt_bytes(mem['capacity_bytes'])} less the reserve); parameters {fmt_bytes(mem['param_bytes'])}",
+          file=out)
+    print(f"PCIe per run: {fmt_bytes(doc['pcie_bytes']['h2d'])} host->GPU, "
+          f"{fmt_bytes(doc['pcie_bytes']['d2h'])} GPU->host, in {len(doc['copies'])} copies", file=out)
+    ms = doc["schedules"]["makespan"]["makespan_s"]
+    print(f"with CPU, GPU and copies overlapped (async executor): {fmt_time(ms)}", file=out)

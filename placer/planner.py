@@ -1,0 +1,117 @@
+"""Wires the stages: typed net -> costs -> cost graph -> partition -> check -> baselines.
+
+``plan(typed_net, cpu_profile, gpu_profile, options)`` reads top to bottom; each stage is
+one call into the module that names it. What ``plan`` returns carries everything the
+command line, the JSON, the placed net and the report need.
+"""
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any
+
+from placer.costs import NetCosts, annotate, gpu_memory_bytes
+from placer.errors import PlacerError
+from placer.graph import build_cost_graph
+from placer.partition import baselines, check_plan, partition
+from placer.partition.schedule import Simulator
+from placer.types import Net, Plan, TypedNet
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    method: str = "mincut"
+    gpu_mem_bytes: float | None = None     # None: the GPU profile's memory capacity
+    reserve: float = 0.1                   # fraction of GPU memory kept free
+    pins: tuple[str, ...] = ()             # "GLOB=cpu|gpu" on op names, output blobs, op types
+    keep_existing: bool = False            # pin every op that already has a device_option
+    outputs_on_host: bool = True           # external outputs come back to the host (D2H)
+    time_limit_s: float = 10.0             # MILP / local-search time limit
+    unknown_op_cost_s: float = 0.0         # CPU time charged to an op type with no entry
+
+
+@dataclass
+class PlanResult:
+    typed: TypedNet
+    costs: NetCosts
+    graph: Any
+    plan: Plan
+    baselines: dict
+    capacity_bytes: float
+    usable_bytes: float
+    makespan: dict = field(default_factory=dict)  # simulated overlap of the chosen plan
+
+
+def plan(typed: TypedNet, cpu_profile, gpu_profile, options: PlanOptions = PlanOptions()) -> PlanResult:
+    net = typed.net
+    # 1. price every op and tensor on both devices
+    costs = annotate(typed, cpu_profile, gpu_profile, unknown_op_cost_s=options.unknown_op_cost_s)
+    # 2. the cost graph with pins and colocation
+    graph = build_cost_graph(costs, pins=resolve_pins(net, options.pins, options.keep_existing),
+                             colocate=parameter_groups(net), inplace=inplace_pairs(net),
+                             outputs_on_host=options.outputs_on_host)
+    # 3. partition within GPU memory, and check the result from scratch
+    capacity = float(options.gpu_mem_bytes or gpu_memory_bytes(gpu_profile))
+    chosen = partition(graph, options.method, capacity_bytes=capacity, reserve=options.reserve,
+                       time_limit=options.time_limit_s)
+    usable = capacity * (1 - options.reserve)
+    check_plan(graph, chosen, usable)
+    # 4. baselines beside it, and the overlapped schedule of the chosen plan
+    existing = existing_placement(net)
+    base = baselines.baselines(graph, existing)
+    sim = Simulator(graph)
+    makespan_s, events = sim.run(_on_gpu(chosen, len(net.ops)), record=True)
+    return PlanResult(typed, costs, graph, chosen, base, capacity, usable,
+                      makespan={"makespan_s": makespan_s, "events": events})
+
+
+def resolve_pins(net: Net, specs, keep_existing: bool) -> dict[int, str]:
+    """``--pin GLOB=cpu|gpu`` matched against op names, output blob names and op types."""
+    pins: dict[int, str] = {}
+    if keep_existing:
+        pins.update({op.index: op.device.kind for op in net.ops if op.device is not None})
+    for spec in specs:
+        pattern, eq, device = spec.rpartition("=")
+        if not eq or not pattern or device not in ("cpu", "gpu"):
+            raise PlacerError(f"--pin '{spec}': expected GLOB=cpu or GLOB=gpu, e.g. --pin 'emb:::*=cpu'")
+        hits = [op.index for op in net.ops
+                if any(fnmatch.fnmatchcase(s, pattern) for s in (op.name, op.type, *op.outputs) if s)]
+        if not hits:
+            raise PlacerError(f"--pin '{spec}': no op name, op type or output blob matches '{pattern}'")
+        pins.update((i, device) for i in hits)
+    return pins
+
+
+def inplace_pairs(net: Net) -> list[tuple[int, int]]:
+    """(op, producer of the blob it overwrites) for every in-place op: they share a device."""
+    writer: dict[str, int] = {}
+    pairs = []
+    for op in net.ops:
+        for name in set(op.outputs) & set(op.inputs):
+            if name in writer:
+                pairs.append((op.index, writer[name]))
+        for name in op.outputs:
+            writer[name] = op.index
+    return pairs
+
+
+def parameter_groups(net: Net) -> list[set[int]]:
+    """Ops that update a parameter in place, with every op that reads it (one device)."""
+    groups = []
+    for param in net.params:
+        writers = {op.index for op in net.ops if param in op.outputs}
+        if writers:
+            groups.append(writers | {op.index for op in net.ops if param in op.inputs})
+    return groups
+
+
+def existing_placement(net: Net) -> dict | None:
+    """The placement the file carries, when any op has a device_option."""
+    if all(op.device is None for op in net.ops):
+        return None
+    return {op.index: ("gpu" if op.device is not None and op.device.is_gpu else "cpu") for op in net.ops}
+
+
+def _on_gpu(plan_: Plan, n: int):
+    import numpy as np
+    return np.array([plan_.placement[i].is_gpu for i in range(n)], bool)
