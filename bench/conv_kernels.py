@@ -5,10 +5,13 @@ Usage: python bench/conv_kernels.py [--repeats 5] [--threshold]
   on each shape, which is how ``conv._ACCUMULATE_MIN_CHANNELS`` was chosen.
 A benchmark prints figures; it is not a test. FLOPs count a multiply-add as 2.
 Where torch is installed, its CPU conv2d on the same shapes is printed beside ours for scale.
+On a shared machine pin the threads for stable figures: OPENBLAS_NUM_THREADS=1 (torch then
+gets the same thread count).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -65,6 +68,8 @@ def main() -> int:
     opts = parser.parse_args()
     try:
         import torch
+        if os.environ.get("OPENBLAS_NUM_THREADS"):
+            torch.set_num_threads(int(os.environ["OPENBLAS_NUM_THREADS"]))
     except ImportError:
         torch = None
     print(f"{'shape':36} {'N':>2} {'ms':>8} {'GFLOP/s':>8}" + ("  torch ms  GFLOP/s" if torch else ""))
