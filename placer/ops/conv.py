@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from placer.errors import ArgumentError, ShapeError
 from placer.ops.registry import OpDef, register
-from placer.ops.spatial_args import Window, parse_window
+from placer.ops.spatial_args import Window, parse_window, shape_of
 from placer.types import Args, OpFeatures, TensorType, shape_str
 
 # Channels per group from which one GEMM per filter tap beats one stacked GEMM (measured
@@ -274,19 +274,12 @@ def _finish(xp, y, bias, nchw: bool, depthwise: bool, dims):
 
 
 def conv_kernel(xp, inputs, args: Args):
-    win = _conv_window([_Shape(a) for a in inputs[:2]], args)
+    win = _conv_window([shape_of(a) for a in inputs[:2]], args)
     x, w = inputs[0], inputs[1]
-    n, c, h, wd = win.image_dims(_Shape(x), args.op)
+    n, c, h, wd = win.image_dims(shape_of(x), args.op)
     out, pads = win.resolve(h, wd, args.op)
     bias = inputs[2] if len(inputs) > 2 else None
     return (conv2d(xp, x, w, bias, win, pads, out, args.int("group", 1)),)
-
-
-class _Shape:
-    """Shape-only stand-in for an array so that kernels reuse the shape helpers."""
-
-    def __init__(self, a):
-        self.shape, self.ndim = tuple(a.shape), a.ndim
 
 
 # ---------------------------------------------------------------- ConvTranspose
@@ -352,7 +345,7 @@ def conv_transpose_cost(inputs, outputs, args: Args) -> OpFeatures:
 def conv_transpose_kernel(xp, inputs, args: Args):
     """One GEMM (filter^T @ X) for all taps, then one strided add per tap (col2im)."""
     x, w = inputs[0], inputs[1]
-    win, n, c, m, (ho, wo), pads = _transpose_geometry([_Shape(a) for a in inputs], args)
+    win, n, c, m, (ho, wo), pads = _transpose_geometry([shape_of(a) for a in inputs], args)
     group = args.int("group", 1)
     cg, mg = c // group, m // group
     (kh, kw), (sh, sw) = win.kernel, win.stride

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from placer.errors import ArgumentError, ShapeError
 from placer.ops.registry import OpDef, movement_cost, register
-from placer.ops.spatial_args import parse_window
+from placer.ops.spatial_args import parse_window, shape_of
 from placer.types import Args, OpFeatures, TensorType, shape_str
 
 
@@ -161,7 +161,7 @@ def pad_image_infer(inputs, args: Args):
 
 def pad_image_kernel(xp, inputs, args: Args):
     x = inputs[0]
-    win, _, mode = _pad_geometry(TensorType(tuple(x.shape), str(x.dtype)), args)
+    win, _, mode = _pad_geometry(shape_of(x), args)
     t, l, b, r = win.pads
     widths = ((0, 0), (0, 0), (t, b), (l, r)) if win.nchw else ((0, 0), (t, b), (l, r), (0, 0))
     if mode == "constant":

@@ -21,7 +21,7 @@ slices along W, then kH along H, each one vectorised max/add over the whole batc
 from __future__ import annotations
 
 from placer.ops.registry import OpDef, register
-from placer.ops.spatial_args import Window, parse_window
+from placer.ops.spatial_args import Window, parse_window, shape_of
 from placer.types import Args, OpFeatures, TensorType
 
 
@@ -78,7 +78,7 @@ def _reduce_windows(xp, x, win: Window, hw, kernel, out, pads, fill, combine):
 
 def max_pool_kernel(xp, inputs, args: Args):
     x = inputs[0]
-    win, (_, _, h, w), kernel, out, pads = _geometry(_Shape(x), args)
+    win, (_, _, h, w), kernel, out, pads = _geometry(shape_of(x), args)
     axes = (2, 3) if win.nchw else (1, 2)
     if win.global_pooling:
         return (x.max(axis=axes, keepdims=True),)
@@ -93,7 +93,7 @@ def _valid_counts(xp, size, k, s, d, pad, n_out):
 
 def average_pool_kernel(xp, inputs, args: Args):
     x = inputs[0]
-    win, (_, _, h, w), kernel, out, pads = _geometry(_Shape(x), args)
+    win, (_, _, h, w), kernel, out, pads = _geometry(shape_of(x), args)
     axes = (2, 3) if win.nchw else (1, 2)
     if win.global_pooling:
         return (x.mean(axis=axes, keepdims=True, dtype=x.dtype),)
@@ -106,13 +106,6 @@ def average_pool_kernel(xp, inputs, args: Args):
     count = (rows[:, None] * cols[None, :]).astype(x.dtype)
     y /= count if win.nchw else count[:, :, None]
     return (y,)
-
-
-class _Shape:
-    """Shape-only stand-in so that kernels reuse the shape helpers."""
-
-    def __init__(self, a):
-        self.shape, self.ndim = tuple(a.shape), a.ndim
 
 
 register(OpDef(type="MaxPool", infer=pool_infer, kernel=max_pool_kernel, cost=pool_cost,

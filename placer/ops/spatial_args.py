@@ -92,6 +92,11 @@ class Window:
         return out, head, tail
 
 
+def shape_of(array) -> TensorType:
+    """An array's shape as a TensorType, so that kernels reuse the shape checks of ``infer``."""
+    return TensorType(tuple(array.shape))
+
+
 def _pair(args: Args, many: str, one: str, h: str, w: str, default):
     """Caffe2's precedence: the repeated form, then the single value, then the _h/_w pair."""
     if many in args:
