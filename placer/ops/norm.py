@@ -12,7 +12,9 @@ coefficients); 5 per element in training (mean, variance, normalise).
 
 LRN (``size``, ``alpha``, ``beta``, ``bias`` default 1, ``order``): across channels,
 scale = bias + alpha / size * sum of x^2 over the ``size`` channels starting (size-1)//2
-before the current one, Y = X * scale^-beta. Caffe and Caffe2 both divide alpha by size.
+before the current one, Y = X * scale^-beta. Caffe and Caffe2 both divide alpha by size;
+so does PyTorch's local_response_norm (same alpha), which however starts an even-size
+window size//2 channels before, one more than Caffe2.
 Outputs: Y and the optional scale blob (AlexNet's ``_norm1_scale``); infer and the kernel
 return both and the caller keeps as many as the op names.
 Cost: size + 5 flops per element (square, window sum, scale affine, power, product).
