@@ -274,3 +274,25 @@ def test_placement_by_graphviz_marks_the_copy():
 def test_a_long_net_is_folded_not_handed_to_graphviz():
     svg, how = plots.placement_svg(synthetic_plan(300))
     assert how == "matplotlib, longest-path layers, folded into columns"
+
+
+def test_report_of_a_real_plan_from_placer_plan(tmp_path, capsys):
+    """The bundled small DLRM example planned by `placer plan --json`, then reported."""
+    from pathlib import Path
+
+    from placer.report.trace import build_trace, validate_trace
+    data = Path(__file__).resolve().parents[1] / "placer" / "examples" / "data"
+    rc = cli.main(["plan", str(data / "dlrm_small.pbtxt"), "--init-net", str(data / "dlrm_small_init.pbtxt"),
+                   "--pin", "*SparseLengthsSum*=cpu", "--json"])
+    assert rc == 0
+    plan = json.loads(capsys.readouterr().out)
+    page = Page(render(plan))
+    assert SECTION_IDS <= set(page.sections)
+    assert page.op_rows == len(plan["ops"]) > 0
+    assert len(page.images) == 5    # no run: no scatter
+    for src in page.images:
+        assert ET.fromstring(decode_image(src)).tag.endswith("svg")
+    assert "not available" not in " ".join(page.section_text(s) for s in SECTION_IDS)
+    assert any(o["device"] == "cpu" for o in plan["ops"]) and plan["copies"]
+    for schedule in ("serial", "makespan"):
+        assert validate_trace(build_trace(plan, schedule=schedule)) == []

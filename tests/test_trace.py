@@ -8,8 +8,8 @@ import json
 import pytest
 from report_cases import hand_plan, run_record, synthetic_plan
 
-from placer.commands.report import write_trace
-from placer.report.trace import build_trace, measured_events, predicted_events, validate_trace
+from placer.report.trace import (build_trace, measured_events, predicted_events, validate_trace,
+                                 write_trace)
 
 
 def spans(trace):
@@ -70,7 +70,7 @@ def test_measured_trace_lays_ops_end_to_end():
 def test_predicted_and_measured_share_a_file_in_separate_processes(tmp_path):
     plan = synthetic_plan(120)
     out = tmp_path / "trace.json"
-    write_trace(plan, run_record(plan), out)
+    write_trace(plan, out, run=run_record(plan))
     trace = json.loads(out.read_text())
     assert validate_trace(trace) == []
     procs = names_of(trace, "process_name")
@@ -78,6 +78,15 @@ def test_predicted_and_measured_share_a_file_in_separate_processes(tmp_path):
     pred = {e["pid"] for e in predicted_events(plan) if e["ph"] == "X"}
     meas = {e["pid"] for e in measured_events(run_record(plan)) if e["ph"] == "X"}
     assert pred and meas and not pred & meas
+
+
+def test_a_run_alone_as_placer_run_writes_it(tmp_path):
+    out = tmp_path / "run_trace.json"
+    write_trace(None, out, run=run_record(hand_plan(), emulated=False))
+    trace = json.loads(out.read_text())
+    assert validate_trace(trace) == []
+    assert sorted(names_of(trace, "process_name").values()) == ["measured: CPU", "measured: GPU [cuda:0]"]
+    assert len(spans(trace)) == 6
 
 
 def test_plan_without_schedules_gives_no_predicted_events():

@@ -1,17 +1,18 @@
 """``placer report``: the HTML report (and a Chrome trace) of a saved plan, after a run too.
 
-``write_report`` and ``write_trace`` are what ``placer plan --report/--trace`` and
-``placer run --trace`` call with the dicts they already hold.
+``write_report(plan, run, path)`` and ``write_trace(plan, path, run=None)`` (also in
+``placer.report.html`` / ``placer.report.trace``) are what ``placer plan --report/--trace``
+and ``placer run --trace`` call with the dicts they already hold.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 
 from placer.errors import InputError
-from placer.fileio import atomic_write_text, refuse_overwrite
+from placer.fileio import refuse_overwrite
+from placer.report.trace import write_trace
 
 HELP = "write the HTML report (and Chrome trace) of a plan, optionally with a measured run"
 DESCRIPTION = """\
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     write_report(plan, run_dict, args.output)
     print(f"report: {args.output}")
     if args.trace:
-        write_trace(plan, run_dict, args.trace, schedule=args.schedule)
+        write_trace(plan, args.trace, run=run_dict, schedule=args.schedule)
         print(f"trace: {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
     return 0
 
@@ -71,30 +72,8 @@ def read_json(path: str, what: str, hint: str) -> dict:
 
 
 def write_report(plan: dict, run: dict | None, path: str | os.PathLike) -> None:
-    """Render the report of ``plan`` (and ``run``, a RunRecord dict, or None) to ``path``."""
-    from placer.report.html import render   # matplotlib and jinja2 only when needed
+    """Render the report of ``plan`` (and ``run``, a RunRecord dict, or None) to ``path``
+    (``placer.report.html.write_report``, imported only when called: it loads matplotlib)."""
+    from placer.report.html import write_report as write
 
-    atomic_write_text(path, render(plan, run))
-
-
-def write_trace(plan: dict | None, run: dict | None, path: str | os.PathLike,
-                schedule: str | None = None) -> None:
-    """Write the predicted timeline of ``plan`` and/or the measured one of ``run``.
-
-    The trace is validated before it is written: a malformed one is a bug, not a file.
-    """
-    from placer.report.trace import build_trace, validate_trace
-
-    trace = build_trace(plan, run, schedule)
-    problems = validate_trace(trace)
-    if problems:
-        raise AssertionError("trace failed validation: " + "; ".join(problems[:5]))
-    atomic_write_text(path, json.dumps(trace, allow_nan=False, default=_plain) + "\n")
-
-
-def _plain(value):
-    """numpy scalars and the like, as JSON numbers."""
-    if hasattr(value, "item"):
-        v = value.item()
-        return v if not isinstance(v, float) or math.isfinite(v) else None
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+    write(plan, run, path)

@@ -9,10 +9,12 @@ the reason, never as a failure of the whole page.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import jinja2
 
+from placer.fileio import atomic_write_text
 from placer.report import plots, tables
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -59,6 +61,7 @@ def render(plan: dict, run: dict | None = None) -> str:
     timeline = plan.get("memory_timeline")
     schedules = plan.get("schedules")
     capacity = (plan.get("gpu_memory") or {}).get("capacity_bytes")
+    usable = (plan.get("gpu_memory") or {}).get("usable_bytes")
     images = {
         "baselines": _image("Plan vs baselines", _svg(lambda: plots.fig_baselines(plan))),
         "placement": _image("Placement on the graph",
@@ -68,7 +71,7 @@ def render(plan: dict, run: dict | None = None) -> str:
         "timeline": _image("Predicted timeline", (lambda: None) if not schedules else
                            _svg(lambda: plots.fig_gantt(schedules))),
         "memory": _image("Memory over the op sequence", (lambda: None) if not timeline else
-                         _svg(lambda: plots.fig_memory(timeline, capacity))),
+                         _svg(lambda: plots.fig_memory(timeline, capacity, usable))),
     }
     measured = _measured(plan, run) if run is not None else None
     html = _environment().get_template("report.html.j2").render(
@@ -78,6 +81,12 @@ def render(plan: dict, run: dict | None = None) -> str:
         n_ops=len(plan.get("ops") or []), max_rows=tables.MAX_TABLE_ROWS,
         measured=measured, run=run, sections=SECTIONS)
     return html
+
+
+def write_report(plan: dict, run: dict | None, path: str | os.PathLike) -> None:
+    """Render the report of ``plan`` (and ``run``, a RunRecord dict, or None) to ``path``,
+    atomically (what ``placer plan --report`` and ``placer report`` call)."""
+    atomic_write_text(path, render(plan, run))
 
 
 def _measured(plan: dict, run: dict) -> dict:

@@ -20,13 +20,13 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.text import Text
 
-from placer.report.tables import BASELINE_LABELS, byte_unit, op_label, time_unit
+from placer.report.tables import baseline_rows, byte_unit, op_label, time_unit
 
 COLORS = {"cpu": "#1f77b4", "gpu": "#2ca02c", "h2d": "#d62728", "d2h": "#9467bd",
           "plan": "#ff7f0e", "base": "#7f7f7f"}
 LANES = ("cpu", "gpu", "h2d", "d2h")
 LANE_LABELS = {"cpu": "CPU", "gpu": "GPU stream", "h2d": "H2D copies", "d2h": "D2H copies"}
-SHORT_BASELINES = {"all_cpu": "all-CPU", "all_gpu": "all-GPU+fallback", "greedy": "greedy",
+SHORT_BASELINES = {"plan": "this plan", "all_cpu": "all-CPU", "all_gpu": "all-GPU+fallback", "greedy": "greedy",
                    "existing": "your placement", "lower_bound": "lower bound"}
 
 
@@ -85,28 +85,33 @@ def _visible_texts(fig: Figure) -> list[Text]:
 
 
 def fig_baselines(plan: dict) -> Figure:
-    """Horizontal bars: the plan and each baseline's predicted time (infeasible ones named)."""
-    rows = [("this plan", plan.get("total_s"), True)]
-    for key, base in (plan.get("baselines") or {}).items():
-        total = base.get("total_s") if isinstance(base, dict) else None
-        rows.append((SHORT_BASELINES.get(key, key), total, False))
-    finite = [t for _, t, _ in rows if t is not None and math.isfinite(t)]
+    """Horizontal bars: the plan and each baseline's predicted time; a baseline that does
+    not fit the GPU memory is hatched and says so, one with no time is named."""
+    rows = baseline_rows(plan)
+    finite = [r["total_s"] for r in rows if r["total_s"] is not None and math.isfinite(r["total_s"])]
     unit, scale = time_unit(max(finite, default=1.0))
     fig = Figure(figsize=(7.5, 0.45 * len(rows) + 1.3))
     ax = fig.add_subplot()
     y = np.arange(len(rows))[::-1]
-    for yi, (label, total, is_plan) in zip(y, rows):
+    for yi, r in zip(y, rows):
+        total = r["total_s"]
         if total is None or not math.isfinite(total):
             ax.text(0, yi, "  infeasible / not computed", va="center", fontsize=8, color="#555")
             continue
-        ax.barh(yi, total / scale, color=COLORS["plan" if is_plan else "base"], height=0.6)
-        ax.text(total / scale, yi, f" {total / scale:.3g}", va="center", fontsize=8)
-    ax.set_yticks(y, [r[0] for r in rows])
+        color = COLORS["plan" if r["key"] == "plan" else "base"]
+        ax.barh(yi, total / scale, height=0.6, color=color if r["feasible"] else "white",
+                edgecolor=color, hatch=None if r["feasible"] else "///")
+        ax.text(total / scale, yi, f" {total / scale:.3g}" + ("" if r["feasible"] else " (does not fit)"),
+                va="center", fontsize=8)
+    ax.set_yticks(y, [SHORT_BASELINES.get(r["key"], r["key"]) for r in rows])
     ax.set_xlabel(f"predicted time per run ({unit})")
     ax.set_title("Plan vs baselines (serial objective)")
-    ax.set_xlim(0, max(finite, default=1.0) / scale * 1.25)
-    ax.legend(handles=[Patch(color=COLORS["plan"], label="this plan"),
-                       Patch(color=COLORS["base"], label="baseline")], loc="lower right", fontsize=8)
+    ax.set_xlim(0, max(finite, default=1.0) / scale * 1.35)
+    handles = [Patch(color=COLORS["plan"], label="this plan"), Patch(color=COLORS["base"], label="baseline")]
+    if not all(r["feasible"] for r in rows):
+        handles.append(Patch(facecolor="white", edgecolor=COLORS["base"], hatch="///",
+                             label="does not fit GPU memory"))
+    ax.legend(handles=handles, loc="lower right", fontsize=8)
     return fig
 
 
@@ -173,9 +178,10 @@ def fig_gantt(schedules: dict) -> Figure:
 # --- memory --------------------------------------------------------------------------
 
 
-def fig_memory(timeline: dict, capacity: float | None) -> Figure:
-    """Live bytes on each device after each op, with the GPU's usable capacity."""
-    peak = max([max(v, default=0) for v in timeline.values()] + [capacity or 0])
+def fig_memory(timeline: dict, capacity: float | None, usable: float | None = None) -> Figure:
+    """Live bytes on each device after each op, with the GPU's capacity and the part of it
+    plans may use (capacity less the reserve)."""
+    peak = max([max(v, default=0) for v in timeline.values()] + [capacity or 0, usable or 0])
     unit, scale = byte_unit(peak)
     fig = Figure(figsize=(10, 3.6))
     ax = fig.add_subplot()
@@ -187,6 +193,9 @@ def fig_memory(timeline: dict, capacity: float | None) -> Figure:
     if capacity:
         ax.axhline(capacity / scale, color=COLORS["h2d"], linestyle="--",
                    label=f"GPU capacity ({capacity / scale:.3g} {unit})")
+    if usable and usable != capacity:
+        ax.axhline(usable / scale, color=COLORS["d2h"], linestyle=":",
+                   label=f"GPU usable, less reserve ({usable / scale:.3g} {unit})")
     ax.set_xlabel("op index (net order)")
     ax.set_ylabel(f"live memory ({unit})")
     ax.set_title("Memory on each device over the op sequence")

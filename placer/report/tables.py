@@ -58,11 +58,16 @@ def byte_unit(max_bytes: float) -> tuple[str, float]:
     return "B", 1.0
 
 
+def op_display_name(op: dict) -> str:
+    """An op's name, else its first output blob (Caffe2 ops are often unnamed), else ""."""
+    return op.get("name") or next(iter(op.get("outputs") or []), "") or ""
+
+
 def op_label(op: dict, width: int = 34) -> str:
     """`#12 Conv conv2_1` cut to ``width`` characters (axis labels, graph nodes)."""
     text = f"#{op.get('index', '?')} {op.get('type', '?')}"
-    if op.get("name"):
-        text += f" {op['name']}"
+    if op_display_name(op):
+        text += f" {op_display_name(op)}"
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
@@ -70,25 +75,33 @@ def op_label(op: dict, width: int = 34) -> str:
 
 
 def baseline_rows(plan: dict) -> list[dict]:
-    """The plan and every baseline: label, total, and how the plan compares."""
+    """The plan and every baseline: label, total, whether it fits, how the plan compares.
+
+    A baseline marked ``"feasible": false`` (it does not fit the GPU memory) keeps its time,
+    which is what it would cost with unlimited memory, and says why it cannot be run.
+    """
     plan_s = plan.get("total_s")
     rows = [{"key": "plan", "label": f"this plan ({plan.get('method', '?')}, "
                                      f"{plan.get('objective', 'serial')} objective)",
-             "total_s": plan_s, "vs_plan": "—"}]
+             "total_s": plan_s, "feasible": True, "vs_plan": "—", "note": ""}]
     for key, base in (plan.get("baselines") or {}).items():
-        total = base.get("total_s") if isinstance(base, dict) else None
-        rows.append({"key": key, "label": BASELINE_LABELS.get(key, key), "total_s": total,
-                     "vs_plan": _ratio_text(total, plan_s, key), "note": _base_note(base)})
+        base = base if isinstance(base, dict) else {}
+        total = base.get("total_s")
+        feasible = bool(base.get("feasible", True)) and (total is None or math.isfinite(total))
+        rows.append({"key": key, "label": base.get("label") or BASELINE_LABELS.get(key, key),
+                     "total_s": total, "feasible": feasible,
+                     "vs_plan": _ratio_text(total, plan_s, key) if feasible else "cannot run: does not fit",
+                     "note": _base_note(base)})
     for r in rows:
         total = r["total_s"]
-        r["time_text"] = ("n/a" if total is None else
-                          fmt_time(total) if math.isfinite(total) else "infeasible")
+        r["time_text"] = ("n/a" if total is None else "infeasible" if not math.isfinite(total)
+                          else fmt_time(total) + ("" if r["feasible"] else " (if it fitted)"))
     return rows
 
 
 def _ratio_text(total: float | None, plan_s: float | None, key: str) -> str:
-    if total is None or plan_s is None or not math.isfinite(total):
-        return "infeasible" if total is not None and not math.isfinite(total) else "n/a"
+    if total is None or plan_s is None:
+        return "n/a"
     if key == "lower_bound":
         return f"plan is {plan_s / total:.2f}x the bound" if total > 0 else "n/a"
     if plan_s <= 0:
@@ -97,13 +110,11 @@ def _ratio_text(total: float | None, plan_s: float | None, key: str) -> str:
         f"plan is {plan_s / total:.2f}x slower"
 
 
-def _base_note(base) -> str:
-    if not isinstance(base, dict):
-        return ""
-    for key in ("note", "reason", "infeasible"):
+def _base_note(base: dict) -> str:
+    for key in ("why_infeasible", "note", "reason"):
         if base.get(key):
             return str(base[key])
-    return ""
+    return "" if base.get("feasible", True) else "does not fit the GPU memory"
 
 
 def summary(plan: dict) -> dict:
@@ -116,10 +127,11 @@ def summary(plan: dict) -> dict:
     return {
         "net": plan.get("net", "?"), "path": plan.get("path", ""),
         "method": plan.get("method", "?"), "objective": plan.get("objective", "serial"),
-        "total_s": plan.get("total_s"), "n_ops": len(ops), "n_gpu": on_gpu,
+        "total_s": plan.get("total_s"), "compute_s": plan.get("compute_s"), "copy_s": plan.get("copy_s"),
+        "n_ops": len(ops), "n_gpu": on_gpu,
         "n_cpu": len(ops) - on_gpu, "n_copies": len(plan.get("copies") or []),
-        "profiles": plan.get("profiles") or {},
-        "gpu_used": used, "gpu_capacity": cap,
+        "profiles": plan.get("profiles") or {}, "notes": list(plan.get("notes") or []),
+        "gpu_used": used, "gpu_capacity": cap, "gpu_usable": mem.get("usable_bytes"),
         "gpu_fraction": (used / cap) if used is not None and cap else None,
         "gpu_params": mem.get("param_bytes"), "gpu_peak_activations": mem.get("peak_activation_bytes"),
         "h2d_bytes": pcie.get("h2d"), "d2h_bytes": pcie.get("d2h"),
@@ -146,6 +158,7 @@ def op_rows(plan: dict, measured: dict[int, float] | None = None) -> list[dict]:
         row = {"index": k, "name": "", "type": "?", "device": "?", "cpu_s": None, "gpu_s": None,
                "cpu_source": "", "gpu_source": "", "reason": "", "pinned": None}
         row.update({key: v for key, v in o.items() if v is not None})
+        row["name"] = op_display_name(o)
         cpu, gpu = row["cpu_s"], row["gpu_s"]
         row["saved_s"] = (cpu - gpu) if cpu is not None and gpu is not None else None
         row["measured_s"] = (measured or {}).get(row["index"])
@@ -196,7 +209,7 @@ def match_run(plan: dict, run: dict) -> list[dict]:
             name = str(r.get("device", "cpu"))
             dev, emulated = device_kind(name), name.startswith("emulated")
             predicted = p.get("gpu_s") if dev == "gpu" and not emulated else p.get("cpu_s")
-            pairs.append({"index": p.get("index", j), "name": p.get("name", ""), "type": p.get("type"),
+            pairs.append({"index": p.get("index", j), "name": op_display_name(p), "type": p.get("type"),
                           "device": dev, "emulated": emulated, "predicted_s": predicted,
                           "measured_s": r.get("time_s")})
             j += 1

@@ -13,8 +13,11 @@ laid end to end in execution order, each on its device's lane and copies on copy
 """
 from __future__ import annotations
 
+import json
 import math
+import os
 
+from placer.fileio import atomic_write_text
 from placer.report.tables import COPY_TYPES, device_kind
 
 # lane -> (device process, thread id, thread name)
@@ -89,6 +92,26 @@ def build_trace(plan: dict | None = None, run: dict | None = None,
     return {"traceEvents": meta + spans, "displayTimeUnit": "ms",
             "otherData": {"generator": "placer", "time_unit": "microseconds",
                           "net": (plan or {}).get("net") or (run or {}).get("net_name", "")}}
+
+
+def write_trace(plan: dict | None, path: str | os.PathLike, run: dict | None = None,
+                schedule: str | None = None) -> None:
+    """Write the predicted timeline of ``plan`` and/or the measured one of ``run`` (a
+    RunRecord dict): ``placer plan --trace`` passes the plan, ``placer run --trace`` passes
+    ``None`` and the run. The trace is validated first: a malformed one is a bug here."""
+    trace = build_trace(plan, run, schedule)
+    problems = validate_trace(trace)
+    if problems:
+        raise AssertionError("trace failed validation: " + "; ".join(problems[:5]))
+    atomic_write_text(path, json.dumps(trace, allow_nan=False, default=_plain) + "\n")
+
+
+def _plain(value):
+    """numpy scalars as JSON numbers (non-finite ones as null)."""
+    if hasattr(value, "item"):
+        v = value.item()
+        return v if not isinstance(v, float) or math.isfinite(v) else None
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
 def _metadata(title: str, pid_base: int, suffix: dict) -> list[dict]:
