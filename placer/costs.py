@@ -39,6 +39,7 @@ PRIOR_WEIGHT = 0.2
 # A weaker pull of the overhead toward the device's launch overhead: a group timed only
 # at large sizes says nothing about its fixed cost, which must not swallow the time.
 OVERHEAD_PRIOR_WEIGHT = 0.02
+MAX_OVERHEAD_LAUNCHES = 100  # a fitted overhead is at most this many launch overheads
 MIN_TYPE_POINTS = 2  # measured entries an op type needs for a fit of its own
 
 # Op type -> family where the registry module's name is not the right grouping.
@@ -122,9 +123,10 @@ def fit_family(points: Sequence[OpTiming], peak: float, bandwidth: float,
         return np.concatenate([np.log(predict(x)) - np.log(t), PRIOR_WEIGHT * (x[1:] - prior),
                                [OVERHEAD_PRIOR_WEIGHT * (x[0] - log_overhead0)]])
 
-    # Every op of the group pays the overhead, so it cannot exceed the fastest one.
+    # Every op of the group pays the overhead, so it cannot exceed the fastest one; nor
+    # is a fixed cost ever a hundred launches (a group timed only large says nothing of it).
     lo = np.log([1e-9, 1e-6, 1e-6])
-    hi = np.log([max(float(t.min()), 2e-9), 1e3, 1e3])
+    hi = np.log([max(min(float(t.min()), MAX_OVERHEAD_LAUNCHES * default_overhead_s), 2e-9), 1e3, 1e3])
     best = None
     for o0 in (float(t.min()) * 0.5, default_overhead_s, float(t.min()) * 0.01):
         for scale in (0.1, 1.0, 10.0):
