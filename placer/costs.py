@@ -102,10 +102,11 @@ def fit_family(points: Sequence[OpTiming], peak: float, bandwidth: float,
     """Least-squares fit of (overhead, eff_compute, eff_memory) to measured entries.
 
     Residuals are log(predicted / measured) under a soft-L1 loss (an op slowed by a busy
-    machine pulls the fit less than with plain squares), plus a weak prior pulling each
-    efficiency toward its default: where the points cannot tell the terms apart (every
-    embedding lookup of a batch-8 net does the same few flops) the fit keeps a sensible
-    split instead of an arbitrary one, and a single point is matched by the overhead.
+    machine pulls the fit less than with plain squares), plus weak priors pulling each
+    efficiency toward its default (``PRIOR_WEIGHT``) and the overhead toward the launch
+    overhead (``OVERHEAD_PRIOR_WEIGHT``): where the points cannot tell the terms apart
+    (every embedding lookup of a batch-8 net does the same few flops) the fit keeps a
+    sensible split instead of an arbitrary one. The best of nine starting points wins.
     """
     from scipy.optimize import least_squares
 
