@@ -296,3 +296,16 @@ def test_report_of_a_real_plan_from_placer_plan(tmp_path, capsys):
     assert any(o["device"] == "cpu" for o in plan["ops"]) and plan["copies"]
     for schedule in ("serial", "makespan"):
         assert validate_trace(build_trace(plan, schedule=schedule)) == []
+
+
+def test_gantt_merges_only_items_closer_than_its_resolution():
+    ev = [{"start_s": a, "end_s": b} for a, b in ((0.0, 1.0), (1.0, 2.0), (2.0005, 3.0), (5.0, 6.0))]
+    assert plots._merged_spans(ev, 0.001) == [(0.0, 3.0), (5.0, 6.0)]
+    assert plots._merged_spans(ev, 0.0) == [(0.0, 2.0), (2.0005, 3.0), (5.0, 6.0)]
+
+
+def test_a_net_too_big_to_draw_says_so(monkeypatch):
+    monkeypatch.setattr(plots, "MAX_DRAWN_OPS", 100)
+    page = Page(render(synthetic_plan(150)))
+    assert "not drawn for 150 ops" in page.section_text("placement")
+    assert page.op_rows == 150 and len(page.images) == 4

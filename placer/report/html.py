@@ -47,6 +47,8 @@ def _image(title: str, build) -> dict:
         return {"title": title, "missing": f"could not be drawn from this plan ({type(e).__name__}: {e})"}
     if result is None:
         return {"title": title, "missing": "not available in this plan"}
+    if isinstance(result, str) and not result.lstrip().startswith("<"):
+        return {"title": title, "missing": result}
     svg, note = result if isinstance(result, tuple) else (result, "")
     return {"title": title, "uri": plots.data_uri(svg), "note": note}
 
@@ -64,8 +66,7 @@ def render(plan: dict, run: dict | None = None) -> str:
     usable = (plan.get("gpu_memory") or {}).get("usable_bytes")
     images = {
         "baselines": _image("Plan vs baselines", _svg(lambda: plots.fig_baselines(plan))),
-        "placement": _image("Placement on the graph",
-                            lambda: plots.placement_svg(plan) if plan.get("ops") else None),
+        "placement": _image("Placement on the graph", lambda: _placement(plan)),
         "costs": _image("Per-op cost", (lambda: None) if not top else
                         _svg(lambda: plots.fig_cost_bars(top, n_costed))),
         "timeline": _image("Predicted timeline", (lambda: None) if not schedules else
@@ -81,6 +82,14 @@ def render(plan: dict, run: dict | None = None) -> str:
         n_ops=len(plan.get("ops") or []), max_rows=tables.MAX_TABLE_ROWS,
         measured=measured, run=run, sections=SECTIONS)
     return html
+
+
+def _placement(plan: dict):
+    if not plan.get("ops"):
+        return None
+    return plots.placement_svg(plan) or (
+        f"not drawn for {len(plan['ops'])} ops (more than {plots.MAX_DRAWN_OPS} cannot be read "
+        "as a picture); the per-op table below has every op's device")
 
 
 def write_report(plan: dict, run: dict | None, path: str | os.PathLike) -> None:

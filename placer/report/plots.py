@@ -26,6 +26,7 @@ COLORS = {"cpu": "#1f77b4", "gpu": "#2ca02c", "h2d": "#d62728", "d2h": "#9467bd"
           "plan": "#ff7f0e", "base": "#7f7f7f"}
 LANES = ("cpu", "gpu", "h2d", "d2h")
 LANE_LABELS = {"cpu": "CPU", "gpu": "GPU stream", "h2d": "H2D copies", "d2h": "D2H copies"}
+MAX_VECTOR_POINTS = 3000  # past this, dense marks are embedded as a bitmap to keep the page small
 SHORT_BASELINES = {"plan": "this plan", "all_cpu": "all-CPU", "all_gpu": "all-GPU+fallback", "greedy": "greedy",
                    "existing": "your placement", "lower_bound": "lower bound"}
 
@@ -159,9 +160,10 @@ def fig_gantt(schedules: dict) -> Figure:
     axes = fig.subplots(len(names), 1, sharex=True, squeeze=False)[:, 0]
     for ax, name in zip(axes, names):
         sched = schedules[name]
+        span_s = max((e["end_s"] for e in sched.get("events", [])), default=0.0)
         for k, lane in enumerate(LANES):
             ev = [e for e in sched.get("events", []) if e.get("lane") == lane]
-            spans = [(e["start_s"] / scale, (e["end_s"] - e["start_s"]) / scale) for e in ev]
+            spans = [(a / scale, (b - a) / scale) for a, b in _merged_spans(ev, span_s / GANTT_RESOLUTION)]
             ax.broken_barh(spans, (len(LANES) - 1 - k - 0.35, 0.7), facecolors=COLORS[lane],
                            edgecolor="white", linewidth=0.3, label=LANE_LABELS[lane])
         ax.set_yticks(range(len(LANES)), [LANE_LABELS[lane] for lane in LANES[::-1]], fontsize=8)
@@ -173,6 +175,21 @@ def fig_gantt(schedules: dict) -> Figure:
     axes[0].legend(handles=[Patch(color=COLORS[lane], label=LANE_LABELS[lane]) for lane in LANES],
                    loc="lower center", bbox_to_anchor=(0.5, 1.18), ncol=4, fontsize=8)
     return fig
+
+
+GANTT_RESOLUTION = 4000   # items closer than 1/4000 of the timeline are drawn as one bar
+
+
+def _merged_spans(events: list[dict], gap_s: float) -> list[tuple[float, float]]:
+    """(start, end) of the lane's items, neighbours closer than ``gap_s`` merged: far below
+    what the chart can show apart, and it keeps a net of 100k ops a drawable size."""
+    out: list[list[float]] = []
+    for e in sorted(events, key=lambda e: e["start_s"]):
+        if out and e["start_s"] - out[-1][1] <= gap_s:
+            out[-1][1] = max(out[-1][1], e["end_s"])
+        else:
+            out.append([e["start_s"], e["end_s"]])
+    return [(a, b) for a, b in out]
 
 
 # --- memory --------------------------------------------------------------------------
@@ -221,7 +238,8 @@ def fig_pred_vs_measured(pairs: list[dict], emulated: bool) -> Figure:
             label = ("GPU-placed ops, run on the CPU (emulated), vs predicted CPU time"
                      if dev == "gpu" and emulated else f"{dev.upper()} ops")
             ax.scatter([p["predicted_s"] / scale for p in sel], [p["measured_s"] / scale for p in sel],
-                       s=14, alpha=0.75, color=COLORS[dev], label=label)
+                       s=14, alpha=0.75, color=COLORS[dev], label=label,
+                       rasterized=len(pts) > MAX_VECTOR_POINTS)   # an inline PNG inside the SVG
     lo, hi = (min(vals) / scale / 2, max(vals) / scale * 2) if vals else (1e-3, 1.0)
     ax.plot([lo, hi], [lo, hi], color="black", linewidth=1, label="y = x (perfect prediction)")
     ax.set_xscale("log")
@@ -243,6 +261,7 @@ BOX_W, BOX_H = 0.96, 0.24         # the node box inside its cell
 MAX_ROW_NODES = 14                # a wider layer wraps onto more rows
 ROWS_PER_COLUMN = 45              # a deeper net folds into side-by-side columns
 MAX_LABELLED_OPS = 800            # past this, boxes without labels (the table names them)
+MAX_DRAWN_OPS = 3000              # past this, no graph: megabytes of boxes nobody can read
 DOT_MAX_OPS = 400
 
 
@@ -374,10 +393,12 @@ def _node_label(op: dict, width: int = 15) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
-def placement_svg(plan: dict) -> tuple[str, str]:
+def placement_svg(plan: dict) -> tuple[str, str] | None:
     """(SVG, how it was drawn): graphviz ``dot`` for small shallow nets when installed,
-    else the folded matplotlib layout above."""
+    else the folded matplotlib layout above; None for a net too big to draw legibly."""
     ops = plan.get("ops") or []
+    if len(ops) > MAX_DRAWN_OPS:
+        return None
     edges, _, _ = graph_edges(plan)
     lay = layered_layout(len(ops), edges)
     folded = int(lay["col"].max(initial=0)) > 0
