@@ -309,3 +309,16 @@ def test_a_net_too_big_to_draw_says_so(monkeypatch):
     page = Page(render(synthetic_plan(150)))
     assert "not drawn for 150 ops" in page.section_text("placement")
     assert page.op_rows == 150 and len(page.images) == 4
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name", ["resnet50_ResNet-50-deploy.prototxt", "bvlc_googlenet_train_val.prototxt"])
+def test_corpus_net_charts_have_no_overlapping_labels(name, corpus, capsys):
+    assert cli.main(["plan", str(corpus / "caffe" / name), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert len(plan["ops"]) > 150
+    figs = {"baselines": plots.fig_baselines(plan), "costs": plots.fig_cost_bars(*tables.top_savers(plan)),
+            "timeline": plots.fig_gantt(plan["schedules"]), "placement": plots.fig_placement(plan),
+            "memory": plots.fig_memory(plan["memory_timeline"], plan["gpu_memory"]["capacity_bytes"])}
+    for key, fig in figs.items():
+        assert plots.text_overlaps(fig) == [], key
