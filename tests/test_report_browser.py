@@ -108,3 +108,24 @@ def test_checks_see_a_script_error_and_an_image_that_does_not_decode(pages, tmp_
     res = browse(broken, tmp_path, "--dump-dom")
     assert Dom(res.stdout).body.get("data-images-ok", "").startswith("no: Plan vs baselines")
     assert any("Uncaught ReferenceError" in line for line in console_lines(res.stderr))
+
+
+SORT_PROBE = """<script>
+window.addEventListener("load", function () {
+  var th = document.querySelectorAll("#op-table th")[4];   // CPU time
+  var col = function () { return Array.prototype.map.call(document.querySelectorAll("#op-table tbody tr"),
+      function (r) { return parseFloat(r.cells[4].dataset.v); }); };
+  th.click(); var up = col(); th.click(); var down = col();
+  var sorted = function (a, s) { return a.every(function (v, i) { return i === 0 || s * (v - a[i - 1]) >= 0; }); };
+  document.body.setAttribute("data-sort-probe", [up.length, sorted(up, 1), sorted(down, -1)].join(","));
+});
+</script></body>"""
+
+
+def test_clicking_a_heading_sorts_the_op_table(pages, tmp_path):
+    page, plan = pages["big"]
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.read_text().replace("</body>", SORT_PROBE))
+    res = browse(probe, tmp_path, "--dump-dom")
+    assert Dom(res.stdout).body.get("data-sort-probe") == f"{len(plan['ops'])},true,true"
+    assert console_lines(res.stderr) == []
