@@ -322,3 +322,12 @@ def test_corpus_net_charts_have_no_overlapping_labels(name, corpus, capsys):
             "memory": plots.fig_memory(plan["memory_timeline"], plan["gpu_memory"]["capacity_bytes"])}
     for key, fig in figs.items():
         assert plots.text_overlaps(fig) == [], key
+
+
+def test_summary_says_how_much_overlap_saves():
+    plan = synthetic_plan(60)
+    serial = plan["schedules"]["serial"]["makespan_s"]
+    overlapped = plan["schedules"]["makespan"]["makespan_s"]
+    assert overlapped < serial
+    text = Page(render(plan)).section_text("summary")
+    assert f"{100 * (serial - overlapped) / serial:.1f}% shorter" in text

@@ -137,7 +137,17 @@ def summary(plan: dict) -> dict:
         "h2d_bytes": pcie.get("h2d"), "d2h_bytes": pcie.get("d2h"),
         "optimality": plan.get("optimality") or _optimality_text(plan),
         "makespans": {k: s.get("makespan_s") for k, s in (plan.get("schedules") or {}).items()},
+        "overlap_gain_pct": _overlap_gain(plan.get("schedules") or {}),
     }
+
+
+def _overlap_gain(schedules: dict) -> float | None:
+    """How much shorter the overlapped (makespan) schedule is than the serial one, in %."""
+    serial = (schedules.get("serial") or {}).get("makespan_s")
+    overlapped = (schedules.get("makespan") or {}).get("makespan_s")
+    if not serial or overlapped is None:
+        return None
+    return 100.0 * (serial - overlapped) / serial
 
 
 def _optimality_text(plan: dict) -> str:
