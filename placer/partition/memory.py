@@ -59,13 +59,15 @@ class MemoryPartitioner:
                              notes=["the unconstrained optimum fits in GPU memory"])
         check_pinned_fit(arr, self.capacity)
         # each min-cut costs ~0.2 s at 100k ops and ~5 s at 1M: fewer of them on big nets
-        steps = 12 if arr.n_ops <= 20_000 else 8 if arr.n_ops <= 200_000 else 4
+        small = arr.n_ops <= 20_000   # window re-solves cost a whole min-cut each: small nets only
+        steps = 12 if small else 6 if arr.n_ops <= 200_000 else 4
         starts, prices = lagrangian(arr, net, self.capacity, free_opt, steps=steps,
-                                    rounds=3 if arr.n_ops <= 20_000 else 1)
+                                    rounds=3 if small else 1)
         starts = _distinct(arr, starts)[:4]
         share = self.improve_time_s / (2 * len(starts) + 1)
-        tried = [windows(arr, net, improve(arr, x, self.capacity, share), self.capacity,
-                         prices[-1], share) for x in starts]
+        tried = [improve(arr, x, self.capacity, share) for x in starts]
+        if small:
+            tried = [windows(arr, net, x, self.capacity, prices[-1], share) for x in tried]
         on_gpu = min(tried, key=lambda x: serial_cost(arr, x).total_s)
         on_gpu = improve(arr, on_gpu, self.capacity, share)
         heur = serial_cost(arr, on_gpu).total_s
