@@ -10,7 +10,7 @@ from placer.constants import DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIEN
 from placer.costs import (OP_COLUMNS, TENSOR_COLUMNS, CostModel, annotate, curve_time,
                           family_of, fit_family, gpu_memory_bytes)
 from placer.profiling import default_profiles, load_device_profile
-from placer.profiling.schema import DeviceProfile, LinkCurve, OpTiming, op_key
+from placer.profiling.schema import DeviceProfile, LinkCurve, OpTiming
 from placer.shapes import infer
 from placer.types import Args, Net, Op, OpFeatures, TensorType
 
