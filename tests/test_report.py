@@ -331,3 +331,14 @@ def test_summary_says_how_much_overlap_saves():
     assert overlapped < serial
     text = Page(render(plan)).section_text("summary")
     assert f"{100 * (serial - overlapped) / serial:.1f}% shorter" in text
+
+
+def test_memory_chart_keeps_small_curves_readable():
+    plan = hand_plan()   # a few MiB live against a 14.4 GB GPU
+    fig = plots.fig_memory(plan["memory_timeline"], 14.4e9)
+    ax = fig.axes[0]
+    assert ax.get_ylabel() == "live memory (MiB)"
+    assert ax.get_ylim()[1] < 10          # scaled to the curves, not to the capacity
+    assert any("far above the curves" in t.get_text() for t in ax.get_legend().get_texts())
+    near = plots.fig_memory(plan["memory_timeline"], 8e6).axes[0]
+    assert near.get_ylim()[1] * 2**20 >= 8e6  # a limit close to the curves is drawn

@@ -197,9 +197,16 @@ def _merged_spans(events: list[dict], gap_s: float) -> list[tuple[float, float]]
 
 def fig_memory(timeline: dict, capacity: float | None, usable: float | None = None) -> Figure:
     """Live bytes on each device after each op, with the GPU's capacity and the part of it
-    plans may use (capacity less the reserve)."""
-    peak = max([max(v, default=0) for v in timeline.values()] + [capacity or 0, usable or 0])
-    unit, scale = byte_unit(peak)
+    plans may use (capacity less the reserve). A limit far above the curves would flatten
+    them to the axis, so it is then named in the legend instead of drawn."""
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
+
+    data_peak = max([max(v, default=0) for v in timeline.values()] + [1.0])
+    limits = [(capacity, "GPU capacity", "--", COLORS["h2d"]),
+              (usable if usable != capacity else None, "GPU usable, less reserve", ":", COLORS["d2h"])]
+    drawn = [lim for lim in limits if lim[0] and lim[0] <= MEMORY_LIMIT_SPAN * data_peak]
+    unit, scale = byte_unit(max([data_peak] + [lim[0] for lim in drawn]))
     fig = Figure(figsize=(10, 3.6))
     ax = fig.add_subplot()
     for dev in ("cpu", "gpu"):
@@ -207,18 +214,24 @@ def fig_memory(timeline: dict, capacity: float | None, usable: float | None = No
         if len(vals):
             ax.step(np.arange(len(vals)), vals / scale, where="post", color=COLORS[dev],
                     label=f"{dev.upper()} live bytes (peak {vals.max() / scale:.3g} {unit})")
-    if capacity:
-        ax.axhline(capacity / scale, color=COLORS["h2d"], linestyle="--",
-                   label=f"GPU capacity ({capacity / scale:.3g} {unit})")
-    if usable and usable != capacity:
-        ax.axhline(usable / scale, color=COLORS["d2h"], linestyle=":",
-                   label=f"GPU usable, less reserve ({usable / scale:.3g} {unit})")
+    for value, label, style, color in limits:
+        if not value:
+            continue
+        text = f"{label} ({value / byte_unit(value)[1]:.3g} {byte_unit(value)[0]})"
+        if (value, label, style, color) in drawn:
+            ax.axhline(value / scale, color=color, linestyle=style, label=text)
+        else:
+            ax.add_line(Line2D([], [], color=color, linestyle=style, label=text + ", far above the curves"))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("op index (net order)")
     ax.set_ylabel(f"live memory ({unit})")
     ax.set_title("Memory on each device over the op sequence")
     ax.set_ylim(bottom=0)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     return fig
+
+
+MEMORY_LIMIT_SPAN = 8.0   # draw a memory limit when it is at most this many times the peak
 
 
 # --- predicted vs measured -----------------------------------------------------------
