@@ -42,13 +42,15 @@ PCIE_LATENCY_S = 10e-6                 # s per cudaMemcpy, estimate (small-copy 
 # --- default efficiencies of the datasheet roofline (fraction of peak reached) ------
 # Used only when a device has no measured entry of the op's family. Guesses in the
 # usual ranges: dense GEMM-like work reaches most of peak, the rest is memory-bound.
+# "view" ops (reshape-like) move no data: their efficiencies make the launch overhead
+# the whole cost.
 DEFAULT_COMPUTE_EFFICIENCY = {
     "conv": 0.5, "fc": 0.6, "elementwise": 0.2, "pool": 0.2, "norm": 0.2,
-    "embedding": 0.1, "movement": 0.1, "loss": 0.2, "other": 0.2,
+    "embedding": 0.1, "movement": 0.1, "loss": 0.2, "other": 0.2, "view": 100.0,
 }
 DEFAULT_MEMORY_EFFICIENCY = {
     "conv": 0.5, "fc": 0.6, "elementwise": 0.6, "pool": 0.5, "norm": 0.5,
-    "embedding": 0.3, "movement": 0.6, "loss": 0.5, "other": 0.5,
+    "embedding": 0.3, "movement": 0.6, "loss": 0.5, "other": 0.5, "view": 100.0,
 }
 # On the host, the heavy families run numpy/OpenBLAS GEMMs and reach most of the measured
 # GEMM peak (the peak *is* a GEMM), while pooling and LRN run one strided numpy pass per

@@ -47,6 +47,10 @@ _FAMILY_OVERRIDES = {
     "Softmax": "loss", "SoftmaxWithLoss": "loss", "Dropout": "elementwise",
     "MatMul": "fc", "BatchMatMul": "fc", "FCTransposed": "fc",
     "Gather": "embedding", "BatchGather": "embedding",
+    # Views: numpy and cupy reshape a contiguous array without touching its data, so
+    # these cost a call, not the bytes their features count.
+    "Reshape": "view", "Flatten": "view", "FlattenToVec": "view", "ExpandDims": "view",
+    "Squeeze": "view", "Alias": "view",
 }
 # Registry module (placer/ops/<module>.py) -> family.
 _MODULE_FAMILY = {

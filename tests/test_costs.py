@@ -102,6 +102,16 @@ def test_families():
     assert family_of("FC") == family_of("MatMul") == "fc"
     assert family_of("Relu") == "elementwise"
     assert family_of("NoSuchOp") == "other"
+    assert family_of("Reshape") == family_of("Flatten") == "view"
+
+
+def test_views_cost_a_call():
+    model = CostModel(_cpu(), default_profiles()[1])
+    big = OpFeatures(bytes_read=1e9, bytes_written=1e9)  # a 1 GB reshape moves nothing
+    t, src = model.op_time("Flatten", (TensorType((1000, 250000)),), {}, big, "gpu")
+    assert src == "roofline" and t == pytest.approx(5e-6 + 2e9 / (900e9 * 100))
+    copy_like, _ = model.op_time("Concat", (TensorType((1000, 250000)),), {}, big, "gpu")
+    assert copy_like > 100 * t  # a real copy of the same bytes is memory-bound
 
 
 def _small_net() -> Net:
