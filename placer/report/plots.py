@@ -112,7 +112,7 @@ def fig_baselines(plan: dict) -> Figure:
     if not all(r["feasible"] for r in rows):
         handles.append(Patch(facecolor="white", edgecolor=COLORS["base"], hatch="///",
                              label="does not fit GPU memory"))
-    ax.legend(handles=handles, loc="lower right", fontsize=8)
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     return fig
 
 
@@ -263,7 +263,7 @@ def fig_pred_vs_measured(pairs: list[dict], emulated: bool) -> Figure:
     ax.set_ylabel(f"measured time per op ({unit}, log scale)")
     ax.set_title("Predicted vs measured per op" + (" — emulated GPU: CPU timings" if emulated else ""),
                  fontsize=10)
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=8)   # off the points
     return fig
 
 
