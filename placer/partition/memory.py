@@ -5,11 +5,13 @@ Memory model (``problem.gpu_memory``): parameters read by any GPU op + the peak 
 steps of live activation bytes on the GPU must stay within ``capacity`` (already net of
 the reserve). The problem is NP-hard; the heuristic is fast, the MILP is exact.
 
-Lagrangian: each op gets an extra GPU cost ``lam * w_i`` with w_i = parameter bytes it
-reads + bytes it writes; ``lam`` is bisected with the same min-cut network until the
-cheapest feasible plan is found; a greedy repair moves GPU ops with the smallest cost
-increase per byte freed to the CPU until the plan fits, then single-op moves that lower
-the cost and keep the plan within the limit are applied.
+Lagrangian: each op gets an extra GPU cost ``lam * w_i`` with w_i the GPU bytes it
+brings (parameters it reads, blobs it writes); ``lam`` is bisected with the same min-cut network until the
+cheapest feasible plan is found (the price is spread over op steps: see ``lagrangian``);
+a greedy repair moves GPU ops with the smallest cost increase per byte freed to the CPU
+until the plan fits; then moves that lower the cost and keep the plan within the limit
+are applied: single ops, runs of up to 4 ops, CPU/GPU swaps, and (up to 20k ops) windows
+of 16 ops re-solved exactly by min-cut with the rest held.
 
 MILP (exact, not a bound): x_i = 1 when op i is on the GPU; H_t >= x_v - x_u and
 D_t >= x_u - x_v price each copy once; G_t >= x_v for parameters; activation liveness
