@@ -83,3 +83,13 @@ def test_heft_respects_pins():
     arr = random_arrays(80, seed=3)
     x = heft_placement(arr)
     assert not x[arr.forced == 0].any()
+
+
+def test_makespan_plan_keeps_the_memory_limit():
+    from placer.partition.memory import usage
+    arr = random_arrays(100, seed=12, tensor_bytes=2e6)
+    cap = 0.5 * usage(arr, mincut_placement(arr))
+    plan = partition(arr, method="makespan", capacity_bytes=cap, reserve=0.0, time_s=0.3)
+    check_plan(arr, plan, capacity=cap)
+    serial = partition(arr, capacity_bytes=cap, reserve=0.0, time_limit=0)
+    assert plan.makespan_s <= Simulator(arr).score(serial) * (1 + 1e-12)

@@ -5,7 +5,8 @@
   it becomes the memory-limited search (Lagrangian min-cut + repair + local moves, then
   the MILP for the optimum or a gap, within ``time_limit`` seconds);
 - "milp": the MILP alone (exact when it finishes in ``time_limit``);
-- "makespan": overlap-aware placement (event simulator, HEFT, local search);
+- "makespan": overlap-aware placement (event simulator, HEFT, local search), within
+  ``capacity_bytes`` when given;
 - "greedy", "all_cpu", "all_gpu": the baselines.
 ``capacity_bytes`` is the GPU memory before the reserve; ``reserve`` (default 0.1) is the
 fraction kept free, so plans must fit ``capacity_bytes * (1 - reserve)``.
@@ -41,7 +42,7 @@ def partition(graph, method: str = "mincut", capacity_bytes: float | None = None
     if method == "milp":
         return _milp_plan(arr, usable, time_limit)
     if method == "makespan":
-        return MakespanPartitioner(**options).partition(arr)
+        return MakespanPartitioner(capacity_bytes=usable, **options).partition(arr)
     return getattr(baselines, method)(arr)
 
 

@@ -14,6 +14,8 @@ where it would finish first) proposes a placement; a local search then flips sin
 (colocation groups) while the simulated makespan drops, starting from the better of the
 min-cut and HEFT placements. The result is never worse than the min-cut placement's
 makespan, since that placement is a candidate and moves are accepted only if they improve.
+With a GPU memory limit the start is the memory-limited serial plan, HEFT's placement
+counts only if it fits, and no move may break the limit.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import time
 import numpy as np
 
 from placer.partition.explain import make_plan
+from placer.partition.memory import MemoryPartitioner, usage
 from placer.partition.mincut import mincut_placement
 from placer.partition.problem import (HOST, PARAM, CostArrays, copy_masks, from_graph,
                                       placement_array)
@@ -156,7 +159,9 @@ def heft_placement(arr: CostArrays) -> np.ndarray:
 
 
 def local_search(arr: CostArrays, sim: Simulator, on_gpu: np.ndarray, best: float,
-                 time_s: float = 2.0, passes: int = 3) -> tuple[np.ndarray, float]:
+                 time_s: float = 2.0, fits=lambda x: True,
+                 passes: int = 3) -> tuple[np.ndarray, float]:
+    """Flip single ops (colocation groups) while the makespan drops and ``fits`` holds."""
     x = on_gpu.copy()
     free = np.flatnonzero(arr.forced < 0)
     order = free[np.argsort(-np.abs(arr.cpu_s[free] - arr.gpu_s[free]))]
@@ -169,7 +174,7 @@ def local_search(arr: CostArrays, sim: Simulator, on_gpu: np.ndarray, best: floa
             group = np.flatnonzero(arr.component == arr.component[i]) if len(arr.colocate) else [i]
             x[group] = ~x[group]
             m = sim.run(x)[0]
-            if m < best * (1 - 1e-12):
+            if m < best * (1 - 1e-12) and (not x[group].any() or fits(x)):
                 best, improved = m, True
             else:
                 x[group] = ~x[group]
@@ -183,19 +188,26 @@ class MakespanPartitioner:
 
     method = "makespan"
 
-    def __init__(self, time_s: float = 2.0):
+    def __init__(self, time_s: float = 2.0, capacity_bytes: float | None = None):
         self.time_s = time_s
+        self.capacity = capacity_bytes
 
     def partition(self, graph):
         arr = from_graph(graph)
         sim = Simulator(arr)
-        base = mincut_placement(arr)
+        fits = (lambda x: True) if self.capacity is None else (
+            lambda x: usage(arr, x) <= self.capacity)
+        if self.capacity is None:
+            base = mincut_placement(arr)
+        else:  # the serial plan within the memory limit
+            base = placement_array(MemoryPartitioner(self.capacity, milp_time_limit=0)
+                                   .partition(arr).placement, arr.n_ops)
         base_ms = sim.run(base)[0]
         heft = heft_placement(arr)
-        heft_ms = sim.run(heft)[0]
+        heft_ms = sim.run(heft)[0] if fits(heft) else float("inf")
         start, start_ms = (heft, heft_ms) if heft_ms < base_ms else (base, base_ms)
-        x, ms = local_search(arr, sim, start, start_ms, self.time_s)
-        plan = make_plan(arr, x, self.method, objective="makespan", notes=[
+        x, ms = local_search(arr, sim, start, start_ms, self.time_s, fits)
+        plan = make_plan(arr, x, self.method, objective="makespan", capacity=self.capacity, notes=[
             f"makespan {ms:.6g} s; min-cut placement {base_ms:.6g} s "
             f"({100 * (base_ms - ms) / base_ms if base_ms > 0 else 0.0:.1f}% better); "
             f"HEFT {heft_ms:.6g} s"])
