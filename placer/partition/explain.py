@@ -58,6 +58,13 @@ def _ratio(slow: float, fast: float) -> str:
     return f"{r:.0f}x" if r >= 10 else f"{r:.1f}x"
 
 
+def _size(nbytes: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes:.0f} B"
+
+
 def _against(arr: CostArrays, on_gpu: np.ndarray, i: int, capacity: float | None) -> str:
     """Why op i sits on its individually slower device."""
     comp = np.flatnonzero(arr.component == arr.component[i])
@@ -70,6 +77,9 @@ def _against(arr: CostArrays, on_gpu: np.ndarray, i: int, capacity: float | None
         params, peak, _ = gpu_memory(arr, on_gpu)
         on_gpu[comp] = False
         if params + peak > capacity:
+            own = float(arr.read_param_bytes[comp].sum())
+            if own >= 0.5 * (params + peak - capacity):
+                return f"CPU: its {_size(own)} of parameters do not fit in GPU memory"
             return "CPU: does not fit in GPU memory"
     if worst >= 0:
         return f"CPU: copy of '{arr.tensor_name(worst)}' costs more than GPU saves"
