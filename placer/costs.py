@@ -274,8 +274,8 @@ class NetCosts:
     output sizes, ``gpu_kernel`` whether the registry has a GPU kernel, ``known`` whether
     the type and shapes are known).
     ``tensors``: one row per blob that is consumed or is an external output; columns
-    ``TENSOR_COLUMNS``: ``producer`` is the op index of its first writer before its first
-    consumer (in-place chains keep the chain's head), ``EXTERNAL_INPUT`` (-1) for a blob fed
+    ``TENSOR_COLUMNS``, one row per *version* of a blob: ``producer`` is the op index
+    that wrote that version (an in-place op starts a new one), ``EXTERNAL_INPUT`` (-1) for a blob fed
     from the host, ``PARAMETER`` (-2) for one made by the init net; ``consumers`` the op
     indices reading it; copy times of its bytes over pinned host memory.
     """
@@ -294,10 +294,11 @@ class NetCosts:
 
     @property
     def activation_bytes(self) -> int:
-        """Bytes of every other tensor, each counted once (an upper bound on live activations:
-        the planner's peak-memory walk over blob lifetimes is the tight figure)."""
+        """Bytes of every other blob, each counted once (versions of an in-place blob share
+        its buffer: the largest counts). An upper bound on live activations: the planner's
+        peak-memory walk over blob lifetimes is the tight figure."""
         t = self.tensors
-        return int(t.loc[t.producer != PARAMETER, "bytes"].sum())
+        return int(t.loc[t.producer != PARAMETER].groupby("name")["bytes"].max().sum())
 
     def memory_footprint(self) -> dict[str, int]:
         """Parameters, activations (each once) and the GPU's capacity, in bytes."""
@@ -313,11 +314,11 @@ def annotate(typed_net: TypedNet, cpu_profile: DeviceProfile | None = None,
     net = typed_net.net
     rows = []
     for op, feats in zip(net.ops, typed_net.features):
-        inputs = [typed_net.blobs.get(b) for b in op.inputs]
+        inputs = list(_op_types(typed_net, op, "inputs"))
         cpu_s, cpu_src = model.op_time(op.type, inputs, op.args, feats, "cpu")
         gpu_s, gpu_src = model.op_time(op.type, inputs, op.args, feats, "gpu")
         opdef = registry.get(op.type)
-        outs = [typed_net.blobs.get(b) for b in op.outputs]
+        outs = _op_types(typed_net, op, "outputs")
         rows.append({
             "index": op.index, "name": op.name, "type": op.type, "cpu_s": cpu_s, "gpu_s": gpu_s,
             "cpu_source": cpu_src, "gpu_source": gpu_src, "flops": feats.flops, "macs": feats.macs,
@@ -334,26 +335,45 @@ def annotate(typed_net: TypedNet, cpu_profile: DeviceProfile | None = None,
 
 
 def _tensor_rows(typed_net: TypedNet, model: CostModel) -> list[dict]:
+    """One row per version of a blob: an in-place op's output is a new tensor (same name,
+    its own producer), so a copy is priced for the version its reader actually reads."""
     net = typed_net.net
-    origin = lambda b: PARAMETER if b in net.params else EXTERNAL_INPUT  # noqa: E731
-    writer: dict[str, int] = {}
-    producer: dict[str, int] = {}
-    consumers: dict[str, list[int]] = {}
+    current: dict[str, int] = {}           # blob -> producer of its live version
+    made: dict[tuple[str, int], TensorType | None] = {}
+    rows: dict[tuple[str, int], dict] = {}
+
+    def version(b: str) -> int:
+        return current.get(b, PARAMETER if b in net.params else EXTERNAL_INPUT)
+
+    def row(b: str, producer: int, t: TensorType | None) -> dict:
+        key = (b, producer)
+        if key not in rows:
+            t = made.get(key, t)
+            rows[key] = {"name": b, "producer": producer, "consumers": [],
+                         "bytes": float(t.nbytes) if t is not None else 0.0, "external_output": False}
+        return rows[key]
+
     for op in net.ops:
-        for b in op.inputs:
-            producer.setdefault(b, writer.get(b, origin(b)))
-            users = consumers.setdefault(b, [])
+        in_types = _op_types(typed_net, op, "inputs")
+        for b, t in zip(op.inputs, in_types):
+            users = row(b, version(b), t)["consumers"]
             if not users or users[-1] != op.index:
                 users.append(op.index)
-        for b in op.outputs:
-            writer.setdefault(b, op.index)
-    order = list(consumers) + [b for b in net.external_outputs if b not in consumers]
-    rows = []
-    for b in order:
-        t = typed_net.blobs.get(b)
-        nbytes = float(t.nbytes) if t is not None else 0.0
-        rows.append({"name": b, "producer": producer.get(b, writer.get(b, origin(b))),
-                     "consumers": consumers.get(b, []), "bytes": nbytes,
-                     "h2d_s": model.copy_time(nbytes, "h2d"), "d2h_s": model.copy_time(nbytes, "d2h"),
-                     "external_output": b in net.external_outputs})
-    return rows
+        for b, t in zip(op.outputs, _op_types(typed_net, op, "outputs")):
+            current[b] = op.index
+            made[(b, op.index)] = t
+    for b in net.external_outputs:
+        row(b, version(b), typed_net.blobs.get(b))["external_output"] = True
+    out = list(rows.values())
+    for r in out:
+        r["h2d_s"] = model.copy_time(r["bytes"], "h2d")
+        r["d2h_s"] = model.copy_time(r["bytes"], "d2h")
+    return out
+
+
+def _op_types(typed_net: TypedNet, op, which: str) -> tuple:
+    """The types an op read or wrote, as shape inference saw them at that op."""
+    seen = typed_net.op_inputs if which == "inputs" else typed_net.op_outputs
+    if op.index < len(seen):
+        return seen[op.index]
+    return tuple(typed_net.blobs.get(b) for b in getattr(op, which))

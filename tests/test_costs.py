@@ -153,9 +153,12 @@ def test_annotate_small_net():
     assert list(tensors.columns) == TENSOR_COLUMNS
     rows = {r.name: r for r in tensors.itertuples()}
     assert set(rows) == {"data", "w1", "b1", "h", "w2", "b2", "y", "p", "q"}
+    # the in-place Relu starts a new version of h: two rows, each read by its own op
+    versions = {(r.name, r.producer): r.consumers for r in tensors.itertuples()}
+    assert versions[("h", 0)] == [1] and versions[("h", 1)] == [2]
     assert (rows["data"].producer, rows["data"].consumers) == (-1, [0])
     assert (rows["w1"].producer, rows["w2"].consumers) == (-2, [2])
-    assert (rows["h"].producer, rows["h"].consumers) == (0, [1, 2])
+    assert (rows["h"].producer, rows["h"].consumers) == (1, [2])
     assert (rows["p"].producer, rows["p"].consumers, bool(rows["p"].external_output)) == (3, [4], True)
     assert (rows["q"].producer, rows["q"].consumers, rows["q"].bytes) == (4, [], 0.0)
     assert not rows["h"].external_output
