@@ -176,3 +176,17 @@ def test_threads_option_sets_the_blas_thread_count(tmp_path, capsys):
         assert threads.get_blas_threads() == 1 and "warning" not in err
     finally:
         threads.set_blas_threads(before)
+
+
+def test_trace_of_a_measured_run_is_a_valid_chrome_trace(tmp_path):
+    from placer.report.trace import validate_trace
+    net = write_net(tmp_path / "net.pbtxt")
+    np.savez(tmp_path / "in.npz", x=X, w=W, b=B)
+    code = cli.main(["run", str(net), "--inputs", str(tmp_path / "in.npz"), "--quiet",
+                     "--iterations", "2", "--trace", str(tmp_path / "trace.json")])
+    assert code == 0
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    assert validate_trace(trace) == []
+    ops = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    assert [e["args"].get("type") for e in ops] == ["FC", "Relu"]
+    assert all(e["dur"] >= 0 for e in ops)

@@ -51,6 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of random fills in the init net")
     parser.add_argument("--outputs", metavar="OUT.npz", help="write the external outputs here")
     parser.add_argument("--record", metavar="RUN.json", help="write the RunRecord here")
+    parser.add_argument("--trace", metavar="TRACE.json",
+                        help="write the measured timeline as a Chrome trace (opens in Perfetto)")
     parser.add_argument("--threads", type=int, metavar="N",
                         help="BLAS threads for CPU kernels (1 gives stable times on a shared host)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no table")
@@ -59,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.iterations < 1 or args.warmup < 0:
         raise InputError("--iterations must be >= 1 and --warmup >= 0")
-    for out in (args.outputs, args.record):
+    for out in (args.outputs, args.record, args.trace):
         if out:
             refuse_overwrite(out, args.net, args.init_net, args.inputs_npz)
     if args.threads is not None:
@@ -91,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
         atomic_write_bytes(args.outputs, buf.getvalue())
     if args.record:
         run_record.save(rec, args.record)
+    if args.trace:
+        from placer.report.trace import write_trace
+        write_trace(None, args.trace, run=run_record.to_dict(rec))
     return 0
 
 

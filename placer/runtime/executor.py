@@ -167,7 +167,7 @@ class Executor:
             raise DeviceError(f"op {op.label} is placed on {op.device}: {e.message}", e.hint) from e
 
     def _resolve(self, op: Op) -> Step:
-        args = Args(dict(op.args), op=op.label, seed=self._seed(op))
+        args = Args(dict(op.args), op=op.label, seed=self._seed(op), n_outputs=len(op.outputs))
         if op.type in COPY_OPS:
             source, target = _copy_ends(op, self.devices)
             gpu = target if target.kind == "gpu" else (source if source is not _ANY else target)
@@ -222,7 +222,7 @@ class Executor:
         for op in self.init_ops:
             device = (self.devices.get(op.device) if op.device is not None
                       else self._first_reader(op.outputs[0]) if op.outputs else self.devices.cpu)
-            args = Args(dict(op.args), op=op.label, seed=self._seed(op))
+            args = Args(dict(op.args), op=op.label, seed=self._seed(op), n_outputs=len(op.outputs))
             ins = [_plain(blobs[n]) for n in op.inputs]
             try:
                 outs = registry.get(op.type).kernel(device.xp, ins, args)
