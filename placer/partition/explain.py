@@ -71,6 +71,9 @@ def _against(arr: CostArrays, on_gpu: np.ndarray, i: int, capacity: float | None
     delta, worst = flip_delta(arr, on_gpu, comp)
     if on_gpu[i]:
         name = f"'{arr.tensor_name(worst)}'" if worst >= 0 else "its blobs"
+        if len(comp) > 1:  # it follows the ops it must share a device with
+            head = arr.op_label(int(comp[0]) if comp[0] != i else int(comp[-1]))
+            return f"GPU: shares a device with {head} (in place); moving them costs a copy of {name}"
         return f"GPU: copy of {name} costs more than CPU saves"
     if delta < 0 and capacity is not None:
         on_gpu[comp] = True
