@@ -132,6 +132,9 @@ def _write_outputs(args, result, doc) -> list[tuple[str, str]]:
         if args.output:
             save_netdef(placed.predict, args.output)
             written.append(("placed net", args.output))
+            info = _write_value_info(result.typed, args.output)
+            if info:
+                written.append(("input shapes", info))
         if args.init_out:
             if placed.init is None:
                 raise PlacerError("--init-out: the net has no init net to place", hint="give --init-net")
@@ -149,6 +152,22 @@ def _write_outputs(args, result, doc) -> list[tuple[str, str]]:
         write_trace(doc, args.trace)
         written.append(("predicted trace", args.trace))
     return written
+
+
+def _write_value_info(typed, placed_path: str) -> str | None:
+    """Input shapes beside the placed net (``<stem>.value_info.json``, as the model zoo
+    ships them), so that ``placer run placed.pbtxt`` needs no --input."""
+    from pathlib import Path
+
+    from placer.types import DTYPE_TO_DATA_TYPE
+    shapes = {b: typed.blobs.get(b) for b in typed.net.data_inputs}
+    shapes = {b: [DTYPE_TO_DATA_TYPE.get(t.dtype, 1), list(t.shape)] for b, t in shapes.items() if t is not None}
+    if not shapes:
+        return None
+    path = Path(placed_path)
+    path = path.with_name(path.stem + ".value_info.json")
+    atomic_write_text(path, json.dumps(shapes, indent=1) + "\n")
+    return str(path)
 
 
 def print_plan(doc: dict, all_rows: bool = False, out=sys.stdout) -> None:
