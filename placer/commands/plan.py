@@ -132,7 +132,7 @@ def _write_outputs(args, result, doc) -> list[tuple[str, str]]:
         if args.output:
             save_netdef(placed.predict, args.output)
             written.append(("placed net", args.output))
-            info = _write_value_info(result.typed, args.output)
+            info = _write_value_info(result.typed, args.output, args.net)
             if info:
                 written.append(("input shapes", info))
         if args.init_out:
@@ -154,9 +154,10 @@ def _write_outputs(args, result, doc) -> list[tuple[str, str]]:
     return written
 
 
-def _write_value_info(typed, placed_path: str) -> str | None:
+def _write_value_info(typed, placed_path: str, net_path: str) -> str | None:
     """Input shapes beside the placed net (``<stem>.value_info.json``, as the model zoo
-    ships them), so that ``placer run placed.pbtxt`` needs no --input."""
+    ships them), so that ``placer run placed.pbtxt`` needs no --input. A value_info the
+    input net was read with (a placed net with the input's stem) is left as it is."""
     from pathlib import Path
 
     from placer.types import DTYPE_TO_DATA_TYPE
@@ -166,12 +167,17 @@ def _write_value_info(typed, placed_path: str) -> str | None:
         return None
     path = Path(placed_path)
     path = path.with_name(path.stem + ".value_info.json")
+    src = Path(net_path)
+    if path.exists() and path.resolve() in {p.resolve() for p in (
+            src.with_name(src.stem + ".value_info.json"), src.with_name("value_info.json"))}:
+        return None
     atomic_write_text(path, json.dumps(shapes, indent=1) + "\n")
     return str(path)
 
 
-def print_plan(doc: dict, all_rows: bool = False, out=sys.stdout) -> None:
+def print_plan(doc: dict, all_rows: bool = False, out=None) -> None:
     import pandas as pd
+    out = out or sys.stdout  # looked up now: a redirected stdout is not the one at import time
     ops = doc["ops"]
     rows = [{"#": o["index"], "op": (o["name"] or (o["outputs"][0] if o["outputs"] else ""))[:28],
              "type": o["type"], "device": o["device"], "cpu ms": o["cpu_s"] * 1e3, "gpu ms": o["gpu_s"] * 1e3,

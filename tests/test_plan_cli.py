@@ -1,0 +1,318 @@
+"""`placer plan` end to end: the JSON anyone can recompute, reasons, options, errors, the
+placed net file. Nets are built here with NetBuilder and saved beside a value_info.json.
+
+The helpers at the top (``cli_plan``, ``plan_doc``, ``recompute``) are shared with the
+other plan tests.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+
+from placer import cli
+from placer.examples.builder import NetBuilder
+from placer.formats import caffe2_pb as pb
+from placer.formats.caffe2 import load_netdef
+
+COPY_TYPES = ("CopyCPUToGPU", "CopyGPUToCPU")
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+def cli_plan(capsys, *argv) -> tuple[int, str, str]:
+    capsys.readouterr()
+    rc = cli.main(["plan", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def plan_doc(capsys, *argv) -> dict:
+    rc, out, err = cli_plan(capsys, *argv, "--json")
+    assert rc == 0, err
+    return json.loads(out)
+
+
+def recompute(doc: dict, outputs_on_host: bool = True) -> dict:
+    """The plan's serial cost from the JSON alone: op times on their devices, plus each
+    tensor's copy once per direction (parameters, producer -2, are never copied)."""
+    dev = {o["index"]: o["device"] for o in doc["ops"]}
+    compute = sum(o["gpu_s"] if o["device"] == "gpu" else o["cpu_s"] for o in doc["ops"])
+    copy_s, nbytes, copies = 0.0, {"h2d": 0.0, "d2h": 0.0}, set()
+    for t in doc["tensors"]:
+        p = t["producer"]
+        if p == -2:
+            continue
+        where = "cpu" if p == -1 else dev[p]
+        readers = {dev[c] for c in t["consumers"] if c != p}
+        if t["external_output"] and outputs_on_host:
+            readers.add("cpu")
+        if where == "cpu" and "gpu" in readers:
+            copy_s += t["h2d_s"]
+            nbytes["h2d"] += t["bytes"]
+            copies.add((t["name"], "h2d"))
+        if where == "gpu" and "cpu" in readers:
+            copy_s += t["d2h_s"]
+            nbytes["d2h"] += t["bytes"]
+            copies.add((t["name"], "d2h"))
+    return {"total_s": compute + copy_s, "compute_s": compute, "copy_s": copy_s,
+            "pcie_bytes": nbytes, "copies": copies}
+
+
+def assert_consistent(doc: dict, outputs_on_host: bool = True) -> dict:
+    """The JSON's totals, copies and PCIe bytes equal the recomputation; memory fits."""
+    mine = recompute(doc, outputs_on_host)
+    assert doc["total_s"] == pytest.approx(mine["total_s"], rel=1e-9, abs=1e-15)
+    assert doc["compute_s"] + doc["copy_s"] == pytest.approx(mine["total_s"], rel=1e-9, abs=1e-15)
+    assert {(c["tensor"], c["direction"]) for c in doc["copies"]} == mine["copies"]
+    for d in ("h2d", "d2h"):
+        assert doc["pcie_bytes"][d] == pytest.approx(mine["pcie_bytes"][d], rel=1e-12)
+    mem = doc["gpu_memory"]
+    assert mem["used_bytes"] <= mem["usable_bytes"] * (1 + 1e-12)
+    return mine
+
+
+def by_name(doc: dict) -> dict:
+    return {o["name"]: o for o in doc["ops"]}
+
+
+def mixed_net(folder: Path, devices: dict | None = None, value_info: bool = True) -> dict:
+    """An MLP the GPU wins (fc1, relu1, fc2, prob; w1 shared by both FCs), a tiny side
+    branch whose copies cost more than the GPU saves (side_relu), and an op with no GPU
+    kernel (segments). ``devices`` maps op name -> (device_type, device_id)."""
+    devices = devices or {}
+    b = NetBuilder("mixed")
+    b.input("x", (256, 1024))
+    b.input("side", (1000,))
+    b.input("lengths", (4,), "int32")
+    b.param("w1", (1024, 1024), "XavierFill")
+    b.param("b1", (1024,), "ConstantFill", value=0.1)
+    for kind, ins, out, name in (("FC", ["x", "w1", "b1"], "h1", "fc1"), ("Relu", ["h1"], "r1", "relu1"),
+                                 ("FC", ["r1", "w1", "b1"], "h2", "fc2"), ("Sigmoid", ["h2"], "prob", "prob"),
+                                 ("Relu", ["side"], "side_out", "side_relu"),
+                                 ("LengthsToRanges", ["lengths"], "seg", "segments")):
+        b.op(kind, ins, out, name=name, device=devices.get(name))
+    for out in ("prob", "side_out", "seg"):
+        b.output(out)
+    paths = b.save(folder, "mixed")
+    if not value_info:
+        paths.pop("value_info").unlink()
+    return paths
+
+
+@pytest.fixture
+def mixed(tmp_path) -> dict:
+    return mixed_net(tmp_path)
+
+
+def plan_mixed(capsys, paths, *extra) -> dict:
+    return plan_doc(capsys, paths["predict"], "--init-net", paths["init"], *extra)
+
+
+# -- the JSON and the reasons ------------------------------------------------------------
+
+def test_json_layout_recomputes_to_the_reported_total(capsys, mixed):
+    doc = plan_mixed(capsys, mixed)
+    for key in ("objective", "method", "total_s", "optimal", "gap", "ops", "tensors", "baselines",
+                "gpu_memory", "pcie_bytes"):
+        assert key in doc
+    assert doc["objective"] == "serial" and doc["method"].startswith("mincut")
+    assert doc["optimal"] is True and doc["gap"] == pytest.approx(0.0, abs=1e-12)
+    assert [o["index"] for o in doc["ops"]] == list(range(6))
+    for o in doc["ops"]:
+        assert set(o) >= {"index", "name", "type", "device", "cpu_s", "gpu_s", "reason"}
+        assert o["device"] in ("cpu", "gpu") and o["reason"]
+    for t in doc["tensors"]:
+        assert set(t) >= {"name", "producer", "consumers", "bytes", "h2d_s", "d2h_s", "external_output"}
+    tensors = {t["name"]: t for t in doc["tensors"]}
+    assert tensors["w1"]["producer"] == -2 and tensors["w1"]["consumers"] == [0, 2]
+    assert tensors["w1"]["bytes"] == 1024 * 1024 * 4
+    assert tensors["x"]["producer"] == -1 and tensors["x"]["bytes"] == 256 * 1024 * 4
+    assert tensors["prob"]["external_output"] and tensors["prob"]["producer"] == 3
+    mine = assert_consistent(doc)
+    assert mine["copy_s"] > 0                      # x goes up, prob comes back
+    assert {"all_cpu", "all_gpu", "greedy", "lower_bound"} <= set(doc["baselines"])
+    assert "existing" not in doc["baselines"]
+    # the exact optimum is never worse than a baseline, never better than the bound
+    for name in ("all_cpu", "all_gpu", "greedy"):
+        assert doc["total_s"] <= doc["baselines"][name]["total_s"] * (1 + 1e-9)
+    assert doc["total_s"] >= doc["baselines"]["lower_bound"]["total_s"] * (1 - 1e-9)
+    # w1 read by two GPU ops is on the GPU once
+    assert doc["gpu_memory"]["param_bytes"] == pytest.approx((1024 * 1024 + 1024) * 4)
+
+
+def test_reasons_say_why(capsys, mixed):
+    ops = by_name(plan_mixed(capsys, mixed))
+    for name in ("fc1", "fc2"):
+        o = ops[name]
+        assert o["device"] == "gpu"
+        m = re.fullmatch(r"GPU ([0-9.]+)x faster", o["reason"])
+        assert m, o["reason"]
+        assert float(m.group(1)) == pytest.approx(o["cpu_s"] / o["gpu_s"], rel=0.06)
+    seg = ops["segments"]
+    assert seg["device"] == "cpu" and seg["reason"] == "pinned: no GPU kernel"
+    side = ops["side_relu"]
+    # alone the GPU is faster, but copying 'side' up and 'side_out' back costs more
+    assert side["gpu_s"] < side["cpu_s"] and side["device"] == "cpu"
+    assert re.fullmatch(r"CPU: copy of '(side|side_out)' costs more than GPU saves", side["reason"])
+
+
+def test_table_output_names_baselines_memory_and_pcie(capsys, mixed):
+    rc, out, err = cli_plan(capsys, mixed["predict"], "--init-net", mixed["init"])
+    assert rc == 0, err
+    assert "pinned: no GPU kernel" in out and "optimal for the serial objective" in out
+    assert "all on the CPU" in out and "lower bound" in out and "GPU memory:" in out
+    assert "PCIe per run:" in out and "your placement" not in out
+
+
+# -- options ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("glob, op", [("fc1=cpu", "fc1"), ("h2=cpu", "fc2"), ("Sigmoid=cpu", "prob"),
+                                      ("side_*=gpu", "side_relu")])
+def test_pin_matches_op_names_output_blobs_and_types(capsys, mixed, glob, op):
+    free = plan_mixed(capsys, mixed)
+    doc = plan_mixed(capsys, mixed, "--pin", glob)
+    o = by_name(doc)[op]
+    assert o["device"] == glob.rsplit("=", 1)[1] != by_name(free)[op]["device"]
+    assert o["reason"] == f"pinned: --pin {o['device']}" and o["pinned"] == o["device"]
+    assert_consistent(doc)
+    assert doc["total_s"] > free["total_s"]        # the free plan was optimal
+
+
+def test_keep_existing_pins_the_files_placement_and_scores_it(capsys, tmp_path):
+    paths = mixed_net(tmp_path, devices={"fc1": (0, 0), "relu1": (1, 0), "side_relu": (1, 0)})
+    free = plan_mixed(capsys, paths)
+    kept = plan_mixed(capsys, paths, "--keep-existing")
+    assert by_name(free)["fc1"]["device"] == "gpu" and by_name(free)["side_relu"]["device"] == "cpu"
+    assert by_name(kept)["fc1"]["device"] == "cpu"
+    assert by_name(kept)["relu1"]["device"] == "gpu" and by_name(kept)["side_relu"]["device"] == "gpu"
+    assert_consistent(kept)
+    # the existing placement: ops without a device_option run on the CPU, as Caffe2 does
+    existing = {o["index"]: "cpu" for o in free["ops"]}
+    existing.update({1: "gpu", 4: "gpu"})
+    scored = recompute({**free, "ops": [{**o, "device": existing[o["index"]]} for o in free["ops"]]})
+    assert free["baselines"]["existing"]["total_s"] == pytest.approx(scored["total_s"], rel=1e-9)
+    assert free["total_s"] < free["baselines"]["existing"]["total_s"]
+    rc, out, _ = cli_plan(capsys, paths["predict"], "--init-net", paths["init"])
+    line = [x for x in out.splitlines() if x.startswith("your placement:")]
+    assert rc == 0 and len(line) == 1 and ", ours: " in line[0]
+
+
+def test_gpu_mem_and_reserve(capsys, mixed):
+    doc = plan_mixed(capsys, mixed, "--gpu-mem", "1GiB")
+    assert doc["gpu_memory"]["capacity_bytes"] == 2 ** 30
+    assert doc["gpu_memory"]["usable_bytes"] == pytest.approx(0.9 * 2 ** 30)
+    doc = plan_mixed(capsys, mixed, "--gpu-mem", "2GB", "--gpu-reserve", "25%")
+    assert doc["gpu_memory"]["usable_bytes"] == pytest.approx(1.5e9)
+    # 4 MB of GPU memory cannot hold w1 (4.2 MB): both FCs go to the CPU, and say why
+    doc = plan_mixed(capsys, mixed, "--gpu-mem", "4MB", "--gpu-reserve", "0")
+    ops = by_name(doc)
+    assert ops["fc1"]["device"] == ops["fc2"]["device"] == "cpu"
+    assert any("fit" in ops[n]["reason"] for n in ("fc1", "fc2")), [ops[n]["reason"] for n in ops]
+    assert not doc["baselines"]["all_gpu"]["feasible"]
+    assert "usable" in doc["baselines"]["all_gpu"]["why_infeasible"]
+    assert_consistent(doc)
+
+
+def test_methods_agree_where_they_should(capsys, mixed):
+    mincut = plan_mixed(capsys, mixed)
+    milp = plan_mixed(capsys, mixed, "--method", "milp")
+    greedy = plan_mixed(capsys, mixed, "--method", "greedy")
+    span = plan_mixed(capsys, mixed, "--method", "makespan")
+    for doc in (milp, greedy, span):
+        assert_consistent(doc)
+    assert milp["method"] == "milp" and milp["total_s"] == pytest.approx(mincut["total_s"], rel=1e-9)
+    assert greedy["total_s"] == pytest.approx(greedy["baselines"]["greedy"]["total_s"], rel=1e-12)
+    assert span["objective"] == "makespan"
+    ms = lambda d: d["schedules"]["makespan"]["makespan_s"]  # noqa: E731
+    assert ms(span) <= ms(mincut) * (1 + 1e-9)
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+def one_line_error(capsys, *argv) -> str:
+    rc, out, err = cli_plan(capsys, *argv)
+    assert rc == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("placer: error: "), err
+    return lines[0]
+
+
+def test_infeasible_pin_names_the_ops_and_bytes_over(capsys, mixed):
+    err = one_line_error(capsys, mixed["predict"], "--init-net", mixed["init"], "--pin", "fc1=gpu",
+                         "--gpu-mem", "1MB", "--gpu-reserve", "0")
+    assert "fc1" in err and "over" in err and "MiB" in err
+
+
+def test_unknown_shapes_say_what_to_add(capsys, tmp_path):
+    paths = mixed_net(tmp_path, value_info=False)
+    init = paths["init"].rename(tmp_path / "weights.pbtxt")   # not found beside the net by name
+    err = one_line_error(capsys, paths["predict"])       # no init net, no input shapes
+    assert "--init-net" in err and "--input" in err and "'w1'" in err
+    err = one_line_error(capsys, paths["predict"], "--init-net", init)
+    assert "'x'" in err and "--input NAME=" in err
+
+
+@pytest.mark.parametrize("option, value, words", [
+    ("--pin", "fc1", "GLOB=cpu"), ("--pin", "fc1=tpu", "GLOB=cpu"), ("--pin", "nothing*=cpu", "no op name"),
+    ("--gpu-mem", "lots", "16GiB"), ("--gpu-reserve", "150%", "below 100%"), ("--gpu-reserve", "x", "10%")])
+def test_bad_option_values(capsys, mixed, option, value, words):
+    err = one_line_error(capsys, mixed["predict"], "--init-net", mixed["init"], option, value)
+    assert words in err and value in err
+
+
+# -- the placed net file --------------------------------------------------------------------
+
+def test_placed_net_keeps_the_users_file_and_adds_devices_and_copies(capsys, tmp_path):
+    paths = mixed_net(tmp_path)
+    out, init_out = tmp_path / "placed.pbtxt", tmp_path / "placed_init.pbtxt"
+    doc = plan_mixed(capsys, paths, "--pin", "relu1=cpu", "-o", out, "--init-out", init_out)
+    dev = {o["name"]: o["device"] for o in doc["ops"]}
+    assert dev["relu1"] == "cpu" and dev["fc1"] == dev["fc2"] == "gpu"
+    orig, placed = load_netdef(paths["predict"]), load_netdef(out)
+    users = [op for op in placed.op if op.type not in COPY_TYPES]
+    assert [op.type for op in users] == [op.type for op in orig.op]
+    for a, b in zip(orig.op, users):
+        want = (1, 0) if dev[a.name] == "gpu" else (0, 0)
+        assert b.HasField("device_option")
+        assert (b.device_option.device_type, b.device_option.device_id) == want
+        a2, b2 = pb.OperatorDef(), pb.OperatorDef()
+        a2.CopyFrom(a), b2.CopyFrom(b)
+        for m in (a2, b2):
+            del m.input[:], m.output[:]
+            m.ClearField("device_option")
+        assert a2 == b2                      # name, type, arguments unchanged
+    copies = [(op.type, op.input[0], op.output[0]) for op in placed.op if op.type in COPY_TYPES]
+    assert ("CopyCPUToGPU", "x", "x_gpu0") in copies
+    assert ("CopyGPUToCPU", "h1", "h1_cpu") in copies and ("CopyCPUToGPU", "r1", "r1_gpu0") in copies
+    assert ("CopyGPUToCPU", "prob_gpu0", "prob") in copies     # output back under its own name
+    assert {(c[1].removesuffix("_gpu0"), "d2h" if c[0] == "CopyGPUToCPU" else "h2d") for c in copies} == \
+        {(c["tensor"], c["direction"]) for c in doc["copies"]}
+    assert all(op.device_option.device_type == 1 for op in placed.op if op.type in COPY_TYPES)
+    # non-op fields: unchanged (a parameter used on both devices would add '<w>_gpu0' inputs)
+    a, b = pb.NetDef(), pb.NetDef()
+    a.CopyFrom(orig), b.CopyFrom(placed)
+    del a.op[:], b.op[:]
+    assert a == b
+    init = load_netdef(init_out)
+    assert {op.output[0]: op.device_option.device_type for op in init.op} == {"w1": 1, "b1": 1}
+    assert text_format.MessageToString(load_netdef(paths["predict"])) == Path(paths["predict"]).read_text()
+
+
+def test_outputs_never_overwrite_inputs(capsys, mixed):
+    info = Path(mixed["value_info"])
+    info.write_text(json.dumps(json.loads(info.read_text()), indent=4))   # the user's own layout
+    before = {k: Path(p).read_bytes() for k, p in mixed.items()}
+    err = one_line_error(capsys, mixed["predict"], "--init-net", mixed["init"], "-o", mixed["predict"])
+    assert "refusing to overwrite" in err
+    err = one_line_error(capsys, mixed["predict"], "--init-net", mixed["init"],
+                         "-o", Path(mixed["predict"]).parent / "p.pbtxt", "--init-out", mixed["init"])
+    assert "refusing to overwrite" in err
+    # a placed net with the input's stem must not replace the input's value_info.json
+    rc, _, err = cli_plan(capsys, mixed["predict"], "--init-net", mixed["init"],
+                          "-o", Path(mixed["predict"]).with_suffix(".pb"))
+    assert rc == 0, err
+    assert {k: Path(p).read_bytes() for k, p in mixed.items()} == before
