@@ -1,0 +1,122 @@
+"""The bundled DLRM Criteo-1TB net planned on three GPUs: which tables stay on the CPU.
+
+26 tables of dimension 128 (float32); the four largest hold 39.88M, 38.53M, 39.98M and
+39.66M rows, ~20 GB each, 96 GB in all. A V100 (16 GB) or an A100 (40 GB) cannot hold
+them: those tables must stay on the CPU while the MLPs run on the GPU; an H200 (141 GB)
+holds everything.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import pytest
+from test_plan_cli import assert_consistent
+
+from placer import cli, examples
+
+NET = examples.path("dlrm_criteo_1tb")
+INIT = NET.with_name("dlrm_criteo_1tb_init.pbtxt")
+DIM = 128
+LARGEST = {39884406, 38532951, 39979771, 39664984}   # MLPerf Criteo-1TB cardinalities
+MLP_TYPES = {"FC", "Relu", "Sigmoid"}
+
+
+def plan(*extra) -> dict:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = cli.main(["plan", str(NET), "--init-net", str(INIT), "--json", *map(str, extra)])
+    assert rc == 0, err.getvalue()
+    return json.loads(out.getvalue())
+
+
+@pytest.fixture(scope="module")
+def plans() -> dict:
+    return {gpu: plan("--gpu-profile", gpu)
+            for gpu in ("v100-16gb-pcie3", "a100-40gb-pcie4", "h200-141gb-pcie5")}
+
+
+def tables(doc: dict) -> dict:
+    """SparseLengthsSum op index -> rows of the table it reads (from the tensor table)."""
+    params = {t["name"]: t for t in doc["tensors"] if t["producer"] == -2}
+    out = {}
+    for t in params.values():
+        for c in t["consumers"]:
+            if doc["ops"][c]["type"] == "SparseLengthsSum":
+                assert t["bytes"] % (4 * DIM) == 0
+                out[c] = int(t["bytes"] // (4 * DIM))
+    return out
+
+
+def test_the_net_is_the_criteo_1tb_dlrm(plans):
+    doc = plans["v100-16gb-pcie3"]
+    rows = tables(doc)
+    assert len(rows) == 26 and max(rows.values()) <= 40_000_000
+    assert LARGEST <= set(rows.values())
+    total = sum(t["bytes"] for t in doc["tensors"] if t["producer"] == -2)
+    assert 95e9 < total < 98e9
+
+
+@pytest.mark.parametrize("gpu", ["v100-16gb-pcie3", "a100-40gb-pcie4"])
+def test_tables_that_do_not_fit_stay_on_the_cpu(plans, gpu):
+    doc = plans[gpu]
+    ops, rows = doc["ops"], tables(doc)
+    mem = doc["gpu_memory"]
+    assert mem["used_bytes"] <= mem["usable_bytes"]
+    assert mem["usable_bytes"] == pytest.approx(0.9 * mem["capacity_bytes"])
+    on_cpu = {i: n for i, n in rows.items() if ops[i]["device"] == "cpu"}
+    # on the V100 all four ~20 GB tables stay on the CPU; the A100 (38.7 GB usable) takes
+    # one of them beside the 22 small tables (15.3 GB), and no more
+    assert len(set(on_cpu.values()) & LARGEST) == (4 if gpu.startswith("v100") else 3)
+    for i, n in on_cpu.items():
+        assert mem["used_bytes"] + n * DIM * 4 > mem["usable_bytes"]   # it would not fit
+        assert "do not fit in GPU memory" in ops[i]["reason"]
+    on_gpu = [n for i, n in rows.items() if ops[i]["device"] == "gpu"]
+    assert sum(on_gpu) * DIM * 4 <= mem["param_bytes"] <= mem["usable_bytes"]
+    assert len(on_gpu) >= 20            # the small tables do go to the GPU
+    mlp = [o for o in ops if o["type"] in MLP_TYPES]
+    assert len(mlp) == 3 * 2 + 5 * 2 - 1 + 1    # bottom 3 FC+Relu, top 5 FC + 4 Relu, Sigmoid
+    assert all(o["device"] == "gpu" for o in mlp), [(o["index"], o["device"]) for o in mlp]
+    for name in ("all_gpu", "greedy"):
+        b = doc["baselines"][name]
+        assert not b["feasible"] and b["gpu_memory_bytes"] > 95e9
+        assert "96.2 GB" in b["why_infeasible"] and "usable" in b["why_infeasible"]
+    assert doc["baselines"]["all_cpu"]["feasible"]
+    assert doc["baselines"]["all_cpu"]["total_s"] > 10 * doc["total_s"]
+    assert doc["optimal"] and doc["gap"] == pytest.approx(0, abs=1e-9)
+    assert_consistent(doc)
+    # a table on the CPU hands its pooled rows to the GPU: one H2D copy each
+    copied = {c["tensor"] for c in doc["copies"] if c["direction"] == "h2d"}
+    for i, n in rows.items():
+        if ops[i]["device"] == "cpu":
+            assert set(ops[i]["outputs"]) <= copied
+
+
+def test_the_larger_gpu_keeps_more_tables(plans):
+    cpu_tables = {gpu: sorted(n for i, n in tables(doc).items() if doc["ops"][i]["device"] == "cpu")
+                  for gpu, doc in plans.items()}
+    assert set(cpu_tables["a100-40gb-pcie4"]) <= set(cpu_tables["v100-16gb-pcie3"])
+    assert len(cpu_tables["a100-40gb-pcie4"]) < len(cpu_tables["v100-16gb-pcie3"])
+    assert cpu_tables["h200-141gb-pcie5"] == []
+    assert plans["a100-40gb-pcie4"]["total_s"] < plans["v100-16gb-pcie3"]["total_s"]
+
+
+def test_on_the_h200_everything_fits(plans):
+    doc = plans["h200-141gb-pcie5"]
+    assert all(o["device"] == "gpu" for o in doc["ops"])
+    assert doc["baselines"]["all_gpu"]["feasible"] and doc["baselines"]["greedy"]["feasible"]
+    assert doc["total_s"] == pytest.approx(doc["baselines"]["all_gpu"]["total_s"], rel=1e-9)
+    assert 95e9 < doc["gpu_memory"]["used_bytes"] <= doc["gpu_memory"]["usable_bytes"]
+    assert doc["baselines"]["all_cpu"]["total_s"] > 50 * doc["total_s"]
+    assert_consistent(doc)
+
+
+def test_makespan_plan_is_never_worse_than_the_mincut_plan(plans):
+    span = plan("--gpu-profile", "v100-16gb-pcie3", "--method", "makespan")
+    mincut = plans["v100-16gb-pcie3"]
+    assert span["objective"] == "makespan"
+    assert span["gpu_memory"]["used_bytes"] <= span["gpu_memory"]["usable_bytes"]
+    got, ref = (d["schedules"]["makespan"]["makespan_s"] for d in (span, mincut))
+    assert got <= ref * (1 + 1e-9)
+    assert_consistent(span)
