@@ -25,18 +25,14 @@ GPUS = [g.split("-")[0] for g in demo.FULL_SIZE_GPUS]
 NUM = r"([0-9.]+(?:e[+-]?\d+)?)"
 
 
-def run_demo(out, *extra) -> tuple[int, str]:
-    stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
-        status = cli.main(["demo", "-o", str(out), "--quick", "--quiet", *extra])
-    return status, stdout.getvalue()
-
-
 @pytest.fixture(scope="module")
 def done(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo")
-    status, text = run_demo(out)
-    return {"out": out, "status": status, "stdout": text,
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        status = cli.main(["demo", "-o", str(out), "--quick", "--quiet"])
+    text = stdout.getvalue()
+    return {"out": out, "status": status, "stdout": text, "stderr": stderr.getvalue(),
             "summary": text.split("summary:\n", 1)[1].splitlines() if "summary:\n" in text else []}
 
 
@@ -46,6 +42,7 @@ def load(path):
 
 def test_exits_zero_and_writes_every_file(done):
     assert done["status"] == 0, done["stdout"]
+    assert done["stderr"] == "", "--quiet printed progress"
     out = done["out"]
     for net in NETS:
         for name in ("plan.json", "plan.txt", "placed_predict.pbtxt", "placed_init.pbtxt", "inputs.npz",
@@ -178,7 +175,7 @@ def test_full_size_dlrm_answer_changes_with_gpu_memory(done):
     assert parts[0][4] == parts[1][4] == "does not fit" and parts[2][4] == "fits"
 
 
-def test_profile_line_and_progress(done):
+def test_profile_line(done):
     line = done["summary"][3]
     m = re.search(rf"CPU profile: (\d+) op timings, {NUM} GFLOP/s GEMM, {NUM} GB/s streaming", line)
     cpu = load_profile(done["out"] / "profiles" / "cpu-measured.json").device("cpu")
@@ -198,8 +195,9 @@ def test_mismatch_exits_one_loudly(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(demo, "RUNNABLE", ("resnet_small",))
     monkeypatch.setattr(demo, "FULL_SIZE_GPUS", ())
     monkeypatch.setattr(demo, "compare", lambda want, got: (False, 0.25))
-    status = cli.main(["demo", "-o", str(tmp_path), "--quick", "--quiet"])
+    status = cli.main(["demo", "-o", str(tmp_path), "--quick"])
     captured = capsys.readouterr()
     assert status == 1
     assert "FAILED" in captured.err and "resnet_small" in captured.err
+    assert re.search(r"^\[ *[0-9.]+s\] running resnet_small", captured.err, re.M), "no progress lines"
     assert "outputs DIFFER (max diff 0.25)" in captured.out

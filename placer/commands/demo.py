@@ -35,12 +35,14 @@ from placer.profiling import DEFAULT_GPU_PROFILE
 
 HELP = "profile this CPU, then plan, run and report the bundled example nets (no GPU needed)"
 DESCRIPTION = """\
-Runs the whole job on nets that ship with placer, with no GPU: profiles this CPU on a
-small DLRM-style recommender and a small ResNet-style CNN, plans both against the default
-GPU profile (""" + DEFAULT_GPU_PROFILE + """), runs the placed nets with the GPU emulated
-and checks that their outputs equal the all-CPU run, plans the full-size MLPerf Criteo
-1TB DLRM (about 96 GB of embedding tables, planning only) on a V100 16 GB, an A100 40 GB
-and an H200, and writes HTML reports, plan JSON, run records and Chrome traces.
+Runs the whole job on nets that ship with placer, with no GPU:
+- profiles this CPU on a small DLRM-style recommender and a small ResNet-style CNN;
+- plans both against the default GPU profile (""" + DEFAULT_GPU_PROFILE + """);
+- runs the placed nets with the GPU emulated and checks that their outputs equal the
+  all-CPU run (exit status 1 if they do not);
+- plans the full-size MLPerf Criteo 1TB DLRM (about 96 GB of embedding tables, planning
+  only) on a V100 16 GB, an A100 40 GB and an H200, where the answer changes;
+- writes HTML reports, plan JSON, run records and Chrome traces, and prints a summary.
 
 OUT/commands.sh lists the placer commands the demo ran, to repeat any step by hand.
 
