@@ -6,7 +6,9 @@
 Each shot is one section of a demo report (the others hidden by an injected style rule),
 rendered by headless Chromium (Debian's ``chromium``) at a fixed window width, cropped to
 its content and written as a small PNG with matplotlib's image functions. Needs chromium
-on PATH (or --chromium); no network.
+on PATH (or --chromium); no network. The demo it runs uses one BLAS thread
+(OPENBLAS_NUM_THREADS=1, for profiling and runs alike), so that other work on a shared
+machine disturbs the predicted-vs-measured figures shown as little as it can.
 """
 from __future__ import annotations
 
@@ -74,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         demo = Path(args.demo) if args.demo else scratch / "demo"
         if not args.demo:
             subprocess.run([sys.executable, str(ROOT / "cli.py"), "demo", "-o", str(demo), "--quiet"],
-                           check=True, stdout=subprocess.DEVNULL)
+                           check=True, stdout=subprocess.DEVNULL,
+                           env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
         Path(args.output).mkdir(parents=True, exist_ok=True)
         for name, report, keep, height in SHOTS:
             page = scratch / f"{Path(name).stem}.html"
