@@ -201,3 +201,16 @@ def test_mismatch_exits_one_loudly(tmp_path, monkeypatch, capsys):
     assert "FAILED" in captured.err and "resnet_small" in captured.err
     assert re.search(r"^\[ *[0-9.]+s\] running resnet_small", captured.err, re.M), "no progress lines"
     assert "outputs DIFFER (max diff 0.25)" in captured.out
+
+
+@pytest.mark.browser
+def test_demo_report_renders_in_chromium(done, tmp_path):
+    from test_report_browser import Dom, browse, console_lines
+    page = done["out"] / "dlrm_small" / "report.html"
+    res = browse(page, tmp_path, "--dump-dom")
+    assert res.returncode == 0, res.stderr[-2000:]
+    dom = Dom(res.stdout)
+    assert set(SECTIONS) <= dom.sections
+    assert dom.op_rows == len(load(done["out"] / "dlrm_small" / "plan.json")["ops"])
+    assert dom.body.get("data-images-ok") == "yes"
+    assert console_lines(res.stderr) == []
