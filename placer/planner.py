@@ -44,6 +44,8 @@ class PlanResult:
 
 def plan(typed: TypedNet, cpu_profile, gpu_profile, options: PlanOptions = PlanOptions()) -> PlanResult:
     net = typed.net
+    if not net.ops:
+        raise PlacerError(f"{net.path or net.name or 'the net'}: the net has no ops; there is nothing to place")
     # 1. price every op and tensor on both devices
     costs = annotate(typed, cpu_profile, gpu_profile, unknown_op_cost_s=options.unknown_op_cost_s)
     # 2. the cost graph with pins and colocation

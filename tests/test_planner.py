@@ -211,3 +211,18 @@ def test_planned_fanout_net_runs_like_the_cpu_original(fan, pins):
     assert set(got) == set(ref) == {"u", "s", "side_out"}
     for k in ref:
         np.testing.assert_allclose(np.asarray(got[k]), ref[k], rtol=1e-5, atol=1e-6)
+
+
+def test_the_emulated_run_catches_a_missing_copy(fan):
+    """The comparison above can fail: a placed net without one of its copies is refused."""
+    from placer.errors import DeviceError
+    r = run_plan(fan, pins=("relu=cpu", "sum=cpu"))
+    placed = place(fan.net, [r.plan.placement[i] for i in range(7)])
+    k = next(i for i, op in enumerate(placed.predict.op) if op.type == "CopyGPUToCPU")
+    src, dst = placed.predict.op[k].input[0], placed.predict.op[k].output[0]
+    del placed.predict.op[k]
+    for op in placed.predict.op:             # readers take the GPU blob directly
+        op.input[:] = [src if b == dst else b for b in op.input]
+    inputs = {"x": np.zeros((64, 256), np.float32), "side": np.zeros(100, np.float32)}
+    with pytest.raises(DeviceError):
+        Executor(net_from_netdef(placed.predict, placed.init), emulate_gpu=True).run(inputs)
