@@ -191,6 +191,13 @@ def test_compare_flags_a_difference_and_a_missing_output():
     assert demo.compare(a, {"z": a["y"]})[0] is False
 
 
+def test_output_that_is_a_file_is_refused(tmp_path, capsys):
+    target = tmp_path / "report.html"
+    target.write_text("mine")
+    assert cli.main(["demo", "-o", str(target), "--quiet"]) == 2
+    assert "is a file" in capsys.readouterr().err and target.read_text() == "mine"
+
+
 def test_mismatch_exits_one_loudly(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(demo, "RUNNABLE", ("resnet_small",))
     monkeypatch.setattr(demo, "FULL_SIZE_GPUS", ())

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from placer import examples
+from placer.errors import InputError
 from placer.fileio import atomic_write_bytes, atomic_write_text
 from placer.profiling import DEFAULT_GPU_PROFILE
 
@@ -80,6 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if Path(args.output).exists() and not Path(args.output).is_dir():
+        raise InputError(f"-o {args.output}: is a file; the demo writes a folder of files",
+                         hint="give a folder, e.g. -o reports/demo")
     demo = Demo(Path(args.output), EFFORT["quick" if args.quick else "full"], quiet=args.quiet)
     return demo.main()
 
