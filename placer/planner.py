@@ -40,6 +40,7 @@ class PlanResult:
     capacity_bytes: float
     usable_bytes: float
     makespan: dict = field(default_factory=dict)  # simulated overlap of the chosen plan
+    options: PlanOptions = field(default_factory=PlanOptions)  # what was asked for
 
 
 def plan(typed: TypedNet, cpu_profile, gpu_profile, options: PlanOptions = PlanOptions()) -> PlanResult:
@@ -64,7 +65,7 @@ def plan(typed: TypedNet, cpu_profile, gpu_profile, options: PlanOptions = PlanO
     sim = Simulator(graph)
     makespan_s, events = sim.run(_on_gpu(chosen, len(net.ops)), record=True)
     return PlanResult(typed, costs, graph, chosen, base, capacity, usable,
-                      makespan={"makespan_s": makespan_s, "events": events})
+                      makespan={"makespan_s": makespan_s, "events": events}, options=options)
 
 
 def resolve_pins(net: Net, specs, keep_existing: bool) -> dict[int, str]:

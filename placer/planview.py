@@ -54,9 +54,10 @@ def plan_json(result: PlanResult, profiles: dict | None = None) -> dict:
     h2d = sum(c.nbytes for c in plan.copies if c.direction == "h2d")
     d2h = sum(c.nbytes for c in plan.copies if c.direction == "d2h")
     return {
-        "net": net.name, "path": net.path, "objective": plan.objective, "method": plan.method,
+        "net": net.name, "path": net.path, "objective": plan.objective,
+        "method": result.options.method, "solver": plan.method,
         "total_s": plan.cost.total_s, "compute_s": plan.cost.compute_s, "copy_s": plan.cost.copy_s,
-        "optimal": bool(plan.optimal), "gap": plan.gap, "optimality": optimality(plan),
+        "optimal": bool(plan.optimal), "gap": _gap(plan), "optimality": optimality(plan),
         "notes": list(plan.notes), "profiles": profiles or {},
         "ops": ops, "tensors": tensors,
         "copies": [{"tensor": c.tensor, "direction": c.direction, "bytes": c.nbytes, "time_s": c.time_s,
@@ -72,6 +73,13 @@ def plan_json(result: PlanResult, profiles: dict | None = None) -> dict:
                       "makespan": {"makespan_s": result.makespan["makespan_s"],
                                    "events": [_event(result, e) for e in result.makespan["events"]]}},
     }
+
+
+def _gap(plan: Plan) -> float | None:
+    """The relative gap to the bound; rounding noise of a proven optimum reads 0."""
+    if plan.gap is None:
+        return None
+    return 0.0 if plan.optimal and abs(plan.gap) < 1e-9 else float(plan.gap)
 
 
 def _baselines(result: PlanResult) -> dict:

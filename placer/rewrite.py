@@ -8,7 +8,8 @@ What changes in the user's net, and nothing else:
   device option) inserted right after its producer (at the top of the net for external
   inputs), and its consumers on that device read the copy: ``<blob>_gpu<N>`` / ``<blob>_cpu``;
 - an external output made on the GPU comes back to the host under the user's own name
-  (the GPU-side blob is then ``<blob>_gpu<N>``), when ``outputs_on_host`` is set;
+  (the GPU-side blob is then ``<blob>_gpu<N>``, for the whole in-place chain that made
+  it, so that the chain stays in place), when ``outputs_on_host`` is set;
 - in the init net, each parameter's fill op runs on the device of its consumers; a
   parameter used on both devices is filled on the CPU and copied to ``<blob>_gpu<N>``
   once by the init net, so no per-run copy is paid for it.
@@ -87,6 +88,13 @@ def place(net: Net, placement: Sequence[Device], outputs_on_host: bool = True) -
         if outputs_on_host and p is not None and p >= 0 and placement[p].is_gpu:
             home[(out, p)] = fresh(f"{out}_gpu{gpu.index}")
             other[(out, p)] = out
+            # the in-place chain that made it keeps one (GPU) name, so it stays in place
+            while out in net.ops[p].inputs:
+                prev = reads[p][net.ops[p].inputs.index(out)]
+                if prev < 0 or not placement[prev].is_gpu:
+                    break
+                home[(out, prev)] = home[(out, p)]
+                p = prev
     param_devices: dict[str, set[str]] = {}
     for (name, p), users in consumers.items():
         if p == PARAM:

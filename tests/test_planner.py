@@ -203,6 +203,8 @@ def test_planned_fanout_net_runs_like_the_cpu_original(fan, pins):
     if pins:
         assert devices == {"cpu", "gpu"} and directions == {"h2d", "d2h"}
     assert len(placed.copies) == len(r.plan.copies)
+    relu = next(op for op in placed.predict.op if op.name == "relu_inplace")
+    assert relu.input[0] == relu.output[0] == ("u_gpu0" if r.plan.placement[5].is_gpu else "u")  # still in place
     rng = np.random.default_rng(3)
     inputs = {"x": rng.standard_normal((64, 256)).astype(np.float32),
               "side": rng.standard_normal(100).astype(np.float32)}
