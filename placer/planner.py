@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from placer.costs import NetCosts, annotate, gpu_memory_bytes
-from placer.errors import PlacerError
+from placer.errors import InfeasiblePlanError, PlacerError
+from placer.ops import registry
 from placer.graph import build_cost_graph
 from placer.partition import baselines, check_plan, partition
 from placer.partition.schedule import Simulator
@@ -73,6 +74,13 @@ def resolve_pins(net: Net, specs, keep_existing: bool) -> dict[int, str]:
     pins: dict[int, str] = {}
     if keep_existing:
         pins.update({op.index: op.device.kind for op in net.ops if op.device is not None})
+        for op in net.ops:
+            opdef = registry.get(op.type)
+            if pins.get(op.index) == "gpu" and (opdef is None or "gpu" not in opdef.devices):
+                raise InfeasiblePlanError(
+                    f"--keep-existing: op {op.label} has a GPU device_option in the file, but placer "
+                    f"has no GPU kernel for {op.type}",
+                    hint="drop --keep-existing, or give that op a CPU device_option")
     for spec in specs:
         pattern, eq, device = spec.rpartition("=")
         if not eq or not pattern or device not in ("cpu", "gpu"):

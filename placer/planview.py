@@ -2,8 +2,9 @@
 
 ``plan_json(result)`` is what ``placer plan --json`` prints and what ``placer report``
 reads: enough to recompute the plan's cost by hand (every op's two times and device,
-every tensor's bytes, copy times, producer and consumers), plus baselines, memory and
-the predicted schedules.
+every tensor's bytes, copy times, producer and consumers, and ``outputs_on_host``: whether
+external outputs made on the GPU pay their copy back), plus baselines, memory and the
+predicted schedules.
 """
 from __future__ import annotations
 
@@ -58,6 +59,7 @@ def plan_json(result: PlanResult, profiles: dict | None = None) -> dict:
         "method": result.options.method, "solver": plan.method,
         "total_s": plan.cost.total_s, "compute_s": plan.cost.compute_s, "copy_s": plan.cost.copy_s,
         "optimal": bool(plan.optimal), "gap": _gap(plan), "optimality": optimality(plan),
+        "outputs_on_host": bool(result.graph.graph.get("outputs_on_host", True)),
         "notes": list(plan.notes), "profiles": profiles or {},
         "ops": ops, "tensors": tensors,
         "copies": [{"tensor": c.tensor, "direction": c.direction, "bytes": c.nbytes, "time_s": c.time_s,

@@ -36,9 +36,11 @@ def plan_doc(capsys, *argv) -> dict:
     return json.loads(out)
 
 
-def recompute(doc: dict, outputs_on_host: bool = True) -> dict:
+def recompute(doc: dict, outputs_on_host: bool | None = None) -> dict:
     """The plan's serial cost from the JSON alone: op times on their devices, plus each
     tensor's copy once per direction (parameters, producer -2, are never copied)."""
+    if outputs_on_host is None:
+        outputs_on_host = doc.get("outputs_on_host", True)
     dev = {o["index"]: o["device"] for o in doc["ops"]}
     compute = sum(o["gpu_s"] if o["device"] == "gpu" else o["cpu_s"] for o in doc["ops"])
     copy_s, nbytes, copies = 0.0, {"h2d": 0.0, "d2h": 0.0}, set()
@@ -62,7 +64,7 @@ def recompute(doc: dict, outputs_on_host: bool = True) -> dict:
             "pcie_bytes": nbytes, "copies": copies}
 
 
-def assert_consistent(doc: dict, outputs_on_host: bool = True) -> dict:
+def assert_consistent(doc: dict, outputs_on_host: bool | None = None) -> dict:
     """The JSON's totals, copies and PCIe bytes equal the recomputation; memory fits."""
     mine = recompute(doc, outputs_on_host)
     assert doc["total_s"] == pytest.approx(mine["total_s"], rel=1e-9, abs=1e-15)
@@ -229,6 +231,45 @@ def test_methods_agree_where_they_should(capsys, mixed):
     assert span["objective"] == "makespan"
     ms = lambda d: d["schedules"]["makespan"]["makespan_s"]  # noqa: E731
     assert ms(span) <= ms(mincut) * (1 + 1e-9)
+
+
+def test_outputs_left_on_the_gpu_pay_no_copy_back(capsys, tmp_path):
+    paths = mixed_net(tmp_path)
+    on_host = plan_mixed(capsys, paths)
+    out = tmp_path / "placed.pbtxt"
+    doc = plan_mixed(capsys, paths, "--no-outputs-on-host", "-o", out)
+    assert on_host["outputs_on_host"] is True and doc["outputs_on_host"] is False
+    assert ("prob", "d2h") in {(c["tensor"], c["direction"]) for c in on_host["copies"]}
+    assert ("prob", "d2h") not in {(c["tensor"], c["direction"]) for c in doc["copies"]}
+    assert_consistent(doc, outputs_on_host=False)
+    assert doc["total_s"] < on_host["total_s"]
+    placed = load_netdef(out)
+    prob = next(op for op in placed.op if op.name == "prob")
+    assert list(prob.output) == ["prob"] and prob.device_option.device_type == 1
+    assert not any(op.type == "CopyGPUToCPU" and "prob" in op.output for op in placed.op)
+
+
+def test_unknown_op_type_is_planned_on_the_cpu(capsys, tmp_path):
+    b = NetBuilder("unk")
+    b.input("x", (256, 1024))
+    b.op("Relu", ["x"], "a", name="relu")
+    b.op("MyCustomOp", ["a"], "c", name="custom")
+    b.op("Sigmoid", ["c"], "d", name="sigmoid")
+    b.output("d")
+    paths = b.save(tmp_path, "unk")
+    err = one_line_error(capsys, paths["predict"])
+    assert "'c'" in err and "--input" in err          # its output's shape cannot be inferred
+    doc = plan_doc(capsys, paths["predict"], "--input", "c=256,1024", "--unknown-op-cost", "0.002")
+    custom = by_name(doc)["custom"]
+    assert custom["device"] == "cpu" and custom["reason"] == "pinned: unknown op type"
+    assert custom["cpu_s"] == pytest.approx(0.002)
+    assert_consistent(doc)
+
+
+def test_keep_existing_gpu_op_without_gpu_kernel_is_an_error(capsys, tmp_path):
+    paths = mixed_net(tmp_path, devices={"segments": (1, 0)})
+    err = one_line_error(capsys, paths["predict"], "--init-net", paths["init"], "--keep-existing")
+    assert "segments" in err and "LengthsToRanges" in err and "--keep-existing" in err
 
 
 # -- errors ---------------------------------------------------------------------------------
