@@ -50,7 +50,7 @@ def _infer_op(typed: TypedNet, op: Op, user: dict[str, TensorType],
     inputs = [typed.blobs.get(b) for b in op.inputs]
     if opdef is None:
         typed.unknown_ops.append(op.index)
-        _set_outputs(typed, op, [None] * len(op.outputs), user)
+        _set_outputs(typed, op, [typed.net.shape_hints.get(b) for b in op.outputs], user)
         return UNKNOWN
     absent = [b for b, t in zip(op.inputs, inputs) if t is None]
     if absent:
@@ -94,8 +94,8 @@ def _named_types(op: Op, inputs: list[TensorType]) -> str:
 
 def _set_outputs(typed: TypedNet, op: Op, outputs: list, user: dict[str, TensorType]) -> None:
     for name, t in zip(op.outputs, outputs):
-        if t is None:
-            t = user.get(name)
+        if t is None or (name in user and name in typed.net.shape_hints and t == typed.net.shape_hints[name]):
+            t = user.get(name, t)
         typed.blobs[name] = t
 
 

@@ -202,6 +202,9 @@ class Net:
       "caffe2-text", "caffe2-binary", or "caffe-prototxt".
     - ``notes``: what the loader wants the user to know (Caffe: layers kept as unknown ops,
       fork fields skipped, an input whose shape the file leaves open and the --input for it).
+    - ``shape_hints``: shapes the loader knows for outputs of ops placer has no entry for
+      (the Caffe converter applies the layer's own rules, e.g. SSD's PriorBox); shape
+      inference uses them for those outputs only, and the user's ``--input`` wins.
     """
 
     name: str
@@ -217,6 +220,7 @@ class Net:
     source_format: str = ""
     default_device: Device | None = None
     notes: list[str] = field(default_factory=list)
+    shape_hints: dict[str, TensorType] = field(default_factory=dict)
 
     @property
     def data_inputs(self) -> list[str]:

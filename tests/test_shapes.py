@@ -3,6 +3,7 @@ real Conv/FC entries and Caffe loader for published FLOP counts."""
 from __future__ import annotations
 
 import pytest
+from conftest import corpus_files
 
 from placer.errors import ShapeError
 from placer.formats import load_net
@@ -204,3 +205,17 @@ def test_caffe2_alexnet_macs_with_parameter_shapes_given(corpus):
     assert typed.blobs["prob"] == TensorType((1, 1000))
     assert typed.blobs["pool5"] == TensorType((1, 256, 6, 6))
     assert _conv_fc_macs(typed) == pytest.approx(0.72e9, rel=0.05)
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("path", corpus_files("caffe", ".prototxt"), ids=lambda p: p.name)
+def test_every_caffe_file_with_input_shapes_gets_complete_shapes(path):
+    from placer.formats import load_net
+    net = load_net(path)
+    if not all(b in net.input_shapes for b in net.data_inputs):
+        pytest.skip(f"{path.name} carries no shape for {[b for b in net.data_inputs if b not in net.input_shapes]}")
+    typed = infer(net)
+    assert typed.missing == {}
+    every_blob = {b for op in net.ops for b in (*op.inputs, *op.outputs)}
+    assert all(typed.blobs.get(b) is not None for b in every_blob), \
+        [b for b in every_blob if typed.blobs.get(b) is None][:5]

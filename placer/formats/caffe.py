@@ -445,6 +445,22 @@ def load_caffe_net(path: str | os.PathLike, phase: str = "test", weights: str | 
     net = net_from_netdef(result.predict, result.init, path=str(path),
                           source_format="caffe-prototxt")
     net.input_shapes.update(result.input_shapes)
+    net.shape_hints.update(_unknown_op_shapes(result))
     net.path = str(path)
     net.notes.extend(result.notes)
     return net
+
+
+def _unknown_op_shapes(result) -> dict[str, TensorType]:
+    """Complete shapes, by the Caffe layer's own rules, of the tops of layers kept as ops
+    placer has no entry for (SSD's Permute, PriorBox, Normalize, ...)."""
+    from placer.ops import registry
+    hints = {}
+    for op in result.predict.op:
+        if registry.get(op.type) is not None:
+            continue
+        for top in op.output:
+            shape = result.shapes.get(top)
+            if shape is not None and all(d is not None for d in shape):
+                hints[top] = TensorType(tuple(int(d) for d in shape))
+    return hints

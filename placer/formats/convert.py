@@ -711,7 +711,7 @@ def _reshape(cv: _Converter, layer) -> None:
     out = None if x is None else caffe_reshape(x, dims, start, end)
     top = layer.top[0]
     cv.op("Reshape", [layer.bottom[0]], [top, f"_{top}_old_shape"], shape=shape)
-    cv.set([top, f"_{top}_old_shape"], [out, (len(shape),)])
+    cv.set([top, f"_{top}_old_shape"], [out, None if x is None else (len(x),)])  # the input's shape
 
 
 def caffe_reshape(x: tuple, dims: list[int], start: int, end: int) -> tuple:
@@ -837,7 +837,10 @@ def unknown_shapes(layer, shapes: list[Shape]) -> list[Shape]:
         hw = dims_product(x[2:])
         return [(1, 2, None if hw is None else hw * priors * 4)]
     if t == "DetectionOutput":
-        return [(1, 1, None, 7)]
+        # data-dependent: at most keep_top_k boxes per image (Caffe's own bound), 7 numbers each
+        keep = layer.detection_output_param.keep_top_k
+        batch = x[0] if x is not None else None
+        return [(1, 1, keep * batch if keep > 0 and batch is not None else None, 7)]
     return [None] * n
 
 
