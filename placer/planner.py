@@ -65,8 +65,12 @@ def plan(typed: TypedNet, cpu_profile, gpu_profile, options: PlanOptions = PlanO
     base = baselines.baselines(graph, existing)
     sim = Simulator(graph)
     makespan_s, events = sim.run(_on_gpu(chosen, len(net.ops)), record=True)
-    return PlanResult(typed, costs, graph, chosen, base, capacity, usable,
-                      makespan={"makespan_s": makespan_s, "events": events}, options=options)
+    makespan = {"makespan_s": makespan_s, "events": events}
+    if chosen.objective == "makespan":  # baselines judged by the same objective
+        makespan["baselines"] = {name: sim.run(_on_gpu(b, len(net.ops)))[0]
+                                 for name, b in base.items() if name != "lower_bound"}
+    return PlanResult(typed, costs, graph, chosen, base, capacity, usable, makespan=makespan,
+                      options=options)
 
 
 def resolve_pins(net: Net, specs, keep_existing: bool) -> dict[int, str]:

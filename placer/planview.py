@@ -95,6 +95,8 @@ def _baselines(result: PlanResult) -> dict:
                  "gpu_memory_bytes": b.gpu_memory_bytes, "feasible": bool(fits),
                  "label": BASELINE_LABELS[name],
                  "gpu_ops": sum(1 for d in b.placement.values() if d.is_gpu)}
+        if name in result.makespan.get("baselines", {}):
+            entry["makespan_s"] = result.makespan["baselines"][name]
         if not fits:
             entry["why_infeasible"] = (f"needs {fmt_bytes(b.gpu_memory_bytes)} of GPU memory; "
                                        f"{fmt_bytes(result.usable_bytes)} usable")

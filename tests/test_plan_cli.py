@@ -231,6 +231,11 @@ def test_methods_agree_where_they_should(capsys, mixed):
     assert span["objective"] == "makespan"
     ms = lambda d: d["schedules"]["makespan"]["makespan_s"]  # noqa: E731
     assert ms(span) <= ms(mincut) * (1 + 1e-9)
+    # the makespan plan says how it compares with the min-cut plan's own overlapped schedule
+    m = re.search(r"min-cut placement ([0-9.e+-]+) s", " ".join(span["notes"]))
+    assert m and float(m.group(1)) == pytest.approx(ms(mincut), rel=1e-5)
+    assert all(b["makespan_s"] > 0 for k, b in span["baselines"].items() if k != "lower_bound")
+    assert "makespan_s" not in mincut["baselines"]["all_cpu"]
 
 
 def test_outputs_left_on_the_gpu_pay_no_copy_back(capsys, tmp_path):

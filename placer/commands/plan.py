@@ -199,10 +199,13 @@ def print_plan(doc: dict, all_rows: bool = False, out=None) -> None:
     total = doc["total_s"]
     print(f"plan ({doc['method']}): {fmt_time(total)}  (compute {fmt_time(doc['compute_s'])}, "
           f"copies {fmt_time(doc['copy_s'])}) -- {doc['optimality']}", file=out)
+    ms = doc["schedules"]["makespan"]["makespan_s"]
     for name, b in doc["baselines"].items():
         line = f"  {b['label']:<46} {fmt_time(b['total_s']):>10}"
         if name != "lower_bound" and total > 0:
             line += f"  ({b['total_s'] / total:.2f}x the plan)"
+        if "makespan_s" in b and ms > 0:
+            line += f"; overlapped {fmt_time(b['makespan_s'])} ({b['makespan_s'] / ms:.2f}x the plan's)"
         if not b.get("feasible", True):
             line += f"  INFEASIBLE: {b['why_infeasible']}"
         print(line, file=out)
@@ -215,5 +218,6 @@ def print_plan(doc: dict, all_rows: bool = False, out=None) -> None:
           file=out)
     print(f"PCIe per run: {fmt_bytes(doc['pcie_bytes']['h2d'])} host->GPU, "
           f"{fmt_bytes(doc['pcie_bytes']['d2h'])} GPU->host, in {len(doc['copies'])} copies", file=out)
-    ms = doc["schedules"]["makespan"]["makespan_s"]
     print(f"with CPU, GPU and copies overlapped (async executor): {fmt_time(ms)}", file=out)
+    for note in doc.get("notes", []):
+        print(f"note: {note}", file=out)
