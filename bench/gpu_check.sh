@@ -2,8 +2,9 @@
 # One command for a machine with an NVIDIA GPU and cupy:
 #   bench/gpu_check.sh DIR
 # runs the gpu-marked tests, times every kernel on GPU vs CPU for two corpus nets
-# (AlexNet and ResNet-50, converted from Caffe with random weights) and writes the figures
-# into DIR. Fails loudly (exit 1, message on stderr) when no GPU is visible: it never skips.
+# (AlexNet and ResNet-50, converted from Caffe with random weights), measures the PCIe
+# copy curves and the bundled nets' GPU op times (`placer profile`), and writes the
+# figures into DIR. Fails loudly (exit 1, message on stderr) when no GPU is visible: it never skips.
 set -euo pipefail
 if [ $# -ne 1 ]; then echo "usage: bench/gpu_check.sh DIR" >&2; exit 2; fi
 OUT="$1"
@@ -41,6 +42,17 @@ for spec in "bvlc_alexnet_deploy.prototxt 8" "resnet50_ResNet-50-deploy.prototxt
     2>&1 | tee -a "$OUT/ops_summary.txt" || status=1
 done
 "$PY" bench/executor_overhead.py --ops 1000 2>&1 | tee "$OUT/executor_overhead.txt" || status=1
+
+echo "== PCIe copy curves (H2D/D2H, pinned and pageable, 4 KiB .. 1 GiB)"
+"$PY" cli.py profile --link --device cuda:0 -o "$OUT/link_profile.json" 2>&1 | tee "$OUT/link.txt" || status=1
+
+echo "== measured GPU op timings of the bundled nets, and a plan with them"
+for net in dlrm_small resnet_small; do
+  "$PY" cli.py profile "placer/examples/data/$net.pbtxt" --device cuda:0 -o "$OUT/gpu_profile.json" \
+    2>&1 | tail -3 | tee -a "$OUT/gpu_profile.txt" || status=1
+done
+"$PY" cli.py plan placer/examples/data/dlrm_small.pbtxt --gpu-profile "$OUT/gpu_profile.json" \
+  --plan-out "$OUT/plan_dlrm_small.json" 2>&1 | tail -12 | tee "$OUT/plan_dlrm_small.txt" || status=1
 
 if [ $status -ne 0 ]; then echo "gpu_check: FAILED (see $OUT)" >&2; fi
 exit $status
