@@ -172,3 +172,15 @@ def test_every_corpus_net_plans_or_says_what_is_missing(file, capsys):
     line = err.strip()
     assert "\n" not in line and line.startswith("placer: error: "), err
     assert re.search(r"give (--init-net INIT or )?--input NAME=|the net has no ops", line), line
+
+
+@pytest.mark.parametrize("case", ["googlenet_train_val", "resnet50", "squeezenet", "mobilenet", "dlrm_small"])
+def test_makespan_plan_is_never_worse_than_the_mincut_plan(case):
+    file, init, inputs, pins = CASES[case]
+    argv = [resolve(file), *(["--init-net", resolve(init)] if init else []),
+            *[a for s in inputs for a in ("--input", s)]]
+    for extra in ([], [a for p in pins for a in ("--pin", p)]):
+        mincut, span = plan(*argv, *extra), plan(*argv, *extra, "--method", "makespan")
+        assert_consistent(span)
+        got, ref = (d["schedules"]["makespan"]["makespan_s"] for d in (span, mincut))
+        assert got <= ref * (1 + 1e-9), (case, extra)
