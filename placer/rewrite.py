@@ -11,8 +11,9 @@ What changes in the user's net, and nothing else:
   (the GPU-side blob is then ``<blob>_gpu<N>``, for the whole in-place chain that made
   it, so that the chain stays in place), when ``outputs_on_host`` is set;
 - in the init net, each parameter's fill op runs on the device of its consumers; a
-  parameter used on both devices is filled on the CPU and copied to ``<blob>_gpu<N>``
-  once by the init net, so no per-run copy is paid for it.
+  parameter used on both devices (or only on the GPU, but made by a fill op with no GPU
+  kernel) is filled on the CPU and copied to ``<blob>_gpu<N>`` once by the init net, so
+  no per-run copy is paid for it.
 
 Blobs written more than once (in-place ops) are handled per version: a copy copies the
 version its consumer reads.
@@ -24,6 +25,7 @@ from typing import Sequence
 
 from placer.errors import PlacerError
 from placer.formats import caffe2_pb as pb
+from placer.ops import registry
 from placer.types import Device, Net
 
 EXTERNAL = -1   # producer of an external input fed from the host
@@ -104,8 +106,9 @@ def place(net: Net, placement: Sequence[Device], outputs_on_host: bool = True) -
             suffix = "_cpu" if dev_of(p) == "gpu" else f"_gpu{gpu.index}"
             other[(name, p)] = fresh(name + suffix)
     param_name = {}  # (param, device kind) -> blob name
+    cpu_only = _cpu_only_fills(net)
     for name, kinds in param_devices.items():
-        if kinds == {"cpu", "gpu"}:
+        if kinds == {"cpu", "gpu"} or (kinds == {"gpu"} and name in cpu_only):
             param_name[(name, "cpu")] = name
             param_name[(name, "gpu")] = fresh(f"{name}_gpu{gpu.index}")
         else:
@@ -163,7 +166,8 @@ def place(net: Net, placement: Sequence[Device], outputs_on_host: bool = True) -
             kinds = set().union(*(param_devices.get(o, set()) for o in fill.output)) or {"cpu"}
             new = pb.OperatorDef()
             new.CopyFrom(fill)
-            _set_device(new, gpu if kinds == {"gpu"} else Device("cpu"))
+            on_gpu = kinds == {"gpu"} and not cpu_only.intersection(fill.output)
+            _set_device(new, gpu if on_gpu else Device("cpu"))
             init.op.append(new)
             for o in fill.output:
                 if param_name.get((o, "gpu"), o) != o:
@@ -172,6 +176,16 @@ def place(net: Net, placement: Sequence[Device], outputs_on_host: bool = True) -
                     init.op.append(copy)
                     init.external_output.append(param_name[(o, "gpu")])
     return PlacedNet(out_net, init, copies)
+
+
+def _cpu_only_fills(net: Net) -> set[str]:
+    """Parameters whose init op has no GPU kernel: filled on the CPU, copied once."""
+    out: set[str] = set()
+    for fill in (net.init_proto.op if net.init_proto is not None else ()):
+        opdef = registry.get(fill.type)
+        if opdef is not None and "gpu" not in opdef.devices:
+            out.update(fill.output)
+    return out
 
 
 def _all_blob_names(net: Net) -> set[str]:

@@ -228,3 +228,21 @@ def test_the_emulated_run_catches_a_missing_copy(fan):
     inputs = {"x": np.zeros((64, 256), np.float32), "side": np.zeros(100, np.float32)}
     with pytest.raises(DeviceError):
         Executor(net_from_netdef(placed.predict, placed.init), emulate_gpu=True).run(inputs)
+
+
+def test_a_parameter_whose_fill_has_no_gpu_kernel_is_made_on_the_cpu_and_copied_once():
+    def build(b):
+        b.input("x", (4, 3))
+        b.param("q", (4, 3), "GivenTensorInt16Fill", values=list(range(-6, 6)))
+        b.op("Cast", ["q"], "qf", name="cast", to=1)
+        b.op("Add", ["x", "qf"], "y", name="add")
+        b.output("y")
+    typed = typed_net(build, {"x": (4, 3)})
+    r = run_plan(typed, pins=("cast=gpu",))
+    placed = place(typed.net, [r.plan.placement[i] for i in range(2)])
+    init = [(op.type, list(op.output), op.device_option.device_type) for op in placed.init.op]
+    assert init == [("GivenTensorInt16Fill", ["q"], 0), ("CopyCPUToGPU", ["q_gpu0"], 1)]
+    assert list(placed.predict.op[0].input) == ["q_gpu0"] and "q_gpu0" in placed.predict.external_input
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    got = Executor(net_from_netdef(placed.predict, placed.init), emulate_gpu=True).run({"x": x})
+    np.testing.assert_array_equal(np.asarray(got["y"]), x + np.arange(-6, 6).reshape(4, 3))
