@@ -55,7 +55,7 @@ def plan(typed: TypedNet, cpu_profile, gpu_profile, options: PlanOptions = PlanO
                              colocate=parameter_groups(net), inplace=inplace_pairs(net),
                              outputs_on_host=options.outputs_on_host)
     # 3. partition within GPU memory, and check the result from scratch
-    capacity = float(options.gpu_mem_bytes or gpu_memory_bytes(gpu_profile))
+    capacity = float(gpu_memory_bytes(gpu_profile) if options.gpu_mem_bytes is None else options.gpu_mem_bytes)
     chosen = partition(graph, options.method, capacity_bytes=capacity, reserve=options.reserve,
                        time_limit=options.time_limit_s)
     usable = capacity * (1 - options.reserve)

@@ -207,6 +207,9 @@ def test_gpu_mem_and_reserve(capsys, mixed):
     doc = plan_mixed(capsys, mixed, "--gpu-mem", "1GiB")
     assert doc["gpu_memory"]["capacity_bytes"] == 2 ** 30
     assert doc["gpu_memory"]["usable_bytes"] == pytest.approx(0.9 * 2 ** 30)
+    assert plan_mixed(capsys, mixed, "--gpu-mem", "16gib")["gpu_memory"]["capacity_bytes"] == 16 * 2 ** 30
+    none = plan_mixed(capsys, mixed, "--gpu-mem", "0")        # no GPU memory: nothing on the GPU
+    assert none["gpu_memory"]["capacity_bytes"] == 0 and {o["device"] for o in none["ops"]} == {"cpu"}
     doc = plan_mixed(capsys, mixed, "--gpu-mem", "2GB", "--gpu-reserve", "25%")
     assert doc["gpu_memory"]["usable_bytes"] == pytest.approx(1.5e9)
     # 4 MB of GPU memory cannot hold w1 (4.2 MB): both FCs go to the CPU, and say why
@@ -304,7 +307,8 @@ def test_unknown_shapes_say_what_to_add(capsys, tmp_path):
 
 @pytest.mark.parametrize("option, value, words", [
     ("--pin", "fc1", "GLOB=cpu"), ("--pin", "fc1=tpu", "GLOB=cpu"), ("--pin", "nothing*=cpu", "no op name"),
-    ("--gpu-mem", "lots", "16GiB"), ("--gpu-reserve", "150%", "below 100%"), ("--gpu-reserve", "x", "10%")])
+    ("--gpu-mem", "lots", "16GiB"), ("--gpu-mem", "1.2.3GB", "16GiB"), ("--gpu-mem", "e", "16GiB"),
+    ("--gpu-mem", "16XB", "16GiB"), ("--gpu-reserve", "150%", "below 100%"), ("--gpu-reserve", "x", "10%")])
 def test_bad_option_values(capsys, mixed, option, value, words):
     err = one_line_error(capsys, mixed["predict"], "--init-net", mixed["init"], option, value)
     assert words in err and value in err

@@ -74,12 +74,12 @@ def parse_size(text: str | None) -> float | None:
     """'16GiB' / '40GB' / '1.5e10' -> bytes."""
     if text is None:
         return None
-    m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([KMGT]?)(i?)B?\s*", text)
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+)\s*([KMGT]?)(i?)B?\s*", text, re.I)
     if not m:
         raise PlacerError(f"--gpu-mem '{text}': expected a size like 16GiB, 40GB or 17179869184")
     value = float(m.group(1))
     base = 1024 if m.group(3) else 1000
-    return value * base ** " KMGT".index(m.group(2) or " ")
+    return value * base ** " KMGT".index((m.group(2) or " ").upper())
 
 
 def parse_fraction(text: str) -> float:
