@@ -308,7 +308,7 @@ def test_unknown_shapes_say_what_to_add(capsys, tmp_path):
 @pytest.mark.parametrize("option, value, words", [
     ("--pin", "fc1", "GLOB=cpu"), ("--pin", "fc1=tpu", "GLOB=cpu"), ("--pin", "nothing*=cpu", "no op name"),
     ("--gpu-mem", "lots", "16GiB"), ("--gpu-mem", "1.2.3GB", "16GiB"), ("--gpu-mem", "e", "16GiB"),
-    ("--gpu-mem", "16XB", "16GiB"), ("--gpu-reserve", "150%", "below 100%"), ("--gpu-reserve", "x", "10%")])
+    ("--gpu-mem", "16XB", "16GiB"), ("--time-limit", "-1", ">= 0"), ("--unknown-op-cost", "nan", ">= 0"), ("--gpu-reserve", "150%", "below 100%"), ("--gpu-reserve", "x", "10%")])
 def test_bad_option_values(capsys, mixed, option, value, words):
     err = one_line_error(capsys, mixed["predict"], "--init-net", mixed["init"], option, value)
     assert words in err and value in err

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 
@@ -96,6 +97,9 @@ def run(args) -> int:
     for out in (args.output, args.init_out, args.plan_out, getattr(args, "report", None)):
         if out:
             refuse_overwrite(out, args.net, args.init_net)
+    for option, value in (("--time-limit", args.time_limit), ("--unknown-op-cost", args.unknown_op_cost)):
+        if not math.isfinite(value) or value < 0:
+            raise PlacerError(f"{option} {value}: must be a number of seconds >= 0")
     typed = load_typed_net(args, complete=True)
     cpu, gpu = profiles_from_args(args)
     options = PlanOptions(method=args.method, gpu_mem_bytes=parse_size(args.gpu_mem),
