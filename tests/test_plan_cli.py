@@ -366,3 +366,30 @@ def test_outputs_never_overwrite_inputs(capsys, mixed):
                           "-o", Path(mixed["predict"]).with_suffix(".pb"))
     assert rc == 0, err
     assert {k: Path(p).read_bytes() for k, p in mixed.items()} == before
+
+
+def test_placer_run_emulated_gives_the_cpu_outputs(capsys, tmp_path):
+    """The documented round trip: plan -o, then `placer run --emulate-gpu` on the placed
+    net (its input shapes come from the value_info.json written beside it)."""
+    import numpy as np
+    paths = mixed_net(tmp_path)
+    outs = {}
+    for ext in ("pbtxt", "pb"):
+        placed, init = tmp_path / f"placed.{ext}", tmp_path / f"placed_init.{ext}"
+        doc = plan_mixed(capsys, paths, "--pin", "relu1=cpu", "-o", placed, "--init-out", init)
+        assert {c["direction"] for c in doc["copies"]} == {"h2d", "d2h"}
+        assert (tmp_path / "placed.value_info.json").exists()
+        outs[ext] = tmp_path / f"out_{ext}.npz"
+        assert cli.main(["run", str(placed), "--init-net", str(init), "--emulate-gpu", "--quiet",
+                         "--random-inputs", "3", "--outputs", str(outs[ext])]) == 0
+    assert load_netdef(tmp_path / "placed.pb") == load_netdef(tmp_path / "placed.pbtxt")
+    ref = tmp_path / "ref.npz"
+    assert cli.main(["run", str(paths["predict"]), "--init-net", str(paths["init"]), "--quiet",
+                     "--random-inputs", "3", "--outputs", str(ref)]) == 0
+    with np.load(ref) as want:
+        assert set(want.files) == {"prob", "side_out", "seg"}
+        for path in outs.values():
+            with np.load(path) as got:
+                assert set(got.files) == set(want.files)
+                for k in want.files:
+                    np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
