@@ -28,6 +28,8 @@ def optimality(plan: Plan) -> str:
         return f"optimal for the serial objective{limit}"
     if plan.gap is not None:
         return f"within {100 * plan.gap:.2g}% of the MILP bound{limit}"
+    if not any(note.startswith("MILP") for note in plan.notes):
+        return f"feasible{limit}; optimality not proven (no MILP was run: time limit 0)"
     return f"feasible{limit}; optimality not proven (the MILP did not finish in time)"
 
 

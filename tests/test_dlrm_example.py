@@ -120,3 +120,12 @@ def test_makespan_plan_is_never_worse_than_the_mincut_plan(plans):
     got, ref = (d["schedules"]["makespan"]["makespan_s"] for d in (span, mincut))
     assert got <= ref * (1 + 1e-9)
     assert_consistent(span)
+
+
+def test_without_the_milp_the_plan_says_optimality_is_not_proven(plans):
+    doc = plan("--gpu-profile", "v100-16gb-pcie3", "--time-limit", "0")
+    assert doc["optimal"] is False and doc["gap"] is None
+    assert "optimality not proven" in doc["optimality"] and "time limit 0" in doc["optimality"]
+    assert doc["total_s"] >= plans["v100-16gb-pcie3"]["total_s"] * (1 - 1e-9)   # never below the optimum
+    assert doc["gpu_memory"]["used_bytes"] <= doc["gpu_memory"]["usable_bytes"]
+    assert_consistent(doc)
