@@ -361,6 +361,12 @@ def test_outputs_never_overwrite_inputs(capsys, mixed):
     err = one_line_error(capsys, mixed["predict"], "--init-net", mixed["init"],
                          "-o", Path(mixed["predict"]).parent / "p.pbtxt", "--init-out", mixed["init"])
     assert "refusing to overwrite" in err
+    for option in ("--trace", "--plan-out", "--report"):
+        err = one_line_error(capsys, mixed["predict"], "--init-net", mixed["init"], option, mixed["init"])
+        assert "refusing to overwrite" in err
+    placed = Path(mixed["predict"]).parent / "placed.pbtxt"
+    err = one_line_error(capsys, mixed["predict"], "--init-net", mixed["init"], "-o", placed, "--init-out", placed)
+    assert "the same file as -o" in err and not placed.exists()
     # a placed net with the input's stem must not replace the input's value_info.json
     rc, _, err = cli_plan(capsys, mixed["predict"], "--init-net", mixed["init"],
                           "-o", Path(mixed["predict"]).with_suffix(".pb"))

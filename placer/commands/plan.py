@@ -94,9 +94,7 @@ def parse_fraction(text: str) -> float:
 
 
 def run(args) -> int:
-    for out in (args.output, args.init_out, args.plan_out, getattr(args, "report", None)):
-        if out:
-            refuse_overwrite(out, args.net, args.init_net)
+    _check_outputs(args)
     for option, value in (("--time-limit", args.time_limit), ("--unknown-op-cost", args.unknown_op_cost)):
         if not math.isfinite(value) or value < 0:
             raise PlacerError(f"{option} {value}: must be a number of seconds >= 0")
@@ -118,6 +116,22 @@ def run(args) -> int:
         for what, path in written:
             print(f"wrote {what}: {path}")
     return 0
+
+
+def _check_outputs(args) -> None:
+    """No output replaces an input file, and no two outputs share a path."""
+    from pathlib import Path
+    outputs = {"-o": args.output, "--init-out": args.init_out, "--plan-out": args.plan_out,
+               "--report": getattr(args, "report", None), "--trace": getattr(args, "trace", None)}
+    seen: dict = {}
+    for option, out in outputs.items():
+        if not out:
+            continue
+        refuse_overwrite(out, args.net, args.init_net, args.weights)
+        key = Path(out).resolve()
+        if key in seen:
+            raise PlacerError(f"{option} {out}: the same file as {seen[key]}", hint="give each output its own path")
+        seen[key] = option
 
 
 def _source(profile) -> str:
