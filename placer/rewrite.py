@@ -13,7 +13,8 @@ What changes in the user's net, and nothing else:
 - in the init net, each parameter's fill op runs on the device of its consumers; a
   parameter used on both devices (or only on the GPU, but made by a fill op with no GPU
   kernel) is filled on the CPU and copied to ``<blob>_gpu<N>`` once by the init net, so
-  no per-run copy is paid for it.
+  no per-run copy is paid for it; that copy is an init-net external output and a
+  predict-net external input (the only names added to those lists).
 
 Blobs written more than once (in-place ops) are handled per version: a copy copies the
 version its consumer reads.
