@@ -399,3 +399,20 @@ def test_placer_run_emulated_gives_the_cpu_outputs(capsys, tmp_path):
                 assert set(got.files) == set(want.files)
                 for k in want.files:
                     np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+
+
+def test_a_parameter_read_on_both_devices_is_copied_once_by_the_init_net(capsys, tmp_path):
+    paths = mixed_net(tmp_path)
+    out, init_out = tmp_path / "placed.pbtxt", tmp_path / "placed_init.pbtxt"
+    doc = plan_mixed(capsys, paths, "--pin", "fc2=cpu", "-o", out, "--init-out", init_out)
+    assert by_name(doc)["fc1"]["device"] == "gpu" and by_name(doc)["fc2"]["device"] == "cpu"
+    assert not {"w1", "b1"} & {c["tensor"] for c in doc["copies"]}     # no per-run copy
+    orig, placed, init = load_netdef(paths["predict"]), load_netdef(out), load_netdef(init_out)
+    assert list(placed.external_input) == list(orig.external_input) + ["w1_gpu0", "b1_gpu0"]
+    assert [(op.type, op.output[0], op.device_option.device_type) for op in init.op] == [
+        ("XavierFill", "w1", 0), ("CopyCPUToGPU", "w1_gpu0", 1),
+        ("ConstantFill", "b1", 0), ("CopyCPUToGPU", "b1_gpu0", 1)]
+    fc1 = next(op for op in placed.op if op.name == "fc1")
+    fc2 = next(op for op in placed.op if op.name == "fc2")
+    assert list(fc1.input) == ["x_gpu0", "w1_gpu0", "b1_gpu0"] and list(fc2.input)[1:] == ["w1", "b1"]
+    assert doc["gpu_memory"]["param_bytes"] == pytest.approx((1024 * 1024 + 1024) * 4)
