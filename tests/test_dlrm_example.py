@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 
 import pytest
-from test_plan_cli import assert_consistent
+from test_plan_cli import assert_consistent, strict_json
 
 from placer import cli, examples
 
@@ -28,7 +27,7 @@ def plan(*extra) -> dict:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = cli.main(["plan", str(NET), "--init-net", str(INIT), "--json", *map(str, extra)])
     assert rc == 0, err.getvalue()
-    return json.loads(out.getvalue())
+    return strict_json(out.getvalue())
 
 
 @pytest.fixture(scope="module")

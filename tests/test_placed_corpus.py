@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import corpus_dir, corpus_files
-from test_plan_cli import assert_consistent
+from test_plan_cli import assert_consistent, strict_json
 
 from placer import cli, examples
 from placer.commands.common import parse_input_specs
@@ -75,7 +74,7 @@ def plan(*argv) -> dict:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = cli.main(["plan", *map(str, argv), "--json"])
     assert rc == 0, err.getvalue()
-    return json.loads(out.getvalue())
+    return strict_json(out.getvalue())
 
 
 def check_placed_file(original, placed_path: Path, doc: dict, source: Path) -> None:
@@ -166,7 +165,7 @@ def test_every_corpus_net_plans_or_says_what_is_missing(file, capsys):
     rc = cli.main(["plan", str(path), "--json"])
     out, err = capsys.readouterr()
     if rc == 0:
-        assert_consistent(json.loads(out))
+        assert_consistent(strict_json(out))
         return
     assert rc == 2 and out == ""
     line = err.strip()

@@ -30,10 +30,17 @@ def cli_plan(capsys, *argv) -> tuple[int, str, str]:
     return rc, out, err
 
 
+def strict_json(text: str) -> dict:
+    """JSON as any parser reads it: NaN and Infinity are not JSON."""
+    def refuse(name):
+        raise AssertionError(f"{name} in the plan JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
 def plan_doc(capsys, *argv) -> dict:
     rc, out, err = cli_plan(capsys, *argv, "--json")
     assert rc == 0, err
-    return json.loads(out)
+    return strict_json(out)
 
 
 def recompute(doc: dict, outputs_on_host: bool | None = None) -> dict:
