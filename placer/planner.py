@@ -19,6 +19,9 @@ from placer.partition.schedule import Simulator
 from placer.types import Net, Plan, TypedNet
 
 
+MEMORY_BLIND = ("greedy",)  # methods that place without looking at GPU memory
+
+
 @dataclass(frozen=True)
 class PlanOptions:
     method: str = "mincut"
@@ -59,6 +62,11 @@ def plan(typed: TypedNet, cpu_profile, gpu_profile, options: PlanOptions = PlanO
     chosen = partition(graph, options.method, capacity_bytes=capacity, reserve=options.reserve,
                        time_limit=options.time_limit_s)
     usable = capacity * (1 - options.reserve)
+    if options.method in MEMORY_BLIND and chosen.gpu_memory_bytes > usable:
+        raise InfeasiblePlanError(
+            f"the {options.method} placement needs {chosen.gpu_memory_bytes / 1e9:.3g} GB of GPU memory; "
+            f"{usable / 1e9:.3g} GB usable ({capacity / 1e9:.3g} GB less the {options.reserve:.0%} reserve)",
+            hint="--method mincut places within the limit; or raise --gpu-mem")
     check_plan(graph, chosen, usable)
     # 4. baselines beside it, and the overlapped schedule of the chosen plan
     existing = existing_placement(net)

@@ -128,3 +128,18 @@ def test_without_the_milp_the_plan_says_optimality_is_not_proven(plans):
     assert doc["total_s"] >= plans["v100-16gb-pcie3"]["total_s"] * (1 - 1e-9)   # never below the optimum
     assert doc["gpu_memory"]["used_bytes"] <= doc["gpu_memory"]["usable_bytes"]
     assert_consistent(doc)
+
+
+def test_other_methods_on_the_v100(plans):
+    """The MILP alone finds the same optimum; greedy ignores memory, so it says it does not fit."""
+    milp = plan("--gpu-profile", "v100-16gb-pcie3", "--method", "milp")
+    assert milp["optimal"] and milp["total_s"] == pytest.approx(plans["v100-16gb-pcie3"]["total_s"], rel=1e-9)
+    assert milp["gpu_memory"]["used_bytes"] <= milp["gpu_memory"]["usable_bytes"]
+    assert_consistent(milp)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = cli.main(["plan", str(NET), "--init-net", str(INIT), "--gpu-profile", "v100-16gb-pcie3",
+                       "--method", "greedy"])
+    assert rc == 2 and out.getvalue() == ""
+    assert len(err.getvalue().strip().splitlines()) == 1
+    assert "greedy placement needs 96.2 GB of GPU memory; 15.5 GB usable" in err.getvalue()
