@@ -59,26 +59,36 @@ def plan(typed: TypedNet, cpu_profile, gpu_profile, options: PlanOptions = PlanO
                              outputs_on_host=options.outputs_on_host)
     # 3. partition within GPU memory, and check the result from scratch
     capacity = float(gpu_memory_bytes(gpu_profile) if options.gpu_mem_bytes is None else options.gpu_mem_bytes)
+    usable = capacity * (1 - options.reserve)
     chosen = partition(graph, options.method, capacity_bytes=capacity, reserve=options.reserve,
                        time_limit=options.time_limit_s)
-    usable = capacity * (1 - options.reserve)
+    _refuse_memory_blind(chosen, options, capacity, usable)
+    check_plan(graph, chosen, usable)
+    # 4. baselines beside it, and the overlapped schedule of the chosen plan
+    base = baselines.baselines(graph, existing_placement(net))
+    return PlanResult(typed, costs, graph, chosen, base, capacity, usable,
+                      makespan=overlapped(graph, chosen, base), options=options)
+
+
+def overlapped(graph, chosen: Plan, base: dict) -> dict:
+    """The simulated overlapped schedule of the chosen plan; under the makespan objective,
+    the baselines' makespans too, so that they are judged by the same measure."""
+    sim = Simulator(graph)
+    n = graph.number_of_nodes()
+    makespan_s, events = sim.run(_on_gpu(chosen, n), record=True)
+    out = {"makespan_s": makespan_s, "events": events}
+    if chosen.objective == "makespan":
+        out["baselines"] = {name: sim.run(_on_gpu(b, n))[0] for name, b in base.items() if name != "lower_bound"}
+    return out
+
+
+def _refuse_memory_blind(chosen: Plan, options: PlanOptions, capacity: float, usable: float) -> None:
+    """A method that ignores GPU memory may pick a placement that does not fit: say so."""
     if options.method in MEMORY_BLIND and chosen.gpu_memory_bytes > usable:
         raise InfeasiblePlanError(
             f"the {options.method} placement needs {chosen.gpu_memory_bytes / 1e9:.3g} GB of GPU memory; "
             f"{usable / 1e9:.3g} GB usable ({capacity / 1e9:.3g} GB less the {options.reserve:.0%} reserve)",
             hint="--method mincut places within the limit; or raise --gpu-mem")
-    check_plan(graph, chosen, usable)
-    # 4. baselines beside it, and the overlapped schedule of the chosen plan
-    existing = existing_placement(net)
-    base = baselines.baselines(graph, existing)
-    sim = Simulator(graph)
-    makespan_s, events = sim.run(_on_gpu(chosen, len(net.ops)), record=True)
-    makespan = {"makespan_s": makespan_s, "events": events}
-    if chosen.objective == "makespan":  # baselines judged by the same objective
-        makespan["baselines"] = {name: sim.run(_on_gpu(b, len(net.ops)))[0]
-                                 for name, b in base.items() if name != "lower_bound"}
-    return PlanResult(typed, costs, graph, chosen, base, capacity, usable, makespan=makespan,
-                      options=options)
 
 
 def resolve_pins(net: Net, specs, keep_existing: bool) -> dict[int, str]:

@@ -44,7 +44,7 @@ def add_arguments(p) -> None:
     g.add_argument("--gpu-reserve", metavar="PCT", default="10%",
                    help="part of GPU memory kept free (default: 10%%)")
     g.add_argument("--pin", metavar="GLOB=cpu|gpu", action="append", default=[],
-                   help="pin ops whose name, type or output blob matches GLOB; repeatable")
+                   help="pin ops whose name, type or output blob matches GLOB; repeatable, a later --pin wins")
     g.add_argument("--keep-existing", action="store_true",
                    help="pin every op that already has a device_option")
     g.add_argument("--outputs-on-host", action=argparse.BooleanOptionalAction, default=True,
