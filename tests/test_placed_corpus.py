@@ -183,3 +183,21 @@ def test_makespan_plan_is_never_worse_than_the_mincut_plan(case):
         assert_consistent(span)
         got, ref = (d["schedules"]["makespan"]["makespan_s"] for d in (span, mincut))
         assert got <= ref * (1 + 1e-9), (case, extra)
+
+
+def test_dlrm_small_within_a_small_gpu_runs_like_the_original(tmp_path):
+    """A GPU too small for every table: some SparseLengthsSum ops stay on the CPU, their
+    pooled rows are copied up; the placed net still computes the same click probabilities."""
+    file, init, _, _ = CASES["dlrm_small"]
+    net, feed, ref = reference("dlrm_small")
+    out, out_init = tmp_path / "placed.pbtxt", tmp_path / "placed_init.pbtxt"
+    doc = plan(resolve(file), "--init-net", resolve(init), "--gpu-mem", "100MB", "--gpu-reserve", "0",
+               "-o", out, "--init-out", out_init)
+    assert_consistent(doc)
+    sls = [o for o in doc["ops"] if o["type"] == "SparseLengthsSum"]
+    assert {o["device"] for o in sls} == {"cpu", "gpu"}
+    assert any("fit" in o["reason"] for o in sls if o["device"] == "cpu")
+    assert doc["gpu_memory"]["used_bytes"] <= 100e6
+    check_placed_file(net, out, doc, resolve(file))
+    got = Executor(load_net(out, init_path=out_init), emulate_gpu=True).run(feed)
+    assert_same_outputs(got, ref)
