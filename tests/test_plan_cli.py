@@ -423,3 +423,19 @@ def test_a_parameter_read_on_both_devices_is_copied_once_by_the_init_net(capsys,
     fc2 = next(op for op in placed.op if op.name == "fc2")
     assert list(fc1.input) == ["x_gpu0", "w1_gpu0", "b1_gpu0"] and list(fc2.input)[1:] == ["w1", "b1"]
     assert doc["gpu_memory"]["param_bytes"] == pytest.approx((1024 * 1024 + 1024) * 4)
+
+
+def test_long_nets_print_the_ops_that_matter_most_unless_all(capsys, tmp_path):
+    b = NetBuilder("chain")
+    b.input("x", (64, 64))
+    prev = "x"
+    for i in range(230):
+        prev = b.op("Relu" if i % 2 else "Sigmoid", [prev], f"a{i}", name=f"op{i}")
+    b.output(prev)
+    paths = b.save(tmp_path, "chain")
+    rc, short, _ = cli_plan(capsys, paths["predict"])
+    rc_all, full, _ = cli_plan(capsys, paths["predict"], "--all")
+    assert rc == rc_all == 0
+    rows = lambda text: [x for x in text.splitlines() if re.match(r"\s*\d+\s+op\d+\s", x)]  # noqa: E731
+    assert len(rows(short)) == 200 and len(rows(full)) == 230
+    assert "(30 more ops with smaller CPU/GPU differences not shown; --all or --json)" in short
