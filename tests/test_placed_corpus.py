@@ -52,6 +52,8 @@ CASES = {
                            ["indices=8:int64", "lengths=3:int32"], None),
     "glow_gather_const_fold": ("caffe2/glow_gather_const_fold.pbtxt", "caffe2/glow_gather_const_fold_init.pbtxt",
                                ["data=2,3,4,5", "result=2,4,5,3"], ["Gather=gpu"]),
+    "glow_pre_partitioned": ("caffe2/glow_pre_partitioned_multi_op_predict_net.pbtxt", None,
+                             ["mm0_in=8,8", "mm1_in=8,8", "add_in=8,8"], ["MatMul=gpu", "Add=cpu"]),
     "dlrm_small": ("example:dlrm_small", "example:dlrm_small_init", [], ["Relu=cpu"]),
     "resnet_small": ("example:resnet_small", "example:resnet_small_init", [], ["Relu=cpu"]),
 }
@@ -99,6 +101,8 @@ def check_placed_file(original, placed_path: Path, doc: dict, source: Path) -> N
         else:
             assert re.fullmatch(re.escape(src) + r"_cpu(_\d+)?", dst), (src, dst)
     if original.source_format.startswith("caffe2"):
+        for was, now in zip(load_netdef(source).op, users):    # only names and devices changed
+            assert _without_placement(was) == _without_placement(now)
         a, b = load_netdef(source), pb.NetDef()
         b.CopyFrom(placed)
         del a.op[:], b.op[:]
@@ -107,6 +111,17 @@ def check_placed_file(original, placed_path: Path, doc: dict, source: Path) -> N
         del b.external_input[:]
         b.external_input.extend(x for x in placed.external_input if x not in extra)
         assert a == b
+
+
+def _without_placement(op: pb.OperatorDef) -> pb.OperatorDef:
+    out = pb.OperatorDef()
+    out.CopyFrom(op)
+    del out.input[:], out.output[:]
+    out.device_option.ClearField("device_type")
+    out.device_option.ClearField("device_id")
+    if not out.device_option.ListFields():
+        out.ClearField("device_option")
+    return out
 
 
 def assert_same_outputs(got: dict, ref: dict) -> None:
@@ -144,8 +159,9 @@ def test_placed_net_runs_like_the_original(case, variant, tmp_path):
     argv = [path, *(["--init-net", init_path] if init_path else []), *[a for s in inputs for a in ("--input", s)]]
     if variant == "mixed":
         argv += [a for p in pins for a in ("--pin", p)]
-    out, out_init = tmp_path / "placed.pbtxt", tmp_path / "placed_init.pbtxt"
-    doc = plan(*argv, "-o", out, "--init-out", out_init)
+    has_init = net.init_proto is not None          # Caffe nets get one from the converter
+    out, out_init = tmp_path / "placed.pbtxt", (tmp_path / "placed_init.pbtxt" if has_init else None)
+    doc = plan(*argv, "-o", out, *(["--init-out", out_init] if has_init else []))
     assert_consistent(doc)
     check_placed_file(net, out, doc, path)
     if variant == "mixed":

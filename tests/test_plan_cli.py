@@ -359,7 +359,7 @@ def test_placed_net_keeps_the_users_file_and_adds_devices_and_copies(capsys, tmp
     assert text_format.MessageToString(load_netdef(paths["predict"])) == Path(paths["predict"]).read_text()
 
 
-def test_outputs_never_overwrite_inputs(capsys, mixed):
+def test_outputs_never_overwrite_inputs(capsys, mixed, tmp_path):
     info = Path(mixed["value_info"])
     info.write_text(json.dumps(json.loads(info.read_text()), indent=4))   # the user's own layout
     before = {k: Path(p).read_bytes() for k, p in mixed.items()}
@@ -374,6 +374,11 @@ def test_outputs_never_overwrite_inputs(capsys, mixed):
     placed = Path(mixed["predict"]).parent / "placed.pbtxt"
     err = one_line_error(capsys, mixed["predict"], "--init-net", mixed["init"], "-o", placed, "--init-out", placed)
     assert "the same file as -o" in err and not placed.exists()
+    alone = mixed_net(tmp_path / "alone")                   # a net without an init net
+    alone["init"].unlink()
+    err = one_line_error(capsys, alone["predict"], "--input", "w1=1024,1024", "--input", "b1=1024",
+                         "-o", tmp_path / "alone.pbtxt", "--init-out", tmp_path / "alone_init.pbtxt")
+    assert "--init-out" in err and not (tmp_path / "alone.pbtxt").exists()
     # a placed net with the input's stem must not replace the input's value_info.json
     rc, _, err = cli_plan(capsys, mixed["predict"], "--init-net", mixed["init"],
                           "-o", Path(mixed["predict"]).with_suffix(".pb"))

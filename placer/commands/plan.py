@@ -99,6 +99,8 @@ def run(args) -> int:
         if not math.isfinite(value) or value < 0:
             raise PlacerError(f"{option} {value}: must be a number of seconds >= 0")
     typed = load_typed_net(args, complete=True)
+    if args.init_out and typed.net.init_proto is None:  # before anything is written
+        raise PlacerError("--init-out: the net has no init net to place", hint="give --init-net")
     cpu, gpu = profiles_from_args(args)
     options = PlanOptions(method=args.method, gpu_mem_bytes=parse_size(args.gpu_mem),
                           reserve=parse_fraction(args.gpu_reserve), pins=tuple(args.pin),
@@ -154,8 +156,6 @@ def _write_outputs(args, result, doc) -> list[tuple[str, str]]:
             if info:
                 written.append(("input shapes", info))
         if args.init_out:
-            if placed.init is None:
-                raise PlacerError("--init-out: the net has no init net to place", hint="give --init-net")
             save_netdef(placed.init, args.init_out)
             written.append(("placed init net", args.init_out))
     if args.plan_out:
