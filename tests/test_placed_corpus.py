@@ -58,8 +58,9 @@ CASES = {
     "resnet_small": ("example:resnet_small", "example:resnet_small_init", [], ["Relu=cpu"]),
 }
 # Not runnable, so only planned in test_every_corpus_net_plans_or_says_what_is_missing:
-# Caffe2 predict nets without an init net, and nets with op types placer has no entry for
-# (crayon's stylizer ops, SSD's Normalize/PriorBox/DetectionOutput).
+# Caffe2 predict nets whose parameters come from an init net the corpus does not hold, Caffe
+# train_val nets whose Data layers fix a batch the label blob disagrees with, and nets with
+# op types placer has no entry for (crayon's stylizer ops, SSD's Normalize/PriorBox/...).
 UNMIXABLE = {"glow_sls_fused8bit": "its one op (SparseLengthsSumFused8BitRowwise) has no GPU kernel"}
 
 
