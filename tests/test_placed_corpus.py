@@ -40,6 +40,8 @@ CASES = {
     "cifar10_bn": ("caffe/cifar10_full_sigmoid_train_test_bn.prototxt", None,
                    ["data=1,3,32,32", "label=1:int32"], ["Sigmoid=cpu"]),
     "alexnet": ("caffe/bvlc_alexnet_deploy.prototxt", None, ["data=1,3,227,227"], ["Relu=cpu"]),
+    "alexnet_train_val": ("caffe/bvlc_alexnet_train_val.prototxt", None,
+                          ["data=1,3,227,227", "label=1:int32"], ["Relu=cpu"]),
     "caffenet": ("caffe/caffenet_deploy.prototxt", None, ["data=1,3,227,227"], ["Relu=cpu"]),
     "v1_caffenet": ("caffe/v1_caffenet_deploy.prototxt", None, ["data=1,3,227,227"], ["Relu=cpu"]),
     "squeezenet": ("caffe/squeezenet_v1.0_deploy.prototxt", None, ["data=1,3,227,227"], ["Relu=cpu"]),
@@ -58,9 +60,8 @@ CASES = {
     "resnet_small": ("example:resnet_small", "example:resnet_small_init", [], ["Relu=cpu"]),
 }
 # Not runnable, so only planned in test_every_corpus_net_plans_or_says_what_is_missing:
-# Caffe2 predict nets whose parameters come from an init net the corpus does not hold, Caffe
-# train_val nets whose Data layers fix a batch the label blob disagrees with, and nets with
-# op types placer has no entry for (crayon's stylizer ops, SSD's Normalize/PriorBox/...).
+# Caffe2 predict nets whose parameters come from an init net the corpus does not hold, and
+# nets with op types placer has no entry for (crayon's stylizer ops, SSD's Normalize/PriorBox).
 UNMIXABLE = {"glow_sls_fused8bit": "its one op (SparseLengthsSumFused8BitRowwise) has no GPU kernel"}
 
 
