@@ -16,6 +16,7 @@ from placer.ops import registry
 from placer.graph import build_cost_graph
 from placer.partition import baselines, check_plan, partition
 from placer.partition.schedule import Simulator
+from placer.shapes import require_complete
 from placer.types import Net, Plan, TypedNet
 
 
@@ -48,7 +49,7 @@ class PlanResult:
 
 
 def plan(typed: TypedNet, cpu_profile, gpu_profile, options: PlanOptions = PlanOptions()) -> PlanResult:
-    net = typed.net
+    net = require_complete(typed).net   # an op of unknown shape would be priced at zero
     if not net.ops:
         raise PlacerError(f"{net.path or net.name or 'the net'}: the net has no ops; there is nothing to place")
     # 1. price every op and tensor on both devices

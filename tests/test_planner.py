@@ -246,3 +246,10 @@ def test_a_parameter_whose_fill_has_no_gpu_kernel_is_made_on_the_cpu_and_copied_
     x = np.arange(12, dtype=np.float32).reshape(4, 3)
     got = Executor(net_from_netdef(placed.predict, placed.init), emulate_gpu=True).run({"x": x})
     np.testing.assert_array_equal(np.asarray(got["y"]), x + np.arange(-6, 6).reshape(4, 3))
+
+
+def test_a_net_with_unknown_shapes_is_refused_not_priced_at_zero():
+    from placer.errors import ShapeError
+    typed = typed_net(fanout, {"x": (64, 256)})          # no shape for 'side'
+    with pytest.raises(ShapeError, match="'side'"):
+        run_plan(typed)
