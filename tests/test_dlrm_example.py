@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 
 import pytest
 from test_plan_cli import assert_consistent, strict_json
@@ -143,3 +144,18 @@ def test_other_methods_on_the_v100(plans):
     assert rc == 2 and out.getvalue() == ""
     assert len(err.getvalue().strip().splitlines()) == 1
     assert "greedy placement needs 96.2 GB of GPU memory; 15.5 GB usable" in err.getvalue()
+
+
+def test_a_huge_table_pinned_to_a_small_gpu_is_infeasible():
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = cli.main(["plan", str(NET), "--init-net", str(INIT), "--pin", "emb:::sls0_z=gpu", "--gpu-mem", "1GiB"])
+    lines = err.getvalue().strip().splitlines()
+    assert rc == 2 and out.getvalue() == "" and len(lines) == 1
+    # 39,884,406 rows x 128 x 4 B = 19,476 MiB for the table; 921.6 MiB usable
+    m = re.search(r"need ([0-9.]+) MiB of GPU memory, ([0-9.]+) MiB over the ([0-9.]+) MiB usable: (#6 SparseLengthsSum)",
+                  lines[0])
+    assert m, lines[0]
+    need, over, usable = map(float, m.groups()[:3])
+    assert need >= 39884406 * 128 * 4 / 2**20 and usable == pytest.approx(0.9 * 1024, abs=0.1)
+    assert over == pytest.approx(need - usable, abs=0.2)
