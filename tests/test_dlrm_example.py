@@ -2,8 +2,8 @@
 
 26 tables of dimension 128 (float32); the four largest hold 39.88M, 38.53M, 39.98M and
 39.66M rows, ~20 GB each, 96 GB in all. A V100 (16 GB) or an A100 (40 GB) cannot hold
-them: those tables must stay on the CPU while the MLPs run on the GPU; an H200 (141 GB)
-holds everything.
+them: those tables must stay on the CPU while the MLPs run on the GPU (the A100 takes one
+of the four beside the small tables); an H200 (141 GB) holds everything.
 """
 from __future__ import annotations
 
@@ -153,8 +153,8 @@ def test_a_huge_table_pinned_to_a_small_gpu_is_infeasible():
     lines = err.getvalue().strip().splitlines()
     assert rc == 2 and out.getvalue() == "" and len(lines) == 1
     # 39,884,406 rows x 128 x 4 B = 19,476 MiB for the table; 921.6 MiB usable
-    m = re.search(r"need ([0-9.]+) MiB of GPU memory, ([0-9.]+) MiB over the ([0-9.]+) MiB usable: (#6 SparseLengthsSum)",
-                  lines[0])
+    m = re.search(r"need ([0-9.]+) MiB of GPU memory, ([0-9.]+) MiB over the ([0-9.]+) MiB usable: "
+                  r"(#6 SparseLengthsSum)", lines[0])
     assert m, lines[0]
     need, over, usable = map(float, m.groups()[:3])
     assert need >= 39884406 * 128 * 4 / 2**20 and usable == pytest.approx(0.9 * 1024, abs=0.1)
