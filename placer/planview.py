@@ -102,8 +102,23 @@ def _baselines(result: PlanResult) -> dict:
         if not fits:
             entry["why_infeasible"] = (f"needs {fmt_bytes(b.gpu_memory_bytes)} of GPU memory; "
                                        f"{fmt_bytes(result.usable_bytes)} usable")
+        if name == "existing":
+            entry.update(_existing_caveat(result, b))
         out[name] = entry
     return out
+
+
+def _existing_caveat(result: PlanResult, existing: Plan) -> dict:
+    """The file's own placement may put on the GPU ops that placer must keep on the CPU (no
+    GPU kernel it knows of, or an unknown type priced at --unknown-op-cost): say so, since
+    that is how it can look cheaper than an optimal plan."""
+    nodes = result.graph.nodes
+    forced = [i for i, d in existing.placement.items() if d.is_gpu and nodes[i].get("pin") == "cpu"]
+    if not forced:
+        return {}
+    types = sorted({nodes[i]["type"] for i in forced})
+    return {"note": f"places {len(forced)} op(s) on the GPU that this plan must keep on the CPU "
+                    f"({', '.join(types)}: no GPU kernel known to placer; their GPU time is a guess)"}
 
 
 def _copies_per_op(plan: Plan) -> tuple[dict, dict]:

@@ -253,3 +253,22 @@ def test_a_net_with_unknown_shapes_is_refused_not_priced_at_zero():
     typed = typed_net(fanout, {"x": (64, 256)})          # no shape for 'side'
     with pytest.raises(ShapeError, match="'side'"):
         run_plan(typed)
+
+
+def test_a_file_placement_with_unknown_ops_on_the_gpu_is_flagged():
+    """An op type placer does not know is pinned to the CPU; the file's own placement that
+    puts it on the GPU can look cheaper, and the JSON says why."""
+    def build(b):
+        b.input("x", (8, 64))
+        b.param("w", (64, 64), "XavierFill")
+        b.param("bias", (64,), "ConstantFill", value=0.0)
+        b.op("FC", ["x", "w", "bias"], "h", device=(1, 0))
+        b.op("MysteryOp", ["h"], "y", device=(1, 0))
+        b.output("y")
+    typed = typed_net(build, {"x": (8, 64), "y": (8, 64)})
+    doc = plan_json(run_plan(typed))
+    existing = doc["baselines"]["existing"]
+    assert doc["ops"][1]["device"] == "cpu" and doc["ops"][1]["pinned"] == "cpu"
+    assert existing["gpu_ops"] == 2
+    assert "places 1 op(s) on the GPU" in existing["note"] and "MysteryOp" in existing["note"]
+    assert "note" not in doc["baselines"]["all_cpu"]

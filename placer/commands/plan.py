@@ -226,6 +226,8 @@ def print_plan(doc: dict, all_rows: bool = False, out=None) -> None:
             line += f"; overlapped {fmt_time(b['makespan_s'])} ({b['makespan_s'] / ms:.2f}x the plan's)"
         if not b.get("feasible", True):
             line += f"  INFEASIBLE: {b['why_infeasible']}"
+        if b.get("note"):
+            line += f"  note: {b['note']}"
         print(line, file=out)
     if "existing" in doc["baselines"]:
         print(f"your placement: {fmt_time(doc['baselines']['existing']['total_s'])}, ours: {fmt_time(total)}",

@@ -3,7 +3,7 @@
 One module per family; adding a family is one line here (see CONTRIBUTING.md).
 """
 from placer.ops import (  # noqa: F401
-    conv, pool, norm,            # spatial: Conv, ConvTranspose, MaxPool, AveragePool, SpatialBN, LRN
+    conv, pool, norm, resize,    # spatial: Conv, ConvTranspose, pools, SpatialBN, LRN, nearest resize
     fc, elementwise, loss,       # dense: FC, MatMul, BatchMatMul, arithmetic, activations, softmax, losses
     tensor, embedding, fill, copy,  # data: shape ops, gathers, SparseLengths*, fills, copies
 )
