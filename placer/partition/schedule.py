@@ -210,7 +210,7 @@ class MakespanPartitioner:
         plan = make_plan(arr, x, self.method, objective="makespan", capacity=self.capacity, notes=[
             f"makespan {ms:.6g} s; min-cut placement {base_ms:.6g} s "
             f"({100 * (base_ms - ms) / base_ms if base_ms > 0 else 0.0:.1f}% better); "
-            f"HEFT {heft_ms:.6g} s"])
+            + (f"HEFT {heft_ms:.6g} s" if heft_ms < float("inf") else "HEFT's placement does not fit in GPU memory")])
         plan.makespan_s = ms
         plan.timeline = sim.run(x, record=True)[1]
         return plan
