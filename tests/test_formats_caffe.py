@@ -262,12 +262,15 @@ input: "data"
 input_shape { dim: 1 dim: 3 dim: 8 dim: 8 }
 layer { name: "c" type: "Convolution" bottom: "data" top: "c"
         convolution_param { num_output: 4 kernel_size: 3 fork_only_field: 7 } }
-layer { name: "u" type: "Upsample" bottom: "c" top: "u" upsample_param { scale: 2 } }
+layer { name: "i" type: "Interp" bottom: "c" top: "i" interp_param { zoom_factor: 2 } }
+layer { name: "u" type: "Upsample" bottom: "i" top: "u" upsample_param { scale: 2 } }
 """)
     caffe = load_caffe(path)
     assert "fork_only_field" in caffe.notes[0] and "line 6:" in caffe.notes[0]
     net = load_caffe_net(path)
-    assert [op.type for op in net.ops] == ["Conv", "Upsample"]
+    # a fork layer kept as an op of its own type; one whose name is also a Caffe2 op type
+    # (with other semantics) gets the "Caffe" prefix, so the registry's kernel is not used
+    assert [op.type for op in net.ops] == ["Conv", "Interp", "CaffeUpsample"]
     assert net.params["c_w"].shape == (4, 3, 3, 3)
 
 
