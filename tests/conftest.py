@@ -7,6 +7,7 @@ under CI=true, where torch is a test dependency and its absence is a failure.
 from __future__ import annotations
 
 import os
+import types
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,20 @@ def require_torch():
         if IN_CI:
             pytest.fail("CI=true but torch (the independent reference) is not installed")
         pytest.skip("torch not installed: pip install -e .[test]")
+
+
+class CupyNames:
+    """numpy restricted to the names cupy also has: a kernel that reaches for a numpy-only
+    function fails here, on machines without a GPU (kernels are written once for both)."""
+
+    def __init__(self, np_module, cp_module):
+        self._np, self._cp = np_module, cp_module
+
+    def __getattr__(self, name):
+        if not hasattr(self._cp, name):
+            raise AttributeError(f"cupy has no '{name}': the kernel would fail on the GPU")
+        value = getattr(self._np, name)
+        return CupyNames(value, getattr(self._cp, name)) if isinstance(value, types.ModuleType) else value
 
 
 @pytest.fixture

@@ -8,14 +8,13 @@ errors, the unknown-shape paths, the cost features and the random fills.
 from __future__ import annotations
 
 import math
-import types
 import zlib
 
 import numpy as np
 import pytest
 
 from cases.data_ops import CASES
-from conftest import require_torch
+from conftest import CupyNames, require_torch
 from placer.errors import ArgumentError, ShapeError
 from placer.ops import registry
 from placer.types import Args, TensorType
@@ -293,26 +292,12 @@ def test_conformance(case, device):
             assert t == type_of(got), (t, type_of(got))
 
 
-class CupyNamespace:
-    """numpy restricted to the names cupy also has, so that a kernel reaching for a
-    numpy-only function fails here, on machines without a GPU."""
-
-    def __init__(self, np_module, cp_module):
-        self._np, self._cp = np_module, cp_module
-
-    def __getattr__(self, name):
-        if not hasattr(self._cp, name):
-            raise AttributeError(f"cupy has no '{name}': the kernel would fail on the GPU")
-        value = getattr(self._np, name)
-        return CupyNamespace(value, getattr(self._cp, name)) if isinstance(value, types.ModuleType) else value
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_kernels_use_only_names_cupy_has(case):
     cupy = pytest.importorskip("cupy")
     inputs = case_inputs(case)
     opdef = registry.get(case["op"])
-    got = opdef.kernel(CupyNamespace(np, cupy), inputs, case_args(case))
+    got = opdef.kernel(CupyNames(np, cupy), inputs, case_args(case))
     want = opdef.kernel(np, inputs, case_args(case))
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)

@@ -6,14 +6,13 @@ reproduced in the references by reshaping B explicitly before torch broadcasts.
 """
 from __future__ import annotations
 
-import types
 import zlib
 
 import numpy as np
 import pytest
 
 from cases.dense import CASES, SHAPE_ERRORS
-from conftest import require_torch
+from conftest import CupyNames, require_torch
 from placer.errors import ArgumentError, InputError, ShapeError
 from placer.ops import registry
 from placer.types import Args, TensorType
@@ -230,21 +229,6 @@ def test_cupy_kernel_matches_torch(case):
     import cupy
     inputs, outs = run_kernel(case, cupy, cupy.asnumpy)
     check_against_reference(case, inputs, outs)
-
-
-@pytest.mark.parametrize("case", CASES, ids=IDS)
-class CupyNames:
-    """numpy restricted to the names cupy also has: a kernel that reaches for a
-    numpy-only function fails here, on machines without a GPU."""
-
-    def __init__(self, np_module, cp_module):
-        self._np, self._cp = np_module, cp_module
-
-    def __getattr__(self, name):
-        if not hasattr(self._cp, name):
-            raise AttributeError(f"cupy has no '{name}': the kernel would fail on the GPU")
-        value = getattr(self._np, name)
-        return CupyNames(value, getattr(self._cp, name)) if isinstance(value, types.ModuleType) else value
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)

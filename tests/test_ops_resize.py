@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import gpu_available, require_torch
+from conftest import CupyNames, gpu_available, require_torch
 
 from placer.errors import ShapeError
 from placer.ops import registry
@@ -59,3 +59,14 @@ def test_bad_inputs_name_the_op():
         registry.get("ResizeNearest").infer([TensorType((1, 1, 3, 4))], Args({"height_scale": 0.0}, op="#3"))
     with pytest.raises(ShapeError, match="positive integer"):
         registry.get("Upsample").infer([TensorType((1, 1, 3, 4))], Args({"scale": 0}, op="#4 Upsample"))
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[2]}-{c[1]}")
+def test_kernels_use_only_names_cupy_has(case):
+    cupy = pytest.importorskip("cupy")
+    op_type, args, shape, _, _ = case
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    a = Args(args, op=f"#0 {op_type}")
+    (got,) = registry.get(op_type).kernel(CupyNames(np, cupy), [x], a)
+    (want,) = registry.get(op_type).kernel(np, [x], a)
+    np.testing.assert_array_equal(got, want)

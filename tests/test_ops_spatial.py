@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from cases.spatial import CASES, SHAPE_ERRORS
-from conftest import require_torch
+from conftest import CupyNames, require_torch
 from placer.errors import ArgumentError, ShapeError
 from placer.ops import registry
 from placer.types import Args, TensorType
@@ -133,6 +133,18 @@ def run_kernel(case, inputs, device="numpy"):
     opdef = registry.get(case["op"])
     outs = opdef.kernel(xp, [to_dev(a) for a in inputs], Args(case["args"], op=case["id"]))
     return [to_host(o) for o in outs]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_kernels_use_only_names_cupy_has(case):
+    cupy = pytest.importorskip("cupy")
+    inputs = make_inputs(case)
+    opdef = registry.get(case["op"])
+    args = Args(case["args"], op=case["id"])
+    got = opdef.kernel(CupyNames(np, cupy), inputs, args)
+    want = opdef.kernel(np, inputs, args)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
 
 
 # ---------------------------------------------------------------- conformance
