@@ -68,3 +68,15 @@ def default_efficiency(family: str, device_kind: str) -> tuple[float, float]:
     if device_kind == "cpu" and family in CPU_EFFICIENCY_OVERRIDES:
         return CPU_EFFICIENCY_OVERRIDES[family]
     return DEFAULT_COMPUTE_EFFICIENCY.get(family, 0.2), DEFAULT_MEMORY_EFFICIENCY.get(family, 0.5)
+
+# --- matrix products: compute efficiency over the row count M ----------------------
+# A GEMM packs the weight matrix once and reuses it for every row of the input, so the
+# packing and weight traffic (per weight element) weigh as M0 / M of the multiply-adds:
+# efficiency = eff_max * M / (M + M0). The host profile's peak is itself a GEMM with
+# PEAK_GEMM_ROWS rows (placer/profiling/host.py), so there the efficiency is 1 by
+# definition; a datasheet peak anchors on the family's default efficiency instead.
+PEAK_GEMM_ROWS = 1024
+# M0 the fit starts from and is weakly pulled toward when its points cannot tell (all
+# memory- or overhead-bound). CPU: ~8 rows fitted to OpenBLAS FCs on the 2-core host
+# (bench/cost_accuracy.py); GPU: an assumption (a GPU needs far more rows to fill its SMs).
+DEFAULT_HALF_EFFICIENCY_ROWS = {"cpu": 8.0, "gpu": 64.0}

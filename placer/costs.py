@@ -8,6 +8,10 @@ Order of trust for an op on a device (``CostModel.op_time``):
    ``MIN_TYPE_POINTS``) or else of its *family* (conv, fc, pool, ...); a roofline ``overhead + max(flops / (peak * eff_c), bytes / (bw * eff_m))``
    whose overhead and efficiencies were fitted to those entries by least squares on the
    log of time (relative error, so that a 10 us op counts as much as a 10 ms one).
+   Matrix products (the fc family) get a compute efficiency that grows with the rows M
+   of the product, ``eff_c * M / (M + M0)`` (see ``gemm_dims``), with M0 fitted and the
+   large-M limit anchored on the device's peak: a fit on batch-8 FCs then predicts
+   batch-64 ones.
 3. ``roofline``: the same formula with the datasheet peak and bandwidth and the default
    efficiencies of ``placer.constants``.
 4. ``unknown``: an op type with no registry entry or with unknown shapes costs
@@ -26,7 +30,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from placer.constants import default_efficiency
+from placer.constants import DEFAULT_HALF_EFFICIENCY_ROWS, PEAK_GEMM_ROWS, default_efficiency
 from placer.errors import ProfileError
 from placer.ops import registry
 from placer.profiling.schema import DeviceProfile, FamilyFit, LinkCurve, OpTiming, op_key
@@ -41,6 +45,17 @@ PRIOR_WEIGHT = 0.2
 OVERHEAD_PRIOR_WEIGHT = 0.02
 MAX_OVERHEAD_LAUNCHES = 100  # a fitted overhead is at most this many launch overheads
 MIN_TYPE_POINTS = 2  # measured entries an op type needs for a fit of its own
+# Matrix products: the pull of the efficiency at PEAK_GEMM_ROWS toward the peak anchor
+# (points at one batch size cannot split eff_c from M0 without it; points at several
+# batch sizes outweigh it), a weak pull of M0 toward its default for points that never
+# bind on compute...
+PEAK_ANCHOR_WEIGHT = 0.5
+# ... and of their memory efficiency toward its default: with the row term, points of
+# more than one row bind on compute and say little of it, while a matrix-vector product
+# (batch 1) streams its matrix much as the bandwidth probe does.
+GEMM_MEMORY_PRIOR_WEIGHT = 1.0
+ROWS_PRIOR_WEIGHT = 0.02
+GEMM_FAMILY = "fc"
 
 # Op type -> family where the registry module's name is not the right grouping.
 _FAMILY_OVERRIDES = {
@@ -93,6 +108,55 @@ def variant_of(op_type: str, inputs: Sequence[TensorType | None], args: Mapping[
     return f"{op_type}/{'k1' if taps == 1 else 'k3' if taps <= 9 else 'k5+'}"
 
 
+def gemm_dims(op_type: str, inputs: Sequence[TensorType | None], args: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(rows M, columns N) of the matrix product an fc-family op runs, or None.
+
+    FC: X flattened at ``axis`` (rows: the dims before it), N from W. MatMul: A and B
+    coerced to 2-D at ``axis_a``/``axis_b``, after ``trans_a``/``trans_b``. BatchMatMul:
+    one product of the batch (numpy and cuBLAS run them one after another or side by
+    side, each with its own M).
+    """
+    if len(inputs) < 2 or inputs[0] is None or inputs[1] is None:
+        return None
+    a, b = inputs[0].shape, inputs[1].shape
+
+    def arg(name, default):
+        value = args.get(name, default)
+        return int(value) if not isinstance(value, (bytes, str)) else default
+
+    def split(shape, axis):
+        axis = axis + len(shape) if axis < 0 else axis
+        return math.prod(shape[:axis]), math.prod(shape[axis:])
+    try:
+        if op_type in ("FC", "FCTransposed"):
+            rows = split(a, arg("axis", 1))[0]
+            w0, w1 = split(b, arg("axis_w", 1))
+            return rows, (w1 if op_type == "FCTransposed" else w0)
+        if op_type == "MatMul":
+            a0, a1 = split(a, arg("axis_a", 1))
+            b0, b1 = split(b, arg("axis_b", 1))
+            return (a1 if arg("trans_a", 0) else a0), (b0 if arg("trans_b", 0) else b1)
+        if op_type == "BatchMatMul":
+            rows = 1 if len(a) < 2 else a[-1] if arg("trans_a", 0) else a[-2]
+            cols = 1 if len(b) < 2 else b[-2] if arg("trans_b", 0) else b[-1]
+            return rows, cols
+    except (TypeError, ValueError):
+        return None
+    return None
+
+
+def row_efficiency(dims: tuple[int, int] | None, half_rows: float | None) -> float:
+    """Fraction of the large-M compute efficiency a product of ``dims`` reaches: M / (M + M0).
+
+    1 without M0 or dims, and for a matrix-vector product (one row or one column):
+    BLAS runs it as a GEMV that streams the matrix without packing it, so the memory term
+    prices it.
+    """
+    if half_rows is None or dims is None or min(dims) <= 1:
+        return 1.0
+    return dims[0] / (dims[0] + half_rows)
+
+
 def roofline_s(flops: float, nbytes: float, peak: float, bandwidth: float,
                overhead_s: float, eff_compute: float, eff_memory: float) -> float:
     """overhead + max(compute time, memory time) at the given efficiencies."""
@@ -102,7 +166,9 @@ def roofline_s(flops: float, nbytes: float, peak: float, bandwidth: float,
 # ------------------------------------------------------------------------- fitting
 
 def fit_family(points: Sequence[OpTiming], peak: float, bandwidth: float,
-               default_overhead_s: float, family: str = "other", device_kind: str = "gpu") -> FamilyFit:
+               default_overhead_s: float, family: str = "other", device_kind: str = "gpu",
+               dims: Sequence[tuple[int, int] | None] | None = None,
+               anchor_efficiency: float | None = None) -> FamilyFit:
     """Least-squares fit of (overhead, eff_compute, eff_memory) to measured entries.
 
     Residuals are log(predicted / measured) under a soft-L1 loss (an op slowed by a busy
@@ -111,6 +177,12 @@ def fit_family(points: Sequence[OpTiming], peak: float, bandwidth: float,
     overhead (``OVERHEAD_PRIOR_WEIGHT``): where the points cannot tell the terms apart
     (every embedding lookup of a batch-8 net does the same few flops) the fit keeps a
     sensible split instead of an arbitrary one. The best of nine starting points wins.
+
+    With ``dims`` (one ``gemm_dims`` per point) the compute efficiency of a point is
+    ``eff_compute * row_efficiency(dims, M0)`` and M0 is fitted too; instead of the
+    default, the efficiency at ``PEAK_GEMM_ROWS`` rows is pulled toward
+    ``anchor_efficiency`` (``PEAK_ANCHOR_WEIGHT``), which fixes eff_compute when every
+    point has the same M, and M0 weakly toward its default (``ROWS_PRIOR_WEIGHT``).
     """
     from scipy.optimize import least_squares
 
@@ -119,31 +191,51 @@ def fit_family(points: Sequence[OpTiming], peak: float, bandwidth: float,
     t = np.maximum(np.array([p.median_s for p in points], float), 1e-9)
     prior = np.log(default_efficiency(family, device_kind))
     log_overhead0 = math.log(max(default_overhead_s, 1e-9))
+    by_rows = dims is not None
+    if by_rows:
+        # rows of each product; 0 marks a matrix-vector product (or unknown dims): no row term
+        rows = np.array([d[0] if d is not None and min(d) > 1 else 0 for d in dims], float)
+        anchor = math.log(anchor_efficiency or math.exp(prior[0]))
+        log_m0 = math.log(DEFAULT_HALF_EFFICIENCY_ROWS.get(device_kind, 8.0))
+
+    def row_scale(x):
+        if not by_rows:
+            return 1.0
+        return np.where(rows > 0, rows / (rows + math.exp(x[3])), 1.0)
 
     def predict(x):
-        o, ec, em = np.exp(x)
-        return o + np.maximum(flops / (peak * ec), nbytes / (bandwidth * em))
+        o, ec, em = np.exp(x[:3])
+        return o + np.maximum(flops / (peak * ec * row_scale(x)), nbytes / (bandwidth * em))
 
     def residuals(x):
-        return np.concatenate([np.log(predict(x)) - np.log(t), PRIOR_WEIGHT * (x[1:] - prior),
-                               [OVERHEAD_PRIOR_WEIGHT * (x[0] - log_overhead0)]])
+        fit = np.log(predict(x)) - np.log(t)
+        over = [OVERHEAD_PRIOR_WEIGHT * (x[0] - log_overhead0)]
+        if not by_rows:
+            return np.concatenate([fit, PRIOR_WEIGHT * (x[1:] - prior), over])
+        at_peak = x[1] + math.log(PEAK_GEMM_ROWS) - np.logaddexp(math.log(PEAK_GEMM_ROWS), x[3])
+        return np.concatenate([fit, [GEMM_MEMORY_PRIOR_WEIGHT * (x[2] - prior[1]),
+                                     PEAK_ANCHOR_WEIGHT * (at_peak - anchor),
+                                     ROWS_PRIOR_WEIGHT * (x[3] - log_m0)], over])
 
     # Every op of the group pays the overhead, so it cannot exceed the fastest one; nor
     # is a fixed cost ever a hundred launches (a group timed only large says nothing of it).
-    lo = np.log([1e-9, 1e-6, 1e-6])
-    hi = np.log([max(min(float(t.min()), MAX_OVERHEAD_LAUNCHES * default_overhead_s), 2e-9), 1e3, 1e3])
+    lo = np.log([1e-9, 1e-6, 1e-6] + ([1e-2] if by_rows else []))
+    hi = np.log([max(min(float(t.min()), MAX_OVERHEAD_LAUNCHES * default_overhead_s), 2e-9), 1e3, 1e3]
+                + ([1e5] if by_rows else []))
     best = None
     for o0 in (float(t.min()) * 0.5, default_overhead_s, float(t.min()) * 0.01):
         for scale in (0.1, 1.0, 10.0):
-            x0 = np.clip(np.concatenate([[math.log(max(o0, 1e-9))], prior + math.log(scale)]),
-                         lo + 1e-9, hi - 1e-9)
+            x0 = np.concatenate([[math.log(max(o0, 1e-9))], prior + math.log(scale)]
+                                + ([[log_m0]] if by_rows else []))
+            x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
             res = least_squares(residuals, x0, bounds=(lo, hi), method="trf", loss="soft_l1", f_scale=0.1)
             if best is None or res.cost < best.cost:
                 best = res
-    o, ec, em = np.exp(best.x)
+    o, ec, em = np.exp(best.x[:3])
     err = np.abs(predict(best.x) - t) / t
     return FamilyFit(overhead_s=float(o), compute_efficiency=float(ec), memory_efficiency=float(em),
-                     points=len(points), median_abs_pct_error=float(np.median(err) * 100))
+                     points=len(points), median_abs_pct_error=float(np.median(err) * 100),
+                     half_efficiency_rows=float(math.exp(best.x[3])) if by_rows else None)
 
 
 # ---------------------------------------------------------------------- the model
@@ -195,16 +287,27 @@ class CostModel:
                     continue
                 fam = family_of(points[0].type)
                 dtype = points[0].inputs[0].dtype if points[0].inputs else "float32"
+                dims = [gemm_dims(p.type, p.inputs, p.args) for p in points] if fam == GEMM_FAMILY else None
                 fits[name] = fit_family(points, prof.peak(dtype), prof.memory_bandwidth_bytes_per_s,
-                                        prof.launch_overhead_s, fam, device_kind)
+                                        prof.launch_overhead_s, fam, device_kind, dims,
+                                        self._anchor_efficiency(prof, fam))
             self._fits[device_kind] = fits
         return self._fits[device_kind]
 
+    @staticmethod
+    def _anchor_efficiency(prof: DeviceProfile, family: str) -> float:
+        """Compute efficiency of a ``PEAK_GEMM_ROWS``-row product: 1 where the peak was
+        measured (with such a GEMM), else the family's default share of a datasheet peak."""
+        if prof.source.get("kind") == "measured":
+            return 1.0
+        return default_efficiency(family, prof.kind)[0]
+
     def fit_report(self, device_kind: str) -> pd.DataFrame:
-        """One row per fit (family or ``type:X``): points, overhead, efficiencies, median |error| %."""
+        """One row per fit (family or ``type:X``): points, overhead, efficiencies, M0 of
+        matrix products, median |error| %."""
         rows = [{"group": name, **vars(fit)} for name, fit in sorted(self.fits(device_kind).items())]
-        return pd.DataFrame(rows, columns=["group", "overhead_s", "compute_efficiency",
-                                           "memory_efficiency", "points", "median_abs_pct_error"])
+        return pd.DataFrame(rows, columns=["group", "overhead_s", "compute_efficiency", "memory_efficiency",
+                                           "half_efficiency_rows", "points", "median_abs_pct_error"])
 
     def op_time(self, op_type: str, inputs: Sequence[TensorType | None], args: Mapping[str, Any],
                 features: OpFeatures, device_kind: str) -> tuple[float, str]:
@@ -223,8 +326,11 @@ class CostModel:
         variant = variant_of(op_type, inputs, args)
         fit = (variant and fits.get(f"type:{variant}")) or fits.get(f"type:{op_type}") or fits.get(fam)
         if fit is not None:
+            eff_c = fit.compute_efficiency
+            if fit.half_efficiency_rows is not None:
+                eff_c *= row_efficiency(gemm_dims(op_type, inputs, args), fit.half_efficiency_rows)
             return roofline_s(features.flops, nbytes, prof.peak(dtype), prof.memory_bandwidth_bytes_per_s,
-                              fit.overhead_s, fit.compute_efficiency, fit.memory_efficiency), "fitted"
+                              fit.overhead_s, eff_c, fit.memory_efficiency), "fitted"
         return roofline_s(features.flops, nbytes, prof.peak(dtype), prof.memory_bandwidth_bytes_per_s,
                           prof.launch_overhead_s, *default_efficiency(fam, device_kind)), "roofline"
 

@@ -8,7 +8,7 @@ import pytest
 
 from placer.constants import DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY, default_efficiency
 from placer.costs import (OP_COLUMNS, TENSOR_COLUMNS, CostModel, annotate, curve_time,
-                          family_of, fit_family, gpu_memory_bytes)
+                          family_of, fit_family, gemm_dims, gpu_memory_bytes, row_efficiency)
 from placer.profiling import default_profiles, load_device_profile
 from placer.profiling.schema import DeviceProfile, LinkCurve, OpTiming
 from placer.shapes import infer
@@ -186,3 +186,100 @@ def test_type_fit_wins_over_family_fit():
     t_gather, _ = model.op_time("Gather", (TensorType((24, 4)),), {}, f, "cpu")
     assert src == "fitted"
     assert t_sls == pytest.approx(40e-6, rel=0.05) and t_gather == pytest.approx(8e-6, rel=0.05)
+
+
+# ------------------------------------------------------------ matrix products by rows
+
+GEMM_BW = 5e10  # 2 flops per byte at the peak: an FC of 8 rows or more binds on compute
+
+
+def _gemm_truth(m, k, n, eff_max, m0, o=4e-6, em=0.9):
+    """An FC timed on a device whose GEMM efficiency is eff_max * M / (M + M0)."""
+    flops, nbytes = 2.0 * m * k * n, 4.0 * (m * k + k * n + n + m * n)
+    eff = eff_max * (m / (m + m0) if m > 1 else 1.0)
+    seconds = o + max(flops / (PEAK * eff), nbytes / (GEMM_BW * em))
+    types = (TensorType((m, k)), TensorType((n, k)), TensorType((n,)))
+    return OpTiming("FC", types, {}, 10, seconds, 0.0, flops, nbytes)
+
+
+def _gemm_cpu(ops) -> DeviceProfile:
+    prof = _cpu(ops)
+    prof.memory_bandwidth_bytes_per_s = GEMM_BW
+    return prof
+
+
+def test_gemm_dims_per_op_type():
+    t = TensorType
+    assert gemm_dims("FC", (t((8, 4, 2, 3)), t((5, 24))), {}) == (8, 5)
+    assert gemm_dims("FC", (t((8, 4, 2, 3)), t((5, 6))), {"axis": 2}) == (32, 5)
+    assert gemm_dims("FCTransposed", (t((8, 24)), t((24, 5))), {}) == (8, 5)
+    assert gemm_dims("MatMul", (t((24, 8)), t((5, 24))), {"trans_a": 1, "trans_b": 1}) == (8, 5)
+    assert gemm_dims("BatchMatMul", (t((64, 27, 128)), t((64, 27, 128))), {"trans_b": 1}) == (27, 27)
+    assert gemm_dims("BatchMatMul", (t((64, 128, 27)), t((64, 128, 9))), {"trans_a": True}) == (27, 9)
+    assert gemm_dims("Relu", (t((8, 4)), t((8, 4))), {}) is None
+    assert row_efficiency((8, 100), 8.0) == pytest.approx(0.5)
+    assert row_efficiency((1, 4096), 8.0) == 1.0   # a matrix-vector product: the memory term prices it
+    assert row_efficiency((8, 100), None) == 1.0
+
+
+def test_gemm_fit_recovers_known_half_efficiency_rows():
+    """Points at many row counts identify M0 and the large-M efficiency, even against an
+    anchor that says the peak is reached (the data outweigh it)."""
+    points = [_gemm_truth(m, k, n, eff_max=0.8, m0=12.0)
+              for m in (1, 2, 4, 8, 16, 32, 64, 128, 256) for k, n in ((256, 512), (1024, 1024))]
+    dims = [gemm_dims(p.type, p.inputs, p.args) for p in points]
+    fit = fit_family(points, PEAK, GEMM_BW, 2e-6, "fc", "cpu", dims, anchor_efficiency=1.0)
+    assert fit.half_efficiency_rows == pytest.approx(12.0, rel=0.05)
+    assert fit.compute_efficiency == pytest.approx(0.8, rel=0.03)
+    assert fit.median_abs_pct_error < 1.0
+    plain = fit_family(points, PEAK, GEMM_BW, 2e-6, "fc", "cpu")   # no dims: one efficiency for all
+    assert plain.half_efficiency_rows is None and plain.median_abs_pct_error > 10
+
+
+def test_batch64_fc_predicted_from_batch8_points_and_the_peak():
+    """Every point at M=8 cannot split eff_max from M0; the measured peak (a 1024-row GEMM,
+    efficiency 1) does, so batch-64 FCs come out within 5%, where a fit of one efficiency
+    over-predicts them by more than half."""
+    shapes = [(256, 512), (512, 256), (1024, 1024), (479, 1024), (4096, 1000), (2048, 1000)]
+    b8 = [_gemm_truth(8, k, n, eff_max=1.0, m0=9.0) for k, n in shapes]
+    model = CostModel(_gemm_cpu(b8), default_profiles()[1], use_measured=False)
+    assert model.fits("cpu")["type:FC"].half_efficiency_rows == pytest.approx(9.0, rel=0.05)
+    plain = fit_family(b8, PEAK, GEMM_BW, 2e-6, "fc", "cpu")
+    for k, n in [(512, 256), (1024, 1024), (1024, 512), (9216, 4096)]:
+        truth = _gemm_truth(64, k, n, eff_max=1.0, m0=9.0)
+        feats = OpFeatures(flops=truth.flops, bytes_read=truth.bytes)
+        t, src = model.op_time("FC", truth.inputs, {}, feats, "cpu")
+        assert src == "fitted" and t == pytest.approx(truth.median_s, rel=0.05)
+        flat = plain.overhead_s + max(truth.flops / (PEAK * plain.compute_efficiency),
+                                      truth.bytes / (GEMM_BW * plain.memory_efficiency))
+        assert flat > 1.5 * truth.median_s
+
+
+def test_gemm_fit_survives_a_profile_round_trip():
+    """Stored fits keep M0; a fit stored without it (an older profile) loads as one
+    efficiency for every row count, and other families never carry the field."""
+    import json
+
+    from placer.profiling.schema import Profile, profile_from_dict, profile_to_dict
+    relu = [OpTiming("Relu", (TensorType((n, 64)),), {}, 5, 1e-6 * n, 0.0, 64.0 * n, 512.0 * n) for n in (8, 64)]
+    prof = _gemm_cpu([_gemm_truth(8, k, n, eff_max=1.0, m0=9.0) for k, n in [(256, 512), (1024, 1024)]] + relu)
+    prof.fits = CostModel(prof, default_profiles()[1]).fits("cpu")
+    data = json.loads(json.dumps(profile_to_dict(Profile("p", {"cpu": prof}))))
+    stored = data["devices"][0]["fits"]
+    assert stored["type:FC"]["half_efficiency_rows"] > 0 and "half_efficiency_rows" not in stored["elementwise"]
+    loaded = profile_from_dict(data).device("cpu")
+    assert loaded.fits == prof.fits
+
+    del stored["type:FC"]["half_efficiency_rows"], stored["fc"]["half_efficiency_rows"]
+    del data["devices"][0]["ops"]                      # stored fits are used only without ops
+    old = profile_from_dict(data).device("cpu")
+    assert old.fits["type:FC"].half_efficiency_rows is None
+    loaded.ops = {}
+    x = (TensorType((64, 512)), TensorType((256, 512)))
+    fc = OpFeatures(flops=2.0 * 64 * 512 * 256, bytes_read=4.0 * (64 * 512 + 512 * 256))
+    with_rows, _ = CostModel(loaded, default_profiles()[1]).op_time("FC", x, {}, fc, "cpu")
+    flat, _ = CostModel(old, default_profiles()[1]).op_time("FC", x, {}, fc, "cpu")
+    fit = old.fits["type:FC"]
+    assert flat == pytest.approx(fit.overhead_s + max(fc.flops / (PEAK * fit.compute_efficiency),
+                                                      fc.bytes_read / (GEMM_BW * fit.memory_efficiency)))
+    assert with_rows == pytest.approx(_gemm_truth(64, 512, 256, 1.0, 9.0).median_s, rel=0.1) and with_rows != flat

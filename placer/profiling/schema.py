@@ -65,13 +65,19 @@ class OpTiming:
 
 @dataclass
 class FamilyFit:
-    """Fitted roofline of one op family on one device, with its quality."""
+    """Fitted roofline of one op family on one device, with its quality.
+
+    ``half_efficiency_rows`` (matrix-product families only, else None): the compute
+    efficiency grows with the product's row count M as ``compute_efficiency * M / (M +
+    half_efficiency_rows)``, so ``compute_efficiency`` is then the large-M limit.
+    """
 
     overhead_s: float
     compute_efficiency: float
     memory_efficiency: float
     points: int
     median_abs_pct_error: float
+    half_efficiency_rows: float | None = None
 
 
 @dataclass
@@ -238,7 +244,8 @@ def _device_from_dict(r: _Reader, raw: Any, where: str) -> DeviceProfile:
             compute_efficiency=r.number(fit_raw, "compute_efficiency", w, positive=True),
             memory_efficiency=r.number(fit_raw, "memory_efficiency", w, positive=True),
             points=int(r.number(fit_raw, "points", w)),
-            median_abs_pct_error=r.number(fit_raw, "median_abs_pct_error", w))
+            median_abs_pct_error=r.number(fit_raw, "median_abs_pct_error", w),
+            half_efficiency_rows=r.number(fit_raw, "half_efficiency_rows", w, optional=True, positive=True))
     return dev
 
 
@@ -337,7 +344,8 @@ def _device_to_dict(d: DeviceProfile) -> dict:
                        "iqr_s": t.iqr_s, "flops": t.flops, "bytes": t.bytes}
                       for t in sorted(d.ops.values(), key=lambda t: t.key)]
     if d.fits:
-        out["fits"] = {fam: vars(f) for fam, f in sorted(d.fits.items())}
+        out["fits"] = {fam: {k: v for k, v in vars(f).items() if v is not None}
+                       for fam, f in sorted(d.fits.items())}
     return out
 
 
