@@ -132,16 +132,15 @@ def test_caffe_ceil_rule():
 
 
 @pytest.mark.corpus
-def test_ssd_keeps_fork_layers_as_unknown_ops():
+def test_ssd_fork_layers_become_ops_of_their_caffe_type():
     from placer.ops import registry
     r = convert_caffe(_net("ssd300_vgg_voc0712_deploy"))
     types = Counter(op.type for op in _ops(r))
     assert types["Permute"] == 12 and types["PriorBox"] == 6
     assert types["Normalize"] == 1 and types["DetectionOutput"] == 1
     for t in ("Permute", "PriorBox", "Normalize", "DetectionOutput"):
-        assert registry.get(t) is None
-    assert Counter(t for _, t in r.unknown_layers) == Counter(
-        {"Permute": 12, "PriorBox": 6, "Normalize": 1, "DetectionOutput": 1})
+        assert registry.get(t) is not None and f"Caffe{t}" not in types
+    assert r.unknown_layers == []
     perm = _ops(r, "Permute")[0]
     assert _args(perm) == {"order": [0, 2, 3, 1]}
     norm = _ops(r, "Normalize")[0]
@@ -155,6 +154,26 @@ def test_ssd_keeps_fork_layers_as_unknown_ops():
     assert r.shapes["mbox_conf_reshape"] == (1, 8732, 21)
     reshape = _ops(r, "Reshape")[0]
     assert _args(reshape)["shape"] == [0, -1, 21]
+
+
+def test_normalize_scale_parameter(tmp_path):
+    from placer.shapes import infer
+    path = _write(tmp_path, """
+input: "x"
+input_shape { dim: 1 dim: 8 dim: 3 dim: 3 }
+layer { name: "shared" type: "Normalize" bottom: "x" top: "a" }
+layer { name: "per_channel" type: "Normalize" bottom: "x" top: "b"
+        norm_param { channel_shared: false scale_filler { type: "constant" value: 20 } } }
+""")
+    r = convert_caffe(path)
+    shared, per_channel = _ops(r, "Normalize")
+    assert list(shared.input) == ["x", "shared_scale"] and list(per_channel.input) == ["x", "per_channel_scale"]
+    assert r.param_shapes == {"shared_scale": (1,), "per_channel_scale": (8,)}
+    assert _args(_fill(r, "shared_scale"))["value"] == 1.0            # the fork's default filler
+    assert _args(_fill(r, "per_channel_scale"))["value"] == 20.0
+    assert _args(per_channel) == {"channel_shared": 0, "scale_filler.type": "constant", "scale_filler.value": 20.0}
+    typed = infer(load_caffe_net(path))
+    assert typed.unknown_ops == [] and typed.blobs["b"].shape == (1, 8, 3, 3)
 
 
 @pytest.mark.corpus

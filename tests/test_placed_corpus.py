@@ -61,7 +61,7 @@ CASES = {
 }
 # Not runnable, so only planned in test_every_corpus_net_plans_or_says_what_is_missing:
 # Caffe2 predict nets whose parameters come from an init net the corpus does not hold, and
-# nets with op types placer has no entry for (crayon's stylizer ops, SSD's Normalize/PriorBox).
+# nets with op types placer has no entry for (crayon's stylizer ops).
 UNMIXABLE = {"glow_sls_fused8bit": "its one op (SparseLengthsSumFused8BitRowwise) has no GPU kernel"}
 
 

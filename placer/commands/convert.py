@@ -15,8 +15,9 @@ Caffe2's own translator mapped layers to ops, and write OUTDIR/predict_net.pbtxt
 OUTDIR/init_net.pbtxt (with --binary also the .pb files).
 
 The init net fills every parameter: the .caffemodel values with --weights, else seeded
-random fills chosen from each layer's filler. Layers with no Caffe2 op (SSD's PriorBox,
-Permute, ...) are kept as ops of their Caffe type and listed.
+random fills chosen from each layer's filler. SSD's fork layers (PriorBox, Permute, ...)
+and layers with no Caffe2 op (Python, ...) are kept as ops of their Caffe type; the
+latter are listed.
 
 example:
   placer convert deploy.prototxt --weights net.caffemodel -o converted/

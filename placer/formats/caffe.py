@@ -453,7 +453,7 @@ def load_caffe_net(path: str | os.PathLike, phase: str = "test", weights: str | 
 
 def _unknown_op_shapes(result) -> dict[str, TensorType]:
     """Complete shapes, by the Caffe layer's own rules, of the tops of layers kept as ops
-    placer has no entry for (SSD's Permute, PriorBox, Normalize, ...)."""
+    placer has no entry for (Python, Power, ...)."""
     from placer.ops import registry
     hints = {}
     for op in result.predict.op:

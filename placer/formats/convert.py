@@ -14,9 +14,10 @@ SpatialBN reads ``<bn>_rm`` / ``<bn>_riv`` (mean, variance: Caffe's blobs divide
 moving-average factor) and the folded Scale layer's ``<scale>_w`` / ``<scale>_b`` (a lone
 BatchNorm gets ``<bn>_s`` = 1 and ``<bn>_b`` = 0), all of shape (C,).
 
-A layer type with no mapping (SSD's Permute, PriorBox, Normalize, DetectionOutput,
-Python, Power, ...) becomes an op of the Caffe type name, unknown to the registry, with
-its bottoms, tops and parameters as arguments: loading never fails on it. Where the name
+SSD's fork layers (Permute, Normalize, PriorBox, DetectionOutput) become ops of their Caffe
+type with their ``*_param`` fields flattened into arguments (``nms_param.top_k``), which
+``placer/ops/detection.py`` runs. A layer type with no mapping (Python, Power, ...) becomes
+such an op too, unknown to the registry: loading never fails on it. Where the name
 is a Caffe2 op with other semantics (LRN within channels, Exp of base 2), the op is named
 ``Caffe<type>`` instead.
 
@@ -758,8 +759,21 @@ def _silence(cv: _Converter, layer) -> None:
 
 # ---------------------------------------------------------------- layers with no mapping
 
+def _fork_layer(cv: _Converter, layer) -> None:
+    """SSD's fork layers (Permute, Normalize, PriorBox, DetectionOutput): placer has ops of
+    their Caffe type (``placer/ops/detection.py``) that read the flattened arguments."""
+    _keep(cv, layer, layer.type)
+
+
 def _unknown(cv: _Converter, layer, why: str = "") -> None:
     """Keep the layer as an op of its Caffe type, its parameters as arguments."""
+    _keep(cv, layer, unknown_op_type(layer.type))
+    cv.unknown(layer, why)
+
+
+def _keep(cv: _Converter, layer, op_type: str) -> None:
+    """One op of ``op_type`` with the layer's bottoms, parameters (Normalize's scale is
+    ``<layer>_scale``, filled from ``scale_filler``) and flattened ``*_param`` fields."""
     shapes = cv.ins(layer)
     inputs = list(layer.bottom)
     if layer.type == "Normalize":
@@ -772,10 +786,9 @@ def _unknown(cv: _Converter, layer, why: str = "") -> None:
         for i in range(len(cv.weights.get(layer.name) or layer.blobs)):
             blob = cv.blob(layer, i)
             inputs.append(cv.param(cv.param_name(layer, i, f"blob{i}"), blob.shape, None, blob))
-    proto = cv.op(unknown_op_type(layer.type), inputs, list(layer.top))
+    proto = cv.op(op_type, inputs, list(layer.top))
     for name, value in layer_arguments(layer):
         set_arg(proto.arg.add(name=name), value)
-    cv.unknown(layer, why)
     cv.set(layer.top, unknown_shapes(layer, shapes))
 
 
@@ -854,6 +867,7 @@ TRANSLATORS = {
     "Accuracy": _accuracy, "LRN": _lrn, "Dropout": _dropout, "Concat": _concat,
     "Slice": _slice, "Split": _split, "Flatten": _flatten, "Reshape": _reshape,
     "Tile": _tile, "Silence": _silence,
+    "Permute": _fork_layer, "Normalize": _fork_layer, "PriorBox": _fork_layer, "DetectionOutput": _fork_layer,
 }
 
 

@@ -6,4 +6,5 @@ from placer.ops import (  # noqa: F401
     conv, pool, norm, resize,    # spatial: Conv, ConvTranspose, pools, SpatialBN, LRN, nearest resize
     fc, elementwise, loss,       # dense: FC, MatMul, BatchMatMul, arithmetic, activations, softmax, losses
     tensor, embedding, fill, copy,  # data: shape ops, gathers, SparseLengths*, fills, copies
+    detection,                   # SSD fork layers: Permute, Normalize, PriorBox, DetectionOutput
 )
