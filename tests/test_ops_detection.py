@@ -42,6 +42,8 @@ def test_permute_matches_torch(order, shape, full):
     y = run("Permute", [x], {"order": order})
     np.testing.assert_array_equal(y, torch.from_numpy(x).permute(*full).numpy())
     assert y.flags.c_contiguous and not np.shares_memory(x, y)
+    cost = registry.get("Permute").cost([TensorType(shape)], [TensorType(y.shape)], Args({"order": order}))
+    assert cost.flops == 0 and cost.bytes_read == cost.bytes_written == x.nbytes
 
 
 def test_permute_refuses_a_bad_order():
@@ -120,6 +122,9 @@ def test_priorbox_every_coordinate():
     same = run("PriorBox", [fmap, image], {"min_sizes": [2.0], "max_sizes": [4.0], "aspect_ratios": [2.0],
                                            "flip": 1, "variance": [0.1, 0.1, 0.2, 0.2]})
     np.testing.assert_array_equal(same, y)  # the Caffe2 SSD port's argument names
+    cost = registry.get("PriorBox").cost([TensorType(fmap.shape), TensorType(image.shape)],
+                                         [TensorType(y.shape)], Args(PRIOR_ARGS))
+    assert (cost.flops, cost.bytes_read, cost.bytes_written) == (2 * 64, 0, 2 * 64 * 4)  # shapes only
 
 
 def test_priorbox_clip_step_image_size_and_duplicate_ratios():

@@ -274,12 +274,12 @@ def _decode(xp, loc, prior_boxes, variances, p: _DetectionArgs):
 def _iou(xp, b):
     """Pairwise Jaccard overlap (..., K, K) of boxes (..., K, 4), as the fork computes it:
     0 without a positive-area intersection; a box with max < min has area 0."""
-    lo = xp.maximum(b[..., :, None, :2], b[..., None, :, :2])
-    hi = xp.minimum(b[..., :, None, 2:], b[..., None, :, 2:])
-    iw, ih = hi[..., 0] - lo[..., 0], hi[..., 1] - lo[..., 1]
+    x0, y0, x1, y1 = (xp.ascontiguousarray(b[..., i]) for i in range(4))
+    iw = xp.minimum(x1[..., :, None], x1[..., None, :]) - xp.maximum(x0[..., :, None], x0[..., None, :])
+    ih = xp.minimum(y1[..., :, None], y1[..., None, :]) - xp.maximum(y0[..., :, None], y0[..., None, :])
     meets = (iw > 0) & (ih > 0)
-    inter = xp.where(meets, iw * ih, 0)
-    w, h = b[..., 2] - b[..., 0], b[..., 3] - b[..., 1]
+    inter = iw * ih
+    w, h = x1 - x0, y1 - y0
     area = xp.where((w < 0) | (h < 0), 0, w * h)
     union = area[..., :, None] + area[..., None, :] - inter
     return xp.where(meets, inter / xp.where(meets, union, 1), 0)
