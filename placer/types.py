@@ -203,7 +203,7 @@ class Net:
     - ``notes``: what the loader wants the user to know (Caffe: layers kept as unknown ops,
       fork fields skipped, an input whose shape the file leaves open and the --input for it).
     - ``shape_hints``: shapes the loader knows for outputs of ops placer has no entry for
-      (the Caffe converter applies the layer's own rules, e.g. SSD's PriorBox); shape
+      (the Caffe converter applies the layer's own rules to fork layers it keeps as ops); shape
       inference uses them for those outputs only, and the user's ``--input`` wins.
     """
 
