@@ -27,6 +27,7 @@ from google.protobuf.message import DecodeError
 
 from placer.errors import NetParseError
 from placer.formats import caffe_pb as pb
+from placer.formats.caffe2 import read_file_bytes
 from placer.types import Net, TensorType
 
 # A partial shape: None (rank unknown) or a tuple whose unknown dimensions are None.
@@ -76,12 +77,7 @@ class CaffeNet:
 
 def read_prototxt(path: str | os.PathLike):
     """Parse a prototxt file: ``(NetParameter, notes)``; NetParseError when unreadable."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise NetParseError(str(path), f"cannot read the file: {e.strerror or e}",
-                            hint="check the path") from None
+    data = read_file_bytes(path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -96,12 +92,7 @@ def read_caffemodel(path: str | os.PathLike) -> dict[str, list[np.ndarray]]:
     Layers of every generation are read (``layer``, V1 ``layers``, V0 nested ``layer``).
     A blob's shape is its ``shape`` field, else the legacy (num, channels, height, width).
     """
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise NetParseError(str(path), f"cannot read the weights file: {e.strerror or e}",
-                            hint="check the --weights path") from None
+    data = read_file_bytes(path, hint="check the --weights path")
     net = pb.NetParameter()
     try:
         net.ParseFromString(data)

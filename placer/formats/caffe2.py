@@ -37,17 +37,17 @@ _ERROR_PREFIX = re.compile(r"^\d+:\d+ : ")
 
 # ---------------------------------------------------------------- reading and writing
 
-def read_file_bytes(path: str | os.PathLike) -> bytes:
-    """The bytes of a net file, or a NetParseError saying why it cannot be read."""
+def read_file_bytes(path: str | os.PathLike, hint: str = "check the path") -> bytes:
+    """The bytes of a net (or weights) file, or a NetParseError saying why it cannot be read."""
     p = Path(path)
     if not p.exists():
-        raise NetParseError(str(path), "no such file", hint="check the path")
+        raise NetParseError(str(path), "no such file: cannot read it", hint=hint)
     if p.is_dir():
-        raise NetParseError(str(path), "is a directory, not a net file")
+        raise NetParseError(str(path), "is a directory, not a file", hint=hint)
     try:
         return p.read_bytes()
     except OSError as e:
-        raise NetParseError(str(path), f"cannot read: {e.strerror or e}") from e
+        raise NetParseError(str(path), f"cannot read: {e.strerror or e}", hint=hint) from e
 
 
 def looks_textual(data: bytes) -> bool:
