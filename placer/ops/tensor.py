@@ -353,13 +353,19 @@ def checked_indices(xp, indices, dim: int, args: Args, op_type: str, wrap: bool 
     return indices
 
 
+def _gather_checks(inputs: Sequence[TensorType], args: Args, op_type: str, min_ndim: int) -> None:
+    data, idx = inputs
+    _check_indices(idx, args, op_type, inputs)
+    if args.bool("match_outer", False):
+        raise ArgumentError(f"op {args.op}: {op_type} with match_outer=1 is not supported")
+    if data.ndim < min_ndim:
+        raise _fail(args, op_type, inputs,
+                    f"DATA must have at least {min_ndim} dimension{'s' if min_ndim > 1 else ''}")
+
+
 def infer_gather(inputs: Sequence[TensorType], args: Args) -> list[TensorType]:
     data, idx = inputs
-    _check_indices(idx, args, "Gather", inputs)
-    if args.bool("match_outer", False):
-        raise ArgumentError(f"op {args.op}: Gather with match_outer=1 is not supported")
-    if data.ndim < 1:
-        raise _fail(args, "Gather", inputs, "DATA must have at least 1 dimension")
+    _gather_checks(inputs, args, "Gather", 1)
     ax = canonical_axis(args.int("axis", 0), data.ndim, args, "Gather", inputs)
     return [TensorType(data.shape[:ax] + idx.shape + data.shape[ax + 1:], data.dtype)]
 
@@ -373,11 +379,7 @@ def kernel_gather(xp, inputs, args: Args) -> tuple:
 
 def infer_batch_gather(inputs: Sequence[TensorType], args: Args) -> list[TensorType]:
     data, idx = inputs
-    _check_indices(idx, args, "BatchGather", inputs)
-    if args.bool("match_outer", False):
-        raise ArgumentError(f"op {args.op}: BatchGather with match_outer=1 is not supported")
-    if data.ndim < 2:
-        raise _fail(args, "BatchGather", inputs, "DATA must have at least 2 dimensions")
+    _gather_checks(inputs, args, "BatchGather", 2)
     return [TensorType(data.shape[:1] + idx.shape + data.shape[2:], data.dtype)]
 
 
