@@ -69,7 +69,7 @@ def versus_milp(sizes=(100, 300, 1000, 2000)) -> None:
 
 
 def memory_gaps(cases: int = 100) -> None:
-    gaps, finals, t_h, t_m, unproven = [], [], 0.0, 0.0, 0
+    gaps, t_h, t_m, unproven = [], 0.0, 0.0, 0
     for k in range(cases):
         rng = np.random.default_rng(k)
         arr = random_arrays(int(rng.integers(40, 250)), seed=100 + k,

@@ -2,7 +2,6 @@
 placement of a small net, written from the definition of the serial objective only."""
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 

@@ -1,5 +1,4 @@
 """Baselines: hand-computed totals, pins honoured, and min-cut never worse than any."""
-import numpy as np
 import pytest
 
 from placer.graph import build_cost_graph

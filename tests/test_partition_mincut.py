@@ -7,7 +7,7 @@ from placer.graph import build_cost_graph
 from placer.partition import check_plan, partition
 from placer.partition.milp import milp_partition
 from placer.partition.mincut import MinCutPartitioner
-from placer.partition.problem import PIN_CPU, PIN_GPU, PIN_NONE
+from placer.partition.problem import PIN_GPU, PIN_NONE
 from placer.partition.synthetic import random_arrays, random_small
 
 from partition_cases import brute_force_costs, hand_net

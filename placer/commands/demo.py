@@ -326,13 +326,3 @@ def profile_line(path: Path) -> str:
 def _gpu_label(plan: dict) -> str:
     name = (plan.get("profiles") or {}).get("gpu", {}).get("name", "GPU")
     return name.replace("NVIDIA ", "").replace(" PCIe", "")
-
-
-def main() -> int:  # pragma: no cover - `python -m placer.commands.demo`
-    p = argparse.ArgumentParser(prog="placer demo")
-    add_arguments(p)
-    return run(p.parse_args())
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -133,13 +133,3 @@ def _bytes(n: int) -> str:
         if n >= size:
             return f"{n / size:.2f} {unit}"
     return f"{n} B"
-
-
-def main() -> int:  # pragma: no cover - `python -m placer.commands.run`
-    p = argparse.ArgumentParser(prog="placer run")
-    add_arguments(p)
-    return run(p.parse_args())
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -325,7 +325,7 @@ def sparse_lengths_cost(inputs: Sequence[TensorType], outputs: Sequence[TensorTy
                         args: Args) -> OpFeatures:
     """Reads only the looked-up rows (not the table), the indices, lengths and weights;
     one add per looked-up element (a multiply-add with weights)."""
-    data, lengths, indices = inputs[0], inputs[-1], inputs[-2]
+    data, indices = inputs[0], inputs[-2]
     row_elems = data.size // data.shape[0] if data.shape[0] else 0
     looked_up = indices.shape[0] * row_elems
     weighted = len(inputs) == 4

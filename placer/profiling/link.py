@@ -35,7 +35,7 @@ def measure_link(device_index: int = 0, sizes: list[int] | None = None, repeats:
     cupy = import_cupy()
     sizes = sizes or SIZES
     link: dict[str, dict[str, LinkCurve]] = {d: {} for d in DIRECTIONS}
-    steps, done = len(sizes) * 4, 0
+    done = 0
     with cupy.cuda.Device(device_index):
         for mem in MEMORY_KINDS:
             for direction in DIRECTIONS:
