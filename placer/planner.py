@@ -16,6 +16,7 @@ from placer.ops import registry
 from placer.graph import build_cost_graph
 from placer.partition import baselines, check_plan, partition
 from placer.partition.schedule import Simulator
+from placer.partition.problem import from_graph
 from placer.shapes import require_complete
 from placer.types import Net, Plan, TypedNet
 
@@ -46,6 +47,7 @@ class PlanResult:
     usable_bytes: float
     makespan: dict = field(default_factory=dict)  # simulated overlap of the chosen plan
     options: PlanOptions = field(default_factory=PlanOptions)  # what was asked for
+    arrays: Any = None  # the cost graph as the partitioners' CostArrays
 
 
 def plan(typed: TypedNet, cpu_profile, gpu_profile, options: PlanOptions = PlanOptions()) -> PlanResult:
@@ -58,24 +60,25 @@ def plan(typed: TypedNet, cpu_profile, gpu_profile, options: PlanOptions = PlanO
     graph = build_cost_graph(costs, pins=resolve_pins(net, options.pins, options.keep_existing),
                              colocate=parameter_groups(net), inplace=inplace_pairs(net),
                              outputs_on_host=options.outputs_on_host)
+    arrays = from_graph(graph)  # the partitioners' flat view, made once for every stage below
     # 3. partition within GPU memory, and check the result from scratch
     capacity = float(gpu_memory_bytes(gpu_profile) if options.gpu_mem_bytes is None else options.gpu_mem_bytes)
     usable = capacity * (1 - options.reserve)
-    chosen = partition(graph, options.method, capacity_bytes=capacity, reserve=options.reserve,
+    chosen = partition(arrays, options.method, capacity_bytes=capacity, reserve=options.reserve,
                        time_limit=options.time_limit_s)
     _refuse_memory_blind(chosen, options, capacity, usable)
-    check_plan(graph, chosen, usable)
+    check_plan(arrays, chosen, usable)
     # 4. baselines beside it, and the overlapped schedule of the chosen plan
-    base = baselines.baselines(graph, existing_placement(net))
+    base = baselines.baselines(arrays, existing_placement(net))
     return PlanResult(typed, costs, graph, chosen, base, capacity, usable,
-                      makespan=overlapped(graph, chosen, base), options=options)
+                      makespan=overlapped(arrays, chosen, base), options=options, arrays=arrays)
 
 
 def overlapped(graph, chosen: Plan, base: dict) -> dict:
     """The simulated overlapped schedule of the chosen plan; under the makespan objective,
     the baselines' makespans too, so that they are judged by the same measure."""
     sim = Simulator(graph)
-    n = graph.number_of_nodes()
+    n = sim.arr.n_ops
     makespan_s, events = sim.run(_on_gpu(chosen, n), record=True)
     out = {"makespan_s": makespan_s, "events": events}
     if chosen.objective == "makespan":

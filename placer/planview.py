@@ -35,7 +35,7 @@ def optimality(plan: Plan) -> str:
 
 def plan_json(result: PlanResult, profiles: dict | None = None) -> dict:
     net, plan, costs = result.typed.net, result.plan, result.costs
-    arr = from_graph(result.graph)
+    arr = result.arrays if result.arrays is not None else from_graph(result.graph)
     on_gpu = placement_array(plan.placement, len(net.ops))
     copies_in, copies_out = _copies_per_op(plan)
     ops = []
