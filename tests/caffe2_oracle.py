@@ -1,0 +1,110 @@
+"""Real Caffe2 as the test oracle: scripts run by the caffe2.python of torch 1.8.1.
+
+Real Caffe2 cannot share placer's Python (it needs Python 3.8 and an old numpy and
+protobuf), so a test hands it a script, runs it as a subprocess, and reads back what the
+script saved. ``.ci/run`` builds the virtual environment (``../shared/tools/caffe2-venv.sh``,
+cached in ``~/.cache/placer-caffe2-venv``); the python used is, in order:
+``$PLACER_CAFFE2_PYTHON``, then that cache. Without it, tests marked ``caffe2`` skip,
+except under ``CI=true``, where they fail.
+
+A script sees these names (and nothing of placer):
+  ``np``, ``core``, ``workspace``, ``caffe2_pb2``, ``text_format``: the usual imports;
+  ``inputs``: a dict of the arrays passed in (loaded from an npz);
+  ``save(**arrays)``: arrays to send back (numpy; loaded with ``allow_pickle=False``);
+  ``save_json(obj)``: a JSON-able object to send back;
+  ``net_text(net)``: a NetDef (or ``core.Net``) as protobuf text, for ``save_json``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import textwrap
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+DEFAULT_VENV = Path.home() / ".cache" / "placer-caffe2-venv"
+
+PRELUDE = '''
+import json, os, sys
+import numpy as np
+from caffe2.python import core, workspace
+from caffe2.proto import caffe2_pb2
+from google.protobuf import text_format
+workspace.GlobalInit(["caffe2", "--caffe2_log_level=2"])
+_in = os.environ["PLACER_ORACLE_IN"]
+inputs = dict(np.load(_in, allow_pickle=False)) if os.path.exists(_in) else {}
+_saved = {}
+def save(**arrays):
+    _saved.update({k: np.asarray(v) for k, v in arrays.items()})
+_json = [None]
+def save_json(obj):
+    _json[0] = obj
+def net_text(net):
+    proto = net.Proto() if hasattr(net, "Proto") else net
+    return text_format.MessageToString(proto)
+'''
+
+EPILOGUE = '''
+np.savez(os.environ["PLACER_ORACLE_OUT"] + ".npz", **_saved)
+with open(os.environ["PLACER_ORACLE_OUT"] + ".json", "w") as _f:
+    json.dump(_json[0], _f)
+'''
+
+
+@lru_cache(maxsize=1)
+def caffe2_python() -> str | None:
+    """The python of the Caffe2 virtual environment, or None when there is none."""
+    candidates = [os.environ.get("PLACER_CAFFE2_PYTHON"), str(DEFAULT_VENV / "bin" / "python")]
+    for py in candidates:
+        if not py or not Path(py).exists():
+            continue
+        probe = subprocess.run([py, "-c", "from caffe2.python import workspace"],
+                               capture_output=True, timeout=120)
+        if probe.returncode == 0:
+            return py
+    return None
+
+
+def require_caffe2() -> str:
+    """The Caffe2 python, or a skip (a failure under CI=true)."""
+    py = caffe2_python()
+    if py is None:
+        msg = ("real Caffe2 is not available: build it with ../shared/tools/caffe2-venv.sh "
+               "or set PLACER_CAFFE2_PYTHON")
+        if IN_CI:
+            pytest.fail("CI=true but " + msg)
+        pytest.skip(msg)
+    return py
+
+
+class OracleError(AssertionError):
+    """The oracle script failed; the message carries its stderr."""
+
+
+def run_caffe2(script: str, inputs: dict[str, np.ndarray] | None = None,
+               timeout: float = 300.0) -> tuple[dict[str, np.ndarray], object]:
+    """Run ``script`` in real Caffe2; returns (saved arrays, saved JSON object)."""
+    py = require_caffe2()
+    with tempfile.TemporaryDirectory(prefix="placer-oracle-") as tmp:
+        tmp = Path(tmp)
+        src = tmp / "script.py"
+        src.write_text(PRELUDE + textwrap.dedent(script) + EPILOGUE)
+        inp, out = tmp / "in.npz", tmp / "out"
+        if inputs:
+            np.savez(inp, **{k: np.asarray(v) for k, v in inputs.items()})
+        env = {**os.environ, "PLACER_ORACLE_IN": str(inp), "PLACER_ORACLE_OUT": str(out),
+               "GLOG_minloglevel": "2", "OMP_NUM_THREADS": "1", "PYTHONPATH": ""}
+        proc = subprocess.run([py, str(src)], capture_output=True, text=True, timeout=timeout,
+                              env=env, cwd=tmp)
+        if proc.returncode != 0:
+            raise OracleError(f"Caffe2 oracle script failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        with np.load(str(out) + ".npz", allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+        obj = json.loads((Path(str(out) + ".json")).read_text())
+    return arrays, obj
