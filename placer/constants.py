@@ -80,3 +80,17 @@ PEAK_GEMM_ROWS = 1024
 # memory- or overhead-bound). CPU: ~8 rows fitted to OpenBLAS FCs on the 2-core host
 # (bench/cost_accuracy.py); GPU: an assumption (a GPU needs far more rows to fill its SMs).
 DEFAULT_HALF_EFFICIENCY_ROWS = {"cpu": 8.0, "gpu": 64.0}
+
+# --- GPU <-> GPU links -------------------------------------------------------------
+# Per-link, per-direction bandwidths NCCL's own topology model assumes
+# (nccl src/graph/tuning.cc and topo.h, MULTIDEVICE_FACTS.md): 20 GB/s per NVLink on
+# V100 (NVLink 2, theoretical 25 GB/s per direction per link) and A100 (NVLink 3, same
+# per-link rate, 12 links per GPU), 20.6 GB/s on H100/H200 (NVLink 4, 18 links per GPU).
+NVLINK2_LINK_BYTES_PER_S = 20e9
+NVLINK3_LINK_BYTES_PER_S = 20e9
+NVLINK4_LINK_BYTES_PER_S = 20.6e9
+NVLINK3_LINKS_PER_GPU = 12             # A100 SXM4: 12 NVLink 3 links (NVSwitch: all to one switch fabric)
+NVLINK4_LINKS_PER_GPU = 18             # H100/H200 SXM5: 18 NVLink 4 links
+# A cudaMemcpyPeerAsync of a few bytes costs about what a host copy does: an estimate
+# (the same small-copy floor as PCIE_LATENCY_S); replace with `placer profile --link`.
+PEER_LATENCY_S = 10e-6

@@ -357,58 +357,95 @@ class PlanCost:
 
 @dataclass(frozen=True)
 class PlanCopy:
-    """One PCIe copy a plan needs: ``tensor`` moved ``direction`` ("h2d" or "d2h") once.
+    """One copy a plan needs: ``tensor`` moved from device ``src`` to device ``dst`` once
+    (device names, e.g. "cpu", "cuda:1"; ``src_kind``/``dst_kind`` are "cpu" or "gpu").
 
-    ``producer`` is the op index (-1: fed from the host); ``consumers`` are the ops on the
-    other device that read the copy (-1 stands for the host reading an external output).
+    ``producer`` is the op index (-1: fed from the host); ``consumers`` are the ops on
+    ``dst`` that read the copy (-1 stands for the host reading an external output).
     """
 
     tensor: str
-    direction: str
+    src: str
+    dst: str
     nbytes: float
     time_s: float
     producer: int
     consumers: tuple[int, ...] = ()
+    src_kind: str = "cpu"
+    dst_kind: str = "gpu"
+
+    @property
+    def direction(self) -> str:
+        """"h2d" (host to GPU), "d2h", "d2d" (GPU to GPU) or "h2h" (host to host)."""
+        return {("cpu", "gpu"): "h2d", ("gpu", "cpu"): "d2h", ("gpu", "gpu"): "d2d"}.get(
+            (self.src_kind, self.dst_kind), "h2h")
 
 
 @dataclass
 class Plan:
-    """A placement of every op of a net and what it is predicted to cost.
+    """A placement of every op of a net over a machine's devices and what it costs.
 
-    - ``placement``: op index -> ``Device`` (``CPU`` or ``GPU0``).
-    - ``copies``: every PCIe copy the placement implies (one per tensor per direction).
+    - ``placement``: int array, the device index of every op (``devices[placement[i]]``
+      is its name; index 0 is the host CPU).
+    - ``devices`` / ``device_kinds``: the machine's device names and kinds ("cpu"/"gpu").
+    - ``copies``: every copy the placement implies (one per tensor per destination device).
     - ``cost``: the serial objective of this placement, recomputable from the cost graph.
     - ``objective``: what the method minimised, "serial" or "makespan";
       ``makespan_s`` and ``timeline`` come from the event simulator when it was run.
-    - ``optimal``: proven optimal for ``objective`` (and the memory limit, if any);
+    - ``optimal``: proven optimal for ``objective`` (and the memory limits, if any);
       ``gap``: relative distance to the best proven lower bound, None when unknown.
-    - ``gpu_memory_bytes``: parameters on the GPU + peak live activations there;
-      ``gpu_capacity_bytes``: the usable limit the plan was made for (None: no limit).
-    - ``reasons``: op index -> short why ("GPU 14x faster", "pinned: no GPU kernel").
+    - ``memory_bytes``: per device, parameters there + peak live activations there;
+      ``capacity_bytes``: per device, the usable limit the plan was made for (inf: none).
+    - ``reasons``: op index -> short why ("cuda:0 14x faster than cpu", "pinned: no GPU kernel").
     - ``notes``: solver facts worth reporting (rounding resolution, MILP status).
     """
 
-    placement: dict[int, Device] = field(repr=False)
+    placement: Any = field(repr=False)
+    devices: tuple[str, ...]
     copies: list[PlanCopy] = field(repr=False)
     cost: PlanCost
     method: str
+    device_kinds: tuple[str, ...] = ()
     objective: str = "serial"
     optimal: bool = False
     gap: float | None = None
-    gpu_memory_bytes: float = 0.0
-    gpu_capacity_bytes: float | None = None
+    memory_bytes: Any = None
+    capacity_bytes: Any = None
     makespan_s: float | None = None
     timeline: list | None = field(default=None, repr=False)
     reasons: dict[int, str] = field(default_factory=dict, repr=False)
     notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.placement = np.asarray(self.placement, dtype=np.int64)
+        k = len(self.devices)
+        if not self.device_kinds:
+            self.device_kinds = tuple("cpu" if d.endswith("cpu") else "gpu" for d in self.devices)
+        self.memory_bytes = np.zeros(k) if self.memory_bytes is None else np.asarray(self.memory_bytes, float)
+        self.capacity_bytes = (np.full(k, np.inf) if self.capacity_bytes is None
+                               else np.asarray(self.capacity_bytes, float))
 
     @property
     def total_s(self) -> float:
         return self.cost.total_s
 
     def device_of(self, op_index: int) -> str:
-        """"cpu" or "gpu" for one op."""
-        return self.placement[op_index].kind
+        """The name of the device an op is placed on ("cpu", "cuda:1", ...)."""
+        return self.devices[int(self.placement[op_index])]
 
-    def copy_bytes(self, direction: str) -> float:
-        return sum(c.nbytes for c in self.copies if c.direction == direction)
+    def kind_of(self, op_index: int) -> str:
+        """"cpu" or "gpu" for one op."""
+        return self.device_kinds[int(self.placement[op_index])]
+
+    def ops_on(self, device: int | str) -> np.ndarray:
+        d = self.devices.index(device) if isinstance(device, str) else int(device)
+        return np.flatnonzero(self.placement == d)
+
+    def copy_bytes(self, direction: str | None = None) -> float:
+        return sum(c.nbytes for c in self.copies if direction in (None, c.direction))
+
+    @property
+    def gpu_memory_bytes(self) -> float:
+        """The most memory any one GPU uses (one-GPU machines: that GPU's)."""
+        gpu = [m for m, kind in zip(self.memory_bytes.tolist(), self.device_kinds) if kind == "gpu"]
+        return max(gpu, default=0.0)

@@ -1,53 +1,85 @@
-"""Turn a placement into a ``Plan``: its cost, copies, GPU memory, and a reason per op.
+"""Turn a placement into a ``Plan``: its cost, copies, memory per device, and a reason per op.
 
-Reasons are derived from the costs, never invented: an op's reason names the device
-that is faster for it alone, or, when the plan goes against that, the copy or the memory
-that made the difference (found by moving the op alone to the other device).
+Reasons are derived from the costs, never invented. Each op's **second-best** device is
+the one it would cost the plan least to move it to alone (``problem.move_deltas``); the
+reason says why the op is where it is and not there:
+- it is faster where it is: "cuda:0 14x faster than cpu";
+- it is as fast or slower where it is: the copy that moving it would add ("cpu: copy of
+  'x' to cuda:0 costs more than cuda:0 saves"), or the memory it would not fit in
+  ("cpu: its 2.1 GB of parameters do not fit on cuda:0");
+- pinned or colocated ops say so.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from placer.partition.problem import (PIN_NONE, CostArrays, flip_delta, gpu_memory,
-                                      placement_dict, plan_copies, serial_cost)
+from placer.partition.problem import (FREE, CostArrays, as_placement, device_memory, move_delta,
+                                      move_deltas, plan_copies, serial_cost)
 from placer.types import Plan
 
 MAX_EXPLAINED_MOVES = 2000  # ops whose reason names a blob; the rest a generic one
 
 
-def make_plan(arr: CostArrays, on_gpu: np.ndarray, method: str, objective: str = "serial",
+def make_plan(arr: CostArrays, dev, method: str, objective: str = "serial",
               optimal: bool = False, gap: float | None = None,
-              capacity: float | None = None, notes: list[str] | None = None) -> Plan:
-    on_gpu = np.asarray(on_gpu, bool).copy()
-    params, peak, _ = gpu_memory(arr, on_gpu)
-    return Plan(placement=placement_dict(on_gpu), copies=plan_copies(arr, on_gpu),
-                cost=serial_cost(arr, on_gpu), method=method, objective=objective,
-                optimal=optimal, gap=gap, gpu_memory_bytes=params + peak,
-                gpu_capacity_bytes=capacity, reasons=reasons(arr, on_gpu, capacity),
+              capacity=None, notes: list[str] | None = None) -> Plan:
+    """A Plan of a placement (``dev``: a device index per op). ``capacity`` is the usable
+    memory per device the plan was made for (default: ``arr.capacity``)."""
+    dev = as_placement(arr, dev).copy()
+    params, peak, _ = device_memory(arr, dev)
+    cap = arr.capacity if capacity is None else np.broadcast_to(np.asarray(capacity, float), (arr.k,))
+    return Plan(placement=dev, devices=tuple(arr.devices), device_kinds=tuple(arr.device_kinds),
+                copies=plan_copies(arr, dev), cost=serial_cost(arr, dev), method=method,
+                objective=objective, optimal=optimal, gap=gap, memory_bytes=params + peak,
+                capacity_bytes=np.array(cap, float), reasons=reasons(arr, dev),
                 notes=list(notes or []))
 
 
-def reasons(arr: CostArrays, on_gpu: np.ndarray, capacity: float | None) -> dict[int, str]:
+def second_best(arr: CostArrays, dev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each op: the device it would cost least to move it to alone, and that cost
+    change (inf where it may take no other device)."""
+    n = arr.n_ops
+    best_d = np.full(n, -1, np.int64)
+    best = np.full(n, np.inf)
+    feasible = arr.feasible
+    for d in range(arr.k):
+        delta = move_deltas(arr, dev, d)
+        ok = feasible[:, d] & (dev != d) & (delta < best)
+        best_d[ok], best[ok] = d, delta[ok]
+    return best_d, best
+
+
+def reasons(arr: CostArrays, dev: np.ndarray) -> dict[int, str]:
     """A short why per op (see the module docstring)."""
-    cpu, gpu = arr.cpu_s, arr.gpu_s
+    dev = as_placement(arr, dev)
+    names = arr.devices
+    n = arr.n_ops
+    other, _ = second_best(arr, dev) if n else (np.zeros(0, np.int64), None)
+    rows = np.arange(n)
+    here = arr.op_s[rows, dev]
+    there = np.where(other >= 0, arr.op_s[rows, np.maximum(other, 0)], np.inf)
     out: dict[int, str] = {}
+    forced = arr.forced
+    restricted = ~arr.allowed.all(axis=1)
     against = []
-    for i, (g, c_s, g_s, pin) in enumerate(zip(on_gpu.tolist(), cpu.tolist(), gpu.tolist(),
-                                               arr.pin.tolist())):
-        if pin != PIN_NONE:
-            out[i] = (arr.pin_reason[i] if arr.pin_reason and arr.pin_reason[i]
-                      else f"pinned: {'gpu' if pin else 'cpu'}")
-        elif arr.forced[i] != PIN_NONE:
-            out[i] = f"colocated with an op pinned to {'gpu' if arr.forced[i] else 'cpu'}"
-        elif g and g_s < c_s:
-            out[i] = f"GPU {_ratio(c_s, g_s)} faster"
-        elif not g and c_s <= g_s:
-            out[i] = f"CPU {_ratio(g_s, c_s)} faster" if c_s < g_s else "CPU: same time"
+    for i in range(n):
+        if forced[i] != FREE:
+            if restricted[i]:
+                out[i] = arr.pin_reason[i] if arr.pin_reason and arr.pin_reason[i] else f"pinned: {names[dev[i]]}"
+            else:
+                out[i] = f"colocated with an op pinned to {names[forced[i]]}"
+        elif other[i] < 0:
+            out[i] = f"{names[dev[i]]}: the only device it may take"
+        elif here[i] < there[i]:
+            out[i] = f"{names[dev[i]]} {_ratio(there[i], here[i])} faster than {names[other[i]]}"
         else:
             against.append(i)
-    for k, i in enumerate(against):
-        out[i] = _against(arr, on_gpu, i, capacity) if k < MAX_EXPLAINED_MOVES else (
-            "GPU: keeps copies away" if on_gpu[i] else "CPU: copies cost more than GPU saves")
+    for j, i in enumerate(against):
+        if j >= MAX_EXPLAINED_MOVES:
+            out[i] = (f"{names[dev[i]]}: same time as {names[other[i]]}" if here[i] == there[i]
+                      else f"{names[dev[i]]}: copies cost more than {names[other[i]]} saves")
+            continue
+        out[i] = _against(arr, dev, i, int(other[i]), here[i], there[i])
     return out
 
 
@@ -65,25 +97,29 @@ def _size(nbytes: float) -> str:
     return f"{nbytes:.0f} B"
 
 
-def _against(arr: CostArrays, on_gpu: np.ndarray, i: int, capacity: float | None) -> str:
-    """Why op i sits on its individually slower device."""
+def _against(arr: CostArrays, dev: np.ndarray, i: int, to: int, here: float, there: float) -> str:
+    """Why op i is not on ``to``, where it alone would run at least as fast."""
+    names = arr.devices
     comp = np.flatnonzero(arr.component == arr.component[i])
-    delta, worst = flip_delta(arr, on_gpu, comp)
-    if on_gpu[i]:
-        name = f"'{arr.tensor_name(worst)}'" if worst >= 0 else "its blobs"
-        if len(comp) > 1:  # it follows the ops it must share a device with
-            head = arr.op_label(int(comp[0]) if comp[0] != i else int(comp[-1]))
-            return f"GPU: shares a device with {head} (in place); moving them costs a copy of {name}"
-        return f"GPU: copy of {name} costs more than CPU saves"
-    if delta < 0 and capacity is not None:
-        on_gpu[comp] = True
-        params, peak, _ = gpu_memory(arr, on_gpu)
-        on_gpu[comp] = False
-        if params + peak > capacity:
+    delta, worst = move_delta(arr, dev, comp, to)
+    where, dest = names[dev[i]], names[to]
+    if delta < 0:   # moving would pay: memory holds it back
+        moved = dev.copy()
+        moved[comp] = to
+        params, peak, _ = device_memory(arr, moved)
+        if params[to] + peak[to] > arr.capacity[to]:
             own = float(arr.read_param_bytes[comp].sum())
-            if own >= 0.5 * (params + peak - capacity):
-                return f"CPU: its {_size(own)} of parameters do not fit in GPU memory"
-            return "CPU: does not fit in GPU memory"
-    if worst >= 0:
-        return f"CPU: copy of '{arr.tensor_name(worst)}' costs more than GPU saves"
-    return "CPU: moving it alone to the GPU does not pay"
+            over = params[to] + peak[to] - arr.capacity[to]
+            if own >= 0.5 * over:
+                return f"{where}: its {_size(own)} of parameters do not fit on {dest}"
+            return f"{where}: does not fit in {dest} memory"
+    blob = f"'{arr.tensor_name(worst)}'" if worst >= 0 else "its blobs"
+    if len(comp) > 1:
+        head = arr.op_label(int(comp[0]) if comp[0] != i else int(comp[-1]))
+        return f"{where}: shares a device with {head} (in place); moving them costs a copy of {blob}"
+    if here == there:
+        return f"{where}: same time as {dest}; moving adds a copy of {blob}"
+    return f"{where}: copy of {blob} costs more than {dest} saves"
+
+
+__all__ = ["make_plan", "reasons", "second_best"]

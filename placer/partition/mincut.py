@@ -26,8 +26,37 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import breadth_first_order, maximum_flow
 
-from placer.partition.problem import (HOST, PARAM, PIN_CPU, PIN_GPU, CostArrays, from_graph,
-                                      serial_cost)
+from placer.partition.problem import HOST, PARAM, CostArrays, serial_cost
+
+PIN_NONE, PIN_CPU, PIN_GPU = -1, 0, 1   # the two-device view's pins: none, source side, sink side
+
+
+class TwoDeviceView:
+    """A k-device problem seen as the two-device one between devices ``a`` (source side,
+    "cpu" in this module's names: it must be the host, which feeds inputs and reads
+    outputs) and ``b`` (sink side, "gpu"). Ops that may take neither device are held on
+    ``a`` (only for starting placements of the k-device search). ``on_gpu`` booleans
+    live here and nowhere else: ``placement`` turns them into device indices."""
+
+    def __init__(self, arr: CostArrays, a: int, b: int):
+        if a != arr.host:
+            raise ValueError("the source side of a two-device view must be the host device")
+        self.base, self.a, self.b = arr, a, b
+        ok = arr.feasible
+        fa, fb = ok[:, a], ok[:, b]
+        self.forced = np.where(fb & ~fa, PIN_GPU, np.where(fa & fb, PIN_NONE, PIN_CPU)).astype(np.int8)
+        self.cpu_s, self.gpu_s = arr.op_s[:, a], arr.op_s[:, b]
+        self.t_h2d = arr.class_s[arr.link_class[a, b]]
+        self.t_d2h = arr.class_s[arr.link_class[b, a]]
+        for name in ("t_producer", "t_ptr", "t_cons", "t_ext_out", "outputs_on_host", "colocate",
+                     "n_ops", "n_tensors", "entry_tensor"):
+            setattr(self, name, getattr(arr, name))
+
+    def placement(self, on_gpu: np.ndarray) -> np.ndarray:
+        return np.where(on_gpu, self.b, self.a).astype(np.int64)
+
+    def copy_s(self, on_gpu: np.ndarray) -> float:
+        return serial_cost(self.base, self.placement(on_gpu)).copy_s
 
 INF_CAP = 2**30  # + any flow (<= the reference cut < 2^29 * 1.01) stays below 2^31
 BUDGET = 2**29
@@ -37,7 +66,7 @@ class FlowNetwork:
     """The min-cut network of a cost graph, built once from arrays; ``solve`` may be called
     again with extra per-op GPU cost (the memory partitioner's Lagrangian term)."""
 
-    def __init__(self, arr: CostArrays):
+    def __init__(self, arr: TwoDeviceView):
         self.arr = arr
         n = arr.n_ops
         self.forced = arr.forced
@@ -80,7 +109,7 @@ class FlowNetwork:
         if ref is None:
             ref = forced == PIN_GPU      # feasible reference: free ops on the CPU
         ops_only = np.where(ref, self.arr.gpu_s + extra, self.arr.cpu_s) - base
-        ref_cut = (float(ops_only.sum()) + serial_cost(self.arr, ref).copy_s) * 1.001
+        ref_cut = (float(ops_only.sum()) + self.arr.copy_s(ref)) * 1.001
         src[forced == PIN_CPU] = np.inf
         snk[forced == PIN_GPU] = np.inf
         if ref_cut <= 0:  # the reference costs nothing above the per-op minimum: optimal
@@ -101,7 +130,7 @@ class FlowNetwork:
         return ~on_cpu[:n], facts
 
 
-def _tensor_arcs(arr: CostArrays, src: np.ndarray, n: int):
+def _tensor_arcs(arr: TwoDeviceView, src: np.ndarray, n: int):
     """Arcs for copies (rows, cols, float caps) and the node count incl. auxiliary nodes.
     Host-input and external-output terms go into ``src`` (s -> x) in place."""
     prod, ptr, cons = arr.t_producer, arr.t_ptr, arr.t_cons
@@ -160,25 +189,41 @@ def _to_int(caps: np.ndarray, scale: float) -> np.ndarray:
     return out.astype(np.int32)
 
 
+def host_and_gpu(arr: CostArrays) -> tuple[int, int]:
+    """The (host, GPU) pair of a two-device machine."""
+    if arr.k != 2:
+        raise ValueError(f"the exact min-cut places over two devices; this machine has {arr.k} "
+                         "(use the expansion partitioner)")
+    return arr.host, 1 - arr.host
+
+
 class MinCutPartitioner:
-    """Exact optimum of the serial objective (no memory limit)."""
+    """Exact optimum of the serial objective on a two-device machine (no memory limit)."""
 
     method = "mincut"
 
-    def partition(self, graph):
+    def partition(self, arr: CostArrays):
         from placer.partition.explain import make_plan
-        arr = from_graph(graph)
-        on_gpu, facts = FlowNetwork(arr).solve()
-        plan = make_plan(arr, on_gpu, method=self.method, optimal=True, gap=0.0)
+        view = TwoDeviceView(arr, *host_and_gpu(arr))
+        on_gpu, facts = FlowNetwork(view).solve()
+        plan = make_plan(arr, view.placement(on_gpu), method=self.method, optimal=True, gap=0.0)
         plan.notes.append(
             f"min-cut on {facts['nodes']} nodes / {facts['arcs']} arcs: optimal for costs "
             f"rounded to {facts['resolution_s']:.3g} s per arc; cost recomputed exactly")
         return plan
 
 
+def two_device_placement(arr: CostArrays, a: int, b: int, extra_b: np.ndarray | None = None) -> np.ndarray:
+    """The optimal serial placement over devices ``a`` (the host) and ``b`` alone, as device
+    indices (ops that may take neither stay on ``a``: see ``TwoDeviceView``)."""
+    view = TwoDeviceView(arr, a, b)
+    return view.placement(FlowNetwork(view).solve(extra_b)[0])
+
+
 def mincut_placement(arr: CostArrays) -> np.ndarray:
-    """The optimal serial placement as a bool array (no Plan)."""
-    return FlowNetwork(arr).solve()[0]
+    """The optimal serial placement of a two-device machine, as device indices."""
+    return two_device_placement(arr, *host_and_gpu(arr))
 
 
-__all__ = ["FlowNetwork", "MinCutPartitioner", "mincut_placement", "serial_cost"]
+__all__ = ["FlowNetwork", "MinCutPartitioner", "TwoDeviceView", "mincut_placement",
+           "two_device_placement", "host_and_gpu"]

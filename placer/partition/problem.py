@@ -1,16 +1,25 @@
-"""The partitioners' view of a cost graph: flat numpy arrays, and the serial cost of a placement.
+"""The partitioners' view of a cost graph over k devices: flat arrays, and what a placement costs.
 
 Every partitioner turns the networkx cost graph (``placer.graph``) into ``CostArrays``
 once, because a million-op net is too big to walk node by node in Python while solving.
-A placement is a boolean array ``on_gpu`` indexed by op.
+A **placement** is an int array ``dev`` with one device index per op (0 is the host CPU,
+see ``placer.machine``).
 
 Serial cost (Caffe2 ``simple`` nets run ops one after another):
-  total = sum of op times on their devices
-        + h2d_s of every blob made on the CPU (or fed from the host) and read on the GPU
-        + d2h_s of every blob made on the GPU and read on the CPU (or an external
-          output when ``outputs_on_host``),
-each copy paid once per blob and direction. Parameters (producer -2) are never copied:
-the init net makes them on every device that reads them, which costs memory only.
+  total = sum over ops of op_s[i, dev[i]]
+        + for every tensor t and every device e != src(t) on which t is read:
+          copy_s(t, src(t) -> e), paid once per destination however many readers it has there,
+where src(t) is the device of t's producer, or the host for a blob fed from the host;
+an external output read back on the host (``outputs_on_host``) counts as a reader on the
+host. Parameters (producer PARAM) are never copied: the init net makes them on every
+device that reads them, which costs memory only. Copy times are per **link class**
+(``placer.machine.Machine.link_classes``): ``class_s[link_class[a, b], t]``.
+
+Memory per device (``device_memory``): the parameters read there + the peak over op steps
+of live activation bytes there. A blob made on device d by op p lives on d from step p to
+its last reader on d; a blob copied to d lives from its first to its last reader on d;
+an external output kept on its device (``outputs_on_host`` False) lives to the end; bytes
+an op writes that nobody reads live during that op's step only.
 """
 from __future__ import annotations
 
@@ -22,39 +31,53 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from placer.errors import InfeasiblePlanError
-from placer.types import CPU, GPU0, PlanCopy, PlanCost
+from placer.types import PlanCopy, PlanCost
 
-PIN_NONE, PIN_CPU, PIN_GPU = -1, 0, 1
-HOST, PARAM = -1, -2
+HOST, PARAM = -1, -2     # producers of a blob fed from the host / made by the init net
+FREE = -1                # ``forced`` value of an op not forced to one device
 
 
 @dataclass
 class CostArrays:
     """A cost graph as arrays (units as in ``placer.graph``). Tensors are in CSR form:
-    the consumers of tensor t are ``t_cons[t_ptr[t]:t_ptr[t+1]]``."""
+    the consumers of tensor t are ``t_cons[t_ptr[t]:t_ptr[t+1]]`` (no op twice)."""
 
-    cpu_s: np.ndarray
-    gpu_s: np.ndarray
-    pin: np.ndarray                 # int8: PIN_NONE, PIN_CPU, PIN_GPU
-    param_bytes: np.ndarray
-    output_bytes: np.ndarray
-    t_producer: np.ndarray          # int64: op, HOST (-1) or PARAM (-2)
-    t_ptr: np.ndarray
-    t_cons: np.ndarray
-    t_bytes: np.ndarray
-    t_h2d: np.ndarray
-    t_d2h: np.ndarray
-    t_ext_out: np.ndarray           # bool
+    op_s: np.ndarray                # float [n, k]: seconds of op i on device d
+    allowed: np.ndarray             # bool [n, k]: op i may run on device d (kernels, pins)
+    param_bytes: np.ndarray         # float [n]
+    output_bytes: np.ndarray        # float [n]
+    t_producer: np.ndarray          # int [T]: op, HOST (-1) or PARAM (-2)
+    t_ptr: np.ndarray               # int [T + 1]
+    t_cons: np.ndarray              # int [E]
+    t_bytes: np.ndarray             # float [T]
+    t_ext_out: np.ndarray           # bool [T]
+    link_class: np.ndarray          # int [k, k]: class of the link a -> b, -1 on the diagonal
+    class_s: np.ndarray             # float [C, T]: copy seconds of tensor t over link class c
+    devices: tuple = ("cpu", "gpu")
+    device_kinds: tuple = ("cpu", "gpu")
+    capacity: np.ndarray | None = None   # float [k]: usable bytes per device (inf: no limit)
+    host: int = 0                   # device that feeds host inputs and reads external outputs
+    lanes: tuple = ()               # copy lanes (names): copies on one lane run one at a time
+    routes: dict = field(default_factory=dict)  # (a, b) -> ((lane, class), ...) hops of a -> b
     colocate: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))
     outputs_on_host: bool = True
     names: list | None = None
     types: list | None = None
     t_names: list | None = None
-    pin_reason: list | None = None
+    pin_reason: list | None = None  # why an op is restricted ("" where it is free)
 
+    def __post_init__(self):
+        if self.capacity is None:
+            self.capacity = np.full(self.k, np.inf)
+
+    # ------------------------------------------------------------------ sizes, labels
     @property
     def n_ops(self) -> int:
-        return len(self.cpu_s)
+        return self.op_s.shape[0]
+
+    @property
+    def k(self) -> int:
+        return self.op_s.shape[1]
 
     @property
     def n_tensors(self) -> int:
@@ -68,6 +91,11 @@ class CostArrays:
     def tensor_name(self, t: int) -> str:
         return self.t_names[t] if self.t_names else f"t{t}"
 
+    def copy_s(self, t, src, dst) -> np.ndarray:
+        """Copy seconds of tensors ``t`` from devices ``src`` to ``dst`` (arrays; src != dst)."""
+        return self.class_s[self.link_class[src, dst], t]
+
+    # ------------------------------------------------------------------ CSR helpers
     @cached_property
     def entry_tensor(self) -> np.ndarray:
         """For each consumer entry, the tensor it belongs to."""
@@ -103,6 +131,14 @@ class CostArrays:
         return np.maximum(own, self.output_bytes)
 
     @cached_property
+    def scratch_bytes(self) -> np.ndarray:
+        """Bytes each op writes that no one reads (live only while it runs)."""
+        made = self.t_producer >= 0
+        produced = np.bincount(self.t_producer[made], weights=self.t_bytes[made], minlength=self.n_ops)
+        return np.maximum(self.output_bytes - produced, 0)
+
+    # ------------------------------------------------------------------ restrictions
+    @cached_property
     def component(self) -> np.ndarray:
         """Colocation component of every op (ops that must share a device)."""
         n = self.n_ops
@@ -113,223 +149,266 @@ class CostArrays:
         return connected_components(m, directed=False)[1]
 
     @cached_property
-    def forced(self) -> np.ndarray:
-        """Pins spread over colocation components (PIN_NONE/CPU/GPU per op);
-        InfeasiblePlanError when one component holds both pins."""
+    def feasible(self) -> np.ndarray:
+        """bool [n, k]: devices an op may take once its colocation group is accounted for
+        (the intersection of the group's ``allowed`` rows); InfeasiblePlanError when a
+        group or an op has no device left."""
         comp = self.component
-        k = comp.max() + 1 if len(comp) else 0
-        has_cpu = np.bincount(comp, weights=self.pin == PIN_CPU, minlength=k) > 0
-        has_gpu = np.bincount(comp, weights=self.pin == PIN_GPU, minlength=k) > 0
-        bad = np.flatnonzero(has_cpu & has_gpu)
-        if len(bad):
-            ops = np.flatnonzero(comp == bad[0])[:6]
+        m = comp.max() + 1 if len(comp) else 0
+        bad_rows = np.zeros((m, self.k), np.int64)
+        np.add.at(bad_rows, comp, (~self.allowed).astype(np.int64))
+        ok = (bad_rows == 0)[comp]
+        empty = np.flatnonzero(~ok.any(axis=1))
+        if len(empty):
+            i = int(empty[0])
+            group = np.flatnonzero(comp == comp[i])[:6]
+            why = "; ".join(f"{self.op_label(j)}: {self._allowed_text(j)}" for j in group)
             raise InfeasiblePlanError(
-                "ops that must share a device are pinned to different devices: "
-                + ", ".join(f"{self.op_label(i)} ({['cpu', 'gpu'][self.pin[i]] if self.pin[i] >= 0 else 'free'})"
-                            for i in ops), hint="drop one of the --pin options")
-        out = np.full(self.n_ops, PIN_NONE, np.int8)
-        out[has_cpu[comp]] = PIN_CPU
-        out[has_gpu[comp]] = PIN_GPU
-        return out
+                ("ops that must share a device have no device in common: " if len(group) > 1
+                 else f"op {self.op_label(i)} may run on no device: ") + why,
+                hint="drop one of the --pin options")
+        return ok
+
+    def _allowed_text(self, i: int) -> str:
+        devs = [self.devices[d] for d in np.flatnonzero(self.allowed[i])]
+        reason = self.pin_reason[i] if self.pin_reason and self.pin_reason[i] else ""
+        return (("only " + ", ".join(devs)) if devs else "no device") + (f" ({reason})" if reason else "")
+
+    @cached_property
+    def forced(self) -> np.ndarray:
+        """int [n]: the one device an op must take, or FREE."""
+        ok = self.feasible
+        one = ok.sum(axis=1) == 1
+        return np.where(one, ok.argmax(axis=1), FREE).astype(np.int64)
+
+    def tensor_source(self, dev: np.ndarray) -> np.ndarray:
+        """Device each tensor starts on: its producer's, the host for host-fed blobs, -1
+        for parameters (made wherever they are read)."""
+        src = np.full(self.n_tensors, -1, np.int64)
+        made = self.t_producer >= 0
+        src[made] = dev[self.t_producer[made]]
+        src[self.t_producer == HOST] = self.host
+        return src
 
 
-def from_graph(graph) -> CostArrays:
-    """CostArrays of a networkx cost graph (or the arrays themselves)."""
-    if isinstance(graph, CostArrays):
-        return graph
-    n = graph.number_of_nodes()
-    nodes = [graph.nodes[i] for i in range(n)]
-    col = lambda key: np.array([d[key] for d in nodes], dtype=np.float64)  # noqa: E731
-    pin = np.array([{None: PIN_NONE, "cpu": PIN_CPU, "gpu": PIN_GPU}[d["pin"]] for d in nodes],
-                   dtype=np.int8)
-    t = graph.graph["tensors"]
-    # an op reading the blob it writes (in place) needs no copy of it: not a reader here
-    consumers = [sorted(set(int(c) for c in cs) - {int(p)})
-                 for cs, p in zip(t["consumers"], t["producer"])]
-    ptr = np.zeros(len(consumers) + 1, np.int64)
-    ptr[1:] = np.cumsum([len(c) for c in consumers])
-    cons = np.fromiter((c for cs in consumers for c in cs), np.int64, count=ptr[-1])
-    pairs = [(g[0], other) for g in graph.graph.get("colocate", []) for other in g[1:]]
-    return CostArrays(
-        cpu_s=col("cpu_s"), gpu_s=col("gpu_s"), pin=pin, param_bytes=col("param_bytes"),
-        output_bytes=col("output_bytes"), t_producer=t["producer"].to_numpy(np.int64),
-        t_ptr=ptr, t_cons=cons, t_bytes=t["bytes"].to_numpy(np.float64),
-        t_h2d=t["h2d_s"].to_numpy(np.float64), t_d2h=t["d2h_s"].to_numpy(np.float64),
-        t_ext_out=t["external_output"].to_numpy(bool),
-        colocate=np.array(pairs, np.int64).reshape(-1, 2),
-        outputs_on_host=bool(graph.graph.get("outputs_on_host", True)),
-        names=[d["name"] for d in nodes], types=[d["type"] for d in nodes],
-        t_names=list(t["name"]), pin_reason=[d.get("pin_reason", "") for d in nodes])
+# ---------------------------------------------------------------------- placements
+
+def as_placement(arr: CostArrays, dev) -> np.ndarray:
+    """A placement as an int array of device indices (accepts a list or array)."""
+    out = np.asarray(dev, dtype=np.int64)
+    if out.shape != (arr.n_ops,):
+        raise ValueError(f"placement has shape {out.shape}, the net has {arr.n_ops} ops")
+    return out
 
 
-def copy_masks(arr: CostArrays, on_gpu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Boolean masks over tensors: needs an H2D copy, needs a D2H copy."""
-    on_gpu = np.asarray(on_gpu, bool)
-    cons_gpu = on_gpu[arr.t_cons]
-    gpu_reads = np.bincount(arr.entry_tensor, weights=cons_gpu, minlength=arr.n_tensors) > 0
-    cpu_reads = np.bincount(arr.entry_tensor, weights=~cons_gpu, minlength=arr.n_tensors) > 0
+def respecting_pins(arr: CostArrays, dev) -> np.ndarray:
+    """``dev`` with every op forced to one device put there, and any op on a device it may
+    not take moved to its first feasible one (the host where it may)."""
+    out = as_placement(arr, dev).copy()
+    forced = arr.forced
+    out[forced >= 0] = forced[forced >= 0]
+    bad = ~arr.feasible[np.arange(arr.n_ops), out]
+    if bad.any():
+        ok = arr.feasible[bad]
+        out[bad] = np.where(ok[:, arr.host], arr.host, ok.argmax(axis=1))
+    return out
+
+
+def copy_pairs(arr: CostArrays, dev) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The copies a placement needs: (tensor, source device, destination device) arrays,
+    one per tensor and destination, sorted by tensor then destination."""
+    dev = as_placement(arr, dev)
+    k, et = arr.k, arr.entry_tensor
+    src = arr.tensor_source(dev)
+    ts = [et]
+    ds = [dev[arr.t_cons]]
     if arr.outputs_on_host:
-        cpu_reads |= arr.t_ext_out
-    made_on_gpu = np.zeros(arr.n_tensors, bool)
-    made = arr.t_producer >= 0
-    made_on_gpu[made] = on_gpu[arr.t_producer[made]]
-    copied = arr.t_producer != PARAM
-    return copied & ~made_on_gpu & gpu_reads, copied & made_on_gpu & cpu_reads
+        ext = np.flatnonzero(arr.t_ext_out)
+        ts.append(ext)
+        ds.append(np.full(len(ext), arr.host, np.int64))
+    t, d = np.concatenate(ts), np.concatenate(ds)
+    need = (src[t] >= 0) & (d != src[t])
+    key = np.unique(t[need] * k + d[need])
+    t, d = key // k, key % k
+    return t, src[t], d
 
 
-def serial_cost(arr: CostArrays, on_gpu: np.ndarray) -> PlanCost:
+def serial_cost(arr: CostArrays, dev) -> PlanCost:
     """The serial objective of a placement (module docstring)."""
-    on_gpu = np.asarray(on_gpu, bool)
-    h2d, d2h = copy_masks(arr, on_gpu)
-    compute = float(np.where(on_gpu, arr.gpu_s, arr.cpu_s).sum())
-    return PlanCost(compute, float(arr.t_h2d[h2d].sum() + arr.t_d2h[d2h].sum()))
+    dev = as_placement(arr, dev)
+    compute = float(arr.op_s[np.arange(arr.n_ops), dev].sum())
+    t, s, d = copy_pairs(arr, dev)
+    return PlanCost(compute, float(arr.copy_s(t, s, d).sum()))
 
 
-def plan_copies(arr: CostArrays, on_gpu: np.ndarray) -> list[PlanCopy]:
-    """The copies a placement needs, one per tensor and direction."""
-    on_gpu = np.asarray(on_gpu, bool)
-    h2d, d2h = copy_masks(arr, on_gpu)
+def plan_copies(arr: CostArrays, dev) -> list[PlanCopy]:
+    """The copies a placement needs, one per tensor and destination device, with the ops
+    that read each copy (-1 stands for the host reading an external output)."""
+    dev = as_placement(arr, dev)
+    t, s, d = copy_pairs(arr, dev)
+    secs = arr.copy_s(t, s, d)
+    names, kinds = arr.devices, arr.device_kinds
     out = []
-    for t in np.flatnonzero(h2d | d2h):
-        cons = arr.t_cons[arr.t_ptr[t]:arr.t_ptr[t + 1]]
-        if h2d[t]:
-            out.append(PlanCopy(arr.tensor_name(t), "h2d", float(arr.t_bytes[t]),
-                                float(arr.t_h2d[t]), int(arr.t_producer[t]),
-                                tuple(int(c) for c in cons[on_gpu[cons]])))
-        else:
-            readers = tuple(int(c) for c in cons[~on_gpu[cons]])
-            if arr.outputs_on_host and arr.t_ext_out[t]:
-                readers += (-1,)
-            out.append(PlanCopy(arr.tensor_name(t), "d2h", float(arr.t_bytes[t]),
-                                float(arr.t_d2h[t]), int(arr.t_producer[t]), readers))
+    for tt, ss, dd, sec in zip(t.tolist(), s.tolist(), d.tolist(), secs.tolist()):
+        cons = arr.t_cons[arr.t_ptr[tt]:arr.t_ptr[tt + 1]]
+        readers = tuple(int(c) for c in cons[dev[cons] == dd])
+        if dd == arr.host and arr.outputs_on_host and arr.t_ext_out[tt]:
+            readers += (-1,)
+        out.append(PlanCopy(arr.tensor_name(tt), names[ss], names[dd], float(arr.t_bytes[tt]), sec,
+                            int(arr.t_producer[tt]), readers, kinds[ss], kinds[dd]))
     return out
 
 
-def placement_dict(on_gpu: np.ndarray) -> dict:
-    return dict(enumerate(GPU0 if g else CPU for g in np.asarray(on_gpu, bool).tolist()))
+# ------------------------------------------------------------------------ memory
+
+def device_memory(arr: CostArrays, dev, curves: bool = False):
+    """Memory of a placement per device (module docstring).
+
+    Returns (params [k], peak activations [k], step of each peak [k]); with ``curves``,
+    (params [k], live activation bytes [k, n] at every step, None).
+    """
+    dev = as_placement(arr, dev)
+    n, k, T = arr.n_ops, arr.k, arr.n_tensors
+    et, cons = arr.entry_tensor, arr.t_cons
+    cdev = dev[cons]
+    params = arr.t_producer == PARAM
+    pe = params[et]
+    pkey = np.unique(et[pe] * k + cdev[pe])
+    param_bytes = np.bincount(pkey % k, weights=arr.t_bytes[pkey // k], minlength=k)[:k]
+    # live intervals per (tensor, device): reader entries, plus the producer's own step
+    act = ~pe
+    made = np.flatnonzero(arr.t_producer >= 0)
+    keys = np.concatenate([et[act] * k + cdev[act], made * k + dev[arr.t_producer[made]]])
+    pos = np.concatenate([cons[act], arr.t_producer[made]])
+    order = np.lexsort((pos, keys))
+    keys, pos = keys[order], pos[order]
+    first = np.ones(len(keys), bool)
+    first[1:] = keys[1:] != keys[:-1]
+    starts = np.flatnonzero(first)
+    ends = np.append(starts[1:], len(keys)) - 1
+    key, start, end = keys[starts], pos[starts], pos[ends]
+    t, d = key // k, key % k
+    if not arr.outputs_on_host:
+        kept = arr.t_ext_out[t] & (arr.t_producer[t] >= 0)
+        kept &= d == dev[np.maximum(arr.t_producer[t], 0)]
+        end = np.where(kept, n - 1, end)
+    nb = arr.t_bytes[t]
+    diff = np.zeros(k * (n + 1))
+    _accumulate(diff, d * (n + 1) + start, nb)
+    _accumulate(diff, d * (n + 1) + end + 1, -nb)
+    curve = np.cumsum(diff.reshape(k, n + 1), axis=1)[:, :n]
+    curve[dev, np.arange(n)] += arr.scratch_bytes
+    if curves:
+        return param_bytes, curve, None
+    if n == 0:
+        return param_bytes, np.zeros(k), np.zeros(k, np.int64)
+    step = curve.argmax(axis=1)
+    return param_bytes, curve[np.arange(k), step], step
 
 
-def placement_array(placement: dict, n: int) -> np.ndarray:
-    """Inverse of ``placement_dict``; accepts Device or "cpu"/"gpu" values."""
-    out = np.zeros(n, bool)
-    for i, d in placement.items():
-        out[i] = (d.kind if hasattr(d, "kind") else str(d)) == "gpu"
-    return out
+def _accumulate(target: np.ndarray, index: np.ndarray, weights: np.ndarray) -> None:
+    if len(index):
+        target += np.bincount(index, weights=weights, minlength=len(target))
 
 
-def flip_delta(arr: CostArrays, on_gpu: np.ndarray, ops) -> tuple[float, int]:
-    """Change of the serial cost if ``ops`` all move to the other device, and the tensor
-    whose copy cost grows the most (-1 if none). ``on_gpu`` is left unchanged."""
-    ops = np.atleast_1d(ops)
+def memory_use(arr: CostArrays, dev) -> np.ndarray:
+    """Bytes each device needs for a placement: parameters + peak activations."""
+    params, peak, _ = device_memory(arr, dev)
+    return params + peak
+
+
+def fits(arr: CostArrays, dev) -> bool:
+    return bool((memory_use(arr, dev) <= arr.capacity * (1 + 1e-12)).all())
+
+
+# ------------------------------------------------------------------------ moves
+
+def _tensor_copy_cost(arr: CostArrays, dev: np.ndarray, t: int) -> float:
+    """Copy seconds of one tensor under a placement (the reference, loop form)."""
+    p = int(arr.t_producer[t])
+    if p == PARAM:
+        return 0.0
+    src = arr.host if p == HOST else int(dev[p])
+    dests = {int(d) for d in dev[arr.t_cons[arr.t_ptr[t]:arr.t_ptr[t + 1]]]}
+    if arr.outputs_on_host and arr.t_ext_out[t]:
+        dests.add(arr.host)
+    dests.discard(src)
+    return float(sum(arr.class_s[arr.link_class[src, e], t] for e in dests))
+
+
+def move_delta(arr: CostArrays, dev, ops, to: int) -> tuple[float, int]:
+    """Change of the serial cost if ``ops`` all move to device ``to``, and the tensor whose
+    copy cost grows the most (-1 if none). ``dev`` is left unchanged."""
+    dev = as_placement(arr, dev)
+    ops = np.atleast_1d(np.asarray(ops, np.int64))
     cptr, cten = arr.consumed_by
     pptr, pten = arr.produced_by
     touched = np.unique(np.concatenate([cten[cptr[i]:cptr[i + 1]] for i in ops]
                                        + [pten[pptr[i]:pptr[i + 1]] for i in ops]))
-    before = _tensor_costs(arr, on_gpu, touched)
-    on_gpu[ops] = ~on_gpu[ops]
-    after = _tensor_costs(arr, on_gpu, touched)
-    on_gpu[ops] = ~on_gpu[ops]
-    sign = np.where(on_gpu[ops], -1.0, 1.0)
-    compute = float((sign * (arr.gpu_s[ops] - arr.cpu_s[ops])).sum())
+    before = np.array([_tensor_copy_cost(arr, dev, t) for t in touched.tolist()])
+    moved = dev.copy()
+    moved[ops] = to
+    after = np.array([_tensor_copy_cost(arr, moved, t) for t in touched.tolist()])
+    compute = float((arr.op_s[ops, to] - arr.op_s[ops, dev[ops]]).sum())
     grow = after - before
     worst = int(touched[np.argmax(grow)]) if len(touched) and grow.max() > 0 else -1
     return compute + float(grow.sum()), worst
 
 
-def _tensor_costs(arr: CostArrays, on_gpu: np.ndarray, ts: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(ts))
-    for k, t in enumerate(ts):
-        p = arr.t_producer[t]
-        if p == PARAM:
-            continue
-        cons_gpu = on_gpu[arr.t_cons[arr.t_ptr[t]:arr.t_ptr[t + 1]]]
-        if p >= 0 and on_gpu[p]:
-            if (~cons_gpu).any() or (arr.outputs_on_host and arr.t_ext_out[t]):
-                out[k] = arr.t_d2h[t]
-        elif cons_gpu.any():
-            out[k] = arr.t_h2d[t]
-    return out
-
-
-def scratch_bytes(arr: CostArrays) -> np.ndarray:
-    """Bytes each op writes that no one reads (live only while it runs)."""
-    made = arr.t_producer >= 0
-    produced = np.bincount(arr.t_producer[made], weights=arr.t_bytes[made], minlength=arr.n_ops)
-    return np.maximum(arr.output_bytes - produced, 0)
-
-
-def gpu_memory(arr: CostArrays, on_gpu: np.ndarray, curve_only: bool = False):
-    """GPU bytes of a placement: (parameters, peak live activations, step of the peak);
-    with ``curve_only``, (parameters, live activation bytes at every step, 0).
-
-    Parameters live on the GPU when any GPU op reads them, for the whole run.
-    Activation lifetimes follow the op order (step i = while op i runs):
-    - a blob made on the GPU by op p lives from step p to its last GPU reader (its copy
-      to the host is made right after p); an external output kept on the GPU
-      (``outputs_on_host`` False) lives to the end;
-    - a blob copied to the GPU lives from its first to its last GPU reader;
-    - the bytes an op writes that nobody reads (``output_bytes`` minus its table blobs)
-      live during that op's step only.
-    """
-    on_gpu = np.asarray(on_gpu, bool)
-    n, T = arr.n_ops, arr.n_tensors
+def move_deltas(arr: CostArrays, dev, to: int) -> np.ndarray:
+    """Change of the serial cost if each op alone moved to device ``to`` (vectorised
+    ``move_delta`` for every op at once; colocation ignored; 0 for ops already there)."""
+    dev = as_placement(arr, dev)
+    n, k, T = arr.n_ops, arr.k, arr.n_tensors
     et, cons = arr.entry_tensor, arr.t_cons
-    g = on_gpu[cons]
-    params = arr.t_producer == PARAM
-    gpu_reads = np.bincount(et, weights=g, minlength=T) > 0
-    param_bytes = float(arr.t_bytes[params & gpu_reads].sum())
-    big = np.int64(n + 1)
-    first = np.full(T, big)
-    last = np.full(T, -1, np.int64)
-    if len(cons):
-        np.minimum.at(first, et[g], cons[g])
-        np.maximum.at(last, et[g], cons[g])
-    made = arr.t_producer >= 0
-    prod = np.where(made, arr.t_producer, 0)
-    made_gpu = made & on_gpu[prod]
-    start = np.where(made_gpu, prod, first)
-    end = np.where(made_gpu, np.maximum(prod, last), last)
-    if not arr.outputs_on_host:
-        end = np.where(made_gpu & arr.t_ext_out, n - 1, end)
-    live = ~params & (made_gpu | gpu_reads)
-    diff = np.bincount(start[live], weights=arr.t_bytes[live], minlength=n + 1)
-    diff -= np.bincount(end[live] + 1, weights=arr.t_bytes[live], minlength=n + 1)
-    curve = np.cumsum(diff)[:n] + scratch_bytes(arr) * on_gpu
-    if curve_only:
-        return param_bytes, curve, 0
-    if n == 0:
-        return param_bytes, 0.0, 0
-    step = int(np.argmax(curve))
-    return param_bytes, float(curve[step]), step
-
-
-def flip_deltas(arr: CostArrays, on_gpu: np.ndarray) -> np.ndarray:
-    """Change of the serial cost if each op alone moved to the other device (vectorised
-    ``flip_delta`` for all ops at once, colocation ignored)."""
-    x = np.asarray(on_gpu, bool)
-    n, T, et = arr.n_ops, arr.n_tensors, arr.entry_tensor
-    sign = np.where(x, -1.0, 1.0)
-    delta = sign * (arr.gpu_s - arr.cpu_s)
-    g_read = np.bincount(et, weights=x[arr.t_cons], minlength=T)
-    c_read = np.bincount(et, weights=~x[arr.t_cons], minlength=T)
-    if arr.outputs_on_host:
-        c_read = c_read + arr.t_ext_out
-    made = arr.t_producer >= 0
-    p_gpu = np.zeros(T, bool)
-    p_gpu[made] = x[arr.t_producer[made]]
     live = arr.t_producer != PARAM
+    src = arr.tensor_source(dev)
+    # reader counts per (tensor, device) over live tensors (host reader of outputs included)
+    rt, rd = et[live[et]], dev[cons[live[et]]]
+    if arr.outputs_on_host:
+        ext = np.flatnonzero(arr.t_ext_out & live)
+        rt, rd = np.concatenate([rt, ext]), np.concatenate([rd, np.full(len(ext), arr.host)])
+    keys, counts = np.unique(rt * k + rd, return_counts=True)
 
-    def cost(pg, g, c, t=slice(None)):
-        return np.where(pg, np.where(c > 0, arr.t_d2h[t], 0.0), np.where(g > 0, arr.t_h2d[t], 0.0))
+    def count(t, d):
+        if not len(keys):
+            return np.zeros(len(t), np.int64)
+        q = t * k + d
+        at = np.minimum(np.searchsorted(keys, q), len(keys) - 1)
+        return np.where(keys[at] == q, counts[at], 0)
 
-    now = np.where(live, cost(p_gpu, g_read, c_read), 0.0)
-    # producers flip
-    prod_after = np.where(live & made, cost(~p_gpu, g_read, c_read), 0.0)
-    delta += np.bincount(arr.t_producer[made], weights=(prod_after - now)[made], minlength=n)
-    # each reader flips
-    rg = x[arr.t_cons]
-    g2 = g_read[et] + np.where(rg, -1, 1)
-    c2 = c_read[et] + np.where(rg, 1, -1)
-    after = np.where(live[et], cost(p_gpu[et], g2, c2, et), 0.0)
-    delta += np.bincount(arr.t_cons, weights=after - now[et], minlength=n)
+    delta = arr.op_s[:, to] - arr.op_s[np.arange(n), dev]
+    # 1. tensors an op makes: their source moves from dev[p] to `to`
+    made = np.flatnonzero((arr.t_producer >= 0) & live)
+    kt, kd = keys // k, keys % k
+    old_cost = np.zeros(T)
+    new_cost = np.zeros(T)
+    mk = np.isin(kt, made)
+    a = src[kt[mk]]
+    old_cost += np.bincount(kt[mk], weights=np.where(kd[mk] != a, arr.class_s[arr.link_class[a, kd[mk]], kt[mk]], 0.0),
+                            minlength=T)
+    new_cost += np.bincount(kt[mk], weights=np.where(kd[mk] != to, arr.class_s[arr.link_class[to, kd[mk]], kt[mk]], 0.0),
+                            minlength=T)
+    p = arr.t_producer[made]
+    moved = dev[p] != to
+    delta += np.bincount(p[moved], weights=(new_cost - old_cost)[made[moved]], minlength=n)
+    # 2. tensors an op reads (made by another op or the host): the reader leaves dev[c] for `to`
+    e = np.flatnonzero(live[et])
+    t, c = et[e], cons[e]
+    a, s = dev[c], src[t]
+    own = arr.t_producer[t] == c          # an op never reads its own output here
+    go = (a != to) & ~own
+    t, c, a, s = t[go], c[go], a[go], s[go]
+    change = np.zeros(len(t))
+    leaving = (a != s) & (count(t, a) == 1)          # the last reader on a: that copy goes
+    change -= np.where(leaving, arr.class_s[arr.link_class[s, a], t], 0.0)
+    arriving = (to != s) & (count(t, np.full(len(t), to)) == 0)   # the first reader on `to`
+    change += np.where(arriving, arr.class_s[arr.link_class[s, np.full(len(t), to)], t], 0.0)
+    delta += np.bincount(c, weights=change, minlength=n)
+    delta[dev == to] = 0.0
     return delta
+
+
+__all__ = ["CostArrays", "HOST", "PARAM", "FREE", "as_placement", "respecting_pins", "copy_pairs",
+           "serial_cost", "plan_copies", "device_memory", "memory_use", "fits", "move_delta",
+           "move_deltas"]

@@ -1,42 +1,46 @@
-"""Random layered DAG nets with random costs, for tests and benchmarks.
+"""Random layered DAG nets with random costs over k devices, for tests and benchmarks.
 
-``random_arrays(n, seed)`` builds ``CostArrays`` directly (vectorised: a million ops in a
-second or two); ``random_net_costs`` gives the same net as ``NetCosts``-shaped tables
-(``.ops`` and ``.tensors`` DataFrames) for ``placer.graph.build_cost_graph``.
+``random_arrays(n, seed, gpus=1)`` builds ``CostArrays`` directly (vectorised: a million
+ops in a second or two) for a machine of the host CPU and ``gpus`` GPUs.
 
 Shape: op i reads 1-3 blobs made by the ``window`` ops before it (so readers fan out),
 some ops also read a host-fed input or a parameter; every op makes one blob; the
-blobs nobody reads are external outputs, or scratch bytes when ``drop_unread``.
+blobs nobody reads are external outputs.
 Costs: CPU times log-normal around ``op_s``, GPU speed-ups log-normal around 4x (some
-below 1), copies = 10 us + bytes / 12 GB/s with bytes log-normal around ``tensor_bytes``.
+below 1; with ``hetero`` each GPU is also 1-3x slower than the fastest); copies
+host -> GPU 10 us + bytes / 12 GB/s, GPU -> host 10 us + bytes / 13 GB/s, and between
+GPUs (``peer``): "nvlink" 10 us + bytes / 40 GB/s for every pair, "staged" through the
+host (D2H + H2D), or "mixed" (pairs with an odd index sum on NVLink, the others staged:
+the non-uniform links that make expansion moves truncate terms).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
-import pandas as pd
 
-from placer.partition.problem import PIN_CPU, PIN_NONE, CostArrays
+from placer.partition.problem import CostArrays
 
-
-@dataclass
-class SyntheticNetCosts:
-    ops: pd.DataFrame
-    tensors: pd.DataFrame
+H2D_BPS, D2H_BPS, PEER_BPS, LATENCY_S = 12e9, 13e9, 40e9, 1e-5
 
 
 def random_arrays(n: int, seed: int = 0, window: int = 8, op_s: float = 1e-4,
                   tensor_bytes: float = 1e6, no_kernel: float = 0.03,
-                  param_bytes: float = 4e6, outputs_on_host: bool = True) -> CostArrays:
+                  param_bytes: float = 4e6, outputs_on_host: bool = True, gpus: int = 1,
+                  peer: str = "mixed", hetero: bool = False) -> CostArrays:
     rng = np.random.default_rng(seed)
+    k = gpus + 1
     cpu = op_s * rng.lognormal(0, 1.2, n)
     gpu = cpu / rng.lognormal(np.log(4), 1.2, n) + 5e-6
-    pin = np.where(rng.random(n) < no_kernel, PIN_CPU, PIN_NONE).astype(np.int8)
+    speed = rng.uniform(1.0, 3.0, gpus) if hetero else np.ones(gpus)
+    if hetero:
+        speed[0] = 1.0
+    op = np.column_stack([cpu] + [gpu * s for s in speed])
+    allowed = np.ones((n, k), bool)
+    cpu_only = rng.random(n) < no_kernel
+    allowed[cpu_only, 1:] = False
     # reads among the previous `window` ops
-    k = rng.integers(1, 4, n)
-    k[0] = 0
-    reader = np.repeat(np.arange(n), k)
+    reads = rng.integers(1, 4, n)
+    reads[0] = 0
+    reader = np.repeat(np.arange(n), reads)
     back = rng.integers(1, window + 1, len(reader))
     src = np.maximum(reader - back, 0)
     ok = src < reader
@@ -60,43 +64,50 @@ def random_arrays(n: int, seed: int = 0, window: int = 8, op_s: float = 1e-4,
     nbytes[n + n_in:] = param_bytes * rng.lognormal(0, 1.5, n_par)
     ptr = np.zeros(T + 1, np.int64)
     ptr[1:] = np.cumsum(count)
-    out_bytes = nbytes[:n].copy()
     pbytes = np.bincount(par_readers, weights=nbytes[n + n_in:], minlength=n)
+    link_class, class_s, lanes, routes = _links(k, peer, nbytes)
     return CostArrays(
-        cpu_s=cpu, gpu_s=gpu, pin=pin, param_bytes=pbytes, output_bytes=out_bytes,
+        op_s=op, allowed=allowed, param_bytes=pbytes, output_bytes=nbytes[:n].copy(),
         t_producer=t_prod.astype(np.int64), t_ptr=ptr, t_cons=e_c.astype(np.int64),
-        t_bytes=nbytes, t_h2d=1e-5 + nbytes / 12e9, t_d2h=1e-5 + nbytes / 13e9,
-        t_ext_out=ext, outputs_on_host=outputs_on_host,
-        pin_reason=["pinned: no GPU kernel" if p == PIN_CPU else "" for p in pin.tolist()])
+        t_bytes=nbytes, t_ext_out=ext, link_class=link_class, class_s=class_s,
+        lanes=lanes, routes=routes,
+        devices=("cpu",) + tuple(f"cuda:{g}" for g in range(gpus)),
+        device_kinds=("cpu",) + ("gpu",) * gpus, outputs_on_host=outputs_on_host,
+        pin_reason=["pinned: no GPU kernel" if c else "" for c in cpu_only.tolist()])
 
 
-def to_net_costs(arr: CostArrays) -> SyntheticNetCosts:
-    """The NetCosts-shaped tables of some arrays (the contract ``placer.costs`` writes)."""
-    n = arr.n_ops
-    ops = pd.DataFrame({
-        "index": np.arange(n), "name": [f"op{i}" for i in range(n)],
-        "type": ["FC"] * n, "cpu_s": arr.cpu_s, "gpu_s": arr.gpu_s,
-        "cpu_source": "roofline", "gpu_source": "roofline",
-        "flops": 0.0, "macs": 0.0, "bytes_read": 0.0, "bytes_written": arr.output_bytes,
-        "param_bytes": arr.param_bytes, "output_bytes": arr.output_bytes,
-        "gpu_kernel": arr.pin != PIN_CPU, "known": True})
-    names = [_tname(int(p), t) for t, p in enumerate(arr.t_producer.tolist())]
-    tensors = pd.DataFrame({
-        "name": names, "producer": arr.t_producer,
-        "consumers": [arr.t_cons[arr.t_ptr[t]:arr.t_ptr[t + 1]].tolist()
-                      for t in range(arr.n_tensors)],
-        "bytes": arr.t_bytes, "h2d_s": arr.t_h2d, "d2h_s": arr.t_d2h,
-        "external_output": arr.t_ext_out})
-    return SyntheticNetCosts(ops, tensors)
+def _links(k: int, peer: str, nbytes: np.ndarray):
+    """Link classes (0 host -> GPU, 1 GPU -> host, 2 NVLink-like, 3 staged), copy lanes
+    (each GPU's PCIe lanes per direction, one lane per NVLink pair and direction) and
+    routes (a staged copy runs the source's D2H lane, then the destination's H2D lane)."""
+    h2d = LATENCY_S + nbytes / H2D_BPS
+    d2h = LATENCY_S + nbytes / D2H_BPS
+    classes = np.stack([h2d, d2h, LATENCY_S + nbytes / PEER_BPS, h2d + d2h])
+    lc = np.full((k, k), -1, np.int64)
+    lanes: list[str] = []
+
+    def lane(name: str) -> int:
+        lanes.append(name)
+        return len(lanes) - 1
+    routes = {}
+    for g in range(1, k):
+        lc[0, g], lc[g, 0] = 0, 1
+        routes[(0, g)] = ((lane(f"pcie{g}:h2d"), 0),)
+        routes[(g, 0)] = ((lane(f"pcie{g}:d2h"), 1),)
+    for a in range(1, k):
+        for b in range(1, k):
+            if a != b:
+                fast = {"nvlink": True, "staged": False}.get(peer, (a + b) % 2 == 1)
+                lc[a, b] = 2 if fast else 3
+                routes[(a, b)] = (((lane(f"peer{a}-{b}"), 2),) if fast
+                                  else routes[(a, 0)] + routes[(0, b)])
+    return lc, classes, tuple(lanes), routes
 
 
-def _tname(producer: int, t: int) -> str:
-    return {-1: f"data{t}", -2: f"w{t}"}.get(producer, f"x{t}")
-
-
-def random_small(n: int, rng: np.random.Generator) -> CostArrays:
+def random_small(n: int, rng: np.random.Generator, gpus: int = 1, peer: str = "mixed",
+                 hetero: bool = False) -> CostArrays:
     """A small net whose copies cost about as much as its ops (so cuts are not trivial)."""
-    arr = random_arrays(n, seed=int(rng.integers(2**31)), window=int(rng.integers(1, 5)),
-                        op_s=1e-4, tensor_bytes=float(rng.choice([1e5, 1e6, 4e6])),
-                        no_kernel=0.1, outputs_on_host=bool(rng.random() < 0.7))
-    return arr
+    return random_arrays(n, seed=int(rng.integers(2**31)), window=int(rng.integers(1, 5)),
+                         op_s=1e-4, tensor_bytes=float(rng.choice([1e5, 1e6, 4e6])),
+                         no_kernel=0.1, outputs_on_host=bool(rng.random() < 0.7), gpus=gpus,
+                         peer=peer, hetero=hetero)
