@@ -11,6 +11,7 @@ from placer.errors import DeviceError, InputError, ShapeError
 from placer.fileio import refuse_overwrite
 from placer.profiling import DEFAULT_GPU_PROFILE, find_profile, load_profile, shipped_profile_names
 from placer.profiling.schema import DeviceProfile, Profile, save_profile
+from placer.units import fmt_rate, fmt_time
 
 HELP = "time a net's ops, the host CPU or the PCIe link into a device profile"
 DESCRIPTION = """\
@@ -105,8 +106,8 @@ def _merge_host(profile: Profile) -> None:
         new.ops, new.fits = old.ops, old.fits
     profile.devices["cpu"] = new
     print(f"host: {new.peak_flops['float32'] / 1e9:.0f} GFLOP/s float32 GEMM, "
-          f"{new.memory_bandwidth_bytes_per_s / 1e9:.1f} GB/s streaming, "
-          f"{new.launch_overhead_s * 1e6:.2f} us per call")
+          f"{fmt_rate(new.memory_bandwidth_bytes_per_s)} streaming, "
+          f"{fmt_time(new.launch_overhead_s)} per call")
 
 
 def _gpu_device(profile: Profile, args: argparse.Namespace) -> DeviceProfile:
@@ -159,7 +160,7 @@ def _merge_link(profile: Profile, args: argparse.Namespace) -> None:
             bar.close()
     for direction, mems in dev.link.items():
         for mem, c in mems.items():
-            print(f"{direction} {mem}: latency {c.latency_s * 1e6:.1f} us, {c.bytes_per_s / 1e9:.2f} GB/s")
+            print(f"{direction} {mem}: latency {fmt_time(c.latency_s)}, {fmt_rate(c.bytes_per_s)}")
 
 
 def _merge_ops(profile: Profile, args: argparse.Namespace, kind: str) -> None:
