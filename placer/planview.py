@@ -8,11 +8,10 @@ predicted schedules.
 """
 from __future__ import annotations
 
-import math
-
 from placer.partition.problem import from_graph, gpu_memory, placement_array
 from placer.planner import PlanResult
 from placer.types import Plan
+from placer.units import fmt_bytes, fmt_time
 
 BASELINE_LABELS = {"all_cpu": "all on the CPU", "all_gpu": "all on the GPU (CPU fallback)",
                    "greedy": "greedy (each op on its faster device)", "existing": "your placement",
@@ -172,23 +171,6 @@ def _event(result: PlanResult, e: dict) -> dict:
 def _op_name(net, i: int) -> str:
     op = net.ops[i]
     return op.name or (op.outputs[0] if op.outputs else f"#{i}")
-
-
-def fmt_bytes(n: float) -> str:
-    if n is None or not math.isfinite(n):
-        return "?"
-    for unit, k in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if abs(n) >= k:
-            return f"{n / k:.3g} {unit}"
-    return f"{n:.0f} B"
-
-
-def fmt_time(s: float) -> str:
-    if s >= 1:
-        return f"{s:.3g} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3g} ms"
-    return f"{s * 1e6:.3g} us"
 
 
 __all__ = ["plan_json", "serial_schedule", "optimality", "fmt_bytes", "fmt_time"]

@@ -63,10 +63,6 @@ def add_arguments(p) -> None:
 
 
 def _add_report_arguments(o) -> None:
-    try:
-        import placer.report.html  # noqa: F401
-    except ImportError:
-        return
     o.add_argument("--report", metavar="OUT.html", help="write the self-contained HTML report")
     o.add_argument("--trace", metavar="OUT.json", help="write the predicted timeline as a Chrome trace")
 
