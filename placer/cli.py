@@ -16,15 +16,8 @@ from placer.errors import PlacerError
 COMMANDS = ["inspect", "convert", "run", "profile", "plan", "report", "demo"]
 
 
-def _available_commands() -> dict:
-    modules = {}
-    for name in COMMANDS:
-        try:
-            modules[name] = importlib.import_module(f"placer.commands.{name}")
-        except ModuleNotFoundError as e:  # a command not written yet is not offered
-            if e.name != f"placer.commands.{name}":
-                raise
-    return modules
+def _command_modules() -> dict:
+    return {name: importlib.import_module(f"placer.commands.{name}") for name in COMMANDS}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true",
                         help="show the full traceback of an error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module in _available_commands().items():
+    for name, module in _command_modules().items():
         p = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,

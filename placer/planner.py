@@ -22,6 +22,7 @@ from placer.partition.problem import fits, from_graph, memory_use
 from placer.partition.schedule import Simulator
 from placer.shapes import require_complete
 from placer.types import Net, Plan, TypedNet
+from placer.units import fmt_bytes
 
 MEMORY_BLIND = ("greedy",)  # methods that place without looking at memory
 
@@ -109,8 +110,8 @@ def _refuse_memory_blind(arrays, chosen: Plan, options: PlanOptions) -> None:
         use = memory_use(arrays, chosen.placement)
         over = int(np.argmax(use - arrays.capacity))
         raise InfeasiblePlanError(
-            f"the {options.method} placement needs {use[over] / 1e9:.3g} GB on {arrays.devices[over]}; "
-            f"{arrays.capacity[over] / 1e9:.3g} GB usable",
+            f"the {options.method} placement needs {fmt_bytes(use[over])} on {arrays.devices[over]}; "
+            f"{fmt_bytes(arrays.capacity[over])} usable",
             hint="the default method places within the limits; or raise --gpu-mem")
 
 

@@ -8,13 +8,12 @@ predicted schedules.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from placer.partition.problem import device_memory
 from placer.planner import PlanResult
 from placer.types import Plan
+from placer.units import fmt_bytes, fmt_time
 
 SCHEMA_VERSION = 2   # docs/PLAN_JSON.md lists every field and what changed from version 1
 BASELINE_LABELS = {"all_cpu": "all on the CPU", "all_gpu": "all on one GPU (CPU fallback)",
@@ -225,21 +224,4 @@ def _op_name(net, i: int) -> str:
     return op.name or (op.outputs[0] if op.outputs else f"#{i}")
 
 
-def fmt_bytes(n: float) -> str:
-    if n is None or not math.isfinite(n):
-        return "?"
-    for unit, k in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if abs(n) >= k:
-            return f"{n / k:.3g} {unit}"
-    return f"{n:.0f} B"
-
-
-def fmt_time(s: float) -> str:
-    if s >= 1:
-        return f"{s:.3g} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3g} ms"
-    return f"{s * 1e6:.3g} us"
-
-
-__all__ = ["plan_json", "serial_schedule", "optimality", "fmt_bytes", "fmt_time"]
+__all__ = ["plan_json", "serial_schedule", "optimality"]

@@ -104,7 +104,7 @@ def test_summary_figures_of_the_hand_plan(small_page):
     text = page.section_text("summary")
     # 4.41 ms all-CPU against 0.65 ms for the plan (0.33 ms of ops + 0.32 ms of copies)
     assert "650 µs" in text and "6.78x faster" in text
-    assert "588.00 KiB" in text and "3.06 MiB" in text          # H2D, D2H bytes per run
+    assert "588 KiB" in text and "3.06 MiB" in text             # H2D, D2H bytes per run
     assert "optimal for the serial objective" in text
     assert "V100-16GB" in text and "ci-host" in text
     for label in ("all-CPU", "all-GPU", "greedy", "your placement", "lower bound"):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from placer.errors import PlacerError
 from placer.fileio import refuse_overwrite
+from placer.units import fmt_bytes
 
 HELP = "convert a Caffe .prototxt (+ .caffemodel) to Caffe2 predict_net and init_net"
 DESCRIPTION = """\
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         names.append("init_net.pbtxt")
     else:
         result.notes.append(f"the init net holds {values:,} weight values: written binary only "
-                            f"(as text it would take ~{values * 21 // 10**6} MB and minutes)")
+                            f"(as text it would take ~{fmt_bytes(values * 21)} and minutes)")
     if args.binary:
         names.append("predict_net.pb")
     if args.binary or not text_init:

@@ -12,7 +12,8 @@ from placer.errors import PlacerError
 from placer.fileio import atomic_write_text, refuse_overwrite
 from placer.partition import METHODS
 from placer.planner import PlanOptions, plan
-from placer.planview import fmt_bytes, fmt_time, plan_json
+from placer.planview import plan_json
+from placer.units import fmt_bytes, fmt_time
 from placer.machine import add_machine_arguments, machine_from_args
 from placer.profiling import add_profile_arguments
 
@@ -71,10 +72,6 @@ def add_arguments(p) -> None:
 
 
 def _add_report_arguments(o) -> None:
-    try:
-        import placer.report.html  # noqa: F401
-    except ImportError:
-        return
     o.add_argument("--report", metavar="OUT.html", help="write the self-contained HTML report")
     o.add_argument("--trace", metavar="OUT.json", help="write the predicted timeline as a Chrome trace")
 

@@ -11,6 +11,8 @@ from placer.errors import DeviceError, InputError, ShapeError
 from placer.fileio import refuse_overwrite
 from placer.profiling import DEFAULT_GPU_PROFILE, find_profile, load_profile, shipped_profile_names
 from placer.profiling.schema import DeviceProfile, Profile, save_profile
+from placer.progress import Progress
+from placer.units import fmt_rate, fmt_time
 
 HELP = "time a net's ops, the host CPU or the PCIe link into a device profile"
 DESCRIPTION = """\
@@ -105,8 +107,8 @@ def _merge_host(profile: Profile) -> None:
         new.ops, new.fits = old.ops, old.fits
     profile.devices["cpu"] = new
     print(f"host: {new.peak_flops['float32'] / 1e9:.0f} GFLOP/s float32 GEMM, "
-          f"{new.memory_bandwidth_bytes_per_s / 1e9:.1f} GB/s streaming, "
-          f"{new.launch_overhead_s * 1e6:.2f} us per call")
+          f"{fmt_rate(new.memory_bandwidth_bytes_per_s)} streaming, "
+          f"{fmt_time(new.launch_overhead_s)} per call")
 
 
 def _gpu_device(profile: Profile, args: argparse.Namespace) -> DeviceProfile:
@@ -151,15 +153,14 @@ def _merge_link(profile: Profile, args: argparse.Namespace) -> None:
     _require_gpu("--link")
     dev = _gpu_device(profile, args)
     index = int(args.device.split(":", 1)[1]) if ":" in args.device else 0
-    bar = _bar(len(SIZES) * 4, "link", args.quiet)
+    bar = Progress(len(SIZES) * 4, "link", quiet=args.quiet)
     try:
         dev.link = measure_link(index, progress=bar)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     for direction, mems in dev.link.items():
         for mem, c in mems.items():
-            print(f"{direction} {mem}: latency {c.latency_s * 1e6:.1f} us, {c.bytes_per_s / 1e9:.2f} GB/s")
+            print(f"{direction} {mem}: latency {fmt_time(c.latency_s)}, {fmt_rate(c.bytes_per_s)}")
 
 
 def _merge_ops(profile: Profile, args: argparse.Namespace, kind: str) -> None:
@@ -194,14 +195,6 @@ def _merge_ops(profile: Profile, args: argparse.Namespace, kind: str) -> None:
     if len(result.skipped) > 20:
         print(f"  ... and {len(result.skipped) - 20} more not timed", file=sys.stderr)
     print(model.fit_report(kind).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
-
-
-def _bar(total: int, label: str, quiet: bool):
-    try:
-        from placer.progress import Progress
-    except ImportError:
-        return None
-    return Progress(total, label, quiet=quiet)
 
 
 def _host() -> str:

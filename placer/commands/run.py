@@ -16,6 +16,7 @@ from placer.runtime.executor import Executor
 from placer.runtime.inputs import random_inputs
 from placer.runtime.threads import set_blas_threads
 from placer.types import RunRecord, TensorType
+from placer.units import fmt_bytes
 
 HELP = "run a net on numpy (CPU) / cupy (GPU) and time every op"
 DESCRIPTION = """\
@@ -119,17 +120,10 @@ def format_table(rec: RunRecord) -> str:
                 f"after {rec.warmup} warm-up) over {len(rec.ops)} ops")
     for dev, t in rec.time_by_device_s().items():
         rows.append(f"  {rec.timing_labels.get(dev, dev)}: {t * 1e3:.3f} ms, "
-                    f"peak {_bytes(rec.peak_bytes.get(dev, 0))}")
+                    f"peak {fmt_bytes(rec.peak_bytes.get(dev, 0))}")
     for direction in ("h2d", "d2h", "d2d"):
         if rec.copy_bytes(direction):
             rows.append(f"  copies {direction}: {rec.copy_bytes(direction):,} B")
     if rec.emulated:
         rows.append("  GPU emulated on the CPU: times are CPU times (a structure check, not a speed figure)")
     return "\n".join(rows)
-
-
-def _bytes(n: int) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"

@@ -106,13 +106,7 @@ def read_value_info(path: str | os.PathLike) -> dict[str, TensorType]:
 
 
 def _load_caffe(path, phase, weights, input_shapes) -> Net:
-    try:
-        from placer.formats.caffe import load_caffe_net
-    except ModuleNotFoundError as e:
-        if e.name != "placer.formats.caffe":
-            raise
-        raise PlacerError(f"{path}: Caffe prototxt files are not supported by this build",
-                          hint="convert it to a Caffe2 NetDef first") from e
+    from placer.formats.caffe import load_caffe_net
     if input_shapes:
         return load_caffe_net(str(path), phase=phase, weights=weights, input_shapes=input_shapes)
     return load_caffe_net(str(path), phase=phase, weights=weights)
@@ -123,9 +117,3 @@ def _check_init_net(init_path) -> None:
     if sniff_format(read_file_bytes(init_path)) == "caffe-prototxt":
         raise NetParseError(str(init_path), "the init net is a Caffe prototxt, not a Caffe2 NetDef",
                             hint="--init-net takes the Caffe2 init_net.pb(txt) that fills the parameters")
-
-
-def load_init_net(path: str | os.PathLike):
-    """An init NetDef given on its own (text or binary)."""
-    from placer.formats.caffe2 import load_netdef
-    return load_netdef(path)

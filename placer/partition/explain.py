@@ -16,6 +16,7 @@ import numpy as np
 from placer.partition.problem import (FREE, CostArrays, as_placement, device_memory, move_delta,
                                       move_deltas, plan_copies, serial_cost)
 from placer.types import Plan
+from placer.units import fmt_bytes
 
 MAX_EXPLAINED_MOVES = 2000  # ops whose reason names a blob; the rest a generic one
 
@@ -90,13 +91,6 @@ def _ratio(slow: float, fast: float) -> str:
     return f"{r:.0f}x" if r >= 10 else f"{r:.1f}x"
 
 
-def _size(nbytes: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.3g} {unit}"
-    return f"{nbytes:.0f} B"
-
-
 def _against(arr: CostArrays, dev: np.ndarray, i: int, to: int, here: float, there: float) -> str:
     """Why op i is not on ``to``, where it alone would run at least as fast."""
     names = arr.devices
@@ -111,7 +105,7 @@ def _against(arr: CostArrays, dev: np.ndarray, i: int, to: int, here: float, the
             own = float(arr.read_param_bytes[comp].sum())
             over = params[to] + peak[to] - arr.capacity[to]
             if own >= 0.5 * over:
-                return f"{where}: its {_size(own)} of parameters do not fit on {dest}"
+                return f"{where}: its {fmt_bytes(own)} of parameters do not fit on {dest}"
             return f"{where}: does not fit in {dest} memory"
     blob = f"'{arr.tensor_name(worst)}'" if worst >= 0 else "its blobs"
     if len(comp) > 1:

@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 
+from placer.units import fmt_time
+
 BASELINE_LABELS = {
     "all_cpu": "all-CPU",
     "all_gpu": "all-GPU (CPU fallback)",
@@ -19,43 +21,6 @@ BASELINE_LABELS = {
 }
 COPY_TYPES = ("CopyCPUToGPU", "CopyGPUToCPU", "EnsureCPUOutput", "Copy")
 MAX_TABLE_ROWS = 20000  # a bigger per-op table makes a page no browser scrolls happily
-
-
-def fmt_time(seconds: float | None) -> str:
-    """`12.3 ms`, `45.6 µs`, `1.23 s`: the unit that keeps 3 significant digits readable."""
-    if seconds is None or math.isnan(seconds):
-        return "n/a"
-    if math.isinf(seconds):
-        return "∞" if seconds > 0 else "-∞"
-    a = abs(seconds)
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if a >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns" if a else "0 s"
-
-
-def fmt_bytes(n: float | None) -> str:
-    if n is None or not math.isfinite(n):
-        return "n/a"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n:.0f} B"
-
-
-def time_unit(max_seconds: float) -> tuple[str, float]:
-    """(unit, scale) for an axis whose largest value is ``max_seconds``."""
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if max_seconds >= scale:
-            return unit, scale
-    return "ns", 1e-9
-
-
-def byte_unit(max_bytes: float) -> tuple[str, float]:
-    for unit, size in (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10)):
-        if max_bytes >= size:
-            return unit, size
-    return "B", 1.0
 
 
 def op_display_name(op: dict) -> str:

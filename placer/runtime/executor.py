@@ -28,6 +28,7 @@ import numpy as np
 from placer.errors import DeviceError, InputError, KernelMissingError, PlacerError
 from placer.ops import registry
 from placer.runtime.devices import DeviceSet, EmulatedArray, location
+from placer.shapes import infer
 from placer.types import Args, Device, Net, Op, OpRun, RunRecord, TensorType
 
 COPY_OPS = {"CopyCPUToGPU", "CopyGPUToCPU", "EnsureCPUOutput", "Copy"}
@@ -269,10 +270,6 @@ class Executor:
         signature = tuple(sorted((n, t.shape, t.dtype) for n, t in fed.items()))
         self._signature = signature
         if signature in self._checked_signatures:
-            return
-        try:
-            from placer.shapes import infer
-        except ImportError:
             return
         infer(self.net, fed)
         self._checked_signatures.add(signature)
