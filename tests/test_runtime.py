@@ -138,7 +138,7 @@ def test_missing_copy_names_op_blob_and_both_devices():
 
 def test_copy_from_the_wrong_side_is_refused():
     net = make_net([op("Relu", ["x"], ["r"], CPU), op("CopyGPUToCPU", ["r"], ["r_cpu"], GPU)], ["x"], ["r_cpu"])
-    with pytest.raises(DeviceError, match=r"copies 'r' from emulated-cuda:0, but the blob is on cpu"):
+    with pytest.raises(DeviceError, match=r"CopyGPUToCPU -> 'r_cpu' reads 'r' on emulated-cuda:0, but the blob is on cpu"):
         Executor(net, emulate_gpu=True).run({"x": X})
 
 
@@ -364,19 +364,26 @@ def test_corpus_caffe_nets_run_end_to_end_on_random_weights(corpus, name, one_bl
     assert seconds < SLOW_S * 5, f"{name} took {seconds:.1f} s at batch 1"
 
 
+def cpu_and_one_gpu():
+    """The machine of CPU + one GPU (device 0 the host, device 1 cuda:0)."""
+    from placer.machine import compose_machine
+    from placer.profiling import load_device_profile
+    return compose_machine(load_device_profile("host-ci-2core", "cpu"), load_device_profile("t4-pcie3", "gpu"))
+
+
 def test_nets_placed_by_rewrite_run_emulated_and_match_cpu():
     """Every 4-op placement of the MLP, written by placer.rewrite with its copies."""
-    from placer.types import CPU as HOST, GPU0
+    machine = cpu_and_one_gpu()
     plain = mlp([None] * 4)
     for mask in range(16):
-        placement = [GPU0 if mask >> k & 1 else HOST for k in range(4)]
-        placed = rewrite.place(plain, placement)
+        placement = [mask >> k & 1 for k in range(4)]
+        placed = rewrite.place(plain, placement, machine)
         net = net_from_netdef(placed.predict, placed.init)
         ex = Executor(net, emulate_gpu=True)
         got = ex.run(FEED)["s"]
         np.testing.assert_allclose(got, mlp_numpy(), rtol=1e-5, atol=1e-6, err_msg=str(placement))
         devices = [o.device for o in ex.record.ops if not o.copy_direction]
-        assert devices == ["emulated-cuda:0" if d.is_gpu else "cpu" for d in placement]
+        assert devices == ["emulated-cuda:0" if d else "cpu" for d in placement]
 
 
 def test_net_level_device_option_is_the_default_and_an_op_option_wins():
@@ -391,81 +398,19 @@ def test_net_level_device_option_is_the_default_and_an_op_option_wins():
     netdef.op[1].device_option.device_type = GPU
     ex = Executor(net_from_netdef(netdef), emulate_gpu=True)
     np.testing.assert_allclose(ex.run({"x": X})["y_cpu"], 1 / (1 + np.exp(-np.maximum(X, 0))), rtol=1e-6)
-    assert [o.device for o in ex.record.ops] == ["emulated-cuda:0", "emulated-cuda:0", "cpu"]
+    # the copy is placed on (and timed on) the GPU, as Caffe2 places CopyGPUToCPU; it writes the host
+    assert [o.device for o in ex.record.ops] == ["emulated-cuda:0"] * 3
+    assert ex.record.ops[2].links == (("emulated-cuda:0", "cpu", X.nbytes),)
 
 
 # -- the CUDA code path on a stand-in for cupy (numpy underneath), for machines without a GPU --
-
-class _FakeCupy:
-    """Just enough of cupy's API for CudaDevice: arrays are numpy arrays of a subclass
-    that carries ``.device.id``; pinned memory is a bytearray; events read perf_counter."""
-
-    def __init__(self):
-        import types
-        fake = self
-
-        class ndarray(np.ndarray):
-            device = None  # shadows numpy 2's read-only ndarray.device
-
-            def __array_finalize__(self, obj):
-                dev = getattr(obj, "device", None)
-                self.device = dev if hasattr(dev, "id") else types.SimpleNamespace(id=fake.current)
-
-            def set(self, arr, stream=None):
-                assert isinstance(arr, np.ndarray) and arr.shape == self.shape and arr.dtype == self.dtype
-                fake.pinned_sources.append(arr)
-                np.copyto(self.view(np.ndarray), arr)
-
-            def get(self, stream=None, out=None):
-                np.copyto(out, self.view(np.ndarray))
-                return out
-
-        class Event:
-            def record(self):
-                self.t = time.perf_counter()
-
-            def synchronize(self):
-                pass
-
-        class Device:
-            def __init__(self, index):
-                self.index = index
-
-            def use(self):
-                fake.current = self.index
-
-            def __enter__(self):
-                self.saved, fake.current = fake.current, self.index
-
-            def __exit__(self, *exc):
-                fake.current = self.saved
-
-        self.current, self.pinned_sources, self.ndarray = 0, [], ndarray
-        stream = types.SimpleNamespace(synchronize=lambda: None)
-        self.cuda = types.SimpleNamespace(
-            Event=Event, Device=Device, get_current_stream=lambda: stream,
-            alloc_pinned_memory=lambda n: bytearray(n),
-            get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3,
-            runtime=types.SimpleNamespace(getDeviceCount=lambda: 2))
-
-    def is_available(self):
-        return True
-
-    def asarray(self, a):
-        return np.array(a).view(self.ndarray)
-
-    def empty(self, shape, dtype):
-        return self.asarray(np.empty(shape, dtype))
-
-    def __getattr__(self, name):  # every other function is numpy's
-        return getattr(np, name)
-
 
 def test_cuda_path_on_a_cupy_stand_in(monkeypatch):
     """Placed net on "cuda:0": pinned staging for feeds and copies, event timers, outputs
     back as plain host arrays, and a host array handed to a GPU op refused."""
     import sys
-    fake = _FakeCupy()
+    from test_runtime_multigpu import FakeCupy
+    fake = FakeCupy(count=1)
     monkeypatch.setitem(sys.modules, "cupy", fake)
     net = make_net([op("FC", ["x", "w1", "b1"], ["h"], CPU), op("CopyCPUToGPU", ["h"], ["h_gpu0"], GPU),
                     op("Relu", ["h_gpu0"], ["r"], GPU), op("CopyGPUToCPU", ["r"], ["r_cpu"], GPU),
@@ -498,7 +443,6 @@ def test_small_dlrm_with_tables_on_cpu_and_mlps_on_emulated_gpu_matches_cpu(tmp_
 
     from placer.examples import dlrm
     from placer.formats import load_net
-    from placer.types import CPU as HOST, GPU0
     cfg = replace(dlrm.small(max_rows=300, batch=16), table_rows=(300, 7, 120, 1), dim=16,
                   bottom=(13, 32, 16), top=(32, 1))
     builder = dlrm.build(cfg)
@@ -510,8 +454,8 @@ def test_small_dlrm_with_tables_on_cpu_and_mlps_on_emulated_gpu_matches_cpu(tmp_
         assert feed[name].shape == t.shape
     ex = Executor(net, input_types=types)
     want = ex.run(feed)
-    placement = [HOST if "SparseLengths" in op.type else GPU0 for op in net.ops]
-    placed = rewrite.place(net, placement)
+    placement = [0 if "SparseLengths" in op.type else 1 for op in net.ops]
+    placed = rewrite.place(net, placement, cpu_and_one_gpu())
     ex_gpu = Executor(net_from_netdef(placed.predict, placed.init), emulate_gpu=True, input_types=types)
     got = ex_gpu.run(feed)
     assert set(got) == set(want)

@@ -6,6 +6,12 @@ A device is one small object: ``name``, ``xp`` (the array module its kernels get
 an array lives on it; the executor asks before every op, so a placed net that forgot a
 copy fails with the op, the blob and both devices named.
 
+Several GPUs (``DeviceSet``): a blob moves between devices only through ``DeviceSet.copy``
+(host copy, H2D or D2H through pinned memory, GPU -> GPU as a peer copy where cupy can
+enable peer access between the two, else staged through pinned host memory). On real
+GPUs each device queues its kernels and copies on a stream of its own, and a peer copy
+orders itself against the source's stream with events (``CudaDevice.copy_from_peer``).
+
 ``emulated-cuda:N`` checks a placed net on a machine without a GPU: its arrays are numpy
 arrays viewed as ``EmulatedArray`` (zero-copy) carrying the device name; kernels get
 plain numpy views, so no kernel knows about emulation. Its timings are CPU timings and
@@ -33,6 +39,11 @@ class EmulatedArray(np.ndarray):
         self.device = getattr(obj, "device", "")
 
 
+def device_name(device: Device | None) -> str:
+    """How a placement reads to people: "cpu", or "cuda:N" for the NetDef's device_id N."""
+    return "cpu" if device is None or not device.is_gpu else f"cuda:{device.index}"
+
+
 def location(array: Any) -> str:
     """The name of the device an array lives on: "cpu", "cuda:N" or "emulated-cuda:N"."""
     kind = type(array)
@@ -40,9 +51,7 @@ def location(array: Any) -> str:
         return "cpu"
     if kind is EmulatedArray:
         return array.device
-    if isinstance(array, np.ndarray) or np.isscalar(array):
-        return "cpu"
-    dev = getattr(array, "device", None)  # cupy.ndarray.device is a cupy.cuda.Device
+    dev = getattr(array, "device", None)  # cupy.ndarray.device is a cupy.cuda.Device; numpy's a str
     return f"cuda:{dev.id}" if hasattr(dev, "id") else "cpu"
 
 
@@ -127,6 +136,10 @@ class EmulatedCudaDevice(CpuDevice):
     def to_host(self, array: Any, key: Any = None) -> np.ndarray:
         return np.array(array, copy=True, subok=False)
 
+    def copy_from_peer(self, array: Any, source: Any) -> EmulatedArray:
+        """A GPU -> GPU copy from another emulated GPU: new memory, tagged as ours."""
+        return self.to_device(array)
+
 
 class CudaTimer:
     """GPU time of one op between two CUDA events on the current stream."""
@@ -154,6 +167,7 @@ class CudaDevice:
 
     kind = "gpu"
     emulated = False
+    stream: Any = None  # this GPU's own stream, once use_own_stream() made it
 
     def __init__(self, index: int = 0):
         self.cupy = import_cupy()
@@ -218,6 +232,38 @@ class CudaDevice:
         with self.cupy.cuda.Device(self.index):
             return CudaTimer(self.cupy)
 
+    def use_own_stream(self) -> None:
+        """Queue everything this GPU does on a stream of its own (non-blocking: it does not
+        wait for the legacy default stream). cupy keeps one current stream per device, so
+        once made current here it is the stream of every kernel, copy and event timer run
+        while this GPU is the current device, and GPUs do not serialise on one stream."""
+        with self.cupy.cuda.Device(self.index):
+            self.stream = self.cupy.cuda.Stream(non_blocking=True)
+            self.stream.use()
+
+    def copy_from_peer(self, array: Any, source: "CudaDevice") -> Any:
+        """GPU -> GPU: ``array`` (on ``source``) copied into this GPU's memory.
+
+        cupy's ``ndarray.copy()`` under this device allocates here and queues
+        cudaMemcpyAsync(cudaMemcpyDefault) on this device's current stream, enabling peer
+        access between the two GPUs itself when deviceCanAccessPeer allows (so this never
+        calls deviceEnablePeerAccess: cupy's own call would then fail as already enabled).
+        It copies contiguous arrays only, hence the ascontiguousarray on the source. Two
+        events order the streams: this GPU waits for the source's queued work (the array
+        may still be being written), and the source waits for the copy before anything it
+        queues later (the array's memory may be reused once the executor frees it)."""
+        cuda = self.cupy.cuda
+        with cuda.Device(source.index):
+            array = self.cupy.ascontiguousarray(array)
+            written = source.stream.record(cuda.Event(disable_timing=True))
+        with cuda.Device(self.index):
+            self.stream.wait_event(written)
+            out = array.copy()
+            read = self.stream.record(cuda.Event(disable_timing=True))
+        with cuda.Device(source.index):
+            source.stream.wait_event(read)
+        return out
+
 
 def import_cupy() -> Any:
     """cupy with a visible GPU, or a DeviceError that says what to do instead."""
@@ -236,20 +282,80 @@ def import_cupy() -> Any:
 
 
 class DeviceSet:
-    """The devices one run uses, made on first use: Device("gpu", 1) -> cuda:1 or emulated."""
+    """The devices one run uses: the host, and GPUs made on first use from a ``Device``.
 
-    def __init__(self, emulate_gpu: bool = False):
-        self.emulate_gpu = emulate_gpu
+    ``emulate_gpus`` N: exactly N emulated GPUs ``emulated-cuda:0..N-1``, all made up front
+    (a record lists each, idle or not); a GPU index beyond them is a DeviceError naming it.
+    ``emulate_gpu`` alone: as many emulated GPUs as the net names. Neither: real GPUs
+    through cupy, each with a stream of its own. ``copy`` is the one way a blob moves
+    between two of them.
+    """
+
+    def __init__(self, emulate_gpu: bool = False, emulate_gpus: int | None = None):
+        if emulate_gpus is not None and emulate_gpus < 1:
+            raise DeviceError(f"--emulate-gpus {emulate_gpus}: emulate at least one GPU")
+        self.emulate_gpu = emulate_gpu or emulate_gpus is not None
+        self.gpu_count = emulate_gpus
         self.cpu = CpuDevice()
         self._gpus: dict[int, Any] = {}
+        self._named: dict[str, Any] = {"cpu": self.cpu}
+        self._peer: dict[tuple[int, int], bool] = {}
+        for index in range(emulate_gpus or 0):
+            self._make_gpu(index)
 
     def get(self, device: Device | None) -> Any:
         if device is None or device.kind == "cpu":
             return self.cpu
-        if device.index not in self._gpus:
-            self._gpus[device.index] = (EmulatedCudaDevice(device.index) if self.emulate_gpu
-                                        else CudaDevice(device.index))
-        return self._gpus[device.index]
+        gpu = self._gpus.get(device.index)
+        return gpu if gpu is not None else self._make_gpu(device.index)
+
+    def _make_gpu(self, index: int) -> Any:
+        if self.gpu_count is not None and index >= self.gpu_count:
+            last = self.gpu_count - 1
+            raise DeviceError(f"only {self.gpu_count} GPU(s) are emulated "
+                              f"(cuda:0{f'..cuda:{last}' if last else ''})",
+                              hint=f"run with --emulate-gpus {index + 1}, or place the op on one of those")
+        if self.emulate_gpu:
+            gpu = EmulatedCudaDevice(index)
+        else:
+            gpu = CudaDevice(index)
+            gpu.use_own_stream()
+        self._gpus[index] = gpu
+        self._named[gpu.name] = gpu
+        return gpu
+
+    def named(self, name: str) -> Any:
+        """The device of a ``location()`` name: "cpu", "cuda:N" or "emulated-cuda:N"."""
+        device = self._named.get(name)
+        if device is None:
+            device = self.get(Device("gpu", int(name.rpartition(":")[2])))
+        return device
 
     def all(self) -> list:
         return [self.cpu] + [self._gpus[i] for i in sorted(self._gpus)]
+
+    def copy(self, array: Any, source: Any, target: Any, key: Any = None) -> Any:
+        """``array`` (on ``source``) as new memory on ``target``, both devices of this set.
+
+        To the host: the source's ``to_host`` (from a GPU, a pinned buffer reused per
+        ``key`` on the next run). From the host, or within one device: the target's
+        ``to_device`` (pinned staging on a GPU). GPU -> GPU: a peer copy where the two can
+        reach each other (deviceCanAccessPeer, asked once per pair; always, emulated), else
+        staged through pinned host memory: D2H into the source's pinned buffer, then H2D
+        through the target's (one host memcpy between them, so that each GPU's staging
+        keeps its own rules for when a buffer may be reused)."""
+        if target.kind == "cpu":
+            return target.adopt(source.to_host(array, key=key))
+        if source.kind == "cpu" or source is target:
+            return target.to_device(array, key=key)
+        if self._can_access_peer(source, target):
+            return target.copy_from_peer(array, source)
+        return target.to_device(source.to_host(array, key=key), key=key)
+
+    def _can_access_peer(self, source: Any, target: Any) -> bool:
+        if target.emulated:
+            return True
+        pair = (source.index, target.index)
+        if pair not in self._peer:   # the pair cupy checks (and enables) before a peer copy
+            self._peer[pair] = bool(target.cupy.cuda.runtime.deviceCanAccessPeer(*pair))
+        return self._peer[pair]
