@@ -12,7 +12,10 @@ from placer.formats import caffe2_pb as pb
 from placer.formats.caffe2 import save_netdef
 from placer.progress import Progress
 
+from placer.runtime.executor import Executor
+
 from conftest import gpu_available
+from test_runtime_multigpu import expected_link_bytes, feeds, placed_net, random_net
 
 RNG = np.random.default_rng(11)
 X = RNG.standard_normal((4, 8)).astype(np.float32)
@@ -133,11 +136,11 @@ def test_caffe_lenet_placed_by_rewrite_runs_emulated_with_the_same_outputs(corpu
     whether the net runs unplaced on the CPU or placed half on an emulated GPU."""
     from placer import rewrite
     from placer.formats import load_net
-    from placer.types import CPU, GPU0
+    from placer.machine import load_machine
     src = corpus / "caffe" / "mnist_lenet.prototxt"
     net = load_net(src)
-    placement = [GPU0 if op.type in ("Conv", "Relu") else CPU for op in net.ops]
-    placed = rewrite.place(net, placement)
+    placement = [1 if op.type in ("Conv", "Relu") else 0 for op in net.ops]    # cuda:0 or the host
+    placed = rewrite.place(net, placement, load_machine("2x-t4-pcie3"))
     save_netdef(placed.predict, tmp_path / "placed.pbtxt")
     save_netdef(placed.init, tmp_path / "placed_init.pbtxt")
     code, out, err = run_cli(capsys, src, "--random-inputs", 1, "--outputs", tmp_path / "cpu.npz", "--threads", 1)
@@ -182,3 +185,39 @@ def test_trace_of_a_measured_run_is_a_valid_chrome_trace(tmp_path):
     ops = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
     assert [e["args"].get("type") for e in ops] == ["FC", "Relu"]
     assert all(e["dur"] >= 0 for e in ops)
+
+
+def test_run_cli_emulates_four_gpus_and_reports_devices_and_links(tmp_path, capsys):
+    """A random net over the CPU and four GPUs: the table shows every GPU and link, the
+    record the bytes per link the placed net's copies move; too few GPUs is one line."""
+    rng = np.random.default_rng(5)
+    net = random_net(rng, 10, "given")
+    dev = np.array([1, 2, 3, 4, 0, 1, 2, 3, 4, 1])
+    placed, p = placed_net(net, dev)
+    save_netdef(p.predict, tmp_path / "placed.pbtxt")
+    save_netdef(p.init, tmp_path / "placed_init.pbtxt")
+    feed = feeds(net, rng)
+    np.savez(tmp_path / "in.npz", **feed)
+    argv = ["run", str(tmp_path / "placed.pbtxt"), "--init-net", str(tmp_path / "placed_init.pbtxt"),
+            "--inputs", str(tmp_path / "in.npz"), "--outputs", str(tmp_path / "out.npz"),
+            "--record", str(tmp_path / "run.json")]
+    assert cli.main(argv + ["--emulate-gpus", "4"]) == 0
+    out = capsys.readouterr().out
+    for i in range(4):
+        assert f"emulated-cuda:{i} (CPU timing):" in out
+    assert "link cpu -> emulated-cuda:0: " in out and "link emulated-cuda:0 -> emulated-cuda:1: " in out
+    want = Executor(net).run(feed)
+    with np.load(tmp_path / "out.npz") as got:
+        assert set(got.files) == set(want)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+    rec = json.loads((tmp_path / "run.json").read_text())
+    assert rec["link_bytes"] == expected_link_bytes(placed, feed)
+    assert set(rec["peak_bytes"]) == {"cpu"} | {f"emulated-cuda:{i}" for i in range(4)}
+    assert rec["schema_version"] == 1 and {"ops", "devices", "copy_bytes", "total_s"} <= set(rec)
+    # three emulated GPUs are too few for cuda:3: one line, exit 2
+    (tmp_path / "out.npz").unlink()
+    assert cli.main(argv + ["--emulate-gpus", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("placer: error: ") and "cuda:3" in err and "--emulate-gpus 4" in err
+    assert cli.main(argv[:2] + ["--emulate-gpus", "0"]) == 2
