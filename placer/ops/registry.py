@@ -8,13 +8,14 @@ An entry holds
   parameters); ``default_cost`` when omitted;
 - ``kernel(xp, inputs, args) -> tuple``: one array-module-generic kernel that runs on
   numpy and cupy unchanged (``xp`` is the module); None until a kernel exists;
-- ``devices``: the device kinds it has kernels for ("cpu", "gpu");
-- ``transfer``: for an op that moves data between devices (copies, later collectives),
-  where it reads and writes relative to the device it is placed on, and the kernel that
-  moves the bytes (``Transfer``); None for every op that computes on one device.
+- ``devices``: the device kinds it has kernels for ("cpu", "gpu").
 
 Adding an op is one ``register(OpDef(...))`` call in the module of its family
 (``placer/ops/<family>.py``); ``placer/ops/__init__.py`` imports the families.
+
+An op that moves data between devices (the copies; later the collectives) also has a
+``transfer``: where it reads and writes relative to the device it is placed on, and the
+kernel that moves the bytes (``Transfer``); None for every op that computes on one device.
 """
 from __future__ import annotations
 
@@ -27,13 +28,6 @@ from placer.types import Args, OpFeatures, TensorType
 InferFn = Callable[[Sequence[TensorType], Args], Sequence[TensorType]]
 CostFn = Callable[[Sequence[TensorType], Sequence[TensorType], Args], OpFeatures]
 KernelFn = Callable[[Any, Sequence[Any], Args], tuple]
-MoveFn = Callable[[Any, Sequence[Any], Args], tuple]
-
-# Where a transfer op reads its inputs / writes its outputs (``Transfer.reads`` / ``.writes``).
-HOST = "host"              # the host CPU, wherever the op is placed
-PLACED = "placed"          # the device the op is placed on (its device_option)
-ANYWHERE = "anywhere"      # reads only: wherever the input already is
-LIKE_INPUT = "like-input"  # writes only: output i on the device input i was read on
 
 
 def io_bytes(inputs: Sequence[TensorType], outputs: Sequence[TensorType]) -> tuple[float, float]:
@@ -51,6 +45,15 @@ def movement_cost(inputs: Sequence[TensorType], outputs: Sequence[TensorType], a
     """Data movement only (reshape, concat, copy): no flops."""
     read, written = io_bytes(inputs, outputs)
     return OpFeatures(bytes_read=read, bytes_written=written)
+
+
+MoveFn = Callable[[Any, Sequence[Any], Args], tuple]
+
+# Where a transfer op reads its inputs / writes its outputs (``Transfer.reads`` / ``.writes``).
+HOST = "host"              # the host CPU, wherever the op is placed
+PLACED = "placed"          # the device the op is placed on (its device_option)
+ANYWHERE = "anywhere"      # reads only: wherever the input already is
+LIKE_INPUT = "like-input"  # writes only: output i on the device input i was read on
 
 
 @dataclass(frozen=True)
