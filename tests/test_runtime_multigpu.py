@@ -242,6 +242,45 @@ def test_a_blob_on_the_wrong_gpu_names_the_op_the_blob_and_both_devices():
         Executor(net_from_netdef(proto), emulate_gpus=4).run({"x": np.ones((4, 8), np.float32)})
 
 
+def test_a_collective_registers_like_a_copy_and_runs_over_four_gpus(monkeypatch):
+    """The registry's transfer rule carries a several-device op unchanged: an all-reduce
+    over g_0..g_3 (one per GPU, in place, as NCCLAllreduce is written) registered as
+    Transfer(ANYWHERE, LIKE_INPUT, move) whose emulated move sums on the host. Each GPU
+    ends with the sum; each link carries its 128 bytes once each way."""
+    from placer.ops.registry import movement_cost
+    from placer.ops.registry import ANYWHERE, LIKE_INPUT, OpDef, Transfer
+
+    def allreduce(transfers, inputs, args):
+        host = transfers.host
+        total = sum(transfers.copy(x, src, host) for x, src in zip(inputs, transfers.sources))
+        return tuple(transfers.copy(total, host, dst) for dst in transfers.targets)
+
+    def infer_all(inputs, args):
+        return list(inputs)
+
+    monkeypatch.setitem(registry._REGISTRY, "TestAllreduce",
+                        OpDef("TestAllreduce", infer_all, None, movement_cost,
+                              transfer=Transfer(ANYWHERE, LIKE_INPUT, allreduce)))
+    net = pb.NetDef(name="ar", external_input=["x"], external_output=[f"g_{i}" for i in range(4)])
+    for i in range(4):
+        op = net.op.add(type="CopyCPUToGPU", input=["x"], output=[f"x_{i}"])
+        op.device_option.device_type, op.device_option.device_id = 1, i
+        op = net.op.add(type="Scale", input=[f"x_{i}"], output=[f"g_{i}"])
+        op.arg.add(name="scale", f=float(i + 1))
+        op.device_option.device_type, op.device_option.device_id = 1, i
+    op = net.op.add(type="TestAllreduce", input=[f"g_{i}" for i in range(4)], output=[f"g_{i}" for i in range(4)])
+    op.device_option.device_type = 1
+    ex = Executor(net_from_netdef(net), emulate_gpus=4)
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    out = ex.run({"x": x})
+    for i in range(4):
+        np.testing.assert_array_equal(out[f"g_{i}"], x * (1 + 2 + 3 + 4))
+    reduce = ex.record.ops[-1]
+    assert reduce.device == "emulated-cuda:0" and reduce.copy_direction == "mixed" and reduce.copy_bytes == 8 * 128
+    assert ex.record.link_bytes() == {**{f"cpu->emulated-cuda:{i}": 256 for i in range(4)},
+                                      **{f"emulated-cuda:{i}->cpu": 128 for i in range(4)}}
+
+
 # -- the corpus: nets that run today, placed at random over the four GPUs ------------------
 
 @pytest.mark.corpus
