@@ -17,16 +17,18 @@ the lane is free and its inputs are ready.
 - Parameters are present on every device from the start (the init net makes them).
 The makespan is the end of the last item on any lane.
 
-Search (``MakespanPartitioner``): the serial plan (exact min-cut on two devices,
-alpha-expansion on more, the memory-limited plan when ``arr.capacity`` is finite) and
-a HEFT list schedule (Topcuoglu, Hariri and Wu 2002: ops by decreasing upward rank, each
-on the feasible device where it would finish first, copies queued on the routes' lanes)
-are both scored; a local search then moves single ops (whole colocation groups) to any
-feasible device while the simulated makespan drops, trying first the ops on the current
-critical path (the chain of items each of which waited for the one before). The start is
-the better of the two, moves are accepted only when they lower the makespan (and keep
-every device within capacity), so the result is never worse than the serial plan's
-makespan.
+Search (``MakespanPartitioner``): three placements are scored: the serial plan (exact
+min-cut on two devices, alpha-expansion on more, the memory-limited plan when
+``arr.capacity`` is finite), HEFT (Topcuoglu, Hariri and Wu 2002: ops by decreasing
+upward rank, each on the feasible device where it would finish first, copies queued on
+the routes' lanes) and the same earliest-finish list scheduling in net order (the order
+the executors issue ops in, which this simulator follows; it usually beats HEFT's order
+here). A local search then moves single ops (whole colocation groups) from the best of
+them to any feasible device while the simulated makespan drops, trying first the ops on
+the current critical path (the chain of items each of which waited for the one before).
+The serial plan is a candidate and moves are accepted only when they lower the makespan
+(and keep every device within capacity), so the result is never worse than the serial
+plan's makespan.
 """
 from __future__ import annotations
 
@@ -84,7 +86,7 @@ class Simulator:
         lane, kind ("op"/"copy"), op (the op, or a copy's producer: None for a host-fed
         blob), tensor (name), src / dst (a copy's devices, by name), start_s, end_s, and
         waits_for: the index of the event whose end set this one's start (None at 0)."""
-        run = _Run(self, as_placement(self.arr, dev))
+        run = _Run(self, self.placement(dev))
         if not record:
             return run.fast(), []
         makespan, items = run.items()
@@ -93,15 +95,12 @@ class Simulator:
     def critical_ops(self, dev) -> list[int]:
         """Ops on the critical path, latest first: from the item that ends last back along
         what each waited for; a copy on the path contributes its producer."""
-        _, items = _Run(self, as_placement(self.arr, dev)).items()
-        if not items:
-            return []
-        j = max(range(len(items)), key=lambda x: items[x][4])
+        _, items = _Run(self, self.placement(dev)).items()
+        j = max(range(len(items)), key=lambda x: items[x][4], default=-1)
         out: list[int] = []
         while j >= 0:
-            op = items[j][1]
-            if op >= 0 and (not out or out[-1] != op):
-                out.append(op)
+            if items[j][1] >= 0:
+                out.append(items[j][1])
             j = items[j][5]
         return list(dict.fromkeys(out))
 
@@ -146,7 +145,7 @@ class _Run:
         rdev = dev[ro]
         producer = arr.t_producer[rt]
         local = np.where(producer >= 0, dev[np.maximum(producer, 0)], arr.host) == rdev
-        copy_of = np.empty(arr.n_tensors * k, np.int64)    # (tensor, device) -> copy number
+        copy_of = np.empty(arr.n_tensors * k, np.int64)    # (tensor, device) -> copy number (sparse)
         copy_of[t * k + d] = np.arange(len(t))
         slot = np.where(producer >= 0, producer, n)
         slot[~local] = n + 1 + copy_of[rt[~local] * k + rdev[~local]]
@@ -300,27 +299,36 @@ def upward_rank(arr: CostArrays) -> np.ndarray:
 
 def heft_placement(arr: CostArrays, sim: Simulator | None = None) -> np.ndarray:
     """The placement a HEFT list schedule picks: ops by decreasing upward rank (ties in
-    net order, so producers come first), each on the feasible device where it would
-    finish first given the lanes so far, its missing inputs copied over their routes
-    from the producer's device (once per destination)."""
+    net order, so producers come first); see ``list_schedule``."""
+    n = arr.n_ops
+    return list_schedule(arr, np.lexsort((np.arange(n), -upward_rank(arr))), sim)
+
+
+def list_schedule(arr: CostArrays, order, sim: Simulator | None = None) -> np.ndarray:
+    """Earliest-finish list scheduling: ops in ``order`` (producers before readers), each
+    on the feasible device where it would finish first given the lanes so far, its
+    missing inputs copied over their routes from the producer's device (once per
+    destination). In net order this is the simulator's own issue order."""
     sim = sim or Simulator(arr)
-    n, k = arr.n_ops, arr.k
-    order = np.lexsort((np.arange(n), -upward_rank(arr))).tolist()
+    n = arr.n_ops
+    order = np.asarray(order).tolist()
     options = _options(arr)
     comp = arr.component.tolist()
     group_dev: dict[int, int] = {}
     cost = arr.op_s.tolist()
     reads = _reads_with_producers(arr, sim)
-    state = _HeftState(sim, n)
+    state = _ListState(sim, n)
     for i in order:
         choices = [group_dev[comp[i]]] if comp[i] in group_dev else options[i]
         best = None
         for d in choices:
+            c, lane_free = cost[i][d], state.lane[d]
+            if best is not None and (lane_free + c, c) >= best[:2]:
+                continue                  # cannot finish first, whatever its inputs
             ready, pending, new = state.inputs_ready(reads[i], d)
-            lane_free = state.lane[d]
-            finish = (lane_free if lane_free > ready else ready) + cost[i][d]
-            if best is None or (finish, cost[i][d]) < best[:2]:
-                best = (finish, cost[i][d], d, pending, new)
+            finish = (lane_free if lane_free > ready else ready) + c
+            if best is None or (finish, c) < best[:2]:
+                best = (finish, c, d, pending, new)
         finish, _, d, pending, new = best
         group_dev.setdefault(comp[i], d)
         state.commit(i, d, finish, pending, new)
@@ -334,7 +342,7 @@ def _reads_with_producers(arr: CostArrays, sim: Simulator) -> list[list[tuple[in
     return [pairs[rp[i]:rp[i + 1]] for i in range(arr.n_ops)]
 
 
-class _HeftState:
+class _ListState:
     """The list schedule so far: each placed op's device and end, the lanes' ends and
     the copies made (tensor * k + device -> arrival)."""
 
@@ -389,19 +397,27 @@ def _options(arr: CostArrays) -> list[list[int]]:
 
 # ---------------------------------------------------------------------- local search
 
+MIN_RUNS = 10   # the local search needs time for this many simulations, else it is skipped
+
+
 def local_search(arr: CostArrays, sim: Simulator, dev: np.ndarray, makespan_s: float,
-                 time_s: float = 2.0, keep_fit: bool = False) -> tuple[np.ndarray, float, dict]:
+                 time_s: float = 2.0, keep_fit: bool = False,
+                 run_s: float = 0.0) -> tuple[np.ndarray, float, dict]:
     """Move single ops (whole colocation groups) to other feasible devices while the
     makespan drops, the ops on the critical path tried first; each accepted move
     restarts the sweep from the new critical path. ``keep_fit``: a move must also keep
-    every device within ``arr.capacity``. Returns (placement, makespan_s, stats)."""
+    every device within ``arr.capacity``. ``run_s``: the time of one simulation, when
+    the caller has measured it (on the largest nets fewer than ``MIN_RUNS`` fit in
+    ``time_s``, and the search is skipped). Returns (placement, makespan_s, stats)."""
     x = as_placement(arr, dev).copy()
     best = makespan_s
     deadline = time.perf_counter() + time_s
+    stats = {"tried": 0, "accepted": 0, "skipped": run_s * MIN_RUNS > time_s}
+    if stats["skipped"]:
+        return x, best, stats
     options = _options(arr)
     groups = _groups(arr)
     free = np.flatnonzero(arr.feasible.sum(axis=1) > 1)
-    stats = {"tried": 0, "accepted": 0}
     while time.perf_counter() < deadline:
         first = [i for i in sim.critical_ops(x) if len(options[i]) > 1]
         rest = np.setdiff1d(free, first)
@@ -464,25 +480,34 @@ class MakespanPartitioner:
         self.time_s = time_s
         self.start = start
 
-    def partition(self, arr: CostArrays):
-        sim = Simulator(arr)
+    def search(self, arr: CostArrays, sim: Simulator | None = None) -> tuple[np.ndarray, float, str]:
+        """(placement, makespan_s, note): the search without the Plan around it."""
+        sim = sim or Simulator(arr)
         limited = bool(np.isfinite(arr.capacity).any())
         base = serial_placement(arr) if self.start is None else respecting_pins(arr, self.start)
+        t0 = time.perf_counter()
         base_ms = sim.score(base)
-        heft = heft_placement(arr, sim)
-        heft_ms = sim.score(heft) if not limited or fits(arr, heft) else INF
-        start, start_ms = (heft, heft_ms) if heft_ms < base_ms else (base, base_ms)
-        x, ms, stats = local_search(arr, sim, start, start_ms, self.time_s, keep_fit=limited)
+        run_s = time.perf_counter() - t0
+        tried = {"the serial plan": (base, base_ms)}
+        for name, x in (("HEFT", heft_placement(arr, sim)),
+                        ("list scheduling in net order", list_schedule(arr, np.arange(arr.n_ops), sim))):
+            tried[name] = (x, sim.score(x) if not limited or fits(arr, x) else INF)
+        first = min(tried, key=lambda name: tried[name][1])   # the serial plan on ties
+        x, ms, stats = local_search(arr, sim, *tried[first], self.time_s, keep_fit=limited, run_s=run_s)
         gain = 100 * (base_ms - ms) / base_ms if base_ms > 0 else 0.0
-        heft_note = (f"HEFT {heft_ms:.6g} s" if heft_ms < INF
-                     else "HEFT's placement does not fit in device memory")
-        plan = make_plan(arr, x, self.method, objective="makespan", notes=[
-            f"makespan {ms:.6g} s; serial plan {base_ms:.6g} s ({gain:.1f}% better); {heft_note}; "
-            f"local search from {'HEFT' if start is heft else 'the serial plan'}: "
-            f"{stats['accepted']} of {stats['tried']} moves accepted"])
+        others = "; ".join(f"{name} {m:.6g} s" if m < INF else f"{name}: does not fit in device memory"
+                           for name, (_, m) in tried.items() if name != "the serial plan")
+        search = (f"no local search (one simulation takes {run_s:.2g} s), {first} kept" if stats["skipped"]
+                  else f"local search from {first}: {stats['accepted']} of {stats['tried']} moves accepted")
+        return x, ms, f"makespan {ms:.6g} s; serial plan {base_ms:.6g} s ({gain:.1f}% better); {others}; {search}"
+
+    def partition(self, arr: CostArrays):
+        sim = Simulator(arr)
+        x, _, note = self.search(arr, sim)
+        plan = make_plan(arr, x, self.method, objective="makespan", notes=[note])
         plan.makespan_s, plan.timeline = sim.run(x, record=True)
         return plan
 
 
-__all__ = ["Simulator", "MakespanPartitioner", "heft_placement", "local_search", "upward_rank",
-           "serial_placement"]
+__all__ = ["Simulator", "MakespanPartitioner", "heft_placement", "list_schedule", "local_search",
+           "upward_rank", "serial_placement"]
