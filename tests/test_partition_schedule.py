@@ -128,44 +128,42 @@ def test_a_staged_copy_on_a_machine_profile_takes_the_sum_of_its_hops():
 
 def _check_timeline(arr, dev, makespan, events):
     """Invariants of a recorded run, from the event model alone: lanes run one item at a
-    time in issue order, each item starts exactly when its lane and its inputs allow,
-    one copy (all its hops) per tensor and destination device."""
-    k_route = {pair: len(r) for pair, r in arr.routes.items()}
+    time in issue order, each item starts exactly when its lane and its inputs allow
+    (an op: its inputs on its device; a copy's first hop: its producer's end, 0 for a
+    host-fed blob; a later hop: the hop before), one copy of every hop of its route per
+    tensor and destination device."""
     assert makespan == pytest.approx(max((e["end_s"] for e in events), default=0.0))
-    by_lane: dict[str, list] = {}
-    for e in events:
-        by_lane.setdefault(e["lane"], []).append(e)
-    for items in by_lane.values():
-        for a, b in zip(items, items[1:]):
-            assert b["start_s"] >= a["end_s"] - 1e-12
-    ops = {e["op"]: e for e in events if e["kind"] == "op"}
+    lane_free, by_lane = [], {}
+    for e in events:       # when the lane of each item was free: the end of the one before it
+        lane_free.append(by_lane[e["lane"]]["end_s"] if e["lane"] in by_lane else 0.0)
+        by_lane[e["lane"]] = e
+    ops = {e["op"]: (j, e) for j, e in enumerate(events) if e["kind"] == "op"}
     assert sorted(ops) == list(range(arr.n_ops))
-    for i, e in ops.items():
-        assert e["lane"] == arr.devices[dev[i]]
-        assert e["end_s"] - e["start_s"] == pytest.approx(arr.op_s[i, dev[i]])
     arrive, hops = {}, {}
-    for e in events:
-        if e["kind"] == "copy":
-            key = (e["tensor"], e["dst"])
-            hops[key] = hops.get(key, 0) + 1
-            arrive[key] = e["end_s"]
-            if e["op"] is not None and hops[key] == 1:
-                assert e["start_s"] >= ops[e["op"]]["end_s"] - 1e-12
+    for j, e in enumerate(events):
+        assert e["start_s"] >= lane_free[j] - 1e-15
+        if e["kind"] != "copy":
+            continue
+        key = (e["tensor"], e["dst"])
+        hops[key] = hops.get(key, 0) + 1
+        ready = arrive[key] if hops[key] > 1 else 0.0 if e["op"] is None else ops[e["op"]][1]["end_s"]
+        assert e["start_s"] == pytest.approx(max(ready, lane_free[j]), abs=1e-15)
+        arrive[key] = e["end_s"]
     t, s, d = copy_pairs(arr, dev)
     assert sorted(hops) == sorted((arr.tensor_name(a), arr.devices[b]) for a, b in zip(t, d))
-    assert all(hops[(arr.tensor_name(a), arr.devices[c])] == k_route[(b, c)] for a, b, c in zip(t, s, d))
-    for i, e in ops.items():   # starts when its lane and its last input allow, not later
-        ready = [0.0]
-        for t in arr.consumed_by[1][arr.consumed_by[0][i]:arr.consumed_by[0][i + 1]]:
+    assert all(hops[(arr.tensor_name(a), arr.devices[c])] == len(arr.routes[(b, c)]) for a, b, c in zip(t, s, d))
+    ptr, read = arr.consumed_by
+    for i, (j, e) in ops.items():
+        assert e["lane"] == arr.devices[dev[i]]
+        assert e["end_s"] - e["start_s"] == pytest.approx(arr.op_s[i, dev[i]])
+        ready = [lane_free[j]]
+        for t in read[ptr[i]:ptr[i + 1]]:
             p = arr.t_producer[t]
             if p == -2:
                 continue
             src = arr.host if p == -1 else dev[p]
             ready.append(arrive[(arr.tensor_name(t), arr.devices[dev[i]])] if src != dev[i]
-                         else (0.0 if p == -1 else ops[p]["end_s"]))
-        lane = by_lane[e["lane"]]
-        j = lane.index(e)
-        ready.append(lane[j - 1]["end_s"] if j else 0.0)
+                         else 0.0 if p == -1 else ops[p][1]["end_s"])
         assert e["start_s"] == pytest.approx(max(ready), abs=1e-15)
 
 

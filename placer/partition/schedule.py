@@ -13,7 +13,7 @@ the lane is free and its inputs are ready.
   last hop ends. A staged GPU -> GPU copy thus holds the source's D2H lane, then the
   destination's H2D lane; GPUs behind one PCIe switch share its lanes, so their copies
   queue. (Arrays without routes get one lane per ordered device pair.)
-- An external output read on the host is copied there like any other blob.
+- An external output is copied to the host like any other blob (``outputs_on_host``).
 - Parameters are present on every device from the start (the init net makes them).
 The makespan is the end of the last item on any lane.
 
