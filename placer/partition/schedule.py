@@ -37,7 +37,7 @@ import time
 import numpy as np
 
 from placer.partition.explain import make_plan
-from placer.partition.problem import PARAM, CostArrays, as_placement, fits, respecting_pins
+from placer.partition.problem import PARAM, CostArrays, as_placement, fits, from_graph, respecting_pins
 
 INF = float("inf")
 
@@ -49,8 +49,8 @@ class Simulator:
     its placement into flat Python lists with numpy (the copies, the slot every read
     waits on, the hops of every copy) and then walks the ops once, O(reads + hops)."""
 
-    def __init__(self, arr: CostArrays):
-        self.arr = arr
+    def __init__(self, arr_or_graph):
+        arr = self.arr = from_graph(arr_or_graph)
         k = arr.k
         ptr, ten = arr.consumed_by
         op_of = np.repeat(np.arange(arr.n_ops), np.diff(ptr))
@@ -501,7 +501,8 @@ class MakespanPartitioner:
                   else f"local search from {first}: {stats['accepted']} of {stats['tried']} moves accepted")
         return x, ms, f"makespan {ms:.6g} s; serial plan {base_ms:.6g} s ({gain:.1f}% better); {others}; {search}"
 
-    def partition(self, arr: CostArrays):
+    def partition(self, arr_or_graph):
+        arr = from_graph(arr_or_graph)
         sim = Simulator(arr)
         x, _, note = self.search(arr, sim)
         plan = make_plan(arr, x, self.method, objective="makespan", notes=[note])
