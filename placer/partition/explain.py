@@ -97,7 +97,7 @@ def _against(arr: CostArrays, dev: np.ndarray, i: int, to: int, here: float, the
     comp = np.flatnonzero(arr.component == arr.component[i])
     delta, worst = move_delta(arr, dev, comp, to)
     where, dest = names[dev[i]], names[to]
-    if delta < 0:   # moving would pay: memory holds it back
+    if delta < 0 and np.isfinite(arr.capacity[to]):   # moving would pay: memory holds it back
         moved = dev.copy()
         moved[comp] = to
         params, peak, _ = device_memory(arr, moved)
