@@ -77,6 +77,16 @@ def build():
     _, loss = m.net.SoftmaxWithLoss([f, "label"], ["softmax", "loss"])
     return m, loss
 """,
+    "mlp_gpu1": """
+def build():
+    m = model_helper.ModelHelper(name="mlp_gpu1")
+    with core.DeviceScope(core.DeviceOption(caffe2_pb2.CUDA, 1)):
+        h = brew.fc(m, "data", "fc1", dim_in=6, dim_out=8)
+        h = brew.relu(m, h, "relu1")
+        h = brew.fc(m, h, "fc2", dim_in=8, dim_out=3)
+        _, loss = m.net.SoftmaxWithLoss([h, "label"], ["softmax", "loss"])
+    return m, loss
+""",
     "read_twice": """
 def build():
     m = model_helper.ModelHelper(name="twice")
