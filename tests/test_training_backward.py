@@ -173,3 +173,31 @@ except Exception as e:
     assert run_caffe2(script)[1] == "RuntimeError"
     with pytest.raises(GradientError, match="later op overwrites it"):
         add_gradient_ops(net, ["loss"])
+
+
+def test_in_place_ops_made_out_of_place_give_the_net_caffe2_differentiates():
+    """ReLU then Dropout in place (Caffe's habit): Caffe2 refuses the net as written; after
+    ``out_of_place`` it accepts it and writes the same backward pass as placer."""
+    from placer.training.backward import out_of_place
+    net = parse_net("""
+        op { input: "x" input: "w" input: "b" output: "fc" name: "fc" type: "FC" }
+        op { input: "fc" output: "fc" name: "relu" type: "Relu" }
+        op { input: "fc" output: "fc" output: "_fc_mask" name: "drop" type: "Dropout"
+             arg { name: "ratio" f: 0.5 } arg { name: "is_test" i: 0 } }
+        op { input: "fc" output: "fc" name: "relu2" type: "Relu" }
+        op { input: "fc" input: "label" output: "p" output: "loss" name: "loss" type: "SoftmaxWithLoss" }
+        external_input: "x" external_input: "w" external_input: "b" external_input: "label"
+        external_output: "fc" """)
+    renamed = out_of_place(net, ["loss"])
+    assert [op.output[0] for op in net.op] == ["fc", "fc", "fc_drop", "fc_drop", "p"]
+    assert len(renamed) == 1 and "'fc_drop' instead of overwriting 'fc'" in renamed[0]
+    assert list(net.external_output) == ["fc_drop"]
+    script = f"""
+net = core.Net(text_format.Parse({json.dumps(str(net))}, caffe2_pb2.NetDef()))
+net.AddGradientOperators(["loss"])
+save_json(net_text(net))
+"""
+    theirs = parse_net(run_caffe2(script)[1])
+    n = len(net.op)
+    add_gradient_ops(net, ["loss"])
+    assert_same_ops(net.op[n:], theirs.op[n:], "out-of-place net")

@@ -12,8 +12,8 @@ import pytest
 from placer.formats.caffe2 import params_from_init
 from placer.training import add_gradient_ops
 from placer.training.optimizers import (
-    AdagradOptimizer, OptimizerError, TrainNets, add_weight_decay, build, build_adagrad, build_adam,
-    build_sgd)
+    AdagradOptimizer, OptimizerError, TrainNets, add_weight_decay, build, build_adadelta, build_adagrad,
+    build_adam, build_sgd)
 from test_training_backward import oracle_model
 from test_training_compare import assert_same_ops, parse_net
 
@@ -52,6 +52,8 @@ VARIANTS = {
     "adam_betas": ("optimizer.build_adam(m, 0.01, beta1=0.8, beta2=0.99, epsilon=1e-6, policy='exp', gamma=0.9)",
                    lambda n: build_adam(n, 0.01, beta1=0.8, beta2=0.99, epsilon=1e-6,
                                         schedule=_schedule("exp", gamma=0.9))),
+    "adadelta": ("optimizer.build_adadelta(m, 1.0, epsilon=1e-6, decay=0.9)",
+                 lambda n: build_adadelta(n, 1.0, epsilon=1e-6, decay=0.9)),
     "rowwise_adam": (ROWWISE.format(cls="AdamOptimizer", build="build_adam", lr=0.01),
                      lambda n: build_adam(n, 0.01, rowwise=True)),
 }
@@ -59,7 +61,7 @@ VARIANTS = {
 CASES = [
     ("mlp", "sgd"), ("mlp", "momentum"), ("mlp", "nesterov"), ("mlp", "sgd_step"), ("mlp", "sgd_inv"),
     ("mlp", "adagrad"), ("mlp", "adam"), ("mlp", "adam_betas"), ("mlp", "weight_decay"),
-    ("mlp", "rowwise_adagrad"),
+    ("mlp", "rowwise_adagrad"), ("mlp", "adadelta"), ("sparse", "adadelta"),
     ("lenet", "nesterov"), ("lenet", "weight_decay"), ("lenet", "adagrad_wd"),
     ("spatial_bn", "momentum"), ("spatial_bn", "adam"),
     ("sparse", "sgd"), ("sparse", "momentum"), ("sparse", "adagrad"), ("sparse", "adagrad_wd"),

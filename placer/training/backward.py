@@ -33,6 +33,14 @@ IS_AUTO_GEN_SUM_OPS_TAG = "is_auto_gen_sum_ops"
 ONLY_KEEP_IS_AUTO_GEN_SUM_OPS_TAG = "only_keep_is_auto_gen_sum_ops_tag"
 
 
+class OverwrittenBlobError(GradientError):
+    """A gradient needs a blob version that a later (in-place) op overwrote."""
+
+    def __init__(self, message: str, blob: str, version: int):
+        super().__init__(message, hint="write the later op's result to a new blob")
+        self.blob, self.version = blob, version
+
+
 @dataclass
 class _Contribution:
     """One gradient contribution to a blob version: the op and output index that write it
@@ -173,14 +181,14 @@ class BackwardPass:
                                     hint="the blob is written by more than one op")
         elif blob in out_versions:
             if self.frontier[blob] != out_versions[blob]:
-                raise GradientError(f"op {_label(op)}: its gradient needs output '{blob}' as this "
-                                    "op wrote it, and a later op overwrites it",
-                                    hint="write the later op's result to a new blob")
+                raise OverwrittenBlobError(
+                    f"op {_label(op)}: its gradient needs output '{blob}' as this op wrote it, "
+                    "and a later op overwrites it", blob, out_versions[blob])
         elif blob in in_versions:
             if self.frontier[blob] != in_versions[blob]:
-                raise GradientError(f"op {_label(op)}: its gradient needs input '{blob}' as this "
-                                    "op read it, and a later op (an in-place one?) overwrites it",
-                                    hint="write the later op's result to a new blob")
+                raise OverwrittenBlobError(
+                    f"op {_label(op)}: its gradient needs input '{blob}' as this op read it, and "
+                    "a later op (an in-place one?) overwrites it", blob, in_versions[blob])
         elif blob not in local:
             raise GradientError(f"op {_label(op)}: its gradient reads '{blob}', which is neither "
                                 "a blob of the op nor made by its other gradient ops")
@@ -308,6 +316,64 @@ def _gradient_index(grads: Sequence, name: str) -> int | None:
         if g == name or isinstance(g, GradientSlice) and name in (g.indices, g.values):
             return i
     return None
+
+
+# ---------------------------------------------------------------- making in-place ops out of place
+
+def out_of_place(netdef, losses: Sequence[str]) -> list[str]:
+    """Rename the outputs of in-place ops whose overwriting Caffe2's backward pass refuses.
+
+    Caffe runs ``ReLU`` then ``Dropout`` in place on one blob, or BatchNorm in place on a
+    convolution's output; the gradient of the earlier op needs the value the later op
+    overwrote, so Caffe2 cannot differentiate the net as written. Each such overwriting op
+    gets a new output, ``<blob>_<op name>``, and every later reference follows it. Returns
+    one line per renamed blob.
+    """
+    renamed = []
+    for _ in range(len(netdef.op) + 1):
+        try:
+            BackwardPass(list(netdef.op)).run(list(losses))
+            return renamed
+        except OverwrittenBlobError as e:
+            k = _writer_of_version(netdef.op, e.blob, e.version + 1)
+            if k is None:
+                raise
+            op = netdef.op[k]
+            new = _fresh_name(netdef, f"{e.blob}_{op.name or k}")
+            for later in netdef.op[k:]:
+                _rename(later.output, e.blob, new)
+                if later is not op:
+                    _rename(later.input, e.blob, new)
+            _rename(netdef.external_output, e.blob, new)
+            renamed.append(f"op {_label(op)} writes '{new}' instead of overwriting '{e.blob}'")
+    raise GradientError(f"net '{netdef.name}': in-place ops could not be made out of place")
+
+
+def _writer_of_version(ops, blob: str, version: int) -> int | None:
+    """The op that writes ``version`` of ``blob``, counting versions as ``BackwardPass._play``."""
+    frontier: dict[str, int] = {}
+    for k, op in enumerate(ops):
+        for b in op.input:
+            frontier.setdefault(b, 0)
+        for b in op.output:
+            frontier[b] = frontier[b] + 1 if b in frontier else 0
+            if b == blob and frontier[b] == version:
+                return k
+    return None
+
+
+def _fresh_name(netdef, base: str) -> str:
+    used = {b for op in netdef.op for b in (*op.input, *op.output)} | set(netdef.external_input)
+    name, n = base, 1
+    while name in used:
+        name, n = f"{base}_{n}", n + 1
+    return name
+
+
+def _rename(field, old: str, new: str) -> None:
+    for i, name in enumerate(field):
+        if name == old:
+            field[i] = new
 
 
 # ---------------------------------------------------------------- public entry points

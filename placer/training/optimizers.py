@@ -1,6 +1,6 @@
 """Optimizer ops as ``caffe2.python.optimizer`` writes them (torch 1.8.1's Caffe2).
 
-``build_sgd`` / ``build_adagrad`` / ``build_adam`` / ``add_weight_decay`` take a
+``build_sgd`` / ``build_adagrad`` / ``build_adam`` / ``build_adadelta`` / ``add_weight_decay`` take a
 ``TrainNets`` (the train net after the backward pass, its init net, the parameters in order
 and their gradients) and append, per parameter and in the parameter's device scope:
 
@@ -14,7 +14,8 @@ and their gradients) and append, per parameter and in the parameter's device sco
   ``ScatterWeightedSum``) or ``MomentumSGDUpdate`` with ``<p>_momentum`` (sparse:
   ``SparseMomentumSGDUpdate``), a ``ONE_<type>_<id>`` fill per parameter; Adagrad with
   ``<p>_squared_sum`` (rowwise: ``<p>_avg_squared_sum``, one per row); Adam with
-  ``<p>_first_moment`` and ``<p>_second_moment`` (rowwise: ``<p>_avg_second_moment``).
+  ``<p>_first_moment`` and ``<p>_second_moment`` (rowwise: ``<p>_avg_second_moment``);
+  Adadelta with ``<p>_squared_moment`` and ``<p>_squared_moment_update``.
 
 ``n`` counts the instances of each optimizer class built for one ``TrainNets``, as Caffe2
 counts them per process. Rowwise variants use Caffe2's rowwise ops for parameters with
@@ -108,6 +109,7 @@ class Optimizer:
         nets.instances[type(self).__name__] += 1
         self.schedule = schedule or LearningRateSchedule()
         self.lr_mults = lr_mults or {}
+        self.lr_blobs: list[str] = []  # the rate blobs this instance wrote
 
     def blob_name(self, base: str) -> str:
         """``<Class>_<n>_<base>_cpu`` or ``..._gpu<id>`` after the current device scope."""
@@ -121,6 +123,7 @@ class Optimizer:
         iteration = build_unique_mutex_iter(self.nets)
         if not self.nets.train.defined(lr):
             self.schedule.write(self.nets, iteration, lr, base_lr)
+            self.lr_blobs.append(lr)
         return lr, iteration
 
     def local_lr(self, lr: str, param: str) -> str:
@@ -252,6 +255,28 @@ class AdamOptimizer(Optimizer):
             self.nets.train.add("Adam", [param, m1, m2, grad, lr, iteration], [param, m1, m2], **args)
 
 
+class AdadeltaOptimizer(Optimizer):
+    def __init__(self, nets, base_lr: float, epsilon: float = 1e-4, decay: float = 0.95, **kw):
+        super().__init__(nets, **kw)
+        self.base_lr, self.epsilon, self.decay = base_lr, epsilon, decay
+
+    def run(self, param: str, grad) -> None:
+        if self.base_lr <= 0 or self.skip(param):
+            return
+        lr, _ = self.build_lr(self.base_lr)
+        lr = self.local_lr(lr, param)
+        init = self.nets.param_init.add
+        moment = init("ConstantFill", [param], f"{param}_squared_moment", value=0.0)
+        update = init("ConstantFill", [param], f"{param}_squared_moment_update", value=0.0)
+        args = dict(epsilon=self.epsilon, decay=self.decay, engine="")
+        if isinstance(grad, GradientSlice):
+            self.nets.train.add("SparseAdadelta", [param, moment, update, grad.indices, grad.values, lr],
+                                [param, moment, update], **args)
+        else:
+            self.nets.train.add("Adadelta", [param, moment, update, grad, lr], [param, moment, update],
+                                **args)
+
+
 class WeightDecayBuilder:
     """``WeightedSum([g, ONE, p, wd]) -> g``: L2 decay added to a dense gradient."""
 
@@ -332,6 +357,11 @@ def build_adam(nets: TrainNets, base_lr: float, beta1: float = 0.9, beta2: float
                                rowwise=True, **kw)
     dense = AdamOptimizer(nets, base_lr, beta1=beta1, beta2=beta2, epsilon=epsilon, **kw)
     build(nets, dense, sparse_optimizer=sparse)
+
+
+def build_adadelta(nets: TrainNets, base_lr: float, epsilon: float = 1e-4, decay: float = 0.95,
+                   **kw) -> None:
+    build(nets, AdadeltaOptimizer(nets, base_lr, epsilon=epsilon, decay=decay, **kw))
 
 
 def _has_sparse(nets: TrainNets) -> bool:
