@@ -13,16 +13,17 @@ import sys
 from placer.errors import PlacerError
 
 # Subcommands in the order `placer --help` lists them.
-COMMANDS = ["inspect", "convert", "run", "profile", "plan", "report", "demo"]
+COMMANDS = ["inspect", "convert", "train-net", "run", "profile", "plan", "report", "demo"]
 
 
 def _available_commands() -> dict:
     modules = {}
     for name in COMMANDS:
+        module = f"placer.commands.{name.replace('-', '_')}"  # train-net -> train_net.py
         try:
-            modules[name] = importlib.import_module(f"placer.commands.{name}")
+            modules[name] = importlib.import_module(module)
         except ModuleNotFoundError as e:  # a command not written yet is not offered
-            if e.name != f"placer.commands.{name}":
+            if e.name != module:
                 raise
     return modules
 

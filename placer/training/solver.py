@@ -348,3 +348,22 @@ class _CaffeUpdate:
             cu.regularize(self.nets, param, grad, self.settings.weight_decay, decay_mult,
                           self.settings.regularization)
         self.optimizer.run(param, grad)
+
+
+# ---------------------------------------------------------------- for `placer convert --solver`
+
+def solver_nets_for_convert(net_path, solver_path, out_dir, weights=None, input_shapes=None,
+                            binary: bool = False) -> SolverNets:
+    """Build the solver's train nets before ``convert`` writes anything, refusing outputs
+    that would overwrite an input."""
+    from placer.fileio import refuse_overwrite
+    from placer.training.files import train_net_paths
+    for path in train_net_paths(out_dir, update=True, binary=binary):
+        refuse_overwrite(path, net_path, solver_path, weights)
+    return solver_train_nets(net_path, solver_path, weights=weights, input_shapes=input_shapes)
+
+
+def save_solver_nets(result: SolverNets, out_dir, binary: bool = False) -> list:
+    """Write train_net, train_init_net (and update_net with iter_size > 1) into ``out_dir``."""
+    from placer.training.files import save_train_nets
+    return save_train_nets(out_dir, result.train, result.init, result.update, binary=binary)
