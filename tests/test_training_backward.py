@@ -201,3 +201,24 @@ save_json(net_text(net))
     n = len(net.op)
     add_gradient_ops(net, ["loss"])
     assert_same_ops(net.op[n:], theirs.op[n:], "out-of-place net")
+
+
+def test_contributions_from_two_devices_are_refused_as_caffe2_does():
+    """x feeds a CPU op and a GPU op: Caffe2 will not sum gradients made on different devices."""
+    net = parse_net("""
+        op { input: "x" output: "a" type: "Relu" }
+        op { input: "x" output: "b" type: "Sigmoid" device_option { device_type: 1 device_id: 0 } }
+        op { input: "a" input: "b" output: "s" type: "Sum" }
+        op { input: "s" output: "loss" type: "AveragedLoss" }
+        external_input: "x" """)
+    script = f"""
+net = core.Net(text_format.Parse({json.dumps(str(net))}, caffe2_pb2.NetDef()))
+try:
+    net.AddGradientOperators(["loss"])
+    save_json("ok")
+except Exception as e:
+    save_json(str(e))
+"""
+    assert "same device option" in run_caffe2(script)[1]
+    with pytest.raises(GradientError, match="blob 'x': its gradient contributions come from ops on different devices"):
+        add_gradient_ops(net, ["loss"])

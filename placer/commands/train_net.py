@@ -35,7 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from placer.commands.common import add_net_arguments
     from placer.training.recipe import OPTIMIZERS
     add_net_arguments(parser)
-    parser.set_defaults(phase="train")
+    for action in parser._actions:  # a Caffe prototxt trains in its TRAIN phase
+        if action.dest == "phase":
+            action.default = "train"
+            action.help = "Caffe include/exclude phase to keep (default: train)"
     parser.add_argument("--loss", metavar="BLOB", action="append", required=True,
                         help="the loss blob (repeat for several losses; each is seeded with 1)")
     parser.add_argument("--optimizer", choices=OPTIMIZERS, required=True)

@@ -217,7 +217,7 @@ class BackwardPass:
                                 "cannot sum them", hint="read it through ops of one kind")
         if len(contributions) < 2:
             return False
-        options = [c.device_option for c in contributions if c.device_option.ListFields()]
+        options = [c.device_option for c in contributions]  # an unset option counts as the CPU
         if any(not _same_device(o, options[0]) for o in options[1:]):
             raise GradientError(f"blob '{name}': its gradient contributions come from ops on "
                                 "different devices", hint="place the readers of the blob on one device")
