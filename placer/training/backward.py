@@ -26,7 +26,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
 
-from placer.training.gradients import GradientError, GradientSlice, _label, gradient_for_op, make_op
+from placer.training.gradients import GradientError, GradientSlice, gradient_for_op, make_op, op_label
 
 AUTOGEN_GRAD_SUFFIX = "_autogen_grad"
 IS_AUTO_GEN_SUM_OPS_TAG = "is_auto_gen_sum_ops"
@@ -74,7 +74,7 @@ class BackwardPass:
             self._play(op)
         for op in ops:
             if op.type == "StopGradient" and op.output[0] not in self.input_usages:
-                raise GradientError(f"op {_label(op)}: StopGradient's output '{op.output[0]}' is "
+                raise GradientError(f"op {op_label(op)}: StopGradient's output '{op.output[0]}' is "
                                     "read by no op", hint="give StopGradient the same input and output")
 
     def _play(self, op) -> None:
@@ -175,22 +175,22 @@ class BackwardPass:
         if k is not None:
             original = op.output[k]
             if out_versions[original] != self.gradient_frontier.get(original):
-                raise GradientError(f"op {_label(op)}: its gradient reads '{blob}', the gradient of "
+                raise GradientError(f"op {op_label(op)}: its gradient reads '{blob}', the gradient of "
                                     f"version {out_versions[original]} of '{original}', but the "
                                     "gradient at hand is of another version",
                                     hint="the blob is written by more than one op")
         elif blob in out_versions:
             if self.frontier[blob] != out_versions[blob]:
                 raise OverwrittenBlobError(
-                    f"op {_label(op)}: its gradient needs output '{blob}' as this op wrote it, "
+                    f"op {op_label(op)}: its gradient needs output '{blob}' as this op wrote it, "
                     "and a later op overwrites it", blob, out_versions[blob])
         elif blob in in_versions:
             if self.frontier[blob] != in_versions[blob]:
                 raise OverwrittenBlobError(
-                    f"op {_label(op)}: its gradient needs input '{blob}' as this op read it, and "
+                    f"op {op_label(op)}: its gradient needs input '{blob}' as this op read it, and "
                     "a later op (an in-place one?) overwrites it", blob, in_versions[blob])
         elif blob not in local:
-            raise GradientError(f"op {_label(op)}: its gradient reads '{blob}', which is neither "
+            raise GradientError(f"op {op_label(op)}: its gradient reads '{blob}', which is neither "
                                 "a blob of the op nor made by its other gradient ops")
 
     # ------------------------------------------------------------ accumulation
@@ -345,7 +345,7 @@ def out_of_place(netdef, losses: Sequence[str]) -> list[str]:
                 if later is not op:
                     _rename(later.input, e.blob, new)
             _rename(netdef.external_output, e.blob, new)
-            renamed.append(f"op {_label(op)} writes '{new}' instead of overwriting '{e.blob}'")
+            renamed.append(f"op {op_label(op)} writes '{new}' instead of overwriting '{e.blob}'")
     raise GradientError(f"net '{netdef.name}': in-place ops could not be made out of place")
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from placer.training.gradients import GradientSlice
 from placer.training.netbuilder import CPU, device_option
 from placer.training.optimizers import (
-    INT64, OPTIMIZER_ITERATION, LearningRateSchedule, TrainNets, build_unique_mutex_iter)
+    INT64, LearningRateSchedule, TrainNets, build_unique_mutex_iter)
 
 CAFFE_ITERATION = "caffe_iteration"
 CAFFE_ITERATION_OFFSET = "caffe_iteration_offset"

@@ -7,7 +7,7 @@ override where it has one. One-op makers with fixed blobs are data in ``gradient
 """
 from __future__ import annotations
 
-from placer.training.gradients import GradientError, MakerContext, _label, make_op, register
+from placer.training.gradients import GradientError, MakerContext, make_op, op_label, register
 
 # TensorProto.DataType by name, for Cast's string form of `to` / `from_type`.
 _DATA_TYPES = {"UNDEFINED": 0, "FLOAT": 1, "INT32": 2, "BYTE": 3, "STRING": 4, "BOOL": 5,
@@ -31,7 +31,7 @@ def _conv_like(ctx: MakerContext, grad_type: str) -> list:
     """Outputs dW, [db,] [dX]: no bias -> ``no_bias`` 1; ``no_gradient_to_input`` drops dX."""
     n = len(ctx.op.input)
     if n not in (2, 3):
-        raise GradientError(f"op {_label(ctx.op)}: {ctx.op.type} takes 2 or 3 inputs, found {n}")
+        raise GradientError(f"op {op_label(ctx.op)}: {ctx.op.type} takes 2 or 3 inputs, found {n}")
     compute_dx = not ctx.arg("no_gradient_to_input", 0)
     outputs = [ctx.GI(1)] + ([ctx.GI(2)] if n == 3 else []) + ([ctx.GI(0)] if compute_dx else [])
     inputs = [ctx.I(0), ctx.I(1), ctx.GO(0)]
@@ -148,7 +148,7 @@ def _resize_nearest(ctx: MakerContext) -> list:
 def _cast(ctx: MakerContext) -> list:
     """Cast back: ``to`` and ``from_type`` swapped (Caffe2 needs ``from_type`` for it)."""
     if not ctx.has_arg("from_type"):
-        raise GradientError(f"op {_label(ctx.op)}: Caffe2 differentiates Cast only when it "
+        raise GradientError(f"op {op_label(ctx.op)}: Caffe2 differentiates Cast only when it "
                             "carries a 'from_type' argument", hint="add from_type to the op")
     to, from_type = _data_type(ctx, "to"), _data_type(ctx, "from_type")
     return [make_op("Cast", [ctx.GO(0)], [ctx.GI(0)], args=[("to", from_type), ("from_type", to)])]
@@ -158,7 +158,7 @@ def _data_type(ctx: MakerContext, name: str) -> int:
     value = ctx.arg(name, 1)
     if isinstance(value, str):
         if value.upper() not in _DATA_TYPES:
-            raise GradientError(f"op {_label(ctx.op)}: unknown data type {value!r} in '{name}'")
+            raise GradientError(f"op {op_label(ctx.op)}: unknown data type {value!r} in '{name}'")
         return _DATA_TYPES[value.upper()]
     return int(value)
 
@@ -204,7 +204,7 @@ def _sqrt(ctx: MakerContext) -> list:
 def _pow(ctx: MakerContext) -> list:
     """d(x^e) = e * x^(e-1) * dY, for an exponent given as the argument."""
     if len(ctx.op.input) > 1:
-        raise GradientError(f"op {_label(ctx.op)}: the gradient of Pow with an exponent blob "
+        raise GradientError(f"op {op_label(ctx.op)}: the gradient of Pow with an exponent blob "
                             "is not generated here", hint="give the exponent as an argument")
     e = float(ctx.arg("exponent", 0.0))
     dx = ctx.GI(0)
@@ -218,7 +218,7 @@ def _matmul(ctx: MakerContext) -> list:
     """dA and dB as products of dY with the other operand, transposed to match. MatMul also
     reads the operand whose gradient it writes (for its shape) and passes ``axis_a``/``axis_b``."""
     if ctx.arg("broadcast", 0):
-        raise GradientError(f"op {_label(ctx.op)}: Caffe2 has no gradient for BatchMatMul "
+        raise GradientError(f"op {op_label(ctx.op)}: Caffe2 has no gradient for BatchMatMul "
                             "with broadcast=1")
     ta, tb = bool(ctx.arg("trans_a", 0)), bool(ctx.arg("trans_b", 0))
     a, b, dy = ctx.I(0), ctx.I(1), ctx.GO(0)
@@ -275,5 +275,5 @@ def _gather(ctx: MakerContext) -> list:
         ctx.set_sparse(0, ctx.I(1), ctx.GO(0))
         return []
     if ctx.has_arg("dense_gradient") and not ctx.arg("dense_gradient"):
-        raise GradientError(f"op {_label(ctx.op)}: Gather with axis > 0 needs dense_gradient")
+        raise GradientError(f"op {op_label(ctx.op)}: Gather with axis > 0 needs dense_gradient")
     return [make_op("BatchGatherGradient", [ctx.I(0), ctx.I(1), ctx.GO(0)], [ctx.GI(0)], axis=axis)]

@@ -60,7 +60,7 @@ class MakerContext:
 
     def _check(self, i: int, n: int, what: str) -> None:
         if not 0 <= i < n:
-            raise GradientError(f"op {_label(self.op)}: Caffe2's gradient of {self.op.type} "
+            raise GradientError(f"op {op_label(self.op)}: Caffe2's gradient of {self.op.type} "
                                 f"needs {what} {i}, and the op has {n} {what}s",
                                 hint=_arity_hint(self.op))
 
@@ -72,7 +72,7 @@ class MakerContext:
         g = self.grad_out(i)
         if not isinstance(g, str) or not g:
             state = "sparse" if isinstance(g, GradientSlice) else "not provided"
-            raise GradientError(f"op {_label(self.op)}: the gradient of its output "
+            raise GradientError(f"op {op_label(self.op)}: the gradient of its output "
                                 f"'{self.op.output[i]}' is {state}; Caffe2's {self.op.type} "
                                 f"gradient needs it dense")
         return g
@@ -99,7 +99,7 @@ class MakerContext:
     def _set(self, i: int, dense: str = "", indices: str = "", values: str = "") -> None:
         slot = self._g_input[i]
         if dense and (slot[1] or slot[2]) or (indices or values) and slot[0]:
-            raise GradientError(f"op {_label(self.op)}: input '{self.op.input[i]}' gets both a "
+            raise GradientError(f"op {op_label(self.op)}: input '{self.op.input[i]}' gets both a "
                                 "dense and a sparse gradient")
         slot[0] = dense or slot[0]
         slot[1] = indices or slot[1]
@@ -311,17 +311,17 @@ def _maker(op) -> GradientMaker | None:
     if op.type in NO_GRADIENT:
         return None
     if op.type in SHOULD_NOT_DO_GRADIENT:
-        raise GradientError(f"op {_label(op)}: Caffe2 does not differentiate {op.type}, and a "
+        raise GradientError(f"op {op_label(op)}: Caffe2 does not differentiate {op.type}, and a "
                             "gradient flows into it", hint="the loss should not depend on its output")
     maker = MAKERS.get(op.type)
     if maker is None:
-        raise GradientError(f"op {_label(op)}: no gradient maker is known for op type "
+        raise GradientError(f"op {op_label(op)}: no gradient maker is known for op type "
                             f"'{op.type}', and a gradient flows into it",
                             hint="Caffe2 may lack one too; cut the path with StopGradient")
     return maker
 
 
-def _label(op) -> str:
+def op_label(op) -> str:
     return f"'{op.name}' ({op.type})" if op.name else f"{op.type} -> {', '.join(op.output) or '-'}"
 
 
