@@ -7,4 +7,7 @@ from placer.ops import (  # noqa: F401
     fc, elementwise, loss,       # dense: FC, MatMul, BatchMatMul, arithmetic, activations, softmax, losses
     tensor, embedding, fill, copy,  # data: shape ops, gathers, SparseLengths*, fills, copies
     detection,                   # SSD fork layers: Permute, Normalize, PriorBox, DetectionOutput
+    gradients_dense, gradients_activation, gradients_loss,  # training: FC, arithmetic, activation, loss gradients
+    gradients_spatial, gradients_sparse,  # training: Conv/pool/BN/LRN/Dropout, embedding and sparse gradients
+    optimizers, learning_rate,   # training: parameter updates, iteration counters, learning rate policies
 )
