@@ -11,7 +11,7 @@ place on X), the input X where it is not. Formulas are those of the Caffe2 CPU k
   EluGradient(Y, dY)             dY where Y > 0, else dY * (Y + alpha)
   LeakyReluGradient(Y, dY)       dY where Y > 0, else dY * alpha
   ClipGradient(Y, dY)            dY where min < Y < max, else 0
-  ThresholdedReluGradient(Y, dY) dY where Y > 0, else 0
+  ThresholdedReluGradient(Y, dY) dY * sign(Y) (Y is 0 or > alpha: dY where the unit fired)
   ReciprocalGradient(Y, dY)      -dY * Y^2
   RsqrtGradient(dY, Y)           -0.5 * dY * Y^3
   SoftplusGradient(Y, dY)        dY * (1 - exp(-Y))
@@ -88,7 +88,7 @@ _UNARY = {
     "EluGradient": (lambda xp, y, dy, a: xp.where(y > 0, dy, dy * (y + y.dtype.type(a.float("alpha", 1.0)))), 2),
     "LeakyReluGradient": (lambda xp, y, dy, a: xp.where(y > 0, dy, dy * dy.dtype.type(a.float("alpha", 0.01))), 1),
     "ClipGradient": (_clip_grad, 2),
-    "ThresholdedReluGradient": (lambda xp, y, dy, a: dy * (y > 0), 1),
+    "ThresholdedReluGradient": (lambda xp, y, dy, a: dy * xp.sign(y), 1),
     "ReciprocalGradient": (lambda xp, y, dy, a: -dy * (y * y), 2),
     "RsqrtGradient": (lambda xp, dy, y, a: dy * (y * y * y) * dy.dtype.type(-0.5), 3),
     "SoftplusGradient": (lambda xp, y, dy, a: dy * (1 - xp.exp(-y)), 3),
