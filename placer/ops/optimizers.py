@@ -3,7 +3,8 @@
 Semantics follow the C++ of torch 1.8.1's Caffe2 (caffe2/sgd/*_op.h, utility_ops.h):
 - WeightedSum(X0, w0, X1, w1, ...) -> w0*X0 + w1*X1 + ... (weights are 1-element tensors).
 - ScatterWeightedSum(X0, w0, INDICES, X1, w1, ...) -> X0 whose rows INDICES[i] become
-  w0*row + sum_b w_b*X_b[i]; a row listed k times is scaled by w0 k times (the C++ loops).
+  w0*row + sum_b w_b*X_b[i]; a row listed k times is scaled by w0^k, then gets all k
+  updates added (the C++ scales in one loop over the indices, then adds in another).
 - MomentumSGDUpdate(g, m, lr, p) -> (g', m', p): m' = mu*m + lr*g, g' = m' (nesterov=0)
   or (1+mu)*m' - mu*m (nesterov=1), p -= g'. SparseMomentumSGDUpdate(g, m, lr, p, idx)
   does the same on the rows idx (g has one row per index).
@@ -24,9 +25,10 @@ Sparse updates walk the indices in order, so a repeated index updates its row tw
 the second time from the first result: the kernels apply ``occurrence_rounds`` one
 after another (see placer/ops/scatter.py), exactly as the C++ loop does in place.
 
-In place (Caffe2 enforces these input -> output pairs; see ``ENFORCED_INPLACE``): the
-kernels return new arrays and the executor stores them under the output names, which
-are the input names in a Caffe2 train net.
+In place (``ENFORCED_INPLACE`` lists the input -> output pairs Caffe2 enforces; the
+dense updates allow it and are written in place by Caffe2's optimizer): the kernels
+return new arrays and the executor stores them under the output names, which are the
+input names in a Caffe2 train net.
 
 Costs: flops per updated element as written in the formulas above (a sqrt or a divide
 counts 1); bytes: a dense update reads and writes every state tensor once; a sparse
@@ -50,20 +52,19 @@ from typing import Sequence
 from placer.errors import InputError
 from placer.ops.elementwise import shape_error
 from placer.ops.registry import OpDef, register
-from placer.ops.scatter import occurrence_rounds
+from placer.ops.scatter import distinct_rows, occurrence_rounds, scatter_add_rows
 from placer.types import Args, OpFeatures, TensorType
 
 CPU_ONLY = frozenset({"cpu"})
 
-# Caffe2's EnforceInplace pairs (input index, output index) per op type.
+# The (input index, output index) pairs Caffe2 1.8.1's schemas enforce to be in place.
+# MomentumSGDUpdate, Adagrad, Adam and WeightedSum only allow it (caffe2.python.optimizer
+# still writes them in place: (0,0),(1,1),(3,2) / (0,0),(1,1) / (0,0),(1,1),(2,2) / (0,0)).
 ENFORCED_INPLACE = {
-    "MomentumSGDUpdate": ((0, 0), (1, 1), (3, 2)),
     "SparseMomentumSGDUpdate": ((1, 1), (3, 2)),
     "ScatterWeightedSum": ((0, 0),),
-    "Adagrad": ((0, 0), (1, 1)),
     "SparseAdagrad": ((0, 0), (1, 1)),
     "RowWiseSparseAdagrad": ((0, 0), (1, 1)),
-    "Adam": ((0, 0), (1, 1), (2, 2)),
     "SparseAdam": ((0, 0), (1, 1), (2, 2)),
     "RowWiseSparseAdam": ((0, 0), (1, 1), (2, 2)),
     "Iter": ((0, 0),),
@@ -186,18 +187,22 @@ def _scatter_weighted_sum_infer(inputs, args):
 
 
 def _scatter_weighted_sum_kernel(xp, inputs, args):
+    """As the C++: every listed row is first scaled by w0 once per time it is listed, then
+    each w_b * X_b row is added to its row (repeated rows add up)."""
     x0, w0, indices = inputs[:3]
     flat = _indices(xp, indices, x0.shape[0], args, "ScatterWeightedSum")
+    if flat.size == 0:
+        return (x0.copy(),)
+    rows, where = distinct_rows(xp, flat)
+    times = xp.bincount(where, minlength=rows.shape[0])
+    scale = xp.power(w0.reshape(()).astype(x0.dtype), times.astype(x0.dtype))
     out = x0.copy()
-    row_shape = (-1,) + tuple(x0.shape[1:])
-    w0 = w0.reshape(()).astype(x0.dtype)
-    for positions in occurrence_rounds(xp, flat):
-        rows = flat[positions]
-        update = out[rows] * w0
-        for i in range(3, len(inputs), 2):
-            update += inputs[i].reshape(row_shape)[positions] * inputs[i + 1].reshape(()).astype(x0.dtype)
-        out[rows] = update
-    return (out,)
+    out[rows] = out[rows] * scale.reshape((-1,) + (1,) * (x0.ndim - 1))
+    row_shape = (flat.size,) + tuple(x0.shape[1:])
+    update = inputs[3].reshape(row_shape) * inputs[4].reshape(()).astype(x0.dtype)
+    for i in range(5, len(inputs), 2):
+        update = update + inputs[i].reshape(row_shape) * inputs[i + 1].reshape(()).astype(x0.dtype)
+    return (scatter_add_rows(xp, out, flat, update),)
 
 
 register(OpDef("ScatterWeightedSum", _scatter_weighted_sum_infer, _scatter_weighted_sum_kernel,

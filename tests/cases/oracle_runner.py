@@ -83,10 +83,10 @@ def case_inputs(case) -> list[np.ndarray | None]:
     rng = np.random.default_rng(zlib.crc32(case["id"].encode()))
     made: list = [None] * len(case["inputs"])
     for i, spec in enumerate(case["inputs"]):       # drawn inputs first, in order
-        if spec["kind"] != "forward" and i not in case.get("mutex", ()):
+        if i not in case.get("mutex", ()) and spec["kind"] != "forward":
             made[i] = _make(spec, rng, made)
     for i, spec in enumerate(case["inputs"]):       # then forward outputs of them
-        if spec["kind"] == "forward":
+        if i not in case.get("mutex", ()) and spec["kind"] == "forward":
             made[i] = _make(spec, rng, made)
     return made
 
