@@ -5,7 +5,10 @@ What torch 1.8.1's ``AddGradientOperators`` writes for each forward op:
   forward had no bias, ``no_gradient_to_input=1`` drops dX. Same arguments as Conv.
 - MaxPool / AveragePool(X) -> MaxPoolGradient / AveragePoolGradient(X, Y, dY) -> dX.
 - SpatialBN (training: Y, running mean and var in place, saved_mean, saved_inv_std) ->
-  SpatialBNGradient(X, scale, dY, saved_mean, saved_inv_std) -> (dX, dscale, dbias).
+  SpatialBNGradient(X, scale, dY, saved_mean, saved_inv_std) -> (dX, dscale, dbias), the
+  batch-statistics gradient. Caffe2's kernel ignores ``is_test``: for an is_test=1 forward
+  the maker passes the running mean and var in those slots and the kernel still reads
+  them as mean and inverse std; placer does the same, so results match Caffe2's.
 - LRN(X) -> (Y, scale) -> LRNGradient(X, Y, dY) -> dX (the scale is recomputed from X).
 - Dropout(X) -> (Y, mask) -> DropoutGrad(dY, mask) -> dX = dY * mask / (1 - ratio);
   with is_test=1 DropoutGrad(dY) -> dX = dY.
@@ -251,17 +254,11 @@ def _bn_grad_kernel(xp, inputs, args):
     shape = [1] * x.ndim
     shape[axis] = x.shape[axis]
     reduce = tuple(a for a in range(x.ndim) if a != axis)
-    if args.bool("is_test", False):               # inputs 3, 4 are the running mean and var
-        inv_std = 1 / xp.sqrt(inv_std + x.dtype.type(args.float("epsilon", 1e-5)))
     count = x.dtype.type(x.size // x.shape[axis])
     xhat = (x - mean.reshape(shape)) * inv_std.reshape(shape)
     dbias = dy.sum(axis=reduce, dtype=dy.dtype)
     dscale = (dy * xhat).sum(axis=reduce, dtype=dy.dtype)
-    if args.bool("is_test", False):
-        dx = dy * (scale * inv_std).reshape(shape)
-    else:
-        dx = (dy - (xhat * dscale.reshape(shape) + dbias.reshape(shape)) / count) \
-            * (scale * inv_std).reshape(shape)
+    dx = (dy - (xhat * dscale.reshape(shape) + dbias.reshape(shape)) / count) * (scale * inv_std).reshape(shape)
     return dx.astype(dy.dtype, copy=False), dscale, dbias
 
 

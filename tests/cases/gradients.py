@@ -182,5 +182,21 @@ CASES = [
          inputs=[randn(6, 2), given([5, 3, 5, 1, 3, 0], "int32")]),
     dict(id="unsorted_segment_sum_num", op="UnsortedSegmentSum", args={"num_segments": 8}, n_outputs=1,
          inputs=[randn(6, 2, 2), given([5, 3, 5, 1, 3, 0], "int32")]),
+
+    # ------------------------------------------------------------ data movement
+    dict(id="channel_shuffle_grad", op="ChannelShuffleGradient", args={"group": 3}, n_outputs=1,
+         inputs=[randn(2, 6, 2, 2)]),
+    dict(id="channel_shuffle_grad_nhwc", op="ChannelShuffleGradient", args={"group": 2, "order": "NHWC"},
+         n_outputs=1, inputs=[randn(2, 2, 2, 8)]),
+    dict(id="batch_gather_grad", op="BatchGatherGradient", args={}, n_outputs=1,
+         inputs=[randn(2, 5, 3), given([[4, 0], [4, 2]], "int64"), randn(2, 2, 2, 3)]),
+    dict(id="slice_grad_args", op="SliceGradient", args={"starts": [0, 1], "ends": [-1, 3]}, n_outputs=1,
+         inputs=[randn(3, 5), randn(3, 2)]),
+    dict(id="slice_grad_tensors", op="SliceGradient", args={}, n_outputs=1,
+         inputs=[randn(4, 3), given([1, 0], "int32"), given([3, -1], "int32"), randn(2, 3)]),
+    dict(id="tile_grad", op="TileGradient", args={"tiles": 3, "axis": 1}, n_outputs=1, inputs=[randn(2, 6, 2)]),
+    dict(id="spatial_bn_grad_is_test", op="SpatialBNGradient", args={"is_test": 1, "epsilon": 1e-4}, n_outputs=3,
+         inputs=[randn(2, 3, 2, 2), uniform(0.5, 1.5, 3), randn(2, 3, 2, 2), randn(3), uniform(0.5, 2, 3)],
+         atol=1e-5),
     dict(id="copy_on_device_like", op="CopyOnDeviceLike", args={}, n_outputs=1, inputs=[randn(3, 4), randn(2)]),
 ]
