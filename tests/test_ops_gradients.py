@@ -7,11 +7,14 @@ are also checked against torch autograd on the raw inputs.
 """
 from __future__ import annotations
 
+import json
+import textwrap
 from functools import lru_cache
 
 import numpy as np
 import pytest
 
+from caffe2_oracle import run_caffe2
 from cases.gradients import CASES
 from cases.oracle_runner import assert_close, case_args, case_inputs, run_in_caffe2
 from conftest import CupyNames, require_torch
@@ -204,3 +207,67 @@ def test_pool_and_bn_gradient_costs():
     assert f.bytes_written == 4 * 2 * 3 * 8 * 8
     bn = features("SpatialBNGradient", [(2, 3, 4, 4), (3,), (2, 3, 4, 4), (3,), (3,)])
     assert bn.flops == 8 * 96 and bn.bytes_written == 4 * (96 + 3 + 3)
+
+
+# ---------------------------------------------------------------- completeness
+TRAINING_FAMILIES = {"gradients_dense", "gradients_activation", "gradients_loss", "gradients_spatial",
+                     "gradients_sparse", "gradients_tensor", "optimizers", "learning_rate"}
+# Gradient op types Caffe2 writes for registered forward ops that placer does not have yet.
+NOT_YET = {"ConvTransposeGradient", "LengthsMaxWithMainInputAndForwardOutputGradient", "NormalizeGradient",
+           "PadImageGradient", "ResizeNearestGradient", "SpatialSoftmaxWithLossGradient",
+           "SortedSegmentMeanGradient", "SortedSegmentSumGradient", "SortedSegmentRangeLogMeanExpGradient",
+           "SortedSegmentRangeLogSumExpGradient", "SortedSegmentRangeMaxGradient",
+           "SortedSegmentRangeMeanGradient", "SortedSegmentRangeSumGradient"}
+# Forward ops whose gradient maker needs particular outputs or arguments to run.
+# (inputs, outputs, arguments); SpatialBN's running mean and var are written in place.
+MAKER_SHAPES = {"SoftmaxWithLoss": (2, 2, {}), "SpatialBN": (5, 5, {"is_test": 0}),
+                "Dropout": (1, 2, {"is_test": 0}), "Cast": (1, 1, {"to": 1, "from_type": 1}),
+                "LRN": (1, 2, {"size": 3}), "Concat": (3, 2, {}), "Split": (1, 2, {"axis": 1}),
+                "Reshape": (1, 2, {"shape": [2, -1]}), "Conv": (3, 1, {"kernel": 3}),
+                "ConvTranspose": (3, 1, {"kernel": 3})}
+
+
+def _oracle_gradient_types(forward_types):
+    script = """
+        spec, out = json.loads(SPEC), {}
+        for t in spec["types"]:
+            s = workspace.C.OpSchema.get(t)
+            if s is None:
+                continue
+            n_in = min(s.max_input, 6) if s.max_input < 100 else max(s.min_input, 1)
+            n_out = min(s.max_output, 6) if s.max_output < 100 else max(s.min_output, 1)
+            n_in, n_out, args = spec["shapes"].get(t, [n_in, n_out, {}])
+            outs = ["o%d" % k for k in range(n_out)]
+            if t == "SpatialBN":
+                outs[1:3] = ["i3", "i4"]
+            op = core.CreateOperator(t, ["i%d" % k for k in range(n_in)], outs, **args)
+            try:
+                ops, _ = core.GradientRegistry.GetGradientForOp(op, ["o%d_grad" % k for k in range(n_out)])
+                out[t] = [g.type for g in ops]
+            except Exception:
+                out[t] = None        # no gradient (NO_GRADIENT / SHOULD_NOT_DO_GRADIENT)
+        save_json(out)
+    """
+    spec = json.dumps({"types": forward_types, "shapes": MAKER_SHAPES})
+    return run_caffe2(f"SPEC = {json.dumps(spec)}\n" + textwrap.dedent(script))[1]
+
+
+@pytest.mark.caffe2
+def test_every_gradient_op_caffe2_writes_for_a_registered_op_is_registered():
+    forward = [t for t in registry.all_types()     # (asking for AtomicIter's gradient crashes Caffe2)
+               if registry.get(t).kernel.__module__.rsplit(".", 1)[-1] not in TRAINING_FAMILIES]
+    written = _oracle_gradient_types(forward)
+    needed = {g for ops in written.values() if ops for g in ops}
+    missing = sorted(needed - set(registry.all_types()) - NOT_YET)
+    assert not missing, f"Caffe2 writes these gradient ops for registered forward ops: {missing}"
+    assert NOT_YET <= needed                   # the list shrinks as ops are added
+    assert {"ConvGradient", "FCGradient", "SpatialBNGradient", "DropoutGrad", "AddGradient",
+            "SparseLengthsIndicesInGradientSumGradient", "SoftmaxWithLossGradient"} <= needed
+
+
+def test_every_training_op_has_a_conformance_case():
+    from cases.optimizers import CASES as OPT, LR_CASES
+    ours = {t for t in registry.all_types()
+            if registry.get(t).kernel.__module__.rsplit(".", 1)[-1] in TRAINING_FAMILIES}
+    covered = {c["op"] for c in CASES + OPT + LR_CASES} | {"CreateMutex"}   # made by the AtomicIter case
+    assert ours - covered == set(), sorted(ours - covered)

@@ -83,7 +83,7 @@ def _inv(it: int, gamma: float, power: float) -> float:
 
 def _constant_then_linear(it: int, start: float, constant_iters: int, linear_iters: int) -> float:
     if it < constant_iters:
-        return F32(start) if it < constant_iters else 1.0
+        return F32(start)
     if it < constant_iters + linear_iters:
         return _linear_warmup(it - constant_iters, start, linear_iters)
     return 1.0
