@@ -8,6 +8,7 @@ from placer.ops import (  # noqa: F401
     tensor, embedding, fill, copy,  # data: shape ops, gathers, SparseLengths*, fills, copies
     detection,                   # SSD fork layers: Permute, Normalize, PriorBox, DetectionOutput
     gradients_dense, gradients_activation, gradients_loss,  # training: FC, arithmetic, activation, loss gradients
-    gradients_spatial, gradients_sparse, gradients_tensor,  # training: Conv/pool/BN/LRN/Dropout, sparse, data-movement gradients
+    gradients_spatial, gradients_sparse, gradients_segment, gradients_tensor,  # training: Conv/pool/BN/LRN/
+    # Dropout, sparse lengths and sorted-segment, data-movement gradients
     optimizers, learning_rate,   # training: parameter updates, iteration counters, learning rate policies
 )

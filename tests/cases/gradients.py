@@ -182,6 +182,17 @@ CASES = [
          inputs=[randn(6, 2), given([5, 3, 5, 1, 3, 0], "int32")]),
     dict(id="unsorted_segment_sum_num", op="UnsortedSegmentSum", args={"num_segments": 8}, n_outputs=1,
          inputs=[randn(6, 2, 2), given([5, 3, 5, 1, 3, 0], "int32")]),
+    dict(id="sorted_segment_sum_grad", op="SortedSegmentSumGradient", args={}, n_outputs=1,
+         inputs=[randn(3, 2), given([0, 0, 1, 2, 2, 2], "int32")]),
+    dict(id="sorted_segment_mean_grad", op="SortedSegmentMeanGradient", args={}, n_outputs=1,
+         inputs=[randn(3, 2), given([0, 0, 1, 2, 2, 2], "int32")]),
+    *[dict(id=f"sorted_segment_range_{r.lower()}_grad", op=f"SortedSegmentRange{r}Gradient", args={}, n_outputs=1,
+           inputs=[randint(0, 3, 6, 2, dtype="float32"),
+                   forward(f"SortedSegmentRange{r}", [0, 3]), randn(3, 2), given([0, 0, 1, 2, 2, 2], "int32")])
+      for r in ("Sum", "Mean", "Max", "LogSumExp", "LogMeanExp")],
+    dict(id="lengths_max_grad", op="LengthsMaxWithMainInputAndForwardOutputGradient", args={}, n_outputs=1,
+         inputs=[forward("LengthsMax", [3, 2]), randn(3, 2), given([2, 1, 3], "int32"),
+                 randint(0, 3, 6, 2, dtype="float32")]),
 
     # ------------------------------------------------------------ data movement
     dict(id="channel_shuffle_grad", op="ChannelShuffleGradient", args={"group": 3}, n_outputs=1,
