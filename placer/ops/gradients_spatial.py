@@ -327,3 +327,50 @@ register(OpDef("DropoutGrad", _dropout_grad_infer, _dropout_grad_kernel,
                                                bytes_read=float(sum(t.nbytes for t in i)),
                                                bytes_written=float(o[0].nbytes)),
                min_inputs=1, max_inputs=2, doc="(dY[, mask]) -> dY * mask / (1 - ratio); dY with is_test=1"))
+
+
+# ---------------------------------------------------------------- PadImage
+def _pad_window(args: Args):
+    win = parse_window(args.with_values(kernel=1) if "kernel" not in args else args)
+    mode = args.str("mode", "constant").lower()
+    if mode not in ("constant", "reflect", "edge"):
+        raise ShapeError(f"op {args.op}: PadImage mode should be constant, reflect or edge, found {mode!r}")
+    return win, mode
+
+
+def _pad_grad_infer(inputs, args):
+    win, _ = _pad_window(args)
+    n, c, h, w = win.image_dims(inputs[0], args.op, "dY")
+    t, l, b, r = win.pads
+    if h <= t + b or w <= l + r:
+        raise ShapeError(f"op {args.op}: dY {shape_str(inputs)} is not larger than the pads {list(win.pads)}")
+    shape = (n, c, h - t - b, w - l - r) if win.nchw else (n, h - t - b, w - l - r, c)
+    return [TensorType(shape, inputs[0].dtype)]
+
+
+def _source_matrix(size: int, head: int, tail: int, mode: str, dtype):
+    """(size + head + tail, size) 0/1 matrix: padded position j reads input position i."""
+    import numpy as np   # built on the host: a few hundred entries at most
+    src = np.pad(np.arange(size), (head, tail), mode="constant", constant_values=-1) if mode == "constant" \
+        else np.pad(np.arange(size), (head, tail), mode=mode)
+    return (src[:, None] == np.arange(size)[None, :]).astype(dtype)
+
+
+def _pad_grad_kernel(xp, inputs, args):
+    """The adjoint of the padding: dX = S_h^T dY S_w with the source matrices of each axis
+    (a mirrored or repeated edge pixel sends its gradient back to the pixel it copied)."""
+    dy = inputs[0]
+    win, mode = _pad_window(args)
+    t, l, b, r = win.pads
+    d4 = _to_nchw(dy, win.nchw)
+    h, w = d4.shape[2] - t - b, d4.shape[3] - l - r
+    rows = xp.asarray(_source_matrix(h, t, b, mode, dy.dtype))
+    cols = xp.asarray(_source_matrix(w, l, r, mode, dy.dtype))
+    dx = xp.matmul(xp.matmul(rows.T, d4), cols)
+    return (_from_nchw(xp, dx, win.nchw),)
+
+
+register(OpDef("PadImageGradient", _pad_grad_infer, _pad_grad_kernel,
+               cost=lambda i, o, a: OpFeatures(flops=float(i[0].size), bytes_read=float(i[0].nbytes),
+                                               bytes_written=float(o[0].nbytes)),
+               min_inputs=1, max_inputs=1, doc="dY -> dX of PadImage (constant, reflect or edge)"))
