@@ -160,3 +160,29 @@ def _two_class_grad_infer(inputs, args):
 register(OpDef("MakeTwoClassGradient", _two_class_grad_infer,
                lambda xp, i, a: ((i[0][..., 1] - i[0][..., 0]),), cost=_flops(0.5),
                min_inputs=1, max_inputs=1, doc="dY (..., 2) -> dY[..., 1] - dY[..., 0]"))
+
+
+# ---------------------------------------------------------------- SpatialSoftmaxWithLoss
+def _spatial_swl_grad_infer(inputs, args):
+    x, label, p = inputs[0], inputs[1], inputs[-2]
+    if x.ndim != 4 or label.shape != (x.shape[0],) + x.shape[2:] or p.shape != x.shape:
+        raise shape_error(args, "needs NCHW X and P and (N, H, W) labels", (0, "X", x), (1, "label", label),
+                          (len(inputs) - 2, "P", p))
+    return [x]
+
+
+def _spatial_swl_grad_kernel(xp, inputs, args):
+    """dX = (P - onehot(label)) * w * dL / sum(w over labelled pixels); 0 where label = -1."""
+    x, label, p, dl = inputs[0], inputs[1], inputs[-2], inputs[-1]
+    valid = label != -1
+    w = valid.astype(x.dtype)
+    if len(inputs) == 5:
+        w = w * inputs[2].reshape(label.shape).astype(x.dtype)
+    onehot = (xp.arange(x.shape[1]).reshape(1, -1, 1, 1) == label[:, None]).astype(x.dtype)
+    total = w.sum()
+    factor = dl.reshape(()).astype(x.dtype) / xp.where(total != 0, total, 1)
+    return (((p - onehot) * (w * factor)[:, None]).astype(x.dtype, copy=False),)
+
+
+register(OpDef("SpatialSoftmaxWithLossGradient", _spatial_swl_grad_infer, _spatial_swl_grad_kernel,
+               cost=_flops(3), min_inputs=4, max_inputs=5, doc="(X, label[, weight], P, dL) -> dX, per pixel"))

@@ -374,3 +374,38 @@ register(OpDef("PadImageGradient", _pad_grad_infer, _pad_grad_kernel,
                cost=lambda i, o, a: OpFeatures(flops=float(i[0].size), bytes_read=float(i[0].nbytes),
                                                bytes_written=float(o[0].nbytes)),
                min_inputs=1, max_inputs=1, doc="dY -> dX of PadImage (constant, reflect or edge)"))
+
+
+# ---------------------------------------------------------------- ResizeNearest
+def _resize_sources(size_in: int, size_out: int, scale: float):
+    """(size_out, size_in) 0/1 matrix: output position y reads min(int(y / scale), size_in - 1)
+    (float32 division, as Caffe2's kernel)."""
+    import numpy as np   # built on the host: as many rows as the image has
+    src = np.minimum((np.arange(size_out, dtype=np.float32) / np.float32(scale)).astype(np.int64), size_in - 1)
+    return src[:, None] == np.arange(size_in)[None, :]
+
+
+def _resize_grad_infer(inputs, args):
+    dy, x = inputs[0], inputs[1]
+    if dy.ndim != 4 or x.ndim != 4:
+        raise ShapeError(f"op {args.op}: ResizeNearestGradient needs 4-D dY and X, found {shape_str(inputs[:2])}")
+    return [TensorType(x.shape, dy.dtype)]
+
+
+def _resize_grad_kernel(xp, inputs, args):
+    """dX = R_h^T dY R_w: each output pixel's gradient goes back to the pixel it copied."""
+    dy, x = inputs[0], inputs[1]
+    nchw = args.str("order", "NCHW").upper() == "NCHW"
+    d4, x_shape = _to_nchw(dy, nchw), _to_nchw(x, nchw).shape
+    hs, ws = args.float("height_scale", 1.0), args.float("width_scale", 1.0)
+    if len(inputs) > 2:                       # scales given as a tensor [height, width]
+        hs, ws = (float(v) for v in inputs[2].reshape(-1)[:2].tolist())
+    rows = xp.asarray(_resize_sources(x_shape[2], d4.shape[2], hs).astype(dy.dtype))
+    cols = xp.asarray(_resize_sources(x_shape[3], d4.shape[3], ws).astype(dy.dtype))
+    return (_from_nchw(xp, xp.matmul(xp.matmul(rows.T, d4), cols), nchw),)
+
+
+register(OpDef("ResizeNearestGradient", _resize_grad_infer, _resize_grad_kernel,
+               cost=lambda i, o, a: OpFeatures(flops=float(i[0].size), bytes_read=float(i[0].nbytes),
+                                               bytes_written=float(o[0].nbytes)),
+               min_inputs=2, max_inputs=3, doc="(dY, X[, scales]) -> dX of ResizeNearest"))
