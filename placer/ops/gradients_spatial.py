@@ -409,3 +409,48 @@ register(OpDef("ResizeNearestGradient", _resize_grad_infer, _resize_grad_kernel,
                cost=lambda i, o, a: OpFeatures(flops=float(i[0].size), bytes_read=float(i[0].nbytes),
                                                bytes_written=float(o[0].nbytes)),
                min_inputs=2, max_inputs=3, doc="(dY, X[, scales]) -> dX of ResizeNearest"))
+
+
+# ---------------------------------------------------------------- ConvTranspose
+def _conv_args(args: Args) -> Args:
+    """ConvTranspose's arguments for the Conv that is its adjoint (no adj, pads as given)."""
+    values = {k: v for k, v in args.items() if k not in ("adj", "adjs", "adj_h", "adj_w")}
+    return Args(values, op=args.op, seed=args.seed, n_outputs=args.n_outputs)
+
+
+def _conv_transpose_grad_infer(inputs, args):
+    x, w, dy = inputs
+    has_db, has_dx = _conv_outputs(args)
+    per_group = w.shape[1] if args.str("order", "NCHW").upper() != "NHWC" else w.shape[3]
+    m = per_group * args.int("group", 1)                  # output channels of the forward op
+    _conv_grad_infer([dy, w, x], _conv_args(args).with_values(no_bias=1, no_gradient_to_input=1))
+    return [w] + ([TensorType((m,), dy.dtype)] if has_db else []) + ([x] if has_dx else [])
+
+
+def _conv_transpose_grad_kernel(xp, inputs, args):
+    """ConvTranspose is the adjoint of Conv with X and Y swapped, so its dW is Conv's dW for
+    input dY and output gradient X, and its dX is Conv(dY, W)."""
+    from placer.ops.conv import conv_kernel
+    x, w, dy = inputs
+    conv_args = _conv_args(args)
+    (dw,) = _conv_grad_kernel(xp, [dy, w, x], conv_args.with_values(no_bias=1, no_gradient_to_input=1))
+    has_db, has_dx = _conv_outputs(args)
+    nchw = args.str("order", "NCHW").upper() != "NHWC"
+    outs = [dw]
+    if has_db:
+        outs.append(dy.sum(axis=(0, 2, 3) if nchw else (0, 1, 2), dtype=dy.dtype))
+    if has_dx:
+        outs.append(conv_kernel(xp, [dy, w], conv_args)[0].astype(dy.dtype, copy=False))
+    return tuple(outs)
+
+
+def _conv_transpose_grad_cost(inputs, outputs, args) -> OpFeatures:
+    x, w, dy = inputs
+    adjoint = _conv_grad_cost([dy, w, x], outputs, _conv_args(args))
+    return OpFeatures(flops=adjoint.flops, macs=adjoint.macs, bytes_read=adjoint.bytes_read,
+                      bytes_written=adjoint.bytes_written)
+
+
+register(OpDef("ConvTransposeGradient", _conv_transpose_grad_infer, _conv_transpose_grad_kernel,
+               cost=_conv_transpose_grad_cost, min_inputs=3, max_inputs=3,
+               doc="(X, W, dY) -> (dW[, db][, dX]) of ConvTranspose"))
