@@ -51,6 +51,21 @@ def test_kernel_matches_caffe2(case):
         assert_close(got, ref, case, f"{case['id']} output {k}")
 
 
+@pytest.mark.gpu
+@pytest.mark.caffe2
+@pytest.mark.parametrize("case", ALL, ids=IDS)
+def test_cupy_kernel_matches_caffe2(case):
+    import cupy
+    results, errors = oracle()
+    assert case["id"] not in errors, errors.get(case["id"])
+    inputs = case_inputs(case)
+    if case.get("mutex"):
+        inputs = [np.zeros((), np.uint8) if x is None else x for x in inputs]
+    outs = registry.get(case["op"]).kernel(cupy, [cupy.asarray(x) for x in inputs], case_args(case))
+    for k, (got, ref) in enumerate(zip(outs, results[case["id"]])):
+        assert_close(cupy.asnumpy(got), ref, case, f"{case['id']} output {k} on the GPU")
+
+
 @pytest.mark.parametrize("case", ALL, ids=IDS)
 def test_kernel_uses_only_names_cupy_has(case):
     cupy = pytest.importorskip("cupy")
