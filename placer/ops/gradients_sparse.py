@@ -28,7 +28,7 @@ confirmed in the 1.8.1 sources).
 """
 from __future__ import annotations
 
-from math import log2, prod
+from math import log2
 
 from placer.errors import InputError, ShapeError
 from placer.ops.registry import OpDef, movement_cost, register
@@ -80,12 +80,11 @@ def _expand_kernel(weighted: bool = False, mean: bool = False):
             weights, dy, lengths, indices = inputs
         else:
             dy, lengths, indices = inputs
-        n = indices.shape[0]
-        rows = xp.take(dy, segment_of_positions(xp, lengths, n, args), axis=0)
+        segment = segment_of_positions(xp, lengths, indices.shape[0], args)
+        rows = xp.take(dy, segment, axis=0)
         if mean:
             count = xp.maximum(lengths, 1).astype(dy.dtype)
-            rows = rows / xp.take(count, segment_of_positions(xp, lengths, n, args)).reshape(
-                (-1,) + (1,) * (dy.ndim - 1))
+            rows = rows / xp.take(count, segment).reshape((-1,) + (1,) * (dy.ndim - 1))
         if weighted:
             rows = rows * weights.astype(dy.dtype).reshape((-1,) + (1,) * (dy.ndim - 1))
         return (rows.astype(dy.dtype, copy=False),)
