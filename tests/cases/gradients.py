@@ -231,3 +231,19 @@ CASES = [
          atol=1e-5),
     dict(id="copy_on_device_like", op="CopyOnDeviceLike", args={}, n_outputs=1, inputs=[randn(3, 4), randn(2)]),
 ]
+
+# Forward ops a train net runs in training mode or around its gradients, checked the same way.
+FORWARD_CASES = [
+    dict(id="spatial_bn_train_inplace", op="SpatialBN", args={"is_test": 0, "momentum": 0.9, "epsilon": 1e-5},
+         n_outputs=5, inplace={3: 1, 4: 2},
+         inputs=[randn(2, 3, 4, 4), uniform(0.5, 1.5, 3), randn(3), randn(3), uniform(0.5, 2, 3)], atol=1e-5),
+    dict(id="spatial_bn_train_nhwc", op="SpatialBN", args={"is_test": 0, "order": "NHWC"}, n_outputs=5,
+         inplace={3: 1, 4: 2}, inputs=[randn(2, 3, 3, 4), uniform(0.5, 1.5, 4), randn(4), randn(4), uniform(0.5, 2, 4)],
+         atol=1e-5),
+    dict(id="loss_seed_constant_fill", op="ConstantFill", args={"value": 1.0}, n_outputs=1, inputs=[given(2.5)]),
+    dict(id="constant_fill_like", op="ConstantFill", args={"value": 0.0}, n_outputs=1, inputs=[randn(3, 4)]),
+    dict(id="sum_inplace", op="Sum", args={}, n_outputs=1, inplace={0: 0}, inputs=[randn(3, 4), randn(3, 4), randn(3, 4)]),
+    dict(id="lengths_to_segment_ids", op="LengthsToSegmentIds", args={}, n_outputs=1,
+         inputs=[given([2, 0, 3, 1], "int32")]),
+    dict(id="dropout_test_mode", op="Dropout", args={"is_test": 1, "ratio": 0.3}, n_outputs=1, inputs=[randn(4, 5)]),
+]
