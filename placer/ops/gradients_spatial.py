@@ -14,9 +14,9 @@ What torch 1.8.1's ``AddGradientOperators`` writes for each forward op:
   with is_test=1 DropoutGrad(dY) -> dX = dY.
 
 Kernels (NCHW; NHWC inputs are transposed to NCHW and back): the only Python loops are
-over the kH x kW window taps. Conv: per tap, one batched GEMM per group for dW (dY x the
-tap's strided input slice) and one for dX (the tap's filter slice x dY, added into the
-padded input gradient). Pools: per tap, the strided slice of the padded input gradient
+over the kH x kW window taps. Conv: per tap, one GEMM per image and group for dW (dY x the
+tap's strided input slice, summed over images) and one for dX (the tap's filter slice x
+dY, added into the padded input gradient), dY used in place as (N, G, M/G, Ho*Wo). Pools: per tap, the strided slice of the padded input gradient
 receives dY where the input equals the max (every tied position, as Caffe2's CPU kernel)
 or dY / window count. Window geometry (pads, legacy_pad, global_pooling) comes from
 ``spatial_args`` exactly as the forward kernels use it.
@@ -108,19 +108,18 @@ def _conv_grad_kernel(xp, inputs, args):
     top, bottom = _padded_size(h, pads[0], pads[2], kh, out[0], win.stride[0], win.dilation[0])
     left, right = _padded_size(wd, pads[1], pads[3], kw, out[1], win.stride[1], win.dilation[1])
     xpad = xp.pad(x4, ((0, 0), (0, 0), (top, bottom), (left, right)))
-    dy_g = dy4.reshape(n, group, mg, length).transpose(1, 2, 0, 3).reshape(group, mg, n * length)
+    dy_g = dy4.reshape(n, group, mg, length)                     # a view: no copy of dY
     has_db, has_dx = _conv_outputs(args)
     dw = xp.empty((m, cg, kh, kw), dtype=dy.dtype)
     dxpad = xp.zeros(xpad.shape, dtype=dy.dtype) if has_dx else None
     for i in range(kh):
         for j in range(kw):
             where = _tap(i, j, out, win.stride, win.dilation)
-            cols = xpad[where].reshape(n, group, cg, length).transpose(1, 2, 0, 3).reshape(group, cg, n * length)
-            dw[:, :, i, j] = xp.matmul(dy_g, cols.transpose(0, 2, 1)).reshape(m, cg)
+            cols = xpad[where].reshape(n, group, cg, length)         # the tap's input, (N, G, Cg, L)
+            dw[:, :, i, j] = xp.matmul(dy_g, cols.transpose(0, 1, 3, 2)).sum(axis=0).reshape(m, cg)
             if has_dx:
-                w_tap = w4[:, :, i, j].reshape(group, mg, cg).transpose(0, 2, 1)
-                part = xp.matmul(w_tap, dy_g).reshape(group, cg, n, *out).transpose(2, 0, 1, 3, 4)
-                dxpad[where] += part.reshape(n, c, *out)
+                w_tap = w4[:, :, i, j].reshape(group, mg, cg).transpose(0, 2, 1)   # (G, Cg, Mg)
+                dxpad[where] += xp.matmul(w_tap, dy_g).reshape(n, c, *out)
     outs = [dw if win.nchw else xp.ascontiguousarray(dw.transpose(0, 2, 3, 1))]
     if has_db:
         outs.append(dy4.sum(axis=(0, 2, 3), dtype=dy.dtype))
