@@ -71,6 +71,10 @@ ENFORCED_INPLACE = {
     "AtomicIter": ((1, 0),),
 }
 
+# Inputs Caffe2 reads from a CPU tensor whatever device the op runs on (the iteration
+# counter): a GPU Adam or LearningRate takes its ``iter`` from host memory.
+HOST_INPUTS = {"Adam": (5,), "SparseAdam": (6,), "RowWiseSparseAdam": (6,), "LearningRate": (0,)}
+
 
 # ---------------------------------------------------------------- shared checks and costs
 def _scalar(args: Args, t: TensorType, index: int, name: str) -> None:
