@@ -185,3 +185,27 @@ def test_dense_update_costs():
     assert adam.bytes_read == 4 * 4000 + 4 + 8
     ws = _cost("WeightedSum", [(10,), (1,), (10,), (1,)], ["float32"] * 4)
     assert ws.flops == 30 and ws.bytes_written == 40
+
+
+# ---------------------------------------------------------------- the scatter helpers (brute force)
+def test_occurrence_rounds_and_segment_sum_match_python_loops():
+    from placer.ops.scatter import occurrence_rounds, scatter_add_rows, segment_sum
+    rng = np.random.default_rng(3)
+    for trial in range(20):
+        idx = rng.integers(0, 7, rng.integers(0, 30)).astype(np.int64)
+        rounds = occurrence_rounds(np, idx)
+        seen: dict = {}
+        want: list = []
+        for pos, v in enumerate(idx.tolist()):          # k-th time v appears -> round k
+            k = seen.get(v, 0)
+            seen[v] = k + 1
+            want += [[] for _ in range(k + 1 - len(want))]
+            want[k].append(pos)
+        assert [r.tolist() for r in rounds] == want
+        rows = rng.standard_normal((idx.size, 3))
+        sums = np.zeros((7, 3))
+        for pos, v in enumerate(idx.tolist()):
+            sums[v] += rows[pos]
+        np.testing.assert_allclose(segment_sum(np, rows, idx, 7), sums, rtol=1e-12, atol=1e-12)
+        table = rng.standard_normal((7, 3))
+        np.testing.assert_allclose(scatter_add_rows(np, table, idx, rows), table + sums, rtol=1e-12, atol=1e-12)

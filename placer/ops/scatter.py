@@ -32,9 +32,13 @@ def _sparse_module(xp):
 
 
 def stable_argsort(xp, a):
-    """Indices that sort ``a``, equal values kept in input order (cupy's sort is always
-    stable and takes no ``kind``)."""
-    return xp.argsort(a, kind="stable") if xp.__name__ == "numpy" else xp.argsort(a)
+    """Indices that sort the non-negative integers ``a``, equal values kept in input order.
+
+    The sort key is value * n + position: all keys differ, so any sort is stable on it
+    (numpy's default argsort is not stable, and cupy's takes no ``kind``). Values are row
+    numbers, so value * n stays far below 2^63."""
+    n = a.shape[0]
+    return xp.argsort(a.astype(xp.int64) * n + xp.arange(n, dtype=xp.int64))
 
 
 def segment_sum(xp, values, segment_ids, n_segments: int):
