@@ -45,7 +45,10 @@ def segment_sum(xp, values, segment_ids, n_segments: int):
     """Sum of the rows of ``values`` per segment id in ``0..n_segments-1``; shape
     ``(n_segments,) + values.shape[1:]``. ``values`` must be float32 or float64."""
     n = segment_ids.shape[0]
-    flat = values.reshape(n, -1)
+    width = 1
+    for d in values.shape[1:]:
+        width *= d
+    flat = values.reshape(n, width)
     ids = segment_ids.astype(xp.int64)
     order = stable_argsort(xp, ids)
     indptr = xp.searchsorted(ids[order], xp.arange(n_segments + 1, dtype=xp.int64), side="left")
