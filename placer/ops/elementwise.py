@@ -17,11 +17,13 @@ The shared helpers (``shape_error``, ``canonical_axis``) are used by fc.py and l
 """
 from __future__ import annotations
 
+import weakref
 from math import prod
-from typing import Sequence
+from typing import Any, Sequence
 
 from placer.errors import ArgumentError, InputError, ShapeError
 from placer.ops.registry import OpDef, default_cost, io_bytes, movement_cost, register
+from placer.ops.segments import on_host
 from placer.types import DATA_TYPE_TO_DTYPE, Args, OpFeatures, TensorType
 
 
@@ -336,7 +338,9 @@ def _prelu_kernel(xp, inputs, args):
         slope = slope.reshape((-1,) + (1,) * (x.ndim - 2))
     else:
         slope = slope.reshape(-1)
-    unit = bool(((slope >= 0) & (slope <= 1)).all())
+    # Slopes in [0, 1] allow the cheaper max(x, slope * x); knowing that needs the slope
+    # values on the host, free on the CPU but a sync on a GPU, which takes the general form.
+    unit = on_host(xp) and bool(((slope >= 0) & (slope <= 1)).all())
     return (leaky(xp, x, slope, unit).astype(x.dtype, copy=False),)
 
 
@@ -351,6 +355,23 @@ def _dropout_infer(inputs, args):
     return [x, TensorType(x.shape, "bool")]
 
 
+# One generator per op and array module, seeded with the op's seed on first use and kept
+# while the op's arguments live (the executor makes them once per op): every iteration
+# draws a new mask, as Caffe2's per-device generator does, and no generator is built per
+# call. Keyed by object ids; the entry goes when the arguments are collected.
+_GENERATORS: dict[tuple[int, int], Any] = {}
+
+
+def op_generator(xp, args: Args):
+    """The random generator of the op ``args`` belong to, on ``xp``'s device."""
+    key = (id(xp), id(args))
+    rng = _GENERATORS.get(key)
+    if rng is None:
+        rng = _GENERATORS[key] = xp.random.default_rng(args.seed)
+        weakref.finalize(args, _GENERATORS.pop, key, None)
+    return rng
+
+
 def _dropout_kernel(xp, inputs, args):
     x = inputs[0]
     if args.bool("is_test", False):
@@ -358,7 +379,7 @@ def _dropout_kernel(xp, inputs, args):
             return (x.copy(),)
         return x.copy(), xp.ones(x.shape, dtype=bool)
     ratio = args.float("ratio", 0.5)
-    mask = xp.random.RandomState(args.seed).random_sample(x.shape) >= ratio
+    mask = op_generator(xp, args).random(x.shape, dtype=xp.float32) >= ratio
     scale = 0.0 if ratio >= 1.0 else 1.0 / (1.0 - ratio)
     return (x * mask * scale).astype(x.dtype, copy=False), mask
 
@@ -398,7 +419,7 @@ register(OpDef("Cast", lambda inputs, args: [TensorType(inputs[0].shape, cast_dt
 
 # ---------------------------------------------------------------- EnforceFinite
 def _enforce_finite(xp, inputs, args):
-    if not bool(xp.isfinite(inputs[0]).all()):
+    if not xp.isfinite(inputs[0]).all().tolist():   # its one host read: the answer
         raise InputError(f"op {args.op}: input holds NaN or infinite values")
     return ()
 

@@ -109,7 +109,7 @@ def _check_labels(xp, labels, d: int, args: Args, allow_dont_care=False):
     """Caffe2 refuses labels outside 0..D-1 (numpy would wrap negatives silently)."""
     if labels.size == 0:
         return
-    lo, hi = int(labels.min()), int(labels.max())
+    lo, hi = xp.stack([labels.min(), labels.max()]).tolist()   # one host read
     if hi >= d or lo < (DONT_CARE if allow_dont_care else 0):
         raise InputError(f"op {args.op}: labels range over {lo}..{hi}, outside 0..{d - 1}")
 

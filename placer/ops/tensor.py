@@ -323,8 +323,9 @@ def infer_slice(inputs: Sequence[TensorType], args: Args) -> list[TensorType | N
 
 def kernel_slice(xp, inputs, args: Args) -> tuple:
     x = inputs[0]
-    if len(inputs) == 3:
-        starts, ends = _host_list(inputs[1]), _host_list(inputs[2])
+    if len(inputs) == 3:   # one host read for both bound vectors
+        bounds = _host_list(xp.concatenate([inputs[1].reshape(-1), inputs[2].reshape(-1)]))
+        starts, ends = bounds[:inputs[1].size], bounds[inputs[1].size:]
     else:
         starts, ends = args.ints("starts"), args.ints("ends")
     bounds = slice_bounds(tuple(x.shape), starts, ends, args, [TensorType(x.shape, str(x.dtype))])
@@ -339,17 +340,19 @@ def _check_indices(t: TensorType, args: Args, op_type: str, inputs) -> None:
 
 
 def checked_indices(xp, indices, dim: int, args: Args, op_type: str, wrap: bool = False):
-    """``indices`` after a range check against ``dim`` (one host sync for min and max)."""
+    """``indices`` after a range check against ``dim`` (one host read of min and max).
+
+    With ``wrap`` a negative index counts from the end once (Caffe2's wrap_indices), so
+    the valid range is [-dim, dim)."""
     if indices.size == 0:
         return indices
     lo, hi = xp.stack([indices.min(), indices.max()]).tolist()
-    if wrap and lo < 0:
-        indices = xp.where(indices < 0, indices + dim, indices)
-        lo, hi = xp.stack([indices.min(), indices.max()]).tolist()
-    if lo < 0 or hi >= dim:
-        bad = lo if lo < 0 else hi
+    if lo < (-dim if wrap else 0) or hi >= dim:
+        bad = hi if hi >= dim else lo
         raise ShapeError(f"op {args.op}: {op_type} index {bad} is out of range for a dimension of "
                          f"size {dim}")
+    if wrap and lo < 0:
+        indices = xp.where(indices < 0, indices + dim, indices)
     return indices
 
 
