@@ -50,9 +50,10 @@ class Ledger:
     launches: int = 0
     syncs: list[str] = field(default_factory=list)
     draws: list[str] = field(default_factory=list)   # dtypes of random draws
+    largest: int = 0                                  # elements of the largest new array
 
     def reset(self) -> None:
-        self.launches, self.syncs, self.draws = 0, [], []
+        self.launches, self.syncs, self.draws, self.largest = 0, [], [], 0
 
 
 # Functions that return no new device memory (metadata, allocation without a fill).
@@ -217,8 +218,11 @@ class DeviceArray(NDArrayOperatorsMixin):
 
     def __setitem__(self, key, value):
         key = self._xp.index_key(key)
-        value = self._xp.device_operand(value, "setitem")
-        self._a[key] = value
+        data = self._xp.device_operand(value, "setitem")
+        target = self._a[key]
+        if _same_view(target, data):
+            return   # ``y[s] += v`` writes the view back onto itself: cupy skips it
+        self._a[key] = data
         self._xp.ledger.launches += 1
 
     # -- every other method: cupy's name and signature, numpy's work --
@@ -287,6 +291,10 @@ class StrictCupy:
         if launches is None:
             launches = 0 if _all_views(out, inputs) else 1
         self.ledger.launches += launches
+        if launches:
+            sizes = [o.size for o in (out if isinstance(out, (tuple, list)) else (out,))
+                     if isinstance(o, (np.ndarray, np.generic))]
+            self.ledger.largest = max([self.ledger.largest] + sizes)
         return self._wrap_all(out)
 
     def _wrap_all(self, out):
@@ -333,7 +341,10 @@ class StrictCupy:
         data_kw = self.unwrap(kwargs, f"cupy.{name}.{method}")
         if isinstance(data_kw.get("out"), np.ndarray):
             data_kw["out"] = (data_kw["out"],)
-        result = getattr(ufunc, method)(*data_in, **data_kw)
+        if method == "reduceat":
+            result = _cupy_add_reduceat(*data_in, **data_kw)
+        else:
+            result = getattr(ufunc, method)(*data_in, **data_kw)
         self.ledger.launches += 1
         if method == "at":
             return None
@@ -390,6 +401,26 @@ def _all_views(out, inputs: list[np.ndarray]) -> bool:
         return False
     arrays = [o for o in items if isinstance(o, np.ndarray) and o.size]
     return all(any(np.may_share_memory(o, i) for i in inputs) for o in arrays)
+
+
+def _cupy_add_reduceat(array, indices, axis=0, dtype=None, out=None):
+    """cupy's ``add.reduceat`` as cupy computes it (cupy/_core/_routines_indexing.pyx,
+    ``_add_reduceat``): a cumulative sum over the whole axis in the array's dtype, then the
+    differences of it at the indices. In float32 its error grows with the row count."""
+    indices = np.append(indices, array.shape[axis])
+    shape = [1 if i == axis else d for i, d in enumerate(array.shape)]
+    acc = np.cumsum(array, axis, dtype)
+    acc = np.append(np.zeros(shape, acc.dtype), acc, axis)
+    mask = (indices[:-1] >= indices[1:]).reshape(-1, *([1] * (array.ndim - axis - 1)))
+    return np.where(mask, np.take(array, indices[:-1], axis),
+                    np.take(acc, indices[1:], axis) - np.take(acc, indices[:-1], axis))
+
+
+def _same_view(target, value) -> bool:
+    """Whether assigning ``value`` to ``target`` is a no-op in cupy (same memory, same layout)."""
+    return (isinstance(value, np.ndarray) and isinstance(target, np.ndarray)
+            and target.shape == value.shape and target.strides == value.strides
+            and target.__array_interface__["data"][0] == value.__array_interface__["data"][0])
 
 
 class UfuncStandIn:
@@ -493,6 +524,7 @@ class StrictRun:
     launches: int
     syncs: list[str]
     draws: list[str]
+    largest: int
 
 
 def run_strict(kernel, inputs: list[np.ndarray], args) -> StrictRun:
@@ -507,7 +539,7 @@ def run_strict(kernel, inputs: list[np.ndarray], args) -> StrictRun:
         if not isinstance(o, DeviceArray):
             raise CupyRuleError(f"output {i} is a {type(o).__name__}, not a device array")
     return StrictRun([np.array(o._a, copy=True) for o in outs], xp.ledger.launches,
-                     list(xp.ledger.syncs), list(xp.ledger.draws))
+                     list(xp.ledger.syncs), list(xp.ledger.draws), xp.ledger.largest)
 
 
 def assert_same_outputs(got: list[np.ndarray], want: list, rtol: float = 1e-5) -> None:
@@ -521,3 +553,24 @@ def assert_same_outputs(got: list[np.ndarray], want: list, rtol: float = 1e-5) -
             np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol)
         else:
             np.testing.assert_array_equal(g, w)
+
+
+# Launch counts declared in the registry may differ from a count by this much (dtype
+# casts and pads that depend on the shapes are not worth a formula).
+LAUNCH_SLACK = 0.25
+
+
+def check_gpu_kernel(opdef, inputs: list[np.ndarray], args) -> StrictRun:
+    """The checks every GPU kernel passes on every conformance case: it keeps to cupy's
+    rules (``StrictCupy``), gives the CPU kernel's outputs, reads the device back at most
+    once, and launches about as many kernels as its ``launches`` declares (cases with an
+    empty input skip that last check: their kernels skip work)."""
+    run = run_strict(opdef.kernel, inputs, args)
+    assert_same_outputs(run.outputs, list(opdef.kernel(np, [np.array(x, copy=True) for x in inputs], args)))
+    assert len(run.syncs) <= 1, f"{opdef.type} reads the device back {len(run.syncs)} times: {run.syncs}"
+    if all(np.asarray(x).size for x in inputs):
+        from placer.types import TensorType
+        declared = opdef.launch_count([TensorType(x.shape, str(x.dtype)) for x in inputs], args)
+        assert abs(declared - run.launches) <= max(1, LAUNCH_SLACK * run.launches), (
+            f"{opdef.type} declares {declared} launches, its GPU kernel made {run.launches}")
+    return run

@@ -133,8 +133,14 @@ _BINARY = {
     "Mul": lambda xp, a, b: a * b,
     "Div": _div,
 }
+def _binary_launches(inputs, args) -> int:
+    """One ufunc; integer Div adds the C++ truncation (floor divide, remainder, fixes)."""
+    return 1 if inputs[0].dtype.startswith("float") else 8
+
+
 for _name, _fn in _BINARY.items():
     register(OpDef(_name, _binary_infer, _binary_kernel(_fn), min_inputs=2, max_inputs=2,
+                   launches=_binary_launches if _name == "Div" else 1,
                    doc=f"{_name} with Caffe2 broadcast (broadcast/axis) or numpy broadcasting"))
 
 
@@ -182,8 +188,14 @@ def _nary_kernel(ufunc: str):
     return kernel
 
 
+def _nary_launches(inputs, args) -> int:
+    """One ufunc per input after the first (a copy for a single input)."""
+    return max(len(inputs) - 1, 1)
+
+
 for _name, _ufunc in (("Sum", "add"), ("Max", "maximum"), ("Min", "minimum")):
     register(OpDef(_name, _same_shape_infer, _nary_kernel(_ufunc), cost=_nary_cost, min_inputs=1,
+                   launches=_nary_launches,
                    doc=f"elementwise {_ufunc} of n inputs of equal shape"))
 
 
@@ -194,6 +206,7 @@ def _mean_kernel(xp, inputs, args):
 
 
 register(OpDef("Mean", _same_shape_infer, _mean_kernel, cost=_nary_cost, min_inputs=1,
+               launches=lambda inputs, args: _nary_launches(inputs, args) + 1,
                doc="elementwise mean of n inputs of equal shape"))
 
 
@@ -310,8 +323,14 @@ def _unary_kernel(fn):
     return kernel
 
 
+# Launches of the unary kernels above that make more than one (counted on tests/cupy_standin.py).
+_UNARY_LAUNCHES = {"Elu": 5, "Sigmoid": 5, "Softplus": 6, "Swish": 6, "Logit": 5, "ReplaceNaN": 2,
+                   "Softsign": 3, "ThresholdedRelu": 2, "Rsqrt": 2, "Clip": 2,
+                   "LeakyRelu": lambda inputs, args: 2 if 0 <= args.float("alpha", 0.01) <= 1 else 5}
+
 for _name, _fn in _UNARY.items():
     register(OpDef(_name, _same_infer, _unary_kernel(_fn), min_inputs=1, max_inputs=1,
+                   launches=_UNARY_LAUNCHES.get(_name, 1),
                    doc=f"elementwise {_name}, output like the input"))
 
 
@@ -344,7 +363,7 @@ def _prelu_kernel(xp, inputs, args):
     return (leaky(xp, x, slope, unit).astype(x.dtype, copy=False),)
 
 
-register(OpDef("PRelu", _prelu_infer, _prelu_kernel, min_inputs=2, max_inputs=2,
+register(OpDef("PRelu", _prelu_infer, _prelu_kernel, min_inputs=2, max_inputs=2, launches=5,
                doc="x if x > 0 else slope[c] * x; one slope per channel (order NCHW/NHWC) or shared"))
 
 
@@ -391,6 +410,7 @@ def _dropout_cost(inputs, outputs, args):
 
 
 register(OpDef("Dropout", _dropout_infer, _dropout_kernel, cost=_dropout_cost,
+               launches=lambda inputs, args: 2 if args.bool("is_test", False) else 4,
                min_inputs=1, max_inputs=1,
                doc="is_test=1: identity (mask all true); else keeps each value with p=1-ratio, scaled"))
 
@@ -424,5 +444,5 @@ def _enforce_finite(xp, inputs, args):
     return ()
 
 
-register(OpDef("EnforceFinite", lambda inputs, args: [], _enforce_finite, cost=movement_cost,
+register(OpDef("EnforceFinite", lambda inputs, args: [], _enforce_finite, cost=movement_cost, launches=2,
                min_inputs=1, max_inputs=1, doc="fails the run when its input is not all finite"))

@@ -342,20 +342,20 @@ def segment_ids_cost(inputs, outputs, args) -> OpFeatures:
 
 register(OpDef("SparseLengthsSum", infer_sparse_lengths("SparseLengthsSum"),
                sparse_lengths_kernel("SparseLengthsSum"), sparse_lengths_cost,
-               min_inputs=3, max_inputs=3,
+               min_inputs=3, max_inputs=3, launches=14,
                doc="(DATA, INDICES, LENGTHS) -> per-segment sum of the looked-up rows."))
 register(OpDef("SparseLengthsMean", infer_sparse_lengths("SparseLengthsMean"),
                sparse_lengths_kernel("SparseLengthsMean", mean=True), sparse_lengths_cost,
-               min_inputs=3, max_inputs=3,
+               min_inputs=3, max_inputs=3, launches=17,
                doc="(DATA, INDICES, LENGTHS) -> per-segment mean (0 for an empty segment)."))
 register(OpDef("SparseLengthsWeightedSum", infer_sparse_lengths_weighted,
-               kernel_sparse_lengths_weighted, sparse_lengths_cost, min_inputs=4, max_inputs=4,
+               kernel_sparse_lengths_weighted, sparse_lengths_cost, min_inputs=4, max_inputs=4, launches=15,
                doc="(DATA, WEIGHTS, INDICES, LENGTHS) -> per-segment weighted sum."))
 register(OpDef("LengthsSum", infer_lengths("LengthsSum"), lengths_kernel("LengthsSum"),
-               lengths_cost, min_inputs=2, max_inputs=2,
+               lengths_cost, min_inputs=2, max_inputs=2, launches=9,
                doc="(DATA, LENGTHS) -> sums of consecutive row segments."))
 register(OpDef("LengthsMean", infer_lengths("LengthsMean"), lengths_kernel("LengthsMean", mean=True),
-               lengths_cost, min_inputs=2, max_inputs=2,
+               lengths_cost, min_inputs=2, max_inputs=2, launches=12,
                doc="(DATA, LENGTHS) -> means of consecutive row segments (0 when empty)."))
 register(OpDef("LengthsToSegmentIds", infer_lengths_to_segment_ids, kernel_lengths_to_segment_ids,
                segment_ids_cost, devices=frozenset({"cpu"}), min_inputs=1, max_inputs=1,
@@ -365,10 +365,11 @@ register(OpDef("LengthsToRanges", infer_lengths_to_ranges, kernel_lengths_to_ran
                devices=frozenset({"cpu"}), min_inputs=1, max_inputs=1,
                doc="LENGTHS -> int32 (offset, length) rows. CPU only, as in Caffe2."))
 register(OpDef("LengthsMax", infer_lengths("LengthsMax"), kernel_lengths_max, lengths_cost,
-               min_inputs=2, max_inputs=2,
+               min_inputs=2, max_inputs=2, launches=12,
                doc="(DATA, LENGTHS) -> maxima of consecutive row segments (0 when empty)."))
 # SortedSegment*: (DATA, SEGMENT_IDS sorted) -> one row per id 0..last; only the Range
-# Mean and LogMeanExp variants had CUDA kernels in Caffe2.
+# Mean and LogMeanExp variants had CUDA kernels in Caffe2 (their launch counts below).
+_SORTED_SEGMENT_LAUNCHES = {"Mean": 20, "LogMeanExp": 42}
 for _name, _reduction, _gpu in [
         ("SortedSegmentSum", "Sum", False), ("SortedSegmentMean", "Mean", False),
         ("SortedSegmentRangeSum", "Sum", False), ("SortedSegmentRangeMean", "Mean", True),
@@ -376,7 +377,7 @@ for _name, _reduction, _gpu in [
         ("SortedSegmentRangeLogMeanExp", "LogMeanExp", True)]:
     register(OpDef(_name, infer_sorted_segment(_name), sorted_segment_kernel(_name, _reduction),
                    lengths_cost, devices=frozenset({"cpu", "gpu"} if _gpu else {"cpu"}),
-                   min_inputs=2, max_inputs=2,
+                   min_inputs=2, max_inputs=2, launches=_SORTED_SEGMENT_LAUNCHES.get(_reduction, 1),
                    doc=f"{_reduction} over the rows of each segment id (sorted ids; output rows = "
                        f"last id + 1, known only when run; empty ids give 0)."))
 # Fused 8-bit rowwise tables: CPU only in Caffe2 (no CUDA kernels were registered).

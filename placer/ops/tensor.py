@@ -486,18 +486,25 @@ def first_output_cost(inputs, outputs, args) -> OpFeatures:
     return movement_cost(inputs[:1], outputs[:1], args)
 
 
-def _reg(type_, infer, kernel, cost=movement_cost, n_in=(1, 1), doc="") -> None:
-    register(OpDef(type_, infer, kernel, cost, min_inputs=n_in[0], max_inputs=n_in[1], doc=doc))
+def _reg(type_, infer, kernel, cost=movement_cost, n_in=(1, 1), doc="", launches=1) -> None:
+    register(OpDef(type_, infer, kernel, cost, min_inputs=n_in[0], max_inputs=n_in[1], doc=doc,
+                   launches=launches))
 
 
-_reg("Concat", infer_concat, kernel_concat, n_in=(1, None),
+def _split_launches(inputs, args) -> int:
+    """One copy per output."""
+    return args.n_outputs or len(args.ints("split", [])) or 2
+
+
+_reg("Concat", infer_concat, kernel_concat, n_in=(1, None), launches=2,
      doc="Join inputs along axis (or a new axis with add_axis=1); second output split_info "
          "(int32, per-input sizes along the axis; Caffe2 keeps it on the CPU).")
-_reg("DepthConcat", infer_concat, kernel_concat, n_in=(1, None), doc="Old name of Concat.")
-_reg("Split", infer_split, kernel_split, whole_input_cost, n_in=(1, 2),
+_reg("DepthConcat", infer_concat, kernel_concat, n_in=(1, None), doc="Old name of Concat.", launches=2)
+_reg("Split", infer_split, kernel_split, whole_input_cost, n_in=(1, 2), launches=_split_launches,
      doc="Split along axis by the split argument, a split input, or equally among the outputs.")
-_reg("DepthSplit", infer_split, kernel_split, whole_input_cost, n_in=(1, 2), doc="Old name of Split.")
-_reg("Reshape", infer_reshape, kernel_reshape, whole_input_cost, n_in=(1, 2),
+_reg("DepthSplit", infer_split, kernel_split, whole_input_cost, n_in=(1, 2), doc="Old name of Split.",
+     launches=_split_launches)
+_reg("Reshape", infer_reshape, kernel_reshape, whole_input_cost, n_in=(1, 2), launches=2,
      doc="New shape from the shape argument (0 copies a dimension, -1 is inferred) or from a "
          "second int32/int64 input (output shape then unknown before running); second output "
          "old_shape (int64, or the shape input's dtype; Caffe2 keeps it on the CPU).")
@@ -511,9 +518,9 @@ _reg("ExpandDims", infer_expand_dims, kernel_expand_dims, doc="Insert size-1 dim
 _reg("Slice", infer_slice, kernel_slice, first_output_cost, n_in=(1, 3),
      doc="starts/ends per dimension (arguments or inputs); negative b means dim+1+b; one "
          "dimension only, as in Caffe2.")
-_reg("Gather", infer_gather, kernel_gather, gather_cost, n_in=(2, 2),
+_reg("Gather", infer_gather, kernel_gather, gather_cost, n_in=(2, 2), launches=4,
      doc="DATA rows picked by int32/int64 INDICES along axis (default 0).")
-_reg("BatchGather", infer_batch_gather, kernel_batch_gather, gather_cost, n_in=(2, 2),
+_reg("BatchGather", infer_batch_gather, kernel_batch_gather, gather_cost, n_in=(2, 2), launches=4,
      doc="Gather along axis 1 (DLRM's pairwise-interaction pick).")
 _reg("ChannelShuffle", infer_channel_shuffle, kernel_channel_shuffle,
      doc="ShuffleNet channel shuffle over group groups, NCHW or NHWC.")
