@@ -55,7 +55,11 @@ def require_torch():
 
 class CupyNames:
     """numpy restricted to the names cupy also has: a kernel that reaches for a numpy-only
-    function fails here, on machines without a GPU (kernels are written once for both)."""
+    function fails here, on machines without a GPU (kernels are written once for both).
+
+    Names only. Kernels of GPU ops are held to cupy's full rules (signatures, ufunc
+    methods, no implicit host reads, launch counts) by ``cupy_standin.check_gpu_kernel``
+    (tests/cupy_standin.py); run a new op's conformance cases through that."""
 
     def __init__(self, np_module, cp_module):
         self._np, self._cp = np_module, cp_module
