@@ -100,10 +100,10 @@ def _checked(xp, op_type: str, args: Args, lengths, n: int | None, indices=None,
     None), INDICES within rows. Returns the sum of LENGTHS."""
     probes = [lengths.sum(dtype=xp.int64)]
     if lengths.size:
-        probes.append(lengths.min().astype(xp.int64))
+        probes.append(lengths.min())
     if indices is not None and indices.size:
-        probes += [indices.min().astype(xp.int64), indices.max().astype(xp.int64)]
-    values = xp.stack(probes).tolist()
+        probes += [indices.min(), indices.max()]
+    values = xp.stack(probes).tolist()   # stacked as int64 (the sum's dtype wins)
     total = values[0]
     if lengths.size and values[1] < 0:
         raise ShapeError(f"op {args.op}: {op_type} LENGTHS has a negative length ({values[1]})")
@@ -342,20 +342,20 @@ def segment_ids_cost(inputs, outputs, args) -> OpFeatures:
 
 register(OpDef("SparseLengthsSum", infer_sparse_lengths("SparseLengthsSum"),
                sparse_lengths_kernel("SparseLengthsSum"), sparse_lengths_cost,
-               min_inputs=3, max_inputs=3, launches=14,
+               min_inputs=3, max_inputs=3, launches=11,
                doc="(DATA, INDICES, LENGTHS) -> per-segment sum of the looked-up rows."))
 register(OpDef("SparseLengthsMean", infer_sparse_lengths("SparseLengthsMean"),
                sparse_lengths_kernel("SparseLengthsMean", mean=True), sparse_lengths_cost,
-               min_inputs=3, max_inputs=3, launches=17,
+               min_inputs=3, max_inputs=3, launches=14,
                doc="(DATA, INDICES, LENGTHS) -> per-segment mean (0 for an empty segment)."))
 register(OpDef("SparseLengthsWeightedSum", infer_sparse_lengths_weighted,
-               kernel_sparse_lengths_weighted, sparse_lengths_cost, min_inputs=4, max_inputs=4, launches=15,
+               kernel_sparse_lengths_weighted, sparse_lengths_cost, min_inputs=4, max_inputs=4, launches=12,
                doc="(DATA, WEIGHTS, INDICES, LENGTHS) -> per-segment weighted sum."))
 register(OpDef("LengthsSum", infer_lengths("LengthsSum"), lengths_kernel("LengthsSum"),
-               lengths_cost, min_inputs=2, max_inputs=2, launches=9,
+               lengths_cost, min_inputs=2, max_inputs=2, launches=8,
                doc="(DATA, LENGTHS) -> sums of consecutive row segments."))
 register(OpDef("LengthsMean", infer_lengths("LengthsMean"), lengths_kernel("LengthsMean", mean=True),
-               lengths_cost, min_inputs=2, max_inputs=2, launches=12,
+               lengths_cost, min_inputs=2, max_inputs=2, launches=11,
                doc="(DATA, LENGTHS) -> means of consecutive row segments (0 when empty)."))
 register(OpDef("LengthsToSegmentIds", infer_lengths_to_segment_ids, kernel_lengths_to_segment_ids,
                segment_ids_cost, devices=frozenset({"cpu"}), min_inputs=1, max_inputs=1,
@@ -365,7 +365,7 @@ register(OpDef("LengthsToRanges", infer_lengths_to_ranges, kernel_lengths_to_ran
                devices=frozenset({"cpu"}), min_inputs=1, max_inputs=1,
                doc="LENGTHS -> int32 (offset, length) rows. CPU only, as in Caffe2."))
 register(OpDef("LengthsMax", infer_lengths("LengthsMax"), kernel_lengths_max, lengths_cost,
-               min_inputs=2, max_inputs=2, launches=12,
+               min_inputs=2, max_inputs=2, launches=11,
                doc="(DATA, LENGTHS) -> maxima of consecutive row segments (0 when empty)."))
 # SortedSegment*: (DATA, SEGMENT_IDS sorted) -> one row per id 0..last; only the Range
 # Mean and LogMeanExp variants had CUDA kernels in Caffe2 (their launch counts below).
