@@ -214,11 +214,11 @@ class DeviceArray(NDArrayOperatorsMixin):
     def __getitem__(self, key):
         key = self._xp.index_key(key)
         out = self._a[key]
-        return self._xp.result(out, [self._a], "getitem")
+        return self._xp.result(out, [self._a])
 
     def __setitem__(self, key, value):
         key = self._xp.index_key(key)
-        data = self._xp.device_operand(value, "setitem")
+        data = self._xp.unwrap(value, "setitem")
         target = self._a[key]
         if _same_view(target, data):
             return   # ``y[s] += v`` writes the view back onto itself: cupy skips it
@@ -244,7 +244,7 @@ class DeviceArray(NDArrayOperatorsMixin):
             if name == "fill":
                 xp.ledger.launches += 1
                 return None
-            return xp.result(out, [self._a], name)
+            return xp.result(out, [self._a])
         return call
 
 
@@ -282,10 +282,7 @@ class StrictCupy:
             return {k: self.unwrap(v, where, host_ok) for k, v in obj.items()}
         return obj
 
-    def device_operand(self, value, where: str):
-        return self.unwrap(value, where)
-
-    def result(self, out, inputs: list[np.ndarray], name: str, launches: int | None = None):
+    def result(self, out, inputs: list[np.ndarray], launches: int | None = None):
         """Wrap ``out`` (arrays, numpy scalars, tuples of them) as device arrays and count a
         launch unless every array of it is a view of an input."""
         if launches is None:
@@ -458,7 +455,7 @@ class FunctionStandIn:
         launches = 0 if name in NO_LAUNCH else None
         if host_ok and not inputs:
             launches = 1                   # host data copied to the device
-        return xp.result(out, inputs, name, launches)
+        return xp.result(out, inputs, launches)
 
 
 def _device_arrays(args, kwargs) -> list[DeviceArray]:
@@ -510,7 +507,7 @@ class GeneratorStandIn:
             check_call(f"cupy.random.{self._cp.__name__}.{name}", sig, (self,) + args, kwargs)
             out = method(*args, **kwargs)
             self._xp.ledger.draws.append(str(np.asarray(out).dtype))
-            return self._xp.result(out, [], name, launches=1)
+            return self._xp.result(out, [], launches=1)
         return draw
 
 

@@ -132,8 +132,11 @@ def ref_channel_shuffle(torch, xs, case):
 
 
 def ref_tile(torch, xs, case):
+    """tiles and axis from the extra inputs when given, else from the arguments."""
+    tiles = int(xs[1][0]) if len(xs) > 1 else case["args"]["tiles"]
+    axis = int(xs[2][0]) if len(xs) > 2 else case["args"].get("axis", 0)
     reps = [1] * xs[0].dim()
-    reps[case["args"].get("axis", 0)] = case["args"]["tiles"]
+    reps[axis] = tiles
     return [xs[0].repeat(*reps)]
 
 

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 from placer.errors import ShapeError
 from placer.ops.registry import OpDef, register
 from placer.ops.segments import (accumulation_dtype, offsets, on_host, segment_ids, segment_sum,
@@ -143,8 +145,7 @@ def _looked_up(xp, flat, indices, weights):
 
 def _csr_product(flat, lengths, indices, weights):
     """numpy only: scipy's CSR (segments x rows) @ table reads just the looked-up rows."""
-    import numpy as np
-    import scipy.sparse
+    import scipy.sparse   # here, not at the top: most nets never import it
 
     n = flat.shape[0] if indices is None else indices.shape[0]
     cols = np.arange(n) if indices is None else indices

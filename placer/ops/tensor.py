@@ -470,8 +470,9 @@ def infer_tile(inputs: Sequence[TensorType], args: Args) -> list[TensorType | No
 
 def kernel_tile(xp, inputs, args: Args) -> tuple:
     x = inputs[0]
-    tiles = _host_list(inputs[1])[0] if len(inputs) > 1 else args.int("tiles", 1)
-    axis = _host_list(inputs[2])[0] if len(inputs) > 2 else args.int("axis", 0)
+    given = _host_list(xp.concatenate([t.reshape(-1)[:1] for t in inputs[1:]])) if len(inputs) > 1 else []
+    tiles = given[0] if given else args.int("tiles", 1)            # one host read for both
+    axis = given[1] if len(given) > 1 else args.int("axis", 0)
     return (xp.tile(x, _tile_reps(x.ndim, tiles, axis, args, ())),)
 
 
