@@ -53,6 +53,18 @@ def require_torch():
         pytest.skip("torch not installed: pip install -e .[test]")
 
 
+def require_cupy():
+    """Import cupy (for its names and signatures; no GPU needed), or skip (fail under
+    CI=true, where cupy is a test dependency and the strict stand-in must run)."""
+    try:
+        import cupy
+        return cupy
+    except ImportError:
+        if IN_CI:
+            pytest.fail("CI=true but cupy (the stand-in's source of cupy's API) is not installed")
+        pytest.skip("cupy not installed: pip install -e .[test]")
+
+
 class CupyNames:
     """numpy restricted to the names cupy also has: a kernel that reaches for a numpy-only
     function fails here, on machines without a GPU (kernels are written once for both).

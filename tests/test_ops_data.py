@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from cases.data_ops import CASES
-from conftest import require_torch
+from conftest import require_cupy, require_torch
 from cupy_standin import check_gpu_kernel
 from placer.errors import ArgumentError, ShapeError
 from placer.ops import registry
@@ -300,7 +300,7 @@ def test_conformance(case, device):
 def test_gpu_kernels_keep_to_cupy_rules(case):
     """On the strict cupy stand-in: cupy's names, signatures and ufunc methods, no implicit
     host reads, one explicit one at most, the CPU kernel's outputs, the declared launches."""
-    pytest.importorskip("cupy")
+    require_cupy()
     opdef = registry.get(case["op"])
     if "gpu" not in opdef.devices:
         pytest.skip("CPU-only op: the planner never places it on a GPU")

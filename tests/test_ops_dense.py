@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from cases.dense import CASES, SHAPE_ERRORS
-from conftest import require_torch
+from conftest import require_cupy, require_torch
 from cupy_standin import check_gpu_kernel
 from placer.errors import ArgumentError, InputError, ShapeError
 from placer.ops import registry
@@ -235,7 +235,7 @@ def test_cupy_kernel_matches_torch(case):
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_gpu_kernel_keeps_to_cupy_rules(case):
     """On the strict cupy stand-in (tests/cupy_standin.py): see ``check_gpu_kernel``."""
-    pytest.importorskip("cupy")
+    require_cupy()
     check_gpu_kernel(registry.get(case["op"]), case_inputs(case), case_args(case))
 
 

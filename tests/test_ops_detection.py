@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import corpus_dir, require_torch
+from conftest import corpus_dir, require_cupy, require_torch
 from cupy_standin import check_gpu_kernel
 
 from placer.errors import ArgumentError, ShapeError
@@ -256,7 +256,7 @@ KERNEL_CASES = [
 @pytest.mark.parametrize("op_type,make,args", KERNEL_CASES, ids=[c[0] for c in KERNEL_CASES])
 def test_gpu_kernels_keep_to_cupy_rules(op_type, make, args):
     """On the strict cupy stand-in (tests/cupy_standin.py): see ``check_gpu_kernel``."""
-    pytest.importorskip("cupy")
+    require_cupy()
     opdef = registry.get(op_type)
     if "gpu" not in opdef.devices:
         pytest.skip("CPU-only op: the planner never places it on a GPU")

@@ -18,11 +18,16 @@ import test_ops_dense
 import test_ops_detection
 import test_ops_resize
 import test_ops_spatial
+from conftest import require_cupy
 from cupy_standin import CupyRuleError, StrictCupy, check_gpu_kernel, run_strict
 from placer.ops import registry
 from placer.types import Args
 
-cupy = pytest.importorskip("cupy")
+
+@pytest.fixture(autouse=True)
+def _cupy_api():
+    require_cupy()
+
 
 # Ops with GPU kernels whose cases live in this module, not in a family's case list.
 EXTRA_CASES = [

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import gpu_available, require_torch
+from conftest import gpu_available, require_cupy, require_torch
 from cupy_standin import check_gpu_kernel
 
 from placer.errors import ShapeError
@@ -65,7 +65,7 @@ def test_bad_inputs_name_the_op():
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[2]}-{c[1]}")
 def test_gpu_kernels_keep_to_cupy_rules(case):
     """On the strict cupy stand-in (tests/cupy_standin.py): see ``check_gpu_kernel``."""
-    pytest.importorskip("cupy")
+    require_cupy()
     op_type, args, shape, _, _ = case
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     check_gpu_kernel(registry.get(op_type), [x], Args(args, op=f"#0 {op_type}"))

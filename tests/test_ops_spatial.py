@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from cases.spatial import CASES, SHAPE_ERRORS
-from conftest import require_torch
+from conftest import require_cupy, require_torch
 from cupy_standin import check_gpu_kernel
 from placer.errors import ArgumentError, ShapeError
 from placer.ops import registry
@@ -139,7 +139,7 @@ def run_kernel(case, inputs, device="numpy"):
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_gpu_kernels_keep_to_cupy_rules(case):
     """On the strict cupy stand-in (tests/cupy_standin.py): see ``check_gpu_kernel``."""
-    pytest.importorskip("cupy")
+    require_cupy()
     check_gpu_kernel(registry.get(case["op"]), make_inputs(case), Args(case["args"], op=case["id"]))
 
 
