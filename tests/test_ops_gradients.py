@@ -2,8 +2,9 @@
 
 Every case of tests/cases/gradients.py runs once through Caffe2 (one subprocess for the
 module); placer's kernel must give the same outputs on numpy and through the cupy
-stand-in (numpy restricted to the names cupy has). Cases that name a ``torch`` reference
-are also checked against torch autograd on the raw inputs.
+stand-in (numpy restricted to the names cupy has), and keep to cupy's rules on the strict
+stand-in (tests/cupy_standin.py). Cases that name a ``torch`` reference are also checked
+against torch autograd on the raw inputs.
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ import pytest
 from caffe2_oracle import run_caffe2
 from cases.gradients import CASES as GRADIENT_CASES, FORWARD_CASES
 from cases.oracle_runner import assert_close, case_args, case_inputs, run_in_caffe2
-from conftest import CupyNames, require_torch
+from conftest import CupyNames, require_cupy, require_torch
+from cupy_standin import check_gpu_kernel
 from placer.ops import registry
 from placer.types import Args, TensorType
 
@@ -71,6 +73,16 @@ def test_kernel_uses_only_names_cupy_has(case):
     _, want = run_kernel(case)
     for got, ref in zip(outs, want):
         np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_gpu_kernels_keep_to_cupy_rules(case):
+    """On the strict cupy stand-in (tests/cupy_standin.py): see ``check_gpu_kernel``."""
+    require_cupy()
+    opdef = registry.get(case["op"])
+    if "gpu" not in opdef.devices:
+        pytest.skip("CPU-only op: the planner never places it on a GPU")
+    check_gpu_kernel(opdef, case_inputs(case), case_args(case))
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)

@@ -18,7 +18,9 @@ tensor of like.shape[0] rows (else max index + 1, known only when run); Unique(i
 does; UnsortedSegmentSum(DATA, SEGMENT_IDS) -> per-id row sums (``num_segments`` rows, else
 max id + 1); CopyOnDeviceLike(X, like) -> a copy of X (Copy's gradient).
 
-Sums go through ``placer/ops/scatter.py`` (a CSR product, no ``add.at``). Costs: the
+Sums by index go through ``placer/ops/segments.py`` (``sum_by_id``: a CSR product on numpy,
+a scatter-add on cupy); each kernel reads the device back once at most (LENGTHS' sum and
+minimum together; the smallest and largest index together). Costs: the
 gradient expansions read dY, the lengths and the indices and write one row per index;
 SparseToDense writes the whole dense output; Unique sorts (n log2 n compares).
 Devices: SparseLengthsIndicesInGradient*, LengthsIndicesInGradient*, SparseToDense
@@ -32,7 +34,7 @@ from math import log2
 
 from placer.errors import InputError, ShapeError
 from placer.ops.registry import OpDef, movement_cost, register
-from placer.ops.scatter import segment_sum
+from placer.ops.segments import segment_ids, sum_by_id
 from placer.types import Args, OpFeatures, TensorType, shape_str
 
 INDEX_DTYPES = ("int32", "int64")
@@ -49,13 +51,15 @@ def _index_vector(args: Args, t: TensorType, name: str, inputs) -> None:
 
 
 def segment_of_positions(xp, lengths, n: int, args: Args):
-    """The segment of each of the n positions (LENGTHS must be >= 0 and sum to n)."""
-    ends = xp.cumsum(lengths.astype(xp.int64))
-    total = int(ends[-1]) if lengths.size else 0
-    if total != n or (lengths.size and int(lengths.min()) < 0):
+    """The segment of each of the n positions (LENGTHS must be >= 0 and sum to n; one host
+    read of the sum and the minimum)."""
+    total, smallest = 0, 0
+    if lengths.size:
+        total, smallest = xp.stack([lengths.sum(dtype=xp.int64), lengths.min().astype(xp.int64)]).tolist()
+    if total != n or smallest < 0:
         raise InputError(f"op {args.op}: LENGTHS sum to {total} (or hold a negative length) but there "
                          f"are {n} indices")
-    return xp.searchsorted(ends, xp.arange(n, dtype=xp.int64), side="right")
+    return segment_ids(xp, lengths, n)
 
 
 # ---------------------------------------------------------------- lengths-reduction gradients
@@ -119,11 +123,22 @@ for _type, _weighted, _mean in (
 
 
 # ---------------------------------------------------------------- SparseToDense
-def _check_range(xp, indices, rows: int, args: Args, what: str) -> None:
-    if indices.size:
-        lo, hi = xp.stack([indices.min(), indices.max()]).tolist()
-        if lo < 0 or hi >= rows:
-            raise InputError(f"op {args.op}: {what} {lo if lo < 0 else hi} is out of range for {rows} rows")
+def _checked_rows(xp, indices, rows: int | None, args: Args, what: str) -> int:
+    """The output's row count (``rows``, or the largest index + 1 when None) after a range
+    check of ``indices``: one host read of their smallest and largest value."""
+    if not indices.size:
+        return rows or 0
+    lo, hi = xp.stack([indices.min(), indices.max()]).tolist()
+    rows = hi + 1 if rows is None else rows
+    if lo < 0 or hi >= rows:
+        raise InputError(f"op {args.op}: {what} {lo if lo < 0 else hi} is out of range for {rows} rows")
+    return rows
+
+
+def _sum_rows(xp, values, ids, rows: int):
+    """``values`` rows summed per id into (rows,) + values.shape[1:], in values' dtype."""
+    flat = values.reshape(values.shape[0], -1)
+    return sum_by_id(xp, flat, ids, rows).astype(values.dtype, copy=False).reshape((rows,) + values.shape[1:])
 
 
 def _sparse_to_dense_infer(inputs, args):
@@ -138,15 +153,11 @@ def _sparse_to_dense_infer(inputs, args):
 
 def _sparse_to_dense_kernel(xp, inputs, args):
     indices, values = inputs[:2]
-    flat = indices.reshape(-1).astype(xp.int64)
-    if len(inputs) > 2:
-        rows = inputs[2].shape[0]
-    else:
-        rows = int(flat.max()) + 1 if flat.size else 0
-    _check_range(xp, flat, rows, args, "index")
     if values.dtype.kind != "f":
         raise InputError(f"op {args.op}: SparseToDense values of dtype {values.dtype} are not supported")
-    return (segment_sum(xp, values, flat, rows).astype(values.dtype, copy=False),)
+    flat = indices.reshape(-1)
+    rows = _checked_rows(xp, flat, inputs[2].shape[0] if len(inputs) > 2 else None, args, "index")
+    return (_sum_rows(xp, values, flat, rows),)
 
 
 def _sparse_to_dense_cost(inputs, outputs, args) -> OpFeatures:
@@ -194,10 +205,9 @@ def _uss_infer(inputs, args):
 
 def _uss_kernel(xp, inputs, args):
     data, ids = inputs
-    flat = ids.astype(xp.int64)
-    rows = args.int("num_segments") if "num_segments" in args else (int(flat.max()) + 1 if flat.size else 0)
-    _check_range(xp, flat, rows, args, "segment id")
-    return (segment_sum(xp, data, flat, rows).astype(data.dtype, copy=False),)
+    rows = _checked_rows(xp, ids, args.int("num_segments") if "num_segments" in args else None, args,
+                         "segment id")
+    return (_sum_rows(xp, data, ids, rows),)
 
 
 register(OpDef("UnsortedSegmentSum", _uss_infer, _uss_kernel, cost=_sparse_to_dense_cost, devices=CPU_ONLY,
