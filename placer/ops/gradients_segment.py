@@ -14,6 +14,8 @@ segment's size is the run length of its id among the sorted ids (two binary sear
 ``bincount``, which reads the device back on cupy). One host read per kernel checks that
 the ids are sorted and lie in 0..segments-1, as Caffe2's kernels assume.
 Costs: one or two flops per element of dDATA; dDATA written once, the inputs read once.
+GPU launches (counted on the strict cupy stand-in): the ids' check and read (7), the segment
+sizes (4), the dY gather and the divide; LogMeanExp's Y gather, exp and product add 4.
 Devices: as their forward ops in placer/ops/embedding.py (Caffe2 had CUDA kernels for the
 SortedSegmentRange Mean and LogMeanExp gradients only; LengthsMax's gradient is CPU only
 here, like the other lengths-max ops whose CUDA support was not confirmed).
@@ -116,6 +118,7 @@ for _reduction, _gpu in (("Sum", False), ("Mean", True), ("Max", False), ("LogSu
                          ("LogMeanExp", True)):
     register(OpDef(f"SortedSegmentRange{_reduction}Gradient", _range_grad_infer, _range_grad_kernel(_reduction),
                    cost=_cost, devices=frozenset({"cpu", "gpu"}) if _gpu else CPU_ONLY, min_inputs=4, max_inputs=4,
+                   launches={"Mean": 13, "LogMeanExp": 17}.get(_reduction, 1),
                    doc=f"(DATA, Y, dY, SEGMENT_IDS) -> dDATA of SortedSegmentRange{_reduction}"))
 
 

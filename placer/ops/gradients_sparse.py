@@ -22,7 +22,9 @@ Sums by index go through ``placer/ops/segments.py`` (``sum_by_id``: a CSR produc
 a scatter-add on cupy); each kernel reads the device back once at most (LENGTHS' sum and
 minimum together; the smallest and largest index together). Costs: the
 gradient expansions read dY, the lengths and the indices and write one row per index;
-SparseToDense writes the whole dense output; Unique sorts (n log2 n compares).
+SparseToDense writes the whole dense output; Unique sorts (n log2 n compares). GPU
+launches (``launches``) are counted on the strict cupy stand-in: the expansions' segment
+search and host read take 7, a gather, and two more for a divide or a weight.
 Devices: SparseLengthsIndicesInGradient*, LengthsIndicesInGradient*, SparseToDense
 (sparse_to_dense_op.cu), Unique (unique_ops.cu) and CopyOnDeviceLike have CUDA kernels;
 UnsortedSegmentSum is registered for the CPU only here (its CUDA kernel was not
@@ -108,6 +110,12 @@ def _expand_cost(weighted: bool, scaled: bool):
     return cost
 
 
+def _expand_launches(weighted: bool, mean: bool) -> int:
+    """The LENGTHS read (sum and minimum: 4), the segment search (3), the dY gather; a
+    divide by the segment's length or a multiply by the weight costs 4 or 2 more."""
+    return 8 + (4 if mean else 0) + (2 if weighted else 0)
+
+
 for _type, _weighted, _mean in (
         ("SparseLengthsIndicesInGradientSumGradient", False, False),
         ("SparseLengthsIndicesInGradientMeanGradient", False, True),
@@ -117,6 +125,7 @@ for _type, _weighted, _mean in (
     register(OpDef(_type, _expand_infer(_weighted), _expand_kernel(_weighted, _mean),
                    cost=_expand_cost(_weighted, _weighted or _mean),
                    min_inputs=4 if _weighted else 3, max_inputs=4 if _weighted else 3,
+                   launches=_expand_launches(_weighted, _mean),
                    doc=("(WEIGHTS, dY, LENGTHS, INDICES)" if _weighted else "(dY, LENGTHS, INDICES)")
                    + " -> one gradient row per index: dY of its segment"
                    + (" / length" if _mean else "") + (" * weight" if _weighted else "")))
@@ -168,7 +177,7 @@ def _sparse_to_dense_cost(inputs, outputs, args) -> OpFeatures:
 
 
 register(OpDef("SparseToDense", _sparse_to_dense_infer, _sparse_to_dense_kernel, cost=_sparse_to_dense_cost,
-               min_inputs=2, max_inputs=3,
+               min_inputs=2, max_inputs=3, launches=5,      # the range read (3), the zeroed rows, the scatter-add
                doc="(indices, values[, like]) -> dense rows summed per index (like.shape[0] rows)"))
 
 
@@ -189,7 +198,7 @@ def _unique_cost(inputs, outputs, args) -> OpFeatures:
                       bytes_written=float(inputs[0].nbytes + 4 * n))
 
 
-register(OpDef("Unique", _unique_infer, _unique_kernel, cost=_unique_cost, min_inputs=1, max_inputs=1,
+register(OpDef("Unique", _unique_infer, _unique_kernel, cost=_unique_cost, min_inputs=1, max_inputs=1, launches=2,
                doc="indices -> (sorted distinct indices, int32 remapping into them)"))
 
 

@@ -13,7 +13,8 @@ their own:
 - TileGradient(dY) (``tiles``/``axis`` arguments) -> dX: dY folded back by summing the
   ``tiles`` copies along ``axis``.
 Costs: data movement (bytes read and written); the scatters and folds one add per element
-of dY. All four have CUDA kernels in Caffe2.
+of dY. All four have CUDA kernels in Caffe2. GPU launches (counted on the strict cupy
+stand-in): one copy, fill, sum or scatter each, plus the index read and its reorderings.
 """
 from __future__ import annotations
 
@@ -84,7 +85,8 @@ def _batch_gather_grad_kernel(xp, inputs, args):
 
 
 register(OpDef("BatchGatherGradient", _batch_gather_grad_infer, _batch_gather_grad_kernel, cost=_adds,
-               min_inputs=3, max_inputs=3, doc="(DATA, INDICES, dY) -> dDATA: dY added at INDICES along axis 1"))
+               min_inputs=3, max_inputs=3, launches=7,   # the range read (3), dY reordered, scatter-add, back
+               doc="(DATA, INDICES, dY) -> dDATA: dY added at INDICES along axis 1"))
 
 
 # ---------------------------------------------------------------- Slice
@@ -117,7 +119,7 @@ def _slice_grad_kernel(xp, inputs, args):
 
 register(OpDef("SliceGradient", _slice_grad_infer, _slice_grad_kernel,
                cost=lambda i, o, a: OpFeatures(bytes_read=float(i[-1].nbytes), bytes_written=float(o[0].nbytes)),
-               min_inputs=2, max_inputs=4,
+               min_inputs=2, max_inputs=4, launches=lambda inputs, args: 2 + (len(inputs) == 4),   # + bounds read
                doc="(X, dY) or (X, starts, ends, dY) -> zeros like X with dY in the sliced window"))
 
 
@@ -151,4 +153,5 @@ def _tile_grad_kernel(xp, inputs, args):
 
 
 register(OpDef("TileGradient", _tile_grad_infer, _tile_grad_kernel, cost=_adds, min_inputs=1, max_inputs=3,
+               launches=lambda inputs, args: 1 + (len(inputs) > 1),                       # + tiles/axis read
                doc="dY -> dX of Tile: the tiles copies along axis summed"))
