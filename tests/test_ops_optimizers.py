@@ -19,8 +19,8 @@ from caffe2_oracle import run_caffe2
 from cases.optimizers import CASES, LR_CASES
 from cases.oracle_runner import assert_close, case_args, case_inputs, run_in_caffe2
 from conftest import CupyNames, require_cupy, require_torch
-from cupy_standin import DeviceArray, StrictCupy, check_gpu_kernel
-from placer.errors import ArgumentError
+from cupy_standin import DeviceArray, StrictCupy, check_gpu_kernel, run_strict
+from placer.errors import ArgumentError, InputError
 from placer.ops import registry
 from placer.ops.optimizers import ENFORCED_INPLACE, HOST_INPUTS, INDICES_AT, round_launches
 from placer.types import Args, TensorType
@@ -254,3 +254,20 @@ def test_checked_rounds_read_the_device_once():
     lo, hi, rounds = checked_rounds(xp, xp.wrap(idx))
     assert (lo, hi) == (0, 4) and xp.ledger.syncs == ["get"]
     assert [r.get().tolist() for r in rounds] == [[0, 1, 3], [2, 5], [4]]
+
+
+@pytest.mark.parametrize("op_type,inputs", [
+    ("SparseAdagrad", [np.ones((6, 2), np.float32), np.ones((6, 2), np.float32), np.array([1, 6, 1], np.int64),
+                       np.ones((3, 2), np.float32), np.array([-0.1], np.float32)]),
+    ("SparseMomentumSGDUpdate", [np.ones((2, 2), np.float32), np.ones((6, 2), np.float32),
+                                 np.array([0.1], np.float32), np.ones((6, 2), np.float32), np.array([6, 0], np.int32)]),
+    ("ScatterWeightedSum", [np.ones((6, 2), np.float32), np.array([1.0], np.float32), np.array([6], np.int64),
+                            np.ones((1, 2), np.float32), np.array([0.5], np.float32)]),
+], ids=["SparseAdagrad", "SparseMomentumSGDUpdate", "ScatterWeightedSum"])
+def test_sparse_updates_refuse_an_index_past_the_table_on_both_paths(op_type, inputs):
+    kernel = registry.get(op_type).kernel
+    with pytest.raises(InputError, match=f"#4 {op_type}: {op_type} index 6 is out of range for a parameter of 6 rows"):
+        kernel(np, inputs, Args(op=f"#4 {op_type}"))
+    require_cupy()
+    with pytest.raises(InputError, match="index 6 is out of range"):
+        run_strict(kernel, inputs, Args(op=f"#4 {op_type}"))

@@ -22,7 +22,7 @@ Semantics follow the C++ of torch 1.8.1's Caffe2 (caffe2/sgd/*_op.h, utility_ops
 The learning rate is a 1-element float tensor (LearningRate writes a 0-d one).
 
 Sparse updates walk the indices in order, so a repeated index updates its row twice,
-the second time from the first result: the kernels apply ``checked_rounds`` one
+the second time from the first result: the kernels apply ``indices_in_rounds`` one
 after another (see placer/ops/scatter.py), exactly as the C++ loop does in place.
 
 In place (``ENFORCED_INPLACE`` lists the input -> output pairs Caffe2 enforces; the
@@ -52,7 +52,7 @@ from typing import Sequence
 from placer.errors import InputError
 from placer.ops.elementwise import shape_error
 from placer.ops.registry import OpDef, register
-from placer.ops.scatter import checked_rounds
+from placer.ops.scatter import indices_in_rounds
 from placer.ops.segments import add_rows_at, id_counts
 from placer.types import Args, OpFeatures, TensorType
 
@@ -174,24 +174,10 @@ def _indices(xp, indices, rows: int, args: Args, op_type: str):
     flat = indices.reshape(-1)
     if flat.size:
         lo, hi = xp.stack([flat.min(), flat.max()]).tolist()
-        _check_range(lo, hi, rows, args, op_type)
+        if lo < 0 or hi >= rows:
+            raise InputError(f"op {args.op}: {op_type} index {lo if lo < 0 else hi} is out of range "
+                             f"for a parameter of {rows} rows")
     return flat
-
-
-def _indices_in_rounds(xp, indices, rows: int, args: Args, op_type: str):
-    """(flat indices, their rounds of ``checked_rounds``), checked against the parameter's
-    rows in the same host round trip."""
-    flat = indices.reshape(-1)
-    lo, hi, rounds = checked_rounds(xp, flat)
-    if flat.size:
-        _check_range(lo, hi, rows, args, op_type)
-    return flat, rounds
-
-
-def _check_range(lo: int, hi: int, rows: int, args: Args, op_type: str) -> None:
-    if lo < 0 or hi >= rows:
-        raise InputError(f"op {args.op}: {op_type} index {lo if lo < 0 else hi} is out of range "
-                         f"for a parameter of {rows} rows")
 
 
 # ---------------------------------------------------------------- WeightedSum
@@ -297,7 +283,7 @@ def _sparse_momentum_infer(inputs, args):
 
 def _sparse_momentum_kernel(xp, inputs, args):
     g, m, lr, p, indices = inputs
-    flat, rounds = _indices_in_rounds(xp, indices, p.shape[0], args, "SparseMomentumSGDUpdate")
+    flat, rounds = indices_in_rounds(xp, indices, p.shape[0], f"op {args.op}: SparseMomentumSGDUpdate")
     lr = lr.reshape(()).astype(g.dtype)
     row_shape = (flat.size,) + tuple(p.shape[1:])
     grad_rows = g.reshape(row_shape)
@@ -371,7 +357,7 @@ def _sparse_adagrad_kernel(rowwise: bool):
         p, h, indices, g, lr = inputs
         if not rowwise and args.float("decay", 1.0) != 1.0:
             raise InputError(f"op {args.op}: SparseAdagrad does not support decay != 1 (Caffe2 refuses it)")
-        flat, rounds = _indices_in_rounds(xp, indices, p.shape[0], args, "SparseAdagrad")
+        flat, rounds = indices_in_rounds(xp, indices, p.shape[0], f"op {args.op}: SparseAdagrad")
         lr = lr.reshape(()).astype(p.dtype)
         grad_rows = g.reshape((flat.size,) + tuple(p.shape[1:]))
         new_p = p.copy()
@@ -474,7 +460,7 @@ def _sparse_adam_kernel(rowwise: bool):
         p, m1, m2, indices, g, lr, it = inputs
         if args.bool("enableRAdam", False):
             raise InputError(f"op {args.op}: SparseAdam with enableRAdam=1 is not supported")
-        flat, rounds = _indices_in_rounds(xp, indices, p.shape[0], args, "SparseAdam")
+        flat, rounds = indices_in_rounds(xp, indices, p.shape[0], f"op {args.op}: SparseAdam")
         correction = _adam_correction(args, int(_host_scalar(it)))
         lr = lr.reshape(()).astype(p.dtype)
         grad_rows = g.reshape((flat.size,) + tuple(p.shape[1:]))

@@ -13,15 +13,26 @@ is its sorted position minus the first sorted position of its value (a binary se
 A second stable sort by (rank, position) lists round 0's positions, then round 1's, ...,
 each in input order, so round k is a slice of that list. The slice bounds (the count of
 ranks below k, for every k), the smallest and the largest index come back to the host in
-one read of n + 3 integers (an array, not a Python list): the callers' range check and
-the rounds' sizes together.
+one read of n + 3 integers (an array, not a Python list): the range check against the
+parameter's rows and the rounds' sizes together.
 Row sums by index (no order needed) are ``segments.add_rows_at`` and ``segments.sum_by_id``.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from placer.errors import InputError
 from placer.ops.segments import on_host, stable_argsort
+
+
+def indices_in_rounds(xp, indices, rows: int, where: str) -> tuple:
+    """(flat ``indices``, their rounds), every index checked to lie in 0..rows-1 (an
+    InputError naming ``where``, e.g. "op #3 SparseAdagrad", otherwise)."""
+    flat = indices.reshape(-1)
+    lo, hi, rounds = checked_rounds(xp, flat)
+    if flat.size and (lo < 0 or hi >= rows):
+        raise InputError(f"{where} index {lo if lo < 0 else hi} is out of range for a parameter of {rows} rows")
+    return flat, rounds
 
 
 def checked_rounds(xp, indices) -> tuple[int, int, list]:

@@ -16,6 +16,10 @@ How each device does it (the fast primitive of each, chosen by ``on_host``):
   all rows followed by differences of it: in float32 that loses ~1e-4 relative at 10k
   rows and ~1e-2 at 1M rows, so it is not used. cupy's atomics take float32 and float64
   (add also float16, max not): float16 rows are reduced in float32.
+
+Rows grouped by an id in any order instead of by lengths (``sum_by_id``, ``add_rows_at``,
+``id_counts``; the sparse gradients and optimizers) follow the same split: a CSR product
+on numpy, a scatter-add on cupy, and no host read (see their section below).
 """
 from __future__ import annotations
 
