@@ -16,15 +16,18 @@ What torch 1.8.1's ``AddGradientOperators`` writes for each forward op:
 Kernels (NCHW; NHWC inputs are transposed to NCHW and back): the only Python loops are
 over the kH x kW window taps. Conv: per tap, one GEMM per image and group for dW (dY x the
 tap's strided input slice, summed over images) and one for dX (the tap's filter slice x
-dY, added into the padded input gradient), dY used in place as (N, G, M/G, Ho*Wo). Pools: per tap, the strided slice of the padded input gradient
-receives dY where the input equals the max (every tied position, as Caffe2's CPU kernel)
-or dY / window count. Window geometry (pads, legacy_pad, global_pooling) comes from
-``spatial_args`` exactly as the forward kernels use it.
+dY, added into the padded input gradient), dY used in place as (N, G, M/G, Ho*Wo).
+Pools: per tap, the strided slice of the padded input gradient receives dY where the
+input equals the max (every tied position, as Caffe2's CPU kernel) or dY / window count;
+a global pool's gradient is one broadcast pass, no taps. Window geometry (pads,
+legacy_pad, global_pooling) comes from ``spatial_args`` exactly as the forward kernels
+use it.
 
 Costs: ConvGradient = 2x the forward MACs (dW and dX; 1x without dX) plus one add per
 dY element for db; pools one flop per window position of every output (max: a compare
 and an add); SpatialBN ~8 flops per element; LRN size + 8; DropoutGrad 2 (a copy with
-is_test). All have CUDA kernels in Caffe2.
+is_test). All have CUDA kernels in Caffe2. GPU launches (``launches``) are counted on the
+strict cupy stand-in (tests/cupy_standin.py); Conv's and the pools' grow with the taps.
 """
 from __future__ import annotations
 
@@ -226,13 +229,14 @@ def _pool_grad_kernel(average: bool):
         x, y, dy = inputs
         win, (_, _, h, w), kern, out, pads = _pool_geometry(shape_of(x), args)
         if win.global_pooling:                  # one window: no taps, either layout broadcasts
-            return (_global_pool_grad(xp, x, y, dy, average, x.dtype.type(h * w)).astype(dy.dtype, copy=False),)
+            dx = _global_pool_grad(xp, x, y, dy, average, x.dtype.type(h * w))
+            return (dx.astype(dy.dtype, copy=False),)
         x4, y4, dy4 = (_to_nchw(a, win.nchw) for a in (x, y, dy))
         if average:
             if args.bool("count_include_pad", False):
                 count = x.dtype.type(kern[0] * kern[1])
             else:
-                count = xp.asarray(window_counts(win, (h, w), kern, out, pads).astype(x.dtype))
+                count = xp.asarray(_window_counts(win, (h, w), kern, out, pads).astype(x.dtype))
             dx = _scatter_taps(xp, x4, win, (h, w), kern, out, pads, _AverageShare(dy4 / count))
         else:
             dx = _scatter_taps(xp, x4, win, (h, w), kern, out, pads, _MaxShare(y4, dy4))
@@ -250,7 +254,7 @@ def _global_pool_grad(xp, x, y, dy, average: bool, count):
     return dx
 
 
-def window_counts(win, hw, kernel, out, pads) -> np.ndarray:
+def _window_counts(win, hw, kernel, out, pads) -> np.ndarray:
     """(Ho, Wo) counts of each output's window positions inside the image (host numpy, from
     shapes only: one copy to the device instead of a dozen tiny kernels)."""
     def along(size, k, s, d, pad, n_out):
@@ -263,9 +267,10 @@ def window_counts(win, hw, kernel, out, pads) -> np.ndarray:
 
 def _pool_grad_launches(average: bool):
     """Global: the mask and its product (max) or the zeroed dX, the divide and its add
-    (average), in X's layout. Windowed max: the padded X, the zeroed dX, per tap a compare, a product and an
-    add; average: the zeroed dX, the window counts' copy (none with count_include_pad), the
-    divide, an add per tap. Then the crop or NHWC transpose of dX, a copy unless a view."""
+    (average), in X's layout. Windowed max: the padded X, the zeroed dX, per tap a compare,
+    a product and an add; average: the zeroed dX, the window counts' copy (none with
+    count_include_pad), the divide, an add per tap. Then the crop or NHWC transpose of dX,
+    a copy unless it is a view."""
     def launches(inputs, args) -> int:
         win, (_, _, h, w), kernel, out, pads = _pool_geometry(inputs[0], args)
         back = not win.nchw
@@ -393,7 +398,6 @@ register(OpDef("DropoutGrad", _dropout_grad_infer, _dropout_grad_kernel,
 def _matrix_adjoint_launches(inputs, args) -> int:
     """The two source matrices' copies to the device, two GEMMs, NHWC's transposes."""
     return 4 + (args.str("order", "NCHW").upper() == "NHWC")
-
 
 
 def _pad_window(args: Args):
