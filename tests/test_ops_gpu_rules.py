@@ -16,6 +16,8 @@ import pytest
 import test_ops_data
 import test_ops_dense
 import test_ops_detection
+import test_ops_gradients
+import test_ops_optimizers
 import test_ops_resize
 import test_ops_spatial
 from conftest import require_cupy
@@ -44,39 +46,17 @@ EXTRA_CASES = [
 
 def covered_op_types() -> set[str]:
     """Op types some strict-run case exercises, over every family's case list."""
-    ops = {c["op"] for c in test_ops_data.CASES + test_ops_dense.CASES + test_ops_spatial.CASES}
+    ops = {c["op"] for c in test_ops_data.CASES + test_ops_dense.CASES + test_ops_spatial.CASES
+           + test_ops_gradients.CASES + test_ops_optimizers.ALL}
     ops |= {c[0] for c in test_ops_detection.KERNEL_CASES} | {c[0] for c in test_ops_resize.CASES}
     return ops | {c[0] for c in EXTRA_CASES} | {"Dropout"}
-
-
-# Training ops (gradients, optimizers) whose conformance cases do not yet run through
-# ``check_gpu_kernel``: their kernels are checked against real Caffe2 and through the
-# name-only stand-in, not yet against cupy's rules and launch counts. This list only shrinks.
-NOT_YET_STRICT = frozenset({
-    'AbsGradient', 'Adagrad', 'Adam', 'AddGradient', 'AveragePoolGradient', 'AveragedLossGradient',
-    'BatchGatherGradient', 'ChannelShuffleGradient', 'ClipGradient', 'ConvGradient', 'ConvTransposeGradient',
-    'CopyOnDeviceLike', 'CosGradient', 'DivGradient', 'DropoutGrad', 'EluGradient', 'FCGradient',
-    'FCTransposedGradient', 'LRNGradient', 'LabelCrossEntropyGradient', 'LeakyReluGradient', 'LearningRate',
-    'LengthsIndicesInGradientMeanGradient', 'LengthsIndicesInGradientSumGradient', 'LogitGradient',
-    'MakeTwoClassGradient', 'MaxGradient', 'MaxPoolGradient', 'MeanGradient', 'MinGradient',
-    'MomentumSGDUpdate', 'MulGradient', 'PReluGradient', 'PadImageGradient', 'ReciprocalGradient',
-    'ReluGradient', 'ResizeNearestGradient', 'RowWiseSparseAdagrad', 'RsqrtGradient', 'ScatterWeightedSum',
-    'SigmoidCrossEntropyWithLogitsGradient', 'SigmoidGradient', 'SinGradient', 'SliceGradient',
-    'SoftmaxGradient', 'SoftmaxWithLossGradient', 'SoftplusGradient', 'SoftsignGradient',
-    'SortedSegmentRangeLogMeanExpGradient', 'SortedSegmentRangeMeanGradient', 'SparseAdagrad', 'SparseAdam',
-    'SparseLengthsIndicesInGradientMeanGradient', 'SparseLengthsIndicesInGradientSumGradient',
-    'SparseLengthsIndicesInGradientWeightedSumGradient', 'SparseMomentumSGDUpdate', 'SparseToDense',
-    'SpatialBNGradient', 'SpatialSoftmaxWithLossGradient', 'SquaredL2DistanceGradient', 'SubGradient',
-    'SumReduceLike', 'SwishGradient', 'TanhGradient', 'ThresholdedReluGradient', 'TileGradient', 'Unique',
-    'WeightedSum'})
 
 
 def test_every_gpu_op_runs_on_the_strict_stand_in():
     """A new op registered for the GPU needs a case that runs through ``check_gpu_kernel``
     (add it to its family's case list, or to EXTRA_CASES)."""
     gpu_ops = {t for t in registry.all_types() if "gpu" in registry.get(t).devices}
-    assert gpu_ops - covered_op_types() - NOT_YET_STRICT == set()
-    assert NOT_YET_STRICT & covered_op_types() == set(), "drop ops from NOT_YET_STRICT once covered"
+    assert gpu_ops - covered_op_types() == set()
 
 
 @pytest.mark.parametrize("op_type,inputs,args", EXTRA_CASES, ids=[c[0] for c in EXTRA_CASES])
