@@ -564,7 +564,7 @@ def test_big_init_nets_are_written_binary_only(tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     assert main(["convert", str(proto), "--weights", str(tmp_path / "w.caffemodel"), "-o", str(out)]) == 0
     assert "980 weight values: written binary only" in capsys.readouterr().out
-    assert sorted(p.name for p in out.iterdir()) == ["init_net.pb", "predict_net.pbtxt"]
+    assert sorted(p.name for p in out.iterdir()) == ["init_net.pb", "predict_net.pbtxt", "value_info.json"]
     fill = next(op for op in load_netdef(out / "init_net.pb").op if op.output[0] == "ip_w")
     np.testing.assert_allclose(_args(fill)["values"], np.linspace(-1, 1, 980), atol=1e-6)
 
@@ -674,3 +674,86 @@ layer { name: "loss" type: "SoftmaxWithLoss" bottom: "score" bottom: "label" top
     assert (squeeze.type, _args(squeeze)) == ("Squeeze", {"dims": [1]})
     assert loss.type == "SpatialSoftmaxWithLoss" and list(loss.input) == ["score", "_loss_label"]
     assert r.shapes["_loss_label"] == (2, 8, 8)
+
+
+# ---------------------------------------------------------------- input shapes travel with the net
+
+def _convert_and_read_value_info(tmp_path, proto, *extra):
+    import json
+    out = tmp_path / "out"
+    assert main(["convert", str(proto), "-o", str(out), *extra]) == 0
+    return out, json.loads((out / "value_info.json").read_text())
+
+
+def _plans_and_runs(capsys, out, run=True):
+    """`placer plan` and `placer run` on the converted net, with no --input."""
+    capsys.readouterr()
+    assert main(["plan", str(out / "predict_net.pbtxt")]) == 0, capsys.readouterr().err
+    if run:
+        assert main(["run", str(out / "predict_net.pbtxt"), "--quiet"]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.corpus
+def test_input_layer_shape_goes_to_value_info(tmp_path, capsys):
+    """mnist_lenet.prototxt: `Input` layer with input_param { shape { dim: 64 1 28 28 } }."""
+    out, info = _convert_and_read_value_info(tmp_path, _net("mnist_lenet"))
+    assert info == {"data": [1, [64, 1, 28, 28]]}  # [TensorProto.FLOAT, shape], as in the model zoo
+    assert "input shapes: data float32[64,1,28,28]" in capsys.readouterr().out
+    _plans_and_runs(capsys, out)
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name, shape", [
+    ("v1_caffenet_deploy", [10, 3, 227, 227]),       # V1 `layers`, input + 4 x input_dim
+    ("squeezenet_v1.0_deploy", [10, 3, 227, 227]),   # input + input_shape { dim ... }
+])
+def test_input_dim_and_input_shape_go_to_value_info(tmp_path, capsys, name, shape):
+    out, info = _convert_and_read_value_info(tmp_path, _net(name))
+    assert info == {"data": [1, shape]}
+    _plans_and_runs(capsys, out, run=False)
+
+
+def test_v0_net_input_dims_go_to_value_info(tmp_path, capsys):
+    from test_formats_caffe import V0_NET
+    out, info = _convert_and_read_value_info(tmp_path, _write(tmp_path, V0_NET, "v0.prototxt"))
+    assert info == {"data": [1, [2, 3, 32, 32]]}
+    _plans_and_runs(capsys, out)
+
+
+@pytest.mark.corpus
+def test_data_layer_completed_by_input_goes_to_value_info(tmp_path, capsys):
+    """V1 train_test with a DATA layer: the batch (100) and the int32 label come from the
+    file, the channels and size from --input."""
+    out, info = _convert_and_read_value_info(tmp_path, _net("v1_mnist_lenet_train_test"),
+                                             "--input", "data=100,1,28,28")
+    assert info == {"data": [1, [100, 1, 28, 28]], "label": [2, [100]]}  # 2 = TensorProto.INT32
+    _plans_and_runs(capsys, out)
+
+
+@pytest.mark.corpus
+def test_input_given_to_convert_replaces_the_files_shape(tmp_path, capsys):
+    out, info = _convert_and_read_value_info(tmp_path, _net("mnist_lenet"), "--input", "data=3,1,28,28")
+    assert info == {"data": [1, [3, 1, 28, 28]]}
+    capsys.readouterr()
+    assert main(["run", str(out / "predict_net.pbtxt"), "--quiet", "--outputs", str(tmp_path / "o.npz")]) == 0
+    assert np.load(tmp_path / "o.npz")["prob"].shape == (3, 10)
+
+
+def test_a_later_conversion_without_shapes_leaves_no_stale_value_info(tmp_path, capsys):
+    from test_formats_caffe import V0_NET
+    out, info = _convert_and_read_value_info(tmp_path, _write(tmp_path, V0_NET, "v0.prototxt"))
+    assert info
+    open_input = 'name: "open"\ninput: "data"\nlayer { name: "r" type: "ReLU" bottom: "data" top: "r" }\n'
+    out, info = _convert_and_read_value_info(tmp_path, _write(tmp_path, open_input, "open.prototxt"))
+    assert info == {}
+    capsys.readouterr()
+    assert main(["plan", str(out / "predict_net.pbtxt")]) == 2
+    assert "'data'" in capsys.readouterr().err
+
+
+def test_convert_refuses_an_input_the_net_does_not_have(tmp_path, capsys):
+    from test_formats_caffe import V0_NET
+    proto = _write(tmp_path, V0_NET, "v0.prototxt")
+    assert main(["convert", str(proto), "-o", str(tmp_path / "out"), "--input", "dta=2,3,32,32"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no input blob 'dta'" in err and "(its inputs: data)" in err
