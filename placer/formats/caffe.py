@@ -40,6 +40,28 @@ DATA_LAYERS = frozenset({"Input", "Data", "ImageData", "DummyData", "MemoryData"
 # Data layers whose second top is a class label (an integer per example).
 LABELLED_DATA_LAYERS = frozenset({"Data", "ImageData", "WindowData", "MemoryData"})
 
+# Bottoms and tops a layer type takes: (min bottoms, max bottoms, min tops, max tops), None
+# for no limit; Caffe's own Exact/Min/MaxNum{Bottom,Top}Blobs of each layer. Convolution
+# takes N bottom/top pairs in Caffe (one set of weights); the translator converts one.
+_NEURON = (1, 1, 1, 1)
+LAYER_WIRING = {
+    **dict.fromkeys(("ReLU", "PReLU", "Sigmoid", "TanH", "AbsVal", "BNLL", "ELU", "Exp", "Log",
+                     "Power", "Threshold", "Clip", "Swish", "Dropout", "LRN", "Softmax", "Flatten",
+                     "Reshape", "Tile", "BatchNorm", "InnerProduct", "Convolution", "Deconvolution",
+                     "Embed", "ArgMax", "MVN", "Permute", "Normalize"), _NEURON),
+    "Pooling": (1, 1, 1, 2),  # MAX pooling may name its argmax mask as a second top
+    "Scale": (1, 2, 1, 1), "Bias": (1, 2, 1, 1),
+    "Eltwise": (2, None, 1, 1), "Concat": (1, None, 1, 1),
+    "Slice": (1, 1, 1, None), "Split": (1, 1, 1, None), "Silence": (1, None, 0, 0),
+    "Accuracy": (2, 2, 1, 2), "SoftmaxWithLoss": (2, 2, 1, 2),
+    **dict.fromkeys(("EuclideanLoss", "SigmoidCrossEntropyLoss", "HingeLoss", "InfogainLoss",
+                     "MultinomialLogisticLoss", "ContrastiveLoss"), (2, 3, 0, 1)),  # Caffe names a missing top
+    "Crop": (2, 2, 1, 1), "PriorBox": (2, 2, 1, 1), "DetectionOutput": (3, 4, 1, 1),
+    "Input": (0, 0, 1, None), "DummyData": (0, 0, 1, None), "HDF5Data": (0, 0, 1, None),
+    "MemoryData": (0, 0, 2, 2), "WindowData": (0, 0, 2, 2),
+    **dict.fromkeys(("Data", "ImageData", "AnnotatedData", "VideoData"), (0, 0, 1, 2)),
+}
+
 # V0 lower-case type -> V1 enum name (Caffe's V0 upgrader).
 _V0_TYPES = {
     "accuracy": "ACCURACY", "bnll": "BNLL", "concat": "CONCAT", "conv": "CONVOLUTION",
@@ -288,6 +310,7 @@ def load_caffe(path: str | os.PathLike, phase: str = "test",
     state_level = level if level is not None else int(net.state.level)
     number = phase_number(phase)
     kept = [l for l in layers if layer_included(l, number, state_level, state_stages)]
+    check_wiring(kept, str(path))
     caffe = CaffeNet(name=net.name, layers=kept, inputs={}, notes=list(notes), path=str(path),
                      generation=generation)
     _declared_inputs(net, caffe)
@@ -299,6 +322,41 @@ def load_caffe(path: str | os.PathLike, phase: str = "test",
                             hint="check the file, or try the other --phase")
     _check_bottoms(caffe, phase)
     return caffe
+
+
+def check_wiring(layers, path: str) -> None:
+    """Each layer has the bottoms and tops its type takes (``LAYER_WIRING``): a layer
+    that lost a ``bottom:`` or ``top:`` line is an error naming the file, the line of the
+    layer and what is missing, before any converter indexes into them."""
+    for layer in layers:
+        counts = LAYER_WIRING.get(layer.type)
+        if counts is None:
+            continue
+        for what, have, low, high in (("bottom", len(layer.bottom), *counts[:2]),
+                                      ("top", len(layer.top), *counts[2:])):
+            if low <= have and (high is None or have <= high):
+                continue
+            want = (f"exactly {low}" if low == high else f"at least {low}" if high is None
+                    else f"{low} to {high}")
+            raise layer_error(path, layer, f"has {have} {what}(s); a {layer.type} layer takes {want}",
+                              hint=f"a `{what}:` line is missing or extra in that layer")
+
+
+def layer_error(path: str, layer, message: str, hint: str | None = None) -> NetParseError:
+    """A NetParseError at the layer's line: ``file:line: layer 'conv1' (Convolution) ...``."""
+    return NetParseError(path, f"layer '{layer.name}' ({layer.type}) {message}",
+                         line=layer_line(path, layer.name), hint=hint)
+
+
+def layer_line(path: str, name: str) -> int | None:
+    """The line of ``name: "<layer name>"`` in the file (the first one), if any."""
+    import re
+    try:
+        text = read_file_bytes(path).decode("utf-8", "replace")
+    except NetParseError:
+        return None
+    m = re.search(r'\bname\s*:\s*["\']' + re.escape(name) + r'["\']', text)
+    return text.count("\n", 0, m.start()) + 1 if m else None
 
 
 def _check_bottoms(caffe: CaffeNet, phase: str) -> None:

@@ -38,7 +38,8 @@ import numpy as np
 
 from placer.errors import NetParseError
 from placer.formats import caffe2_pb as c2
-from placer.formats.caffe import DATA_LAYERS, CaffeNet, Shape, full_shape, load_caffe, read_caffemodel
+from placer.formats.caffe import (DATA_LAYERS, CaffeNet, Shape, full_shape, layer_error, load_caffe,
+                                  read_caffemodel)
 from placer.types import TensorType
 
 CAFFE_LEGACY_POOLING = 3
@@ -211,6 +212,12 @@ class _Converter:
         for key, value in args.items():
             set_arg(proto.arg.add(name=key), value)
 
+    def require(self, ok: bool, layer, message: str, hint: str = "Caffe refuses this layer too") -> None:
+        """A layer whose parameters Caffe itself would refuse (a zero stride, a group that
+        does not divide the channels, ...) is an error at its line, not a crash later."""
+        if not ok:
+            raise layer_error(self.caffe.path, layer, message, hint=hint)
+
     def unknown(self, layer, why: str = "") -> None:
         self.result.unknown_layers.append((layer.name, layer.type))
         if why:
@@ -293,6 +300,10 @@ def filler_of(param, field_name: str, default: tuple):
 
 # ---------------------------------------------------------------- shape arithmetic
 
+def _fmt(shape: Shape) -> str:
+    return "?" if shape is None else "x".join("?" if d is None else str(d) for d in shape)
+
+
 def norm_axis(axis: int, rank: int | None) -> int | None:
     if axis >= 0:
         return axis
@@ -366,7 +377,14 @@ def _conv(cv: _Converter, layer, transpose: bool = False) -> None:
     if len(kernel) != 2 or p.axis != 1 or None in kernel:
         return _unknown(cv, layer, "only 2-D convolution over axis 1 is mapped")
     m, g = int(p.num_output), int(p.group)
-    c = None if x is None else x[1]
+    c = None if x is None or len(x) < 2 else x[1]
+    cv.require(min(kernel) > 0 and min(stride) > 0 and min(dil) > 0, layer,
+               f"has kernel {kernel}, stride {stride}, dilation {dil}: each must be at least 1")
+    cv.require(m > 0 and g > 0 and m % g == 0 and (c is None or c % g == 0), layer,
+               f"has num_output {m} and group {g} over {c if c is not None else '?'} input channels: "
+               f"the group must divide both")
+    cv.require(x is None or len(x) == 4, layer, f"reads a blob of shape {_fmt(x)}; a 2-D convolution "
+                                                "takes N x C x H x W")
     if transpose:  # Caffe and Caffe2 deconvolution filters: (C_in, M / group, kh, kw)
         w_shape = (c, m // g, *kernel)
         spatial = [None if x is None or x[2 + i] is None else
@@ -421,6 +439,12 @@ def _pooling(cv: _Converter, layer) -> None:
     stride = [p.stride_h, p.stride_w] if p.HasField("stride_h") else [p.stride] * 2
     pad = [p.pad_h, p.pad_w] if p.HasField("pad_h") or p.HasField("pad_w") else [p.pad] * 2
     ceil = p.round_mode == 0
+    cv.require(x is None or len(x) == 4, layer, f"reads a blob of shape {_fmt(x)}; 2-D pooling "
+                                                "takes N x C x H x W")
+    if not p.global_pooling:
+        cv.require(min(kernel) > 0 and min(stride) > 0 and all(a < k for a, k in zip(pad, kernel)), layer,
+                   f"has kernel {kernel}, stride {stride}, pad {pad}: kernel and stride must be at "
+                   "least 1 and the pad smaller than the kernel")
     if p.global_pooling:
         args = {"global_pooling": 1, "order": "NCHW"}
         out = None if x is None else (*x[:2], 1, 1)
