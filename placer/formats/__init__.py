@@ -152,13 +152,21 @@ def check_dims(dims, where: str) -> tuple[int, ...]:
     """``dims`` as a shape, or a ShapeError when one is negative or the element count does
     not fit in int64 (what Caffe2 and numpy index with)."""
     dims = tuple(int(d) for d in dims)
-    if any(d < 0 for d in dims):
-        raise ShapeError(f"{where}: shape {list(dims)} has a negative dimension",
-                         hint="dimensions are sizes: 0 or more")
-    if prod(dims) > MAX_ELEMENTS:
-        raise ShapeError(f"{where}: shape {list(dims)} has {prod(dims):.3g} elements, more than "
-                         f"int64 can count (2^63 - 1)", hint="check the dimensions")
+    problem = shape_problem(dims)
+    if problem:
+        raise ShapeError(f"{where}: {problem}", hint="dimensions are sizes: 0 or more, and not astronomical")
     return dims
+
+
+def shape_problem(dims) -> str | None:
+    """Why ``dims`` (unknown ones None) cannot be a blob's shape, or None when it can."""
+    known = [int(d) for d in dims if d is not None]
+    shown = "x".join("?" if d is None else str(d) for d in dims)
+    if any(d < 0 for d in known):
+        return f"shape {shown} has a negative dimension"
+    if prod(known) > MAX_ELEMENTS:
+        return f"shape {shown} has {prod(known):.3g} elements, more than int64 can count (2^63 - 1)"
+    return None
 
 
 def read_json_file(path: Path, what: str):

@@ -26,7 +26,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from placer.errors import NetParseError
-from placer.formats import caffe_pb as pb
+from placer.formats import caffe_pb as pb, shape_problem
 from placer.formats.caffe2 import read_file_bytes
 from placer.types import Net, TensorType
 
@@ -105,7 +105,11 @@ def read_prototxt(path: str | os.PathLike):
     except UnicodeDecodeError:
         raise NetParseError(str(path), "not a Caffe prototxt: the file is not text",
                             hint="a binary .caffemodel goes to --weights") from None
-    return pb.parse_text(text, str(path))
+    try:
+        return pb.parse_text(text, str(path))
+    except RecursionError:  # protobuf's text parser recurses per level of braces it skips
+        raise NetParseError(str(path), "not a valid Caffe prototxt: braces nested too deeply "
+                                       "to parse (caffe.proto nests a few levels)") from None
 
 
 def read_caffemodel(path: str | os.PathLike) -> dict[str, list[np.ndarray]]:
@@ -381,6 +385,9 @@ def _declared_inputs(net, caffe: CaffeNet) -> None:
             shape = tuple(int(d) for d in net.input_shape[i].dim)
         elif len(dims) >= 4 * (i + 1):
             shape = tuple(int(d) for d in dims[4 * i:4 * i + 4])
+        if shape is not None and shape_problem(shape):
+            raise NetParseError(caffe.path, f"input '{name}': {shape_problem(shape)}",
+                                hint="fix its input_shape / input_dim")
         caffe.inputs[name] = shape
         if shape is None:
             caffe.hints[name] = (f"input '{name}' has no input_shape or input_dim in the file; "
@@ -405,6 +412,8 @@ def _data_layer_inputs(layer, caffe: CaffeNet) -> None:
     elif t == "AnnotatedData":  # its second top holds boxes, (1, 1, boxes, 8): data-dependent
         shapes = [_image_batch_shape(layer), None][:len(tops)]
     for i, (top, shape) in enumerate(zip(tops, shapes)):
+        if shape is not None and shape_problem(shape):
+            raise layer_error(caffe.path, layer, f"top '{top}': {shape_problem(shape)}")
         caffe.inputs[top] = shape
         if i == 1 and t in LABELLED_DATA_LAYERS:
             caffe.input_dtypes[top] = "int32"  # labels: Caffe2 losses and Accuracy take int labels

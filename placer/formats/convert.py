@@ -37,7 +37,7 @@ from math import prod
 import numpy as np
 
 from placer.errors import NetParseError
-from placer.formats import caffe2_pb as c2
+from placer.formats import caffe2_pb as c2, shape_problem
 from placer.formats.caffe import (DATA_LAYERS, CaffeNet, Shape, full_shape, layer_error, load_caffe,
                                   read_caffemodel)
 from placer.types import TensorType
@@ -152,7 +152,17 @@ class _Converter:
 
     def set(self, tops, shapes) -> None:
         for top, shape in zip(tops, shapes):
+            if shape is not None:
+                self.check_shape(shape, f"output '{top}'")
             self.shapes[top] = None if shape is None else tuple(shape)
+
+    def check_shape(self, shape, what: str) -> None:
+        """A negative size (an input smaller than a kernel) or more elements than int64
+        counts: Caffe refuses such a blob, and so does every later stage."""
+        problem = shape_problem(shape)
+        if problem:
+            raise layer_error(self.caffe.path, self.layer, f"{what}: {problem}",
+                              hint="check the layer's parameters and the input shape")
 
     def op(self, type_: str, inputs, outputs, **args):
         proto = self.predict.op.add(type=type_, name=self.layer.name if self.layer else "")
@@ -184,6 +194,8 @@ class _Converter:
         """
         if name in self.params:  # shared through ParamSpec.name
             return name
+        if shape is not None:
+            self.check_shape(shape, f"parameter '{name}'")
         if values is None and learned and self.weights:
             self.random_despite_weights.append(name)
         if values is not None:
@@ -800,6 +812,10 @@ def _keep(cv: _Converter, layer, op_type: str) -> None:
     ``<layer>_scale``, filled from ``scale_filler``) and flattened ``*_param`` fields."""
     shapes = cv.ins(layer)
     inputs = list(layer.bottom)
+    if layer.type == "Permute" and shapes[0] is not None:
+        order, rank = [int(o) for o in layer.permute_param.order], len(shapes[0])
+        cv.require(len(set(order)) == len(order) and all(o < rank for o in order), layer,
+                   f"has order {order} over a {rank}-D input: each axis once at most, each below {rank}")
     if layer.type == "Normalize":
         p = layer.norm_param
         x = shapes[0]
