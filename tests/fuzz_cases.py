@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "nets"
 SEED = 20250607
 ACCEPTED = ("ok", "refused", "usage")
+STARTUP_S = 120.0  # importing placer and its commands in a fresh worker, on a busy host
 
 # Caffe2 TensorProto.DataType FLOAT, and dimensions that overflow int64 once multiplied.
 FLOAT = 1
@@ -292,10 +293,14 @@ def lost_wiring_cases() -> list[Case]:
 
 
 def drop_wiring_line(text: str, layer: str, field_: str) -> str:
-    """``text`` without the first ``field_:`` line of the layer named ``layer``."""
+    """``text`` without the first ``field_:`` line of the layer named ``layer`` (the block
+    from its ``layer {`` / ``layers {`` line to the next one)."""
     lines = text.split("\n")
-    start = next(i for i, line in enumerate(lines) if re.search(rf'\bname:\s*"{re.escape(layer)}"', line))
-    for i in range(start, len(lines)):
+    opens = [i for i, line in enumerate(lines) if re.match(r"\s*layers?\s*\{", line)] + [len(lines)]
+    named = next(i for i, line in enumerate(lines) if re.search(rf'\bname:\s*"{re.escape(layer)}"', line))
+    start = max(i for i in opens if i <= named)
+    end = min(i for i in opens if i > named)
+    for i in range(start, end):
         if re.match(rf"\s*{field_}\s*:", lines[i]):
             del lines[i]
             return "\n".join(lines)
@@ -571,6 +576,8 @@ class CliRunner:
     def run(self, case: Case) -> Outcome:
         if self.proc is None or self.proc.poll() is not None:
             self.proc = self._start()
+            if self._read_line(STARTUP_S) is None:
+                raise RuntimeError(f"the fuzz worker did not start within {STARTUP_S} s")
         self.count += 1
         folder = self.workdir / f"case{self.count}"
         request = {"argv": case.argv, "folder": str(folder), "alarm_s": self.time_cap_s,
@@ -643,7 +650,10 @@ def _serve() -> None:
         raise CaseTimeout()
 
     signal.signal(signal.SIGALRM, on_alarm)
-    from placer.cli import main
+    from placer.cli import build_parser, main
+    build_parser()  # imports every command module now, outside any case's time cap
+    reply_to.write(json.dumps({"ready": True}) + "\n")
+    reply_to.flush()
     for line in sys.stdin:
         request = json.loads(line)
         folder = Path(request["folder"])

@@ -757,3 +757,66 @@ def test_convert_refuses_an_input_the_net_does_not_have(tmp_path, capsys):
     assert main(["convert", str(proto), "-o", str(tmp_path / "out"), "--input", "dta=2,3,32,32"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no input blob 'dta'" in err and "(its inputs: data)" in err
+
+
+# ---------------------------------------------------------------- broken layers end in one line
+
+def _line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def _refused(capsys, argv) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("placer: error: ") and "Traceback" not in err
+    return err
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name, layer, field_, words", [
+    ("resnet50_ResNet-50-deploy", "bn_conv1", "top", "layer 'bn_conv1' (BatchNorm) has 0 top(s); a BatchNorm layer takes exactly 1"),
+    ("resnet50_ResNet-50-deploy", "scale_conv1", "bottom", "layer 'scale_conv1' (Scale) has 0 bottom(s); a Scale layer takes 1 to 2"),
+    ("v1_mnist_lenet_train_test", "ip1", "bottom", "layer 'ip1' (InnerProduct) has 0 bottom(s)"),
+    ("bvlc_alexnet_train_val", "accuracy", "bottom", "layer 'accuracy' (Accuracy) has 1 bottom(s)"),
+])
+def test_a_layer_that_lost_a_top_or_bottom_is_named_at_its_line(tmp_path, capsys, name, layer, field_, words):
+    from fuzz_cases import drop_wiring_line
+    text = drop_wiring_line(_net(name).read_text(), layer, field_)
+    proto = _write(tmp_path, text, "net.prototxt")
+    err = _refused(capsys, ["convert", str(proto), "-o", str(tmp_path / "out")])
+    line = _line_of(text, 'name: "%s"' % layer)
+    assert f"{proto}:{line}: " in err
+    assert words in err and f"`{field_}:` line" in err
+
+
+@pytest.mark.parametrize("param, words", [
+    ("convolution_param { num_output: 4 kernel_size: 3 stride: 0 }", "stride [0, 0]"),
+    ("convolution_param { num_output: 4 kernel_size: 0 }", "kernel [0, 0]"),
+    ("convolution_param { num_output: 4 kernel_size: 3 group: 3 }", "group 3"),
+    ("convolution_param { num_output: 4 kernel_size: 9 }", "output 'c': shape 1x4x-1x-1 has a negative dimension"),
+])
+def test_convolution_parameters_caffe_refuses_are_refused_at_the_layer(tmp_path, capsys, param, words):
+    text = ('name: "n"\ninput: "x"\ninput_dim: 1 input_dim: 2 input_dim: 7 input_dim: 7\n'
+            f'layer {{\n  name: "conv"\n  type: "Convolution" bottom: "x" top: "c"\n  {param}\n}}\n')
+    proto = _write(tmp_path, text)
+    err = _refused(capsys, ["convert", str(proto), "-o", str(tmp_path / "out")])
+    assert f"{proto}:5: layer 'conv' (Convolution)" in err and words in err
+
+
+def test_pooling_with_zero_stride_or_pad_past_the_kernel_is_refused(tmp_path, capsys):
+    for param in ("kernel_size: 2 stride: 0", "kernel_size: 2 pad: 2"):
+        text = ('input: "x"\ninput_dim: 1 input_dim: 2 input_dim: 7 input_dim: 7\n'
+                f'layer {{ name: "pool" type: "Pooling" bottom: "x" top: "p" pooling_param {{ {param} }} }}\n')
+        err = _refused(capsys, ["inspect", str(_write(tmp_path, text))])
+        assert "layer 'pool' (Pooling)" in err and "kernel and stride must be at least 1" in err
+
+
+@pytest.mark.parametrize("header", [
+    'input: "x"\ninput_dim: 1 input_dim: -3 input_dim: 7 input_dim: 7\n',
+    'layer { name: "x" type: "Input" top: "x" input_param { shape { dim: 1 dim: 3 dim: -7 dim: 7 } } }\n',
+    'input: "x"\ninput_shape { dim: 1099511627776 dim: 1099511627776 }\n',
+])
+def test_input_shapes_that_cannot_exist_are_refused(tmp_path, capsys, header):
+    text = header + 'layer { name: "r" type: "ReLU" bottom: "x" top: "r" }\n'
+    err = _refused(capsys, ["convert", str(_write(tmp_path, text)), "-o", str(tmp_path / "out")])
+    assert "negative dimension" in err or "more than int64 can count" in err

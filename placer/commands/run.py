@@ -125,7 +125,7 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
     """The arrays of an .npz, after its headers say they fit in memory (a header can claim
     any shape; numpy allocates the whole array before reading a byte of it)."""
     declared = _npz_bytes(path)
-    require_memory(Footprint(declared, (("arrays", declared),)), f"reading {path}", hint="feed smaller arrays")
+    require_memory(Footprint((("arrays", declared),)), f"reading {path}", hint="feed smaller arrays")
     try:
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}

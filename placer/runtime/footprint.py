@@ -7,15 +7,15 @@ process killed once the pages are written. So the commands that allocate (``plac
 figures, what does not fit.
 
 What a run needs, in host memory (every blob when the GPU is emulated; with a real GPU
-only the blobs of CPU ops, the fed inputs and the parameters the host keeps):
+only the blobs of CPU ops, the fed inputs and the parameters the host keeps): the
+parameters (the init net's fills) and the fed inputs, live throughout, plus the larger of
 
-- the parameters (the init net's fills) and the fed inputs, live throughout;
-- the peak of the other blobs alive at once, with each blob freed after its last reader
-  (the executor's own rule, ``executor.peak_bytes``);
+- the peak of the other blobs alive at once, each freed after its last reader (the
+  executor's own rule, ``executor.peak_bytes``), and
 - when inputs are random, the largest one's float64 draw before its cast.
 
-What the profiler needs is the worst single op: its inputs, its outputs and the float
-temporaries of drawing the largest input.
+What the profiler needs is the worst single op: its inputs plus the larger of its outputs
+and the temporaries of drawing its largest input.
 
 What the machine has is the smallest of the limits that apply: ``MemAvailable`` in
 /proc/meminfo, the cgroup's memory limit less its usage (v2, then v1), the address-space
@@ -39,13 +39,23 @@ _UNLIMITED = 2**60  # cgroup v1 writes "no limit" as 2^63 rounded to a page
 
 @dataclass(frozen=True)
 class Footprint:
-    """Bytes a command will hold at its peak, and what they are."""
+    """Bytes a command holds at its peak: ``held`` parts live throughout, plus the largest
+    of the ``phases`` (parts that are never alive together, e.g. the random draw before a
+    run and the activations during it)."""
 
-    total_bytes: int
-    parts: tuple[tuple[str, int], ...]
+    held: tuple[tuple[str, int], ...]
+    phases: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(n for _, n in self.held) + max((n for _, n in self.phases), default=0)
 
     def describe(self) -> str:
-        return ", ".join(f"{what} {format_bytes(n)}" for what, n in self.parts if n)
+        held = " + ".join(f"{what} {format_bytes(n)}" for what, n in self.held if n) or "nothing held"
+        phases = [f"{what} {format_bytes(n)}" for what, n in self.phases if n]
+        if len(phases) > 1:
+            return f"{held} + the larger of {' and '.join(phases)}"
+        return " + ".join([held, *phases])
 
 
 def format_bytes(n: float) -> str:
@@ -62,36 +72,34 @@ def format_bytes(n: float) -> str:
 def run_footprint(typed: TypedNet, fed: list[str], random_inputs: bool,
                   host_only: set[int] | None = None) -> Footprint:
     """Peak host bytes of ``placer run`` over ``typed``; ``fed`` are the blobs fed from
-    outside. ``host_only`` (op indices) limits the activations counted to those ops'
-    blobs (a real GPU holds the others); None counts every op (CPU or emulated GPU)."""
+    outside (held by the caller for the whole run). ``host_only`` (op indices) limits the
+    activations counted to those ops' blobs (a real GPU holds the others); None counts
+    every op (CPU or emulated GPU)."""
     from placer.runtime.executor import peak_bytes
     net, blobs = typed.net, typed.blobs
     params = sum(_nbytes(blobs.get(b)) for b in net.params)
     inputs = sum(_nbytes(blobs.get(b)) for b in fed)
-    steps = [op for op in net.ops if host_only is None or op.index in host_only]
+    steps = [(op.inputs, op.outputs) for op in net.ops if host_only is None or op.index in host_only]
     sizes = {name: ("host", _nbytes(t)) for name, t in blobs.items() if t is not None}
-    frees = _last_uses(net, [(op.inputs, op.outputs) for op in steps])
-    initial = [*net.params, *fed]
-    peak = peak_bytes([(op.inputs, op.outputs) for op in steps], sizes, initial, frees).get("host", 0)
+    held = [*net.params, *fed]
+    peak = peak_bytes(steps, sizes, held, _last_uses(net, steps, keep=set(held))).get("host", 0)
     draw = max((blobs[b].size * DRAW_BYTES_PER_ELEMENT for b in fed if blobs.get(b) is not None),
                default=0) if random_inputs else 0
-    activations = max(0, peak - params - inputs)
-    return Footprint(peak + draw, (("parameters", params), ("inputs", inputs),
-                                   ("peak activations", activations), ("random draw", draw)))
+    return Footprint((("parameters", params), ("inputs", inputs)),
+                     (("peak activations", max(0, peak - params - inputs)), ("random draw", draw)))
 
 
 def profile_footprint(typed: TypedNet) -> tuple[Footprint, str]:
     """Bytes of the op that needs the most to be timed alone, and what that is (for
-    ``require_memory``)."""
-    best, label = Footprint(0, ()), ""
+    ``require_memory``): its inputs, then the larger of its outputs and the float
+    temporaries of drawing its largest input (a draw and its shift, before the cast)."""
+    best, label = Footprint(()), ""
     for op, ins, outs in zip(typed.net.ops, typed.op_inputs, typed.op_outputs):
-        inputs = sum(_nbytes(t) for t in ins)
-        outputs = sum(_nbytes(t) for t in outs)
-        draw = 2 * max((_nbytes(t) for t in ins), default=0)  # draw, then the cast
-        total = inputs + outputs + draw
-        if total > best.total_bytes:
-            best = Footprint(total, (("inputs", inputs), ("outputs", outputs), ("random draw", draw)))
-            label = f"timing op {op.label}"
+        need = Footprint((("inputs", sum(_nbytes(t) for t in ins)),),
+                         (("outputs", sum(_nbytes(t) for t in outs)),
+                          ("random draw", 2 * max((_nbytes(t) for t in ins), default=0))))
+        if need.total_bytes > best.total_bytes:
+            best, label = need, f"timing op {op.label}"
     return best, label
 
 
@@ -99,9 +107,9 @@ def _nbytes(t: TensorType | None) -> int:
     return 0 if t is None else t.nbytes
 
 
-def _last_uses(net: Net, steps_io) -> list[tuple[str, ...]]:
-    """Per step, the blobs whose last use it is (outputs and parameters never die)."""
-    keep = set(net.external_outputs) | set(net.params)
+def _last_uses(net: Net, steps_io, keep: set[str]) -> list[tuple[str, ...]]:
+    """Per step, the blobs whose last use it is (``keep`` and the outputs never die)."""
+    keep = keep | set(net.external_outputs)
     last: dict[str, int] = {}
     for i, (ins, outs) in enumerate(steps_io):
         for name in (*ins, *outs):
