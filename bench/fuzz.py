@@ -46,8 +46,10 @@ def main() -> int:
             CliRunner(Path(tmp), int(args.mem_cap_gib * 2**30), args.time_cap) as runner:
         for i, case in enumerate(cases):
             outcomes.append(runner.run(case))
-            print(f"\r{i + 1}/{len(cases)}", end="", file=sys.stderr, flush=True)
-    print(file=sys.stderr)
+            if sys.stderr.isatty():
+                print(f"\r{i + 1}/{len(cases)}", end="", file=sys.stderr, flush=True)
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
     wall = time.perf_counter() - start
 
     counts = Counter(o.kind for o in outcomes)

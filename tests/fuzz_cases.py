@@ -408,7 +408,8 @@ def bad_profile_cases() -> list[Case]:
             {d: {m: {"latency_s": 1e-6, "bytes_per_s": 1e9, "points": [[1, "x"], None]}
                  for m in ("pinned", "pageable")} for d in ("h2d", "d2h")})
     files = {"mlp.pbtxt": FC_NET.encode(), "init.pbtxt": fc_init(4, 8).encode()}
-    cases = []
+    cases = [Case(f"report-json {tag}", ["report", "plan.json", "-o", "r.html"], {"plan.json": docs[tag]})
+             for tag in ("truncated", "empty", "array", "binary", "deep", "huge-int")]
     for tag, data in docs.items():
         for option in ("--cpu-profile", "--gpu-profile", "--profile"):
             cases.append(Case(f"profile-json {tag} {option}",
@@ -490,31 +491,38 @@ def corpus_targets(corpus: Path = CORPUS) -> list[Path]:
 
 def mutated_corpus_cases(count: int, seed: int = SEED, corpus: Path = CORPUS,
                          max_bytes: int = 120_000) -> list[Case]:
-    """``count`` mutated corpus nets, each run through a command that reads it."""
+    """``count`` corpus nets with one to three mutations each, run through a command that
+    reads them; a mutated init net is read beside its own predict net."""
     targets = [p for p in corpus_targets(corpus) if p.stat().st_size <= max_bytes]
     if not targets:
         return []
+    predict_of = {init: p for p in targets if (init := _init_partner(p)) is not None}
     rng = random.Random(seed)
     cases = []
     for n in range(count):
         path = rng.choice(targets)
         data = path.read_bytes()
         textual = b"\x00" not in data[:4096] and _is_utf8(data)
-        kind, mutated = (mutate_text if textual else mutate_binary)(data, rng)
+        kinds = []
+        for _ in range(rng.choice([1, 1, 1, 2, 3])):
+            kind, data = (mutate_text if textual else mutate_binary)(data, rng) if data else ("empty", data)
+            kinds.append(kind)
         name = f"m{n}{path.suffix}"
-        files = {name: mutated}
-        small = len(data) < 3000  # small enough to run in a fraction of a second
-        if path.suffix == ".prototxt":
-            argv = rng.choice([["convert", name, "-o", "out"], ["inspect", name],
-                               ["plan", name, "--time-limit", "1"]]
-                              + ([["run", name, "--quiet"]] if small else []))
-        else:
-            partner = _init_partner(path)
-            init = ["--init-net", str(partner)] if partner else []
-            argv = rng.choice([["inspect", name, *init], ["plan", name, *init, "--time-limit", "1"]]
-                              + ([["run", name, *init, "--quiet"]] if small else []))
-        cases.append(Case(f"mutated {path.name} ({kind}) #{n}", argv, files))
+        cases.append(Case(f"mutated {path.name} ({'+'.join(kinds)}) #{n}",
+                          _reader_argv(path, name, len(data) < 3000, predict_of, rng), {name: data}))
     return cases
+
+
+def _reader_argv(path: Path, name: str, small: bool, predict_of: dict, rng: random.Random) -> list[str]:
+    if path in predict_of and rng.random() < 0.5:  # the init net, beside its predict net
+        return [rng.choice(["inspect", "plan"]), str(predict_of[path]), "--init-net", name]
+    if path.suffix == ".prototxt":
+        return rng.choice([["convert", name, "-o", "out"], ["inspect", name], ["plan", name, "--time-limit", "1"]]
+                          + ([["run", name, "--quiet"]] if small else []))
+    partner = _init_partner(path)
+    init = ["--init-net", str(partner)] if partner else []
+    return rng.choice([["inspect", name, *init], ["plan", name, *init, "--time-limit", "1"]]
+                      + ([["run", name, *init, "--quiet"]] if small else []))
 
 
 def _is_utf8(data: bytes) -> bool:

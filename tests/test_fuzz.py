@@ -51,10 +51,11 @@ def test_the_corpus_is_sampled(corpus):
     """The seed names the same mutations everywhere, and they reach every corpus format."""
     assert len(MUTATED) == MUTATIONS
     assert [c.name for c in mutated_corpus_cases(MUTATIONS, SEED)] == [c.name for c in MUTATED]
-    suffixes = {c.argv[1].rsplit(".", 1)[1] for c in MUTATED}
+    suffixes = {name.rsplit(".", 1)[1] for c in MUTATED for name in c.files}
     assert suffixes == {"prototxt", "pbtxt", "pb"}
-    kinds = {c.name.split("(")[1].split(")")[0] for c in MUTATED}
+    kinds = {k for c in MUTATED for k in c.name.split("(")[1].split(")")[0].split("+")}
     assert {"drop", "swap", "truncate", "wiring", "number", "flip", "splice"} <= kinds
+    assert any("--init-net" in c.argv and c.argv[c.argv.index("--init-net") + 1] in c.files for c in MUTATED)
 
 
 def test_the_bugs_it_was_built_for_are_in_the_suite():

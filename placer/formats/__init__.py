@@ -7,6 +7,10 @@
   ``.caffemodel`` weights.
 
 The suffix is never trusted (binary NetDefs named ``.pbtxt`` exist); the content decides.
+
+``value_info.json`` (the model zoo's ``{blob: [TensorProto data type, shape]}``) is read and
+written here (``placer convert`` writes one beside the nets it makes), with the one rule for
+a shape any file may give: no negative dimension, fewer than 2^63 elements (``shape_problem``).
 """
 from __future__ import annotations
 
@@ -154,7 +158,7 @@ def check_dims(dims, where: str) -> tuple[int, ...]:
     dims = tuple(int(d) for d in dims)
     problem = shape_problem(dims)
     if problem:
-        raise ShapeError(f"{where}: {problem}", hint="dimensions are sizes: 0 or more, and not astronomical")
+        raise ShapeError(f"{where}: {problem}", hint="dimensions are sizes of 0 or more, with under 2^63 elements in all")
     return dims
 
 

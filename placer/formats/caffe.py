@@ -10,6 +10,9 @@
   net state (phase from the caller, level and stages from the file's ``state``).
 - Data layers (Data, ImageData, DummyData, MemoryData, ...) and Input layers become
   external inputs; their shapes come from the file where it carries them.
+- Each layer's bottoms and tops are counted against its type (Caffe's own counts,
+  ``LAYER_WIRING``) before anything reads them: a layer that lost a ``top:`` line is an
+  error at the layer's line, not an IndexError in the converter.
 - ``.caffemodel`` files are binary NetParameters; each layer's ``blobs`` are its weights.
 
 ``load_caffe_net`` converts to Caffe2 (``formats.convert``) and returns the ``Net`` that
@@ -18,6 +21,7 @@ the rest of placer works on.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from math import prod
 from typing import Sequence
@@ -354,7 +358,6 @@ def layer_error(path: str, layer, message: str, hint: str | None = None) -> NetP
 
 def layer_line(path: str, name: str) -> int | None:
     """The line of ``name: "<layer name>"`` in the file (the first one), if any."""
-    import re
     try:
         text = read_file_bytes(path).decode("utf-8", "replace")
     except NetParseError:
