@@ -250,6 +250,9 @@ def hostile_net_cases(scale: int = 20000) -> list[Case]:
     add(Case("empty-prototxt-convert", ["convert", "e.prototxt", "-o", "out"], {"e.prototxt": b""}))
     add(Case("garbage-convert", ["convert", "g.prototxt", "-o", "out"], {"g.prototxt": garbage}))
     add(Case("utf16-net", ["inspect", "u.pbtxt"], {"u.pbtxt": FC_NET.encode("utf-16")}))
+    not_utf8 = text_to_binary(FC_NET).replace(b"Relu", b"R\xfflu")  # protobuf hands back bytes
+    add(Case("op-type-not-utf8", ["inspect", "n.pb", "--init-net", "init.pbtxt"],
+             {"n.pb": not_utf8, "init.pbtxt": fc_init(4, 8).encode()}))
     add(Case("garbage-init-net", ["inspect", "mlp.pbtxt", "--init-net", "init.pb"],
              {"mlp.pbtxt": FC_NET.encode(), "init.pb": garbage}))
     add(Case("garbage-weights", ["convert", "n.prototxt", "--weights", "w.caffemodel", "-o", "out"],

@@ -185,3 +185,10 @@ def test_a_bad_value_info_json_is_one_line(capsys, tmp_path, text, words):
     _file(tmp_path, "value_info.json", text)
     line = _fails(capsys, ["inspect", _file(tmp_path, "mlp.pbtxt", FC_NET)])
     assert "value_info.json" in line and words in line
+
+
+def test_a_binary_string_that_is_not_utf8_names_the_op(capsys, tmp_path):
+    from fuzz_cases import FC_NET as FC_RELU_NET, text_to_binary
+    p = _file(tmp_path, "n.pb", text_to_binary(FC_RELU_NET).replace(b"Relu", b"R\xfflu"))
+    line = _fails(capsys, ["inspect", p])
+    assert "op #1: type b'R\\xfflu' is not UTF-8 text" in line

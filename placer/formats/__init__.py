@@ -71,8 +71,30 @@ def load_net(path: str | os.PathLike, init_path: str | os.PathLike | None = None
     if init_path is not None:
         _check_init_net(init_path)
     net = caffe2.load_caffe2_net(path, init_path, fed=input_shapes or ())
+    _check_text_fields(net)
     net.input_shapes.update(read_value_info(path))
     return net
+
+
+def _check_text_fields(net: Net) -> None:
+    """protobuf hands back a string field whose bytes are not UTF-8 as ``bytes`` (a damaged
+    binary file): name the op and the field rather than let a ``bytes`` op type or blob name
+    travel on."""
+    where = {"external_input": net.external_inputs, "external_output": net.external_outputs,
+             "init net output": list(net.params)}
+    for what, names in where.items():
+        if any(type(n) is not str for n in names):
+            bad = next(n for n in names if type(n) is not str)
+            raise NetParseError(net.path, f"{what} {bad!r} is not UTF-8 text", hint=_DAMAGED)
+    for op in net.ops:
+        for what, value in (("type", op.type), ("name", op.name), ("engine", op.engine),
+                            *(("input", b) for b in op.inputs), *(("output", b) for b in op.outputs)):
+            if type(value) is not str:
+                raise NetParseError(net.path, f"op #{op.index}: {what} {value!r} is not UTF-8 text",
+                                    hint=_DAMAGED)
+
+
+_DAMAGED = "the file looks damaged; re-export it from Caffe2"
 
 
 def companion_init_paths(path: str | os.PathLike) -> list[Path]:
