@@ -109,11 +109,9 @@ def _require_memory(typed, args) -> None:
     """Refuse, with both figures, a run whose parameters, inputs and live activations do
     not fit in this machine's memory (see placer/runtime/footprint.py)."""
     net = typed.net
-    fed = net.data_inputs
-    on_host = None if args.emulate_gpu else {op.index for op in net.ops
-                                             if op.device is None or not op.device.is_gpu}
-    need = run_footprint(typed, fed, random_inputs=not args.inputs_npz,
-                         host_only=None if on_host is not None and len(on_host) == len(net.ops) else on_host)
+    # an emulated GPU's blobs are host memory too; a real GPU's are not
+    on_host = None if args.emulate_gpu else {op.index for op in net.ops if op.device is None or not op.device.is_gpu}
+    need = run_footprint(typed, net.data_inputs, random_inputs=not args.inputs_npz, host_only=on_host)
     require_memory(need, f"running {args.net}", hint="give smaller shapes with --input (a smaller batch)")
 
 
