@@ -192,3 +192,10 @@ def test_a_binary_string_that_is_not_utf8_names_the_op(capsys, tmp_path):
     p = _file(tmp_path, "n.pb", text_to_binary(FC_RELU_NET).replace(b"Relu", b"R\xfflu"))
     line = _fails(capsys, ["inspect", p])
     assert "op #1: type b'R\\xfflu' is not UTF-8 text" in line
+
+
+def test_an_init_net_fill_of_negative_shape_is_named(capsys, tmp_path):
+    net = _file(tmp_path, "mlp.pbtxt", FC_NET)
+    init = _file(tmp_path, "init.pbtxt", FC_INIT.replace("ints: 10 ints: 99", "ints: -10 ints: 99"))
+    line = _fails(capsys, ["run", net, "--init-net", init, "--input", "data=4,99", "--quiet"])
+    assert f"{init}: the init net's fill of 'fc_w': shape -10x99 has a negative dimension" in line

@@ -72,8 +72,19 @@ def load_net(path: str | os.PathLike, init_path: str | os.PathLike | None = None
         _check_init_net(init_path)
     net = caffe2.load_caffe2_net(path, init_path, fed=input_shapes or ())
     _check_text_fields(net)
+    _check_param_shapes(net)
     net.input_shapes.update(read_value_info(path))
     return net
+
+
+def _check_param_shapes(net: Net) -> None:
+    """A fill op's shape that no tensor can have (negative, past int64) is named here, not
+    in a numpy error when the init net runs."""
+    for name, t in net.params.items():
+        problem = shape_problem(t.shape)
+        if problem:
+            raise NetParseError(net.init_path or net.path, f"the init net's fill of '{name}': {problem}",
+                                hint="fix the fill op's shape argument")
 
 
 def _check_text_fields(net: Net) -> None:
