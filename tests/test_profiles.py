@@ -177,3 +177,39 @@ def test_default_pair_and_overrides(tmp_path):
     assert cpu.name == "test cpu" and gpu.name == "NVIDIA T4 16 GB"
     with pytest.raises(ProfileError, match="not found"):
         default_profiles(gpu="no-such-gpu")
+
+
+@pytest.mark.parametrize("text, words", [
+    (b"\x80\x81 not utf-8", "not UTF-8"),
+    (b"[" * 100000 + b"]" * 100000, "nested too deeply"),
+    (b'{"schema_version": ' + b"9" * 5000 + b"}", "not a JSON profile"),  # past Python's int digit limit
+    (b'{"schema_version": 1, "name": "t", "devices": [', "not a JSON profile"),  # truncated
+])
+def test_unreadable_json_is_a_profile_error(tmp_path, text, words):
+    path = tmp_path / "p.json"
+    path.write_bytes(text)
+    with pytest.raises(ProfileError) as e:
+        load_profile(path)
+    assert words in str(e.value) and str(path) in str(e.value)
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("memory_bandwidth_bytes_per_s", 10 ** 400, "finite"),   # too large for a float
+    ("memory_bandwidth_bytes_per_s", float("nan"), "finite"),
+    ("memory_bandwidth_bytes_per_s", -1.0, "positive"),
+    ("launch_overhead_s", float("inf"), "finite"),
+])
+def test_absurd_figures_name_the_field(tmp_path, field, value, words):
+    data = _valid()
+    data["devices"][0][field] = value
+    message = _error(tmp_path, json.dumps(data, allow_nan=True))
+    assert f"devices[0].{field}" in message and words in message
+
+
+def test_op_timing_inputs_need_a_dtype_and_an_addressable_shape(tmp_path):
+    data = _valid()
+    data["devices"][0]["ops"][0]["inputs"][0]["dtype"] = "nonsense"
+    assert "devices[0].ops[0].inputs[0].dtype" in _error(tmp_path, data)
+    data = _valid()
+    data["devices"][0]["ops"][0]["inputs"][0]["shape"] = [2 ** 62, 2 ** 62]
+    assert "more than int64 can count" in _error(tmp_path, data)

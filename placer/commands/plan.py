@@ -72,7 +72,7 @@ def parse_size(text: str | None) -> float | None:
     if text is None:
         return None
     m = re.fullmatch(r"\s*(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+)\s*([KMGT]?)(i?)B?\s*", text, re.I)
-    if not m:
+    if not m or not math.isfinite(float(m.group(1))):
         raise PlacerError(f"--gpu-mem '{text}': expected a size like 16GiB, 40GB or 17179869184")
     value = float(m.group(1))
     base = 1024 if m.group(3) else 1000

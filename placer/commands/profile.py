@@ -66,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("give exactly one of NET, --host or --link",
                          hint="e.g. placer profile net.pbtxt --device cpu -o prof.json")
     refuse_overwrite(args.output, args.net, getattr(args, "init_net", None))
-    if args.repeats < 1 or args.warmup < 0:
-        raise InputError("--repeats must be >= 1 and --warmup >= 0")
+    if args.repeats < 1 or args.warmup < 0 or not args.budget >= 0:  # NaN fails >= too
+        raise InputError("--repeats must be >= 1, --warmup >= 0 and --budget >= 0 seconds")
     kind = _device_kind(args.device)
     if args.link and kind != "gpu":
         raise DeviceError("--link measures a GPU's link: give --device cuda:N")
@@ -166,9 +166,11 @@ def _merge_link(profile: Profile, args: argparse.Namespace) -> None:
 def _merge_ops(profile: Profile, args: argparse.Namespace, kind: str) -> None:
     from placer.costs import CostModel
     from placer.profiling.bench import profile_net
+    from placer.runtime.footprint import profile_footprint, require_memory
     if kind == "gpu":
         _require_gpu(f"--device {args.device}")
     typed = load_typed_net(args)
+    require_memory(*profile_footprint(typed), hint="give smaller shapes with --input")  # before any array
     if kind == "gpu":
         dev = _gpu_device(profile, args)
     else:

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 from placer.constants import PROFILE_SCHEMA_VERSION
 from placer.errors import ProfileError
 from placer.fileio import atomic_write_text
+from placer.formats import shape_problem
 from placer.types import TensorType
 
 DIRECTIONS = ("h2d", "d2h")
@@ -181,10 +182,27 @@ class _Reader:
         if value is None:
             return None
         at = f"{where}.{key}" if where else key
-        if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        if not _finite(value) or value < 0 or (positive and value == 0):
             raise self.fail(at, f"must be a {'positive' if positive else 'non-negative'} "
                                 f"finite number, found {value!r}")
         return float(value)
+
+
+def _finite(value) -> bool:
+    """``math.isfinite`` that also says False for an int too large for a float (10**400)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _dtype_name(name: str) -> bool:
+    """A numpy dtype written the way placer writes it (``float32``, ``int64``, ...)."""
+    import numpy as np
+    try:
+        return str(np.dtype(name)) == name
+    except TypeError:
+        return False
 
 
 def _kind_name(kind) -> str:
@@ -277,7 +295,7 @@ def _link(r: _Reader, raw: Mapping, where: str) -> dict[str, dict[str, LinkCurve
             for j, pt in enumerate(r.get(c_raw, "points", w, list, optional=True) or []):
                 if (not isinstance(pt, list) or len(pt) != 2
                         or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in pt)
-                        or pt[0] <= 0 or pt[1] < 0 or not math.isfinite(pt[1])):
+                        or not _finite(pt[0]) or pt[0] <= 0 or pt[1] < 0 or not _finite(pt[1])):
                     raise r.fail(f"{w}.points[{j}]", f"expected [bytes > 0, seconds >= 0], found {pt!r:.60}")
                 points.append((int(pt[0]), float(pt[1])))
             link[direction][mem] = LinkCurve(
@@ -294,7 +312,12 @@ def _op_timing(r: _Reader, raw: Any, where: str) -> OpTiming:
         shape = r.get(t, "shape", w, list)
         if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
             raise r.fail(f"{w}.shape", f"expected non-negative integers, found {shape!r:.60}")
-        inputs.append(TensorType(tuple(shape), r.get(t, "dtype", w, str)))
+        if shape_problem(shape):
+            raise r.fail(f"{w}.shape", shape_problem(shape))
+        dtype = r.get(t, "dtype", w, str)
+        if not _dtype_name(dtype):
+            raise r.fail(f"{w}.dtype", f"expected a numpy dtype name (float32, int64, ...), found {dtype!r:.40}")
+        inputs.append(TensorType(tuple(shape), dtype))
     return OpTiming(
         type=r.get(raw, "type", where, str), inputs=tuple(inputs),
         args=dict(r.get(raw, "args", where, Mapping, optional=True) or {}),
@@ -310,13 +333,19 @@ def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile file."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes().decode("utf-8")
     except OSError as e:
         raise ProfileError(f"{path}: cannot read profile: {e.strerror or e}",
                            hint="check the path, or list shipped profiles in profiles/") from None
+    except UnicodeDecodeError:
+        raise ProfileError(f"{path}: not a JSON profile: the file is not UTF-8 text",
+                           hint="re-create it with `placer profile`") from None
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except RecursionError:  # the decoder recurses per level of nesting
+        raise ProfileError(f"{path}: not a JSON profile: nested too deeply to read",
+                           hint="re-create it with `placer profile`") from None
+    except ValueError as e:  # JSONDecodeError, and integers past Python's digit limit
         raise ProfileError(f"{path}: not a JSON profile: {e}",
                            hint="re-create it with `placer profile`") from None
     return profile_from_dict(data, str(path))
