@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from placer.commands.common import add_net_arguments, load_typed_net
+from placer.constants import FIT_MAX_MEDIAN_ERROR_PCT
 from placer.errors import DeviceError, InputError, ShapeError
 from placer.fileio import refuse_overwrite
 from placer.profiling import DEFAULT_GPU_PROFILE, find_profile, load_profile, shipped_profile_names
@@ -19,11 +20,17 @@ DESCRIPTION = """\
 Three measurements, each written (merged) into the profile file given with -o:
 
   placer profile NET [--init-net INIT] [--input NAME=...] --device cpu|cuda:0 -o FILE
-      times every distinct op of NET at its inferred shapes with the runtime's kernels
-      (--warmup calls, then --repeats samples or --budget seconds per op, whichever
-      comes first; median and interquartile range). Ops with the same type, input
-      shapes and cost-relevant arguments are timed once. Per-family roofline fits of
-      the device are refreshed from all its measured entries and stored in the file.
+      runs the whole net with the runtime's executor (--warmup untimed runs, then
+      --repeats timed runs) and records each op's time where it really runs: after its
+      producer, on the inputs the previous op left, allocating its outputs -- what
+      `placer run` sees. Ops with the same type, input shapes and cost-relevant
+      arguments share one entry (median and interquartile range of all their samples).
+      --isolated times each distinct op alone instead (--warmup calls, then --repeats
+      samples or --budget seconds per op; warm caches, so usually faster than in a run).
+      Every entry says how it was timed. Per-family roofline fits of the device are
+      refreshed from all its measured entries and stored in the file, with their
+      quality (median and p90 error, run-to-run spread, and whether one roofline covers
+      the family at all); the fits are printed.
   placer profile --host -o FILE
       GEMM FLOP/s, streaming bandwidth and per-call overhead of this CPU.
   placer profile --link --device cuda:0 -o FILE
@@ -50,10 +57,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda:N (default: cpu)")
     parser.add_argument("--host", action="store_true", help="characterise this CPU")
     parser.add_argument("--link", action="store_true", help="measure host<->GPU copy curves")
-    parser.add_argument("--repeats", type=int, default=10, help="samples per op (default 10)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed calls first (default 2)")
+    parser.add_argument("--repeats", type=int, default=10,
+                        help="timed runs of the net (with --isolated: samples per op) (default 10)")
+    parser.add_argument("--warmup", type=int, default=2,
+                        help="untimed runs (with --isolated: calls per op) first (default 2)")
+    parser.add_argument("--isolated", action="store_true",
+                        help="time each distinct op alone instead of in a run of the whole net")
     parser.add_argument("--budget", type=float, default=0.5, metavar="S",
-                        help="stop sampling an op after S seconds, keeping >= 3 samples (default 0.5)")
+                        help="--isolated: stop sampling an op after S seconds, keeping >= 3 samples (default 0.5)")
     parser.add_argument("--base", metavar="NAME|FILE",
                         help=f"datasheet profile a new GPU device starts from ({', '.join(shipped_profile_names())})")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
@@ -165,7 +176,6 @@ def _merge_link(profile: Profile, args: argparse.Namespace) -> None:
 
 def _merge_ops(profile: Profile, args: argparse.Namespace, kind: str) -> None:
     from placer.costs import CostModel
-    from placer.profiling.bench import profile_net
     if kind == "gpu":
         _require_gpu(f"--device {args.device}")
     typed = load_typed_net(args)
@@ -176,25 +186,54 @@ def _merge_ops(profile: Profile, args: argparse.Namespace, kind: str) -> None:
         if dev is None:
             from placer.profiling.host import measure_host
             dev = profile.devices["cpu"] = measure_host()
-    result = profile_net(typed, args.device, repeats=args.repeats, warmup=args.warmup,
-                         budget_s=args.budget, progress=not args.quiet)
+    result = _time_ops(typed, args)
     if typed.missing:
         from placer.shapes import missing_summary
         if not result.timings:
             raise ShapeError(f"{args.net}: no op could be timed: {missing_summary(typed)}")
-        print(f"warning: {missing_summary(typed)}; ops that need them are not timed", file=sys.stderr)
+        print(f"warning: {missing_summary(typed)}; ops that need them are not timed, "
+              "the others are timed alone (the net cannot run whole)", file=sys.stderr)
     dev.ops.update(result.timings)
     dev.source = {**dev.source, "kind": "measured", "host": dev.source.get("host", _host()),
                   "date": _today()}
     model = CostModel(dev if kind == "cpu" else None, dev if kind == "gpu" else None)
     dev.fits = model.fits(kind)
-    print(f"timed {result.ops_timed} distinct ops of {len(typed.net.ops)} "
+    method = next(iter(result.timings.values())).method if result.timings else "isolated"
+    print(f"timed {result.ops_timed} distinct ops of {len(typed.net.ops)} {method} "
           f"({len(dev.ops)} entries in the profile)")
     for label, why in list(result.skipped.items())[:20]:
         print(f"  not timed: {label}: {why}", file=sys.stderr)
     if len(result.skipped) > 20:
         print(f"  ... and {len(result.skipped) - 20} more not timed", file=sys.stderr)
-    print(model.fit_report(kind).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    print(format_fit_report(model.fit_report(kind)))
+    uncovered = [g for g, f in sorted(dev.fits.items()) if not f.covered]
+    if uncovered:
+        print(f"warning: one roofline does not cover {', '.join(uncovered)} (median fit error above "
+              f"{FIT_MAX_MEDIAN_ERROR_PCT:g}%): ops priced from these fits are labelled 'poor-fit'; "
+              "profile the nets you plan for to measure them", file=sys.stderr)
+
+
+def _time_ops(typed, args: argparse.Namespace):
+    """In-network timing, else (--isolated, or a net that cannot run whole: missing
+    shapes, ops without a kernel, an init net without values) op by op."""
+    from placer.profiling.bench import profile_net
+    from placer.profiling.in_network import InNetworkUnavailable, profile_in_network
+    if not args.isolated and not typed.missing:  # missing shapes: warned about by the caller
+        try:
+            return profile_in_network(typed, args.device, iterations=args.repeats, warmup=args.warmup,
+                                      progress=not args.quiet)
+        except InNetworkUnavailable as e:
+            print(f"warning: cannot time {args.net} in a whole run ({e.message}); "
+                  "timing each op alone instead (entries marked 'isolated')", file=sys.stderr)
+    return profile_net(typed, args.device, repeats=args.repeats, warmup=args.warmup,
+                       budget_s=args.budget, progress=not args.quiet)
+
+
+def format_fit_report(report) -> str:
+    """The fit table as ``placer profile`` prints it: errors and spread in percent."""
+    shown = report.rename(columns={"median_abs_pct_error": "median err %", "p90_abs_pct_error": "p90 err %",
+                                   "spread_pct": "spread %", "half_efficiency_rows": "M0"})
+    return shown.to_string(index=False, float_format=lambda v: f"{v:.3g}")
 
 
 def _host() -> str:

@@ -20,6 +20,11 @@ from placer.fileio import atomic_write_text
 from placer.types import TensorType
 
 DIRECTIONS = ("h2d", "d2h")
+# How an op entry was timed: "in-network" (the whole net run by the executor, each op
+# after its producer, on the inputs the previous op left, allocating its outputs: what a
+# run sees) or "isolated" (the op alone, called again and again on the same inputs:
+# warm caches, no producer). Entries written before the field existed were isolated.
+TIMING_METHODS = ("in-network", "isolated")
 MEMORY_KINDS = ("pinned", "pageable")
 # Figures a datasheet profile must give a source for (when the figure is present).
 SOURCED_FIGURES = ("peak_flops", "memory_bandwidth_bytes_per_s", "memory_capacity_bytes",
@@ -47,7 +52,8 @@ class LinkCurve:
 
 @dataclass
 class OpTiming:
-    """A measured op: its key parts, the sample statistics, and its roofline features."""
+    """A measured op: its key parts, the sample statistics, its roofline features, and how
+    it was timed (``method``, one of ``TIMING_METHODS``)."""
 
     type: str
     inputs: tuple[TensorType, ...]
@@ -57,6 +63,12 @@ class OpTiming:
     iqr_s: float
     flops: float = 0.0
     bytes: float = 0.0
+    method: str = "isolated"
+
+    @property
+    def spread(self) -> float:
+        """Run-to-run spread as a fraction of the median: IQR / median (0 for a zero median)."""
+        return self.iqr_s / self.median_s if self.median_s > 0 else 0.0
 
     @property
     def key(self) -> str:
@@ -70,6 +82,12 @@ class FamilyFit:
     ``half_efficiency_rows`` (matrix-product families only, else None): the compute
     efficiency grows with the product's row count M as ``compute_efficiency * M / (M +
     half_efficiency_rows)``, so ``compute_efficiency`` is then the large-M limit.
+
+    Quality: ``median_abs_pct_error`` and ``p90_abs_pct_error`` of the fit on its own
+    points; ``spread_pct`` the median run-to-run spread (IQR / median) of those points;
+    ``covered`` False when the median error is above ``FIT_MAX_MEDIAN_ERROR_PCT``: one
+    roofline does not describe the group, and estimates from it are labelled so. The
+    three are None / True in fits stored before they existed.
     """
 
     overhead_s: float
@@ -78,6 +96,9 @@ class FamilyFit:
     points: int
     median_abs_pct_error: float
     half_efficiency_rows: float | None = None
+    p90_abs_pct_error: float | None = None
+    spread_pct: float | None = None
+    covered: bool = True
 
 
 @dataclass
@@ -245,8 +266,16 @@ def _device_from_dict(r: _Reader, raw: Any, where: str) -> DeviceProfile:
             memory_efficiency=r.number(fit_raw, "memory_efficiency", w, positive=True),
             points=int(r.number(fit_raw, "points", w)),
             median_abs_pct_error=r.number(fit_raw, "median_abs_pct_error", w),
-            half_efficiency_rows=r.number(fit_raw, "half_efficiency_rows", w, optional=True, positive=True))
+            half_efficiency_rows=r.number(fit_raw, "half_efficiency_rows", w, optional=True, positive=True),
+            p90_abs_pct_error=r.number(fit_raw, "p90_abs_pct_error", w, optional=True),
+            spread_pct=r.number(fit_raw, "spread_pct", w, optional=True),
+            covered=_flag(r, fit_raw, "covered", w, default=True))
     return dev
+
+
+def _flag(r: _Reader, obj: Mapping, key: str, where: str, default: bool) -> bool:
+    value = r.get(obj, key, where, bool, optional=True)
+    return default if value is None else value
 
 
 def _source(r: _Reader, src: Mapping, where: str, device_raw: Mapping) -> dict:
@@ -301,7 +330,17 @@ def _op_timing(r: _Reader, raw: Any, where: str) -> OpTiming:
         samples=int(r.number(raw, "samples", where, positive=True)),
         median_s=r.number(raw, "median_s", where), iqr_s=r.number(raw, "iqr_s", where),
         flops=r.number(raw, "flops", where, optional=True) or 0.0,
-        bytes=r.number(raw, "bytes", where, optional=True) or 0.0)
+        bytes=r.number(raw, "bytes", where, optional=True) or 0.0,
+        method=_method(r, raw, where))
+
+
+def _method(r: _Reader, raw: Mapping, where: str) -> str:
+    method = r.get(raw, "method", where, str, optional=True)
+    if method is None:
+        return "isolated"  # written before the field existed: every entry was timed alone
+    if method not in TIMING_METHODS:
+        raise r.fail(f"{where}.method", f"must be one of {', '.join(TIMING_METHODS)}, found {method!r}")
+    return method
 
 
 # ------------------------------------------------------------------ load and save
@@ -341,7 +380,7 @@ def _device_to_dict(d: DeviceProfile) -> dict:
         out["ops"] = [{"type": t.type,
                        "inputs": [{"shape": list(x.shape), "dtype": x.dtype} for x in t.inputs],
                        "args": cost_args(t.args), "samples": t.samples, "median_s": t.median_s,
-                       "iqr_s": t.iqr_s, "flops": t.flops, "bytes": t.bytes}
+                       "iqr_s": t.iqr_s, "flops": t.flops, "bytes": t.bytes, "method": t.method}
                       for t in sorted(d.ops.values(), key=lambda t: t.key)]
     if d.fits:
         out["fits"] = {fam: {k: v for k, v in vars(f).items() if v is not None}
