@@ -50,6 +50,7 @@ PRIOR_WEIGHT = 0.2
 OVERHEAD_PRIOR_WEIGHT = 0.02
 MAX_OVERHEAD_LAUNCHES = 100  # a fitted overhead is at most this many launch overheads
 MIN_TYPE_POINTS = 2  # measured entries an op type needs for a fit of its own
+CONCAT_FEW_INPUTS = 8  # a Concat of more inputs is fitted as "many" (see variant_of)
 # Matrix products: the pull of the efficiency at PEAK_GEMM_ROWS toward the peak anchor
 # (points at one batch size cannot split eff_c from M0 without it; points at several
 # batch sizes outweigh it), a weak pull of M0 toward its default for points that never
@@ -100,8 +101,12 @@ def variant_of(op_type: str, inputs: Sequence[TensorType | None], args: Mapping[
     fitted apart. A depthwise conv (one channel per group) is elementwise work, a
     multiply-add pass over the image per tap, bound by bytes rather than flops; a grouped
     one runs a batch of small GEMMs (one per group), far below the efficiency of one
-    large GEMM. None for every other op type.
+    large GEMM. A Concat pays a call per input: one of many small inputs (DLRM's
+    interaction stacks 27 vectors) costs far more per byte than one of a few large ones
+    (Inception's four branches), so the two are fitted apart. None for every other op type.
     """
+    if op_type == "Concat":
+        return f"Concat/{'many' if len(inputs) > CONCAT_FEW_INPUTS else 'few'}"
     if op_type not in ("Conv", "ConvTranspose") or len(inputs) < 2 or inputs[1] is None:
         return None
     w = inputs[1].shape

@@ -10,8 +10,10 @@ has points over a range of sizes:
 - convolutions: a MobileNet-like chain (depthwise 3x3 at stride 1 and 2, 1x1
   projections, residual Sum), dense 3x3 / 5x5 / 7x7, grouped 3x3 (4 and 8 groups),
   each followed by SpatialBN and Relu, at 80x80 .. 5x5 images from a 160x160 input;
-- pooling (Max 3x3/2, global Average), Concat over channels, Softmax;
-- matrix products: FC at several row counts and widths, BatchMatMul;
+- pooling (Max 3x3/2, global Average), Concat of two and of four branches (as
+  Inception joins them), Softmax;
+- matrix products: FC at several row counts and widths; a DLRM-like interaction
+  (Concat of many vectors, BatchMatMul, Flatten, BatchGather) at two sizes;
 - embeddings: SparseLengthsSum over tables of 1k to 100k rows, Gather;
 - elementwise: Relu, Sigmoid, Sum, Mul over sizes from a few KiB to a few MiB.
 
@@ -21,7 +23,7 @@ user plans, so a net's own ops are still priced from what was measured on that n
 """
 from __future__ import annotations
 
-from placer.examples.builder import NetBuilder
+from placer.examples.builder import NetBuilder, make_op
 from placer.types import TensorType, TypedNet
 
 BATCHES = (1, 4)             # batch sizes the sweep runs at
@@ -32,6 +34,8 @@ FC_SHAPES = ((300, 600), (1000, 200), (2000, 1500))   # (outputs, inputs)
 EMBEDDING_ROWS = (1000, 20000, 100000)
 EMBEDDING_DIM = 48
 LOOKUPS_PER_SAMPLE = (3, 20)
+INTERACTIONS = ((9, 48), (30, 96))   # (vectors, dimension) of the DLRM-like interactions
+INCEPTION_WIDTHS = (24, 48, 12, 12)  # channels of the four branches a Concat joins
 
 
 def build(batch: int = 1) -> NetBuilder:
@@ -95,7 +99,10 @@ def _dense_branch(b: NetBuilder, x: str) -> str:
     """Dense 3x3, 5x5 and 7x7 convs and pooling from 40x40 down to the chain's 3x3."""
     c = WIDTHS[1]
     y = _conv_bn_relu(b, "k3", x, WIDTHS[0], c, 3, 1, 1)
-    y = b.op("MaxPool", [y], "mp1", kernel=3, stride=2, pad=1)                     # 20x20
+    y = b.op("MaxPool", [y], "mp1", kernel=3, stride=2, pad=1)
+    branches = [_conv_bn_relu(b, f"inc{i}", y, c, w, 1, 1, 0) for i, w in enumerate(INCEPTION_WIDTHS)]
+    y = b.op("Concat", branches, ["inc", "inc_info"], axis=1)
+    y = _conv_bn_relu(b, "inc_proj", y, sum(INCEPTION_WIDTHS), c, 1, 1, 0)
     y = _conv_bn_relu(b, "k5", y, c, c, 5, 1, 2)
     y = b.op("MaxPool", [y], "mp2", kernel=3, stride=2, pad=1)                     # 10x10
     y = _conv_bn_relu(b, "k7", y, c, 2 * c, 7, 2, 3)                                  # 5x5
@@ -104,7 +111,8 @@ def _dense_branch(b: NetBuilder, x: str) -> str:
 
 
 def _fc_sweep(b: NetBuilder, batch: int) -> None:
-    """FCs at several row counts (scaled by the batch) and widths, and one BatchMatMul."""
+    """FCs at several row counts (scaled by the batch) and widths, and a DLRM-like
+    interaction (Concat of many vectors, BatchMatMul, Flatten, BatchGather) at two sizes."""
     for rows in FC_ROWS:
         m = rows * batch
         for n, k in FC_SHAPES:
@@ -112,8 +120,16 @@ def _fc_sweep(b: NetBuilder, batch: int) -> None:
             w = b.param(f"fc_w_{m}_{n}_{k}", (n, k), "XavierFill")
             bias = b.param(f"fc_b_{m}_{n}_{k}", (n,), "ConstantFill", value=0.0)
             b.output(b.op("Relu", [b.op("FC", [x, w, bias], f"fc_{m}_{n}_{k}")], f"fc_{m}_{n}_{k}_relu"))
-    t = b.input("bmm_in", (8 * batch, 20, 48))
-    b.output(b.op("BatchMatMul", [t, t], "bmm", trans_b=1))
+    for vectors, dim in INTERACTIONS:
+        rows, tag = 8 * batch, f"{vectors}x{dim}"
+        parts = [b.input(f"vec_{tag}_{i}", (rows, dim)) for i in range(vectors)]
+        t = b.op("Concat", parts, [f"stack_{tag}", f"stack_{tag}_info"], axis=1, add_axis=1)
+        z = b.op("Flatten", [b.op("BatchMatMul", [t, t], f"dots_{tag}", trans_b=1)], f"flat_{tag}", axis=1)
+        tril = [j + i * vectors for i in range(vectors) for j in range(i)]
+        b.init.op.append(make_op("GivenTensorIntFill", [], [f"tril_{tag}"], shape=[len(tril)], values=tril))
+        b.init.external_output.append(f"tril_{tag}")
+        b.predict.external_input.append(f"tril_{tag}")
+        b.output(b.op("BatchGather", [z, f"tril_{tag}"], f"pairs_{tag}"))
 
 
 def _embedding_sweep(b: NetBuilder, batch: int) -> None:
