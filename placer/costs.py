@@ -62,6 +62,9 @@ PEAK_ANCHOR_WEIGHT = 0.5
 GEMM_MEMORY_PRIOR_WEIGHT = 1.0
 ROWS_PRIOR_WEIGHT = 0.02
 GEMM_FAMILY = "fc"
+# Version of the fitting code (groups, model, priors): stored fits made by another version
+# are refitted. Raise it whenever a change here would fit the same entries differently.
+FIT_VERSION = 2
 
 # Op type -> family where the registry module's name is not the right grouping.
 _FAMILY_OVERRIDES = {
@@ -315,10 +318,15 @@ class CostModel:
         A type or variant gets its own fit once it has ``MIN_TYPE_POINTS`` measured entries
         (op types of one family can differ in fixed cost by 5x: a Gather vs a
         SparseLengthsSum); every family with entries gets one. ``choose_fit`` picks the
-        one that prices an op. Without measured entries, the fits stored in the file.
+        one that prices an op. Without measured entries, the fits stored in the file; the
+        stored fits also when they were made from exactly the file's entries by this
+        fitting code (``fits_digest``), which saves refitting on every plan.
         """
         if device_kind not in self._fits:
             prof = self.profile(device_kind)
+            if prof.fits_are_current(FIT_VERSION):  # fitted by `placer profile` from these entries
+                self._fits[device_kind] = dict(prof.fits)
+                return self._fits[device_kind]
             groups: dict[str, list[OpTiming]] = {}
             for timing in prof.ops.values():
                 for name in fit_groups(timing):

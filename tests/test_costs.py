@@ -383,3 +383,24 @@ def test_op_spread_follows_the_source_of_the_time():
     conv = (TensorType((1, 3, 8, 8)), TensorType((4, 3, 3, 3)))
     assert model.op_spread("Conv", conv, {"kernel": 3}, OpFeatures(flops=1e6), "cpu") == 0.0  # roofline
     assert model.op_spread("Relu", other, {}, feats, "gpu") == 0.0                           # datasheet GPU
+
+
+def test_stored_fits_of_the_same_entries_are_not_fitted_again(monkeypatch):
+    import placer.costs as costs
+    from placer.profiling.schema import Profile, profile_from_dict, profile_to_dict
+    prof = _cpu(_relu_points() + _two_kernel_fc_points())
+    prof.fits = CostModel(prof, default_profiles()[1]).fits("cpu")
+    prof.fits_digest = prof.fit_inputs_digest(costs.FIT_VERSION)
+    loaded = profile_from_dict(profile_to_dict(Profile("p", {"cpu": prof}))).device("cpu")
+    calls = []
+    real = costs.fit_family
+    monkeypatch.setattr(costs, "fit_family", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert CostModel(loaded, default_profiles()[1]).fits("cpu") == prof.fits and not calls
+    loaded.peak_flops["float32"] *= 2          # fits are relative to the peak: refit
+    CostModel(loaded, default_profiles()[1]).fits("cpu")
+    assert calls
+    calls.clear()
+    loaded.peak_flops["float32"] /= 2
+    next(iter(loaded.ops.values())).median_s *= 1.5   # another entry: refit
+    CostModel(loaded, default_profiles()[1]).fits("cpu")
+    assert calls

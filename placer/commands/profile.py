@@ -200,7 +200,7 @@ def _merge_link(profile: Profile, args: argparse.Namespace) -> None:
 
 
 def _merge_ops(profile: Profile, args: argparse.Namespace, kind: str) -> None:
-    from placer.costs import CostModel
+    from placer.costs import FIT_VERSION, CostModel
     if kind == "gpu":
         _require_gpu(f"--device {args.device}")
     nets = _nets_to_time(args)
@@ -223,8 +223,10 @@ def _merge_ops(profile: Profile, args: argparse.Namespace, kind: str) -> None:
             print(f"  ... and {len(result.skipped) - 20} more not timed", file=sys.stderr)
     dev.source = {**dev.source, "kind": "measured", "host": dev.source.get("host", _host()),
                   "date": _today()}
+    dev.fits = {}  # refit from every entry the device now has
     model = CostModel(dev if kind == "cpu" else None, dev if kind == "gpu" else None)
     dev.fits = model.fits(kind)
+    dev.fits_digest = dev.fit_inputs_digest(FIT_VERSION)
     print(format_fit_report(model.fit_report(kind)))
     uncovered = [g for g, f in sorted(dev.fits.items()) if not f.covered]
     if uncovered:

@@ -116,6 +116,24 @@ class DeviceProfile:
     link: dict[str, dict[str, LinkCurve]] = field(default_factory=dict)
     ops: dict[str, OpTiming] = field(default_factory=dict)
     fits: dict[str, FamilyFit] = field(default_factory=dict)
+    fits_digest: str = ""   # fit_inputs_digest() of what ``fits`` were fitted to
+
+    def fit_inputs_digest(self, fit_version: int) -> str:
+        """A digest of what the fits are made from: the entries (keys, medians, spreads,
+        methods), the peaks, bandwidth and launch overhead they are relative to, and the
+        version of the fitting code. Stored fits whose digest matches need no refitting."""
+        import hashlib
+        h = hashlib.sha256(f"fit-version {fit_version}\n{sorted(self.peak_flops.items())!r}\n"
+                           f"{self.memory_bandwidth_bytes_per_s!r} {self.launch_overhead_s!r}\n".encode())
+        for key in sorted(self.ops):
+            t = self.ops[key]
+            h.update(f"{key}\t{t.median_s!r}\t{t.iqr_s!r}\t{t.method}\n".encode())
+        return h.hexdigest()[:16]
+
+    def fits_are_current(self, fit_version: int) -> bool:
+        """True when the stored fits were made from exactly this device's figures and
+        entries by this fitting code."""
+        return bool(self.fits) and self.fits_digest == self.fit_inputs_digest(fit_version)
 
     def peak(self, dtype: str) -> float:
         """Peak FLOP/s for a dtype, else the float32 figure."""
@@ -258,6 +276,7 @@ def _device_from_dict(r: _Reader, raw: Any, where: str) -> DeviceProfile:
     for i, op_raw in enumerate(r.get(raw, "ops", where, list, optional=True) or []):
         timing = _op_timing(r, op_raw, f"{where}.ops[{i}]")
         dev.ops[timing.key] = timing
+    dev.fits_digest = r.get(raw, "fits_digest", where, str, optional=True) or ""
     for fam, fit_raw in (r.get(raw, "fits", where, Mapping, optional=True) or {}).items():
         w = f"{where}.fits.{fam}"
         dev.fits[fam] = FamilyFit(
@@ -385,6 +404,8 @@ def _device_to_dict(d: DeviceProfile) -> dict:
     if d.fits:
         out["fits"] = {fam: {k: v for k, v in vars(f).items() if v is not None}
                        for fam, f in sorted(d.fits.items())}
+        if d.fits_digest:
+            out["fits_digest"] = d.fits_digest
     return out
 
 
