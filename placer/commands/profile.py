@@ -223,6 +223,9 @@ def _merge_ops(profile: Profile, args: argparse.Namespace, kind: str) -> None:
             print(f"  ... and {len(result.skipped) - 20} more not timed", file=sys.stderr)
     dev.source = {**dev.source, "kind": "measured", "host": dev.source.get("host", _host()),
                   "date": _today()}
+    if kind == "cpu":
+        from placer.runtime.threads import get_blas_threads
+        dev.source["blas_threads"] = get_blas_threads()  # op times depend on it: say which
     dev.fits = {}  # refit from every entry the device now has
     model = CostModel(dev if kind == "cpu" else None, dev if kind == "gpu" else None)
     dev.fits = model.fits(kind)
@@ -230,9 +233,9 @@ def _merge_ops(profile: Profile, args: argparse.Namespace, kind: str) -> None:
     print(format_fit_report(model.fit_report(kind)))
     uncovered = [g for g, f in sorted(dev.fits.items()) if not f.covered]
     if uncovered:
-        print(f"warning: one roofline does not cover {', '.join(uncovered)} (median fit error above "
+        print(f"note: one roofline does not cover {', '.join(uncovered)} (median fit error above "
               f"{FIT_MAX_MEDIAN_ERROR_PCT:g}%): ops priced from these fits are labelled 'poor-fit'; "
-              "profile the nets you plan for to measure them", file=sys.stderr)
+              "profile the nets you plan for to measure them")
 
 
 def _nets_to_time(args: argparse.Namespace) -> list:

@@ -37,7 +37,7 @@ import numpy as np
 IQR_PER_SIGMA = 1.349   # interquartile range of a standard normal variable
 Z_CLIP = 3.0
 DEFAULT_DRAWS = 8
-DEFAULT_BUDGET_S = 3.0
+DEFAULT_BUDGET_S = 2.0   # seconds of re-solves at most (one draw always runs)
 
 
 @dataclass
@@ -50,6 +50,7 @@ class Stability:
     flipped_draws: int              # draws in which at least one op moved
     seconds: float
     devices: Sequence[str] = ("cpu", "gpu")
+    requested: int = 0              # draws asked for (0: the check was off)
 
     @property
     def flipping_ops(self) -> int:
@@ -57,6 +58,9 @@ class Stability:
 
     def summary(self) -> str:
         n = len(self.flips)
+        if self.draws == 0 and self.requested:
+            return ("placement stability not checked: no op cost has a measured spread "
+                    "(datasheet or roofline estimates only)")
         if self.draws == 0:
             return "placement stability not checked"
         if self.flipping_ops == 0:
@@ -105,7 +109,7 @@ def check(arrays, solve: Callable, placement: np.ndarray, spreads: np.ndarray,
     flips = moved.sum(axis=1)
     moves_to = [devices[int(moved[i].argmax())] if flips[i] else None for i in range(len(flips))]
     return Stability(draws=done, flips=flips, moves_to=moves_to, flipped_draws=flipped_draws,
-                     seconds=time.perf_counter() - start, devices=tuple(devices))
+                     seconds=time.perf_counter() - start, devices=tuple(devices), requested=draws)
 
 
 def add_to_plan_json(doc: dict, stability: Stability) -> None:
