@@ -17,7 +17,7 @@ from placer.units import fmt_rate, fmt_time
 
 HELP = "time a net's ops, the host CPU or the PCIe link into a device profile"
 DESCRIPTION = """\
-Three measurements, each written (merged) into the profile file given with -o:
+Four measurements, each written (merged) into the profile file given with -o:
 
   placer profile NET [--init-net INIT] [--input NAME=...] --device cpu|cuda:0 -o FILE
       runs the whole net with the runtime's executor (--warmup untimed runs, then
