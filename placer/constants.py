@@ -86,3 +86,11 @@ PEAK_GEMM_ROWS = 1024
 # memory- or overhead-bound). CPU: ~8 rows fitted to OpenBLAS FCs on the 2-core host
 # (bench/cost_accuracy.py); GPU: an assumption (a GPU needs far more rows to fill its SMs).
 DEFAULT_HALF_EFFICIENCY_ROWS = {"cpu": 8.0, "gpu": 64.0}
+
+# --- fit quality -----------------------------------------------------------------
+# A fit whose median |error| on its own points is above this does not describe its group
+# with one roofline (two kernels behind one op type, or a feature that misses what the
+# time follows): the profile marks it not covered, and estimates from it carry the
+# source "poor-fit". Run-to-run noise on a busy 2-core host puts good fits at 3-15%;
+# 25% is well past that and still below the 2x misses a wrong model gives.
+FIT_MAX_MEDIAN_ERROR_PCT = 25.0

@@ -213,3 +213,39 @@ def test_op_timing_inputs_need_a_dtype_and_an_addressable_shape(tmp_path):
     data = _valid()
     data["devices"][0]["ops"][0]["inputs"][0]["shape"] = [2 ** 62, 2 ** 62]
     assert "more than int64 can count" in _error(tmp_path, data)
+def test_timing_method_and_fit_quality_round_trip(tmp_path):
+    data = _valid()
+    data["devices"][0]["ops"][0]["method"] = "in-network"
+    data["devices"][0]["fits"] = {
+        "old": {"overhead_s": 1e-6, "compute_efficiency": 0.5, "memory_efficiency": 0.5, "points": 3,
+                "median_abs_pct_error": 4.0},
+        "new": {"overhead_s": 1e-6, "compute_efficiency": 0.5, "memory_efficiency": 0.5, "points": 9,
+                "median_abs_pct_error": 40.0, "p90_abs_pct_error": 90.0, "spread_pct": 12.5, "covered": False}}
+    prof = load_profile(_write(tmp_path, data))
+    cpu = prof.device("cpu")
+    assert next(iter(cpu.ops.values())).method == "in-network"
+    old, new = cpu.fits["old"], cpu.fits["new"]
+    assert old.covered is True and old.p90_abs_pct_error is None and old.spread_pct is None
+    assert new.covered is False and new.p90_abs_pct_error == 90.0 and new.spread_pct == 12.5
+    again = load_profile(save_profile(prof, tmp_path / "again.json"))
+    assert profile_to_dict(again) == profile_to_dict(prof)
+
+
+def test_entries_written_before_the_method_field_read_as_isolated(tmp_path):
+    (timing,) = load_profile(_write(tmp_path, _valid())).device("cpu").ops.values()
+    assert timing.method == "isolated"
+    assert timing.spread == pytest.approx(1e-6 / 1e-5)          # iqr / median
+
+
+def test_unknown_timing_method_names_the_field(tmp_path):
+    data = _valid()
+    data["devices"][0]["ops"][0]["method"] = "guessed"
+    msg = _error(tmp_path, data)
+    assert "devices[0].ops[0].method" in msg and "in-network" in msg
+
+
+def test_fit_covered_must_be_true_or_false(tmp_path):
+    data = _valid()
+    data["devices"][0]["fits"] = {"conv": {"overhead_s": 1e-6, "compute_efficiency": 0.5, "memory_efficiency": 0.5,
+                                           "points": 3, "median_abs_pct_error": 4.0, "covered": "yes"}}
+    assert "devices[0].fits.conv.covered" in _error(tmp_path, data)

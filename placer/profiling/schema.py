@@ -21,6 +21,11 @@ from placer.formats import shape_problem
 from placer.types import TensorType
 
 DIRECTIONS = ("h2d", "d2h")
+# How an op entry was timed: "in-network" (the whole net run by the executor, each op
+# after its producer, on the inputs the previous op left, allocating its outputs: what a
+# run sees) or "isolated" (the op alone, called again and again on the same inputs:
+# warm caches, no producer). Entries written before the field existed were isolated.
+TIMING_METHODS = ("in-network", "isolated")
 MEMORY_KINDS = ("pinned", "pageable")
 # Figures a datasheet profile must give a source for (when the figure is present).
 SOURCED_FIGURES = ("peak_flops", "memory_bandwidth_bytes_per_s", "memory_capacity_bytes",
@@ -48,7 +53,8 @@ class LinkCurve:
 
 @dataclass
 class OpTiming:
-    """A measured op: its key parts, the sample statistics, and its roofline features."""
+    """A measured op: its key parts, the sample statistics, its roofline features, and how
+    it was timed (``method``, one of ``TIMING_METHODS``)."""
 
     type: str
     inputs: tuple[TensorType, ...]
@@ -58,6 +64,12 @@ class OpTiming:
     iqr_s: float
     flops: float = 0.0
     bytes: float = 0.0
+    method: str = "isolated"
+
+    @property
+    def spread(self) -> float:
+        """Run-to-run spread as a fraction of the median: IQR / median (0 for a zero median)."""
+        return self.iqr_s / self.median_s if self.median_s > 0 else 0.0
 
     @property
     def key(self) -> str:
@@ -71,6 +83,12 @@ class FamilyFit:
     ``half_efficiency_rows`` (matrix-product families only, else None): the compute
     efficiency grows with the product's row count M as ``compute_efficiency * M / (M +
     half_efficiency_rows)``, so ``compute_efficiency`` is then the large-M limit.
+
+    Quality: ``median_abs_pct_error`` and ``p90_abs_pct_error`` of the fit on its own
+    points; ``spread_pct`` the median run-to-run spread (IQR / median) of those points;
+    ``covered`` False when the median error is above ``FIT_MAX_MEDIAN_ERROR_PCT``: one
+    roofline does not describe the group, and estimates from it are labelled so. The
+    three are None / True in fits stored before they existed.
     """
 
     overhead_s: float
@@ -79,6 +97,9 @@ class FamilyFit:
     points: int
     median_abs_pct_error: float
     half_efficiency_rows: float | None = None
+    p90_abs_pct_error: float | None = None
+    spread_pct: float | None = None
+    covered: bool = True
 
 
 @dataclass
@@ -96,6 +117,24 @@ class DeviceProfile:
     link: dict[str, dict[str, LinkCurve]] = field(default_factory=dict)
     ops: dict[str, OpTiming] = field(default_factory=dict)
     fits: dict[str, FamilyFit] = field(default_factory=dict)
+    fits_digest: str = ""   # fit_inputs_digest() of what ``fits`` were fitted to
+
+    def fit_inputs_digest(self, fit_version: int) -> str:
+        """A digest of what the fits are made from: the entries (keys, medians, spreads,
+        methods), the peaks, bandwidth and launch overhead they are relative to, and the
+        version of the fitting code. Stored fits whose digest matches need no refitting."""
+        import hashlib
+        h = hashlib.sha256(f"fit-version {fit_version}\n{sorted(self.peak_flops.items())!r}\n"
+                           f"{self.memory_bandwidth_bytes_per_s!r} {self.launch_overhead_s!r}\n".encode())
+        for key in sorted(self.ops):
+            t = self.ops[key]
+            h.update(f"{key}\t{t.median_s!r}\t{t.iqr_s!r}\t{t.method}\n".encode())
+        return h.hexdigest()[:16]
+
+    def fits_are_current(self, fit_version: int) -> bool:
+        """True when the stored fits were made from exactly this device's figures and
+        entries by this fitting code."""
+        return bool(self.fits) and self.fits_digest == self.fit_inputs_digest(fit_version)
 
     def peak(self, dtype: str) -> float:
         """Peak FLOP/s for a dtype, else the float32 figure."""
@@ -255,6 +294,7 @@ def _device_from_dict(r: _Reader, raw: Any, where: str) -> DeviceProfile:
     for i, op_raw in enumerate(r.get(raw, "ops", where, list, optional=True) or []):
         timing = _op_timing(r, op_raw, f"{where}.ops[{i}]")
         dev.ops[timing.key] = timing
+    dev.fits_digest = r.get(raw, "fits_digest", where, str, optional=True) or ""
     for fam, fit_raw in (r.get(raw, "fits", where, Mapping, optional=True) or {}).items():
         w = f"{where}.fits.{fam}"
         dev.fits[fam] = FamilyFit(
@@ -263,8 +303,16 @@ def _device_from_dict(r: _Reader, raw: Any, where: str) -> DeviceProfile:
             memory_efficiency=r.number(fit_raw, "memory_efficiency", w, positive=True),
             points=int(r.number(fit_raw, "points", w)),
             median_abs_pct_error=r.number(fit_raw, "median_abs_pct_error", w),
-            half_efficiency_rows=r.number(fit_raw, "half_efficiency_rows", w, optional=True, positive=True))
+            half_efficiency_rows=r.number(fit_raw, "half_efficiency_rows", w, optional=True, positive=True),
+            p90_abs_pct_error=r.number(fit_raw, "p90_abs_pct_error", w, optional=True),
+            spread_pct=r.number(fit_raw, "spread_pct", w, optional=True),
+            covered=_flag(r, fit_raw, "covered", w, default=True))
     return dev
+
+
+def _flag(r: _Reader, obj: Mapping, key: str, where: str, default: bool) -> bool:
+    value = r.get(obj, key, where, bool, optional=True)
+    return default if value is None else value
 
 
 def _source(r: _Reader, src: Mapping, where: str, device_raw: Mapping) -> dict:
@@ -324,7 +372,17 @@ def _op_timing(r: _Reader, raw: Any, where: str) -> OpTiming:
         samples=int(r.number(raw, "samples", where, positive=True)),
         median_s=r.number(raw, "median_s", where), iqr_s=r.number(raw, "iqr_s", where),
         flops=r.number(raw, "flops", where, optional=True) or 0.0,
-        bytes=r.number(raw, "bytes", where, optional=True) or 0.0)
+        bytes=r.number(raw, "bytes", where, optional=True) or 0.0,
+        method=_method(r, raw, where))
+
+
+def _method(r: _Reader, raw: Mapping, where: str) -> str:
+    method = r.get(raw, "method", where, str, optional=True)
+    if method is None:
+        return "isolated"  # written before the field existed: every entry was timed alone
+    if method not in TIMING_METHODS:
+        raise r.fail(f"{where}.method", f"must be one of {', '.join(TIMING_METHODS)}, found {method!r}")
+    return method
 
 
 # ------------------------------------------------------------------ load and save
@@ -370,11 +428,13 @@ def _device_to_dict(d: DeviceProfile) -> dict:
         out["ops"] = [{"type": t.type,
                        "inputs": [{"shape": list(x.shape), "dtype": x.dtype} for x in t.inputs],
                        "args": cost_args(t.args), "samples": t.samples, "median_s": t.median_s,
-                       "iqr_s": t.iqr_s, "flops": t.flops, "bytes": t.bytes}
+                       "iqr_s": t.iqr_s, "flops": t.flops, "bytes": t.bytes, "method": t.method}
                       for t in sorted(d.ops.values(), key=lambda t: t.key)]
     if d.fits:
         out["fits"] = {fam: {k: v for k, v in vars(f).items() if v is not None}
                        for fam, f in sorted(d.fits.items())}
+        if d.fits_digest:
+            out["fits_digest"] = d.fits_digest
     return out
 
 
