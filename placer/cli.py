@@ -13,11 +13,12 @@ import sys
 from placer.errors import PlacerError
 
 # Subcommands in the order `placer --help` lists them.
-COMMANDS = ["inspect", "convert", "run", "profile", "plan", "report", "demo"]
+COMMANDS = ["inspect", "convert", "train-net", "run", "profile", "plan", "report", "demo"]
 
 
 def _command_modules() -> dict:
-    return {name: importlib.import_module(f"placer.commands.{name}") for name in COMMANDS}
+    # a command's module name is the command with "-" as "_" (train-net -> train_net.py)
+    return {name: importlib.import_module(f"placer.commands.{name.replace('-', '_')}") for name in COMMANDS}
 
 
 def build_parser() -> argparse.ArgumentParser:

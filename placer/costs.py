@@ -62,10 +62,11 @@ _FAMILY_OVERRIDES = {
     "Softmax": "loss", "SoftmaxWithLoss": "loss", "Dropout": "elementwise",
     "MatMul": "fc", "BatchMatMul": "fc", "FCTransposed": "fc",
     "Gather": "embedding", "BatchGather": "embedding",
-    # Views: numpy and cupy reshape a contiguous array without touching its data, so
-    # these cost a call, not the bytes their features count.
-    "Reshape": "view", "Flatten": "view", "FlattenToVec": "view", "ExpandDims": "view",
-    "Squeeze": "view", "Alias": "view",
+    # Views: Alias hands its input on (no bytes move, no kernel on a GPU). Reshape, Flatten,
+    # FlattenToVec, Squeeze and ExpandDims are not views: their kernels copy on both
+    # devices, as Caffe2's do (an output never aliases its input), so they stay in their
+    # module's family (movement) and pay for their bytes.
+    "Alias": "view",
 }
 # Registry module (placer/ops/<module>.py) -> family.
 _MODULE_FAMILY = {
@@ -370,7 +371,18 @@ class CostModel:
             return roofline_s(features.flops, nbytes, prof.peak(dtype), prof.memory_bandwidth_bytes_per_s,
                               fit.overhead_s, eff_c, fit.memory_efficiency), "fitted"
         return roofline_s(features.flops, nbytes, prof.peak(dtype), prof.memory_bandwidth_bytes_per_s,
-                          prof.launch_overhead_s, *default_efficiency(fam, device_kind)), "roofline"
+                          self._fixed_cost_s(prof, op_type, inputs, args),
+                          *default_efficiency(fam, device_kind)), "roofline"
+
+    @staticmethod
+    def _fixed_cost_s(prof: DeviceProfile, op_type: str, inputs: Sequence[TensorType],
+                      args: Mapping[str, Any]) -> float:
+        """The roofline's overhead: on the host one call; on a GPU one launch overhead per
+        kernel the op's GPU kernel launches (``OpDef.launches``: a cupy Sigmoid is 5, a
+        3x3 convolution ~20), since each launch costs host time that tiny kernels cannot hide."""
+        if prof.kind != "gpu":
+            return prof.launch_overhead_s
+        return registry.get(op_type).launch_count(inputs, args) * prof.launch_overhead_s
 
     def copy_time(self, nbytes: float, direction: str, pinned: bool = True) -> float:
         """Seconds to copy ``nbytes`` host->GPU ("h2d") or GPU->host ("d2h") over the first

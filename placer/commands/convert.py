@@ -23,6 +23,7 @@ latter are listed.
 example:
   placer convert deploy.prototxt --weights net.caffemodel -o converted/
   placer convert train_val.prototxt --phase train --input data=32,3,224,224 -o out/
+  placer convert train_val.prototxt --solver solver.prototxt --input data=32,3,227,227 -o out/
 """
 
 
@@ -45,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder for predict_net.pbtxt and init_net.pbtxt")
     parser.add_argument("--binary", action="store_true",
                         help="also write predict_net.pb and init_net.pb")
+    parser.add_argument("--solver", metavar="SOLVER.prototxt",
+                        help="also write the Caffe2 train net of this Caffe solver (TRAIN phase): "
+                             "train_net.pbtxt, train_init_net.pbtxt (update_net.pbtxt with iter_size > 1)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,6 +62,11 @@ def run(args: argparse.Namespace) -> int:
                           hint="give a folder name; it is created when missing")
     for name in ("predict_net.pbtxt", "init_net.pbtxt", "predict_net.pb", "init_net.pb"):
         refuse_overwrite(out / name, args.net, args.weights)
+    solver_nets = None
+    if args.solver:
+        from placer.training.solver import solver_nets_for_convert
+        solver_nets = solver_nets_for_convert(args.net, args.solver, out, args.weights,
+                                              parse_input_specs(args.inputs), args.binary)
     result = convert_caffe(args.net, phase=args.phase, weights=args.weights,
                            input_shapes=parse_input_specs(args.inputs))
     values = sum(len(a.floats) for op in result.init.op for a in op.arg if a.name == "values")
@@ -76,6 +85,10 @@ def run(args: argparse.Namespace) -> int:
     for name in names:
         netdef = result.predict if name.startswith("predict") else result.init
         written.append(save_netdef(netdef, out / name, binary=name.endswith(".pb")))
+    if solver_nets is not None:
+        from placer.training.solver import save_solver_nets
+        written += save_solver_nets(solver_nets, out, args.binary)
+        result.notes += [f"train net ({args.solver}): {note}" for note in solver_nets.notes]
     _print_summary(args, result, written)
     return 0
 
