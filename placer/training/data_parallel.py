@@ -22,8 +22,8 @@ same model built on every device (torch 1.8.1's caffe2/python/data_parallel_mode
    ``Copy`` of both back to each GPU.
 5. **Optimizer, per device** (the one-device update ops renamed), with what Caffe2's
    optimizer shares written once: the iteration counter, and on CPU devices the
-   learning-rate blob (``<Optimizer>_<n>_lr_cpu``); per device the ``ONE_<type>_<id>``
-   blobs and, on GPUs, the rate (``..._lr_gpu<id>``).
+   learning-rate blob (``<Optimizer>_<n>_lr_cpu``); per device the ``ONE_<type>_<id>`` and
+   ``wd_<type>_<id>`` blobs and, on GPUs, the rate (``..._lr_gpu<id>``).
 6. **Parameter broadcast** in the init net: every blob the init net makes per device is
    copied from the first device (``Copy``; on the CPU under device 0's scope, on a GPU
    under the destination's).
@@ -57,7 +57,9 @@ from placer.training.gradients import GradientSlice, make_op
 CPU_TYPE, CUDA_TYPE = 0, 1
 OVERRIDE_CPU = "device_type_override:cpu"   # ops Caffe2 keeps on the host (the iteration counter)
 WORKERS_PER_DEVICE = 4                      # data_parallel_model's num_threads_per_device
-ONE_BLOB = re.compile(r"^ONE_\d+_\d+$")
+# Blobs Caffe2's optimizers name after the device scope: ONE_<type>_<id> (SGD, weight decay,
+# RmsProp), wd_<type>_<id> (weight decay's rate), <Optimizer>_<n>_<base>_cpu / _gpu<id>.
+DEVICE_BLOB = re.compile(r"^(?P<base>ONE|wd)_\d+_\d+$")
 RATE_BLOB = re.compile(r"^(?P<head>\w*Optimizer_\d+_.+?)(?P<dev>_cpu|_gpu\d+)(?P<tail>(?:_lr_mult_.+)?)$")
 # Caffe2's SgdOptimizer writes one ONE_<type>_<id> fill per parameter it updates.
 SGD_UPDATES = frozenset({"WeightedSum", "ScatterWeightedSum", "MomentumSGDUpdate", "SparseMomentumSGDUpdate"})
@@ -167,7 +169,8 @@ def data_parallel(train, init, devices: int | Sequence[int] = 4, kind: str = "gp
     layout.ops = []
     _all_reduce(layout, [p for p in reversed(replicated)], grads, names)
     reduce_ops = layout.ops
-    update = _replicate(parts.update, layout, names, _roles(parts.update, names, params))
+    update = _replicate(parts.update, layout, names, _roles(parts.update, names, params),
+                        _passes(parts.update, params, grads))
 
     net = copy.deepcopy(train)
     del net.op[:]
@@ -203,7 +206,7 @@ class _Names:
                 self.slice_of[old] = new
 
     def _device_named(self, blob: str) -> bool:
-        return bool(ONE_BLOB.match(blob) or RATE_BLOB.match(blob))
+        return bool(DEVICE_BLOB.match(blob) or RATE_BLOB.match(blob))
 
     def is_shared(self, blob: str) -> bool:
         if blob in self.shared_params or blob in self.shared_state or blob in self.iteration:
@@ -221,8 +224,9 @@ class _Names:
         if self.is_shared(blob):
             return blob
         dtype = CUDA_TYPE if self.layout.kind == "gpu" else CPU_TYPE
-        if ONE_BLOB.match(blob):
-            return f"ONE_{dtype}_{d}"
+        m = DEVICE_BLOB.match(blob)
+        if m:
+            return f"{m['base']}_{dtype}_{d}"
         m = RATE_BLOB.match(blob)
         if m:
             return m["head"] + f"_gpu{d}" + m["tail"]
@@ -297,21 +301,49 @@ def _roles(ops: list, names: _Names, params: list[str]) -> list[str]:
 
 
 def _is_one_fill(op) -> bool:
-    return op.type == "ConstantFill" and not op.input and len(op.output) == 1 and bool(ONE_BLOB.match(op.output[0]))
+    return (op.type == "ConstantFill" and not op.input and len(op.output) == 1
+            and op.output[0].startswith("ONE_") and bool(DEVICE_BLOB.match(op.output[0])))
 
 
-def _replicate(ops: list, layout: _Layout, names: _Names, roles: list[str]) -> list:
-    """``ops`` renamed for each device, the ONCE ones on the first device only."""
+def _passes(ops: list, params: list[str], grads: dict) -> list[list[int]]:
+    """The optimizer ops cut into the builder passes that wrote them (weight decay, then the
+    optimizer: each visits the parameters in order), so that each pass is written for
+    every device before the next, as Caffe2's builders, run once over all devices, do.
+    An op of no parameter (the iteration counter, the rate) goes with the next pass."""
+    owned = [{p, *_grad_names(grads[p])} for p in params]
+
+    def owner(op) -> int | None:
+        return next((i for i, names in enumerate(owned)
+                     if any(b in names or b.startswith(params[i] + "_") for b in op.output)), None)
+    passes, current, pending, last = [], [], [], -1
+    for j, op in enumerate(ops):
+        i = owner(op)
+        if i is None:
+            pending.append(j)
+            continue
+        if i < last:
+            passes.append(current)
+            current = []
+        current += pending + [j]
+        pending, last = [], i
+    return [p for p in passes + [current + pending] if p]
+
+
+def _replicate(ops: list, layout: _Layout, names: _Names, roles: list[str],
+               passes: list[list[int]] | None = None) -> list:
+    """``ops`` renamed for each device (pass by pass), the ONCE ones on the first device only."""
     out = []
-    for k, d in enumerate(layout.devices):
-        for op, role in zip(ops, roles):
-            if k and role != EACH:
-                continue
-            new = _renamed(op, lambda b: names.update(d, b), layout.option(d))
-            if role == ONCE_AS_IS:
-                new.device_option.CopyFrom(op.device_option)
-                new.device_option.SetInParent()
-            out.append(new)
+    for group in passes or [list(range(len(ops)))]:
+        for k, d in enumerate(layout.devices):
+            for j in group:
+                op, role = ops[j], roles[j]
+                if k and role != EACH:
+                    continue
+                new = _renamed(op, lambda b: names.update(d, b), layout.option(d))
+                if role == ONCE_AS_IS:
+                    new.device_option.CopyFrom(op.device_option)
+                    new.device_option.SetInParent()
+                out.append(new)
     return out
 
 
@@ -414,7 +446,17 @@ def _init_net(init, layout: _Layout, names: _Names, parts: TrainParts, params: l
                          if b.startswith(layout.prefix(layout.devices[0]))})
     for blob in per_device:
         _broadcast_init(out, layout, blob)
+    out.external_input[:] = _per_device(names, layout, out.external_input)
+    out.external_output[:] = _per_device(names, layout, out.external_output)
     return out
+
+
+def _per_device(names: _Names, layout: _Layout, blobs) -> list[str]:
+    """A list of one-device blob names as the devices name them (shared ones once)."""
+    out: list[str] = []
+    for b in blobs:
+        out += [b] if names.is_shared(b) else [names.update(d, b) for d in layout.devices]
+    return list(dict.fromkeys(out))
 
 
 def _broadcast_init(out, layout: _Layout, blob: str) -> None:
@@ -438,7 +480,4 @@ def _net_fields(net, layout: _Layout, train, names: _Names) -> None:
         inputs.update((b, None) for b in op.input if b not in written)
         written.update(op.output)
     net.external_input[:] = list(inputs)
-    outputs = []
-    for b in train.external_output:
-        outputs += [b] if names.is_shared(b) else [names.local(d, b) for d in layout.devices]
-    net.external_output[:] = list(dict.fromkeys(outputs))
+    net.external_output[:] = _per_device(names, layout, train.external_output)
