@@ -77,6 +77,13 @@ def link_class(kind: str) -> str:
     return "network"
 
 
+def bus_bytes(kind: str, nbytes: float, n: int) -> float:
+    """nccl-tests' bus bytes of a collective of S = ``nbytes``: S times its bus factor, the
+    bytes whose passage through the bottleneck B the transfer time is (ring, chain and
+    pairwise alike): busbw = bus bytes / time."""
+    return nbytes * _BUS_FACTOR[kind](n) if n > 1 else 0.0
+
+
 def ring_edge_bytes(kind: str, nbytes: float, n: int) -> float:
     """Bytes each edge of a ring (each pair of a pairwise exchange) carries for one
     collective of S = ``nbytes`` over ``n`` ranks (the sum that a run record's bytes per
@@ -107,7 +114,7 @@ class CollectiveTime:
         n = len(self.ranks)
         if self.time_s <= 0 or n <= 1:
             return 0.0
-        return self.nbytes / self.time_s * _BUS_FACTOR[self.kind](n)
+        return bus_bytes(self.kind, self.nbytes, n) / self.time_s
 
 
 class CollectiveModel:
