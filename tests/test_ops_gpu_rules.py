@@ -13,6 +13,7 @@ import zlib
 import numpy as np
 import pytest
 
+import test_collectives_ops
 import test_ops_data
 import test_ops_dense
 import test_ops_detection
@@ -46,6 +47,8 @@ def covered_op_types() -> set[str]:
     """Op types some strict-run case exercises, over every family's case list."""
     ops = {c["op"] for c in test_ops_data.CASES + test_ops_dense.CASES + test_ops_spatial.CASES}
     ops |= {c[0] for c in test_ops_detection.KERNEL_CASES} | {c[0] for c in test_ops_resize.CASES}
+    ops |= set(test_collectives_ops.STRICT_CHECKED + test_collectives_ops.GLOO_CHECKED)
+    ops |= {"CreateCommonWorld", "CloneCommonWorld"}     # host blobs only (test_collectives_ops)
     return ops | {c[0] for c in EXTRA_CASES} | {"Dropout"}
 
 
