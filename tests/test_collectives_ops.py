@@ -25,7 +25,7 @@ from placer.collectives import ring_edge_bytes
 from placer.errors import PlacerError, ShapeError
 from placer.formats import caffe2_pb as pb
 from placer.formats.caffe2 import net_from_netdef
-from placer.ops import collective, registry
+from placer.ops import collective, collective_kernels, registry
 from placer.runtime.executor import Executor
 from placer.shapes import infer
 from placer.types import Args, TensorType
@@ -115,7 +115,7 @@ def test_each_link_carries_what_the_ring_moves(op_type, kind):
     per_link: dict = {}
     for src, dst, b in ex.record.ops[-1].links:
         per_link[(src, dst)] = per_link.get((src, dst), 0) + b
-    edges = collective.ring_edges(kind, n)
+    edges = collective_kernels.ring_edges(kind, n)
     assert set(per_link) == {(f"emulated-cuda:{a}", f"emulated-cuda:{b}") for a, b in edges}
     assert set(per_link.values()) == {ring_edge_bytes(kind, s, n)}
 
@@ -421,7 +421,7 @@ def fake_gpus(monkeypatch):
     nccl = FakeNccl(fake)
     monkeypatch.setitem(sys.modules, "cupy", fake)
     monkeypatch.setitem(sys.modules, "cupy.cuda.nccl", nccl)
-    monkeypatch.setattr(collective, "_COMMS", {})
+    monkeypatch.setattr(collective_kernels, "_COMMS", {})
     return fake, nccl
 
 
@@ -443,7 +443,8 @@ def test_nccl_runs_each_collective_in_one_group_on_each_gpus_stream(op_type, fak
     kind = collective.COLLECTIVE_OPS[op_type].kind
     s = collective.COLLECTIVE_OPS[op_type].nbytes([TensorType(x.shape) for x in xs])
     links = ex.record.ops[-1].links
-    assert {(a, b) for a, b, _ in links} == {(f"cuda:{a}", f"cuda:{b}") for a, b in collective.ring_edges(kind, n)}
+    edges = collective_kernels.ring_edges(kind, n)
+    assert {(a, b) for a, b, _ in links} == {(f"cuda:{a}", f"cuda:{b}") for a, b in edges}
     assert {b for *_, b in links} == {int(ring_edge_bytes(kind, s, n))}
 
 

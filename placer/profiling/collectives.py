@@ -31,7 +31,7 @@ import numpy as np
 from placer.collectives import CollectiveModel, bus_bytes
 from placer.errors import DeviceError, ProfileError
 from placer.fileio import atomic_write_text
-from placer.ops.collective import _NCCL_DTYPES, SUM
+from placer.ops.collective_kernels import _NCCL_DTYPES, SUM
 from placer.profiling.link import fit_line
 
 KINDS = ("allreduce", "allgather", "reducescatter", "broadcast", "alltoall")
