@@ -94,7 +94,7 @@ class _Layout:
     kind: str
     devices: list[int]
     use_nccl: bool
-    ops: list = field(default_factory=list)
+    ops: list = field(default_factory=list)    # what ``add`` writes (the all-reduce)
 
     def prefix(self, d: int) -> str:
         return f"{self.kind}_{d}/"
@@ -102,11 +102,14 @@ class _Layout:
     def option(self, d: int):
         return pb.DeviceOption(device_type=CUDA_TYPE if self.kind == "gpu" else CPU_TYPE, device_id=d)
 
-    def add(self, op_type: str, inputs, outputs, option, **kwargs):
+    def op(self, op_type: str, inputs, outputs, option, **kwargs):
         op = make_op(op_type, list(inputs), list(outputs), **kwargs)
         op.device_option.CopyFrom(option)
-        self.ops.append(op)
         return op
+
+    def add(self, op_type: str, inputs, outputs, option, **kwargs):
+        self.ops.append(self.op(op_type, inputs, outputs, option, **kwargs))
+        return self.ops[-1]
 
 
 # ------------------------------------------------------------------ reading the one-device net
@@ -147,37 +150,54 @@ def data_parallel(train, init, devices: int | Sequence[int] = 4, kind: str = "gp
         raise DataParallelError(f"data parallelism over {kind} devices {devices}: give distinct device "
                                 "numbers and kind cpu or gpu")
     parts = split_train_net(train)
-    _, grads = backward_ops(parts.forward, parts.losses)
-    read = {b for op in parts.forward for b in op.input}
-    params = [b for op in init.op for b in op.output if b in grads and b in read]
-    params = list(dict.fromkeys(params))
-    sparse = [p for p in params if isinstance(grads[p], GradientSlice)]
-    shared = list(sparse if shared is None and kind == "cpu" else shared or [])
-    if kind == "cpu" and set(sparse) - set(shared):
-        raise DataParallelError(f"parameters {sorted(set(sparse) - set(shared))} have sparse gradients: "
-                                "data_parallel_model cannot all-reduce gradient slices on CPU devices",
-                                hint="keep them shared (the default on CPU devices)")
+    params, grads = _parameters(parts, init)
+    shared = _shared(params, grads, kind, shared)
     replicated = [p for p in params if p not in shared]
     layout = _Layout(kind, devices, use_nccl)
     names = _Names(layout, parts, init, shared, grads)
 
-    forward = _forward(layout, parts, names)
-    seeds = [layout.add("ConstantFill", [names.local(d, loss)], [names.local(d, loss) + "_grad"],
-                        layout.option(d), value=1.0) for d in devices for loss in parts.losses]
-    backward, dp_grads = _backward(forward, layout, parts.losses)
+    forward = _forward(layout, parts, names)                        # 1.
+    seeds = _seeds(layout, parts, names)                            # 2.
+    backward, dp_grads = _backward(forward, layout, parts.losses)   # 3.
     names.shared_grads(dp_grads)
-    layout.ops = []
-    _all_reduce(layout, [p for p in reversed(replicated)], grads, names)
-    reduce_ops = layout.ops
+    reduce_ops = _all_reduce(layout, replicated[::-1], grads, names)  # 4.
     update = _replicate(parts.update, layout, names, _roles(parts.update, names, params),
-                        _passes(parts.update, params, grads))
-
+                        _passes(parts.update, params, grads))       # 5.
     net = copy.deepcopy(train)
     del net.op[:]
     net.op.extend(forward + seeds + backward + reduce_ops + update)
     _net_fields(net, layout, train, names)
-    init_net = _init_net(init, layout, names, parts, params)
+    init_net = _init_net(init, layout, names, parts, params)        # 6.
     return DataParallelNets(net, init_net, devices, kind, replicated, shared, list(parts.losses))
+
+
+def _parameters(parts: TrainParts, init) -> tuple[list[str], dict]:
+    """The parameters (blobs the init net makes that the forward ops read and that get a
+    gradient), in the init net's order (Caffe2's model order), and every blob's gradient."""
+    _, grads = backward_ops(parts.forward, parts.losses)
+    read = {b for op in parts.forward for b in op.input}
+    params = list(dict.fromkeys(b for op in init.op for b in op.output if b in grads and b in read))
+    return params, grads
+
+
+def _shared(params: list[str], grads: dict, kind: str, shared: Sequence[str] | None) -> list[str]:
+    sparse = [p for p in params if isinstance(grads[p], GradientSlice)]
+    shared = list(sparse if shared is None and kind == "cpu" else shared or [])
+    unknown = [p for p in shared if p not in params]
+    if unknown:
+        raise DataParallelError(f"shared parameters {unknown} are not parameters of the net",
+                                hint=f"parameters: {', '.join(params)}")
+    if kind == "cpu" and set(sparse) - set(shared):
+        raise DataParallelError(f"parameters {sorted(set(sparse) - set(shared))} have sparse gradients: "
+                                "data_parallel_model cannot all-reduce gradient slices on CPU devices",
+                                hint="keep them shared (the default on CPU devices)")
+    return shared
+
+
+def _seeds(layout: _Layout, parts: TrainParts, names: _Names) -> list:
+    """``ConstantFill(<p>/loss) -> <p>/loss_grad``, value 1.0, per device and loss."""
+    return [layout.op("ConstantFill", [names.local(d, loss)], [names.local(d, loss) + "_grad"],
+                      layout.option(d), value=1.0) for d in layout.devices for loss in parts.losses]
 
 
 class _Names:
@@ -349,10 +369,11 @@ def _replicate(ops: list, layout: _Layout, names: _Names, roles: list[str],
 
 # ------------------------------------------------------------------ all-reduce
 
-def _all_reduce(layout: _Layout, params: list[str], grads: dict, names: _Names) -> None:
+def _all_reduce(layout: _Layout, params: list[str], grads: dict, names: _Names) -> list:
     """data_parallel_model's ``_AllReduceBlobsSingleHost`` for the replicated gradients."""
+    layout.ops = []
     if len(layout.devices) == 1:
-        return
+        return layout.ops
     last, gathered = None, set()
     for p in params:
         g = grads[p]
@@ -370,6 +391,7 @@ def _all_reduce(layout: _Layout, params: list[str], grads: dict, names: _Names) 
             last = group[0]
         else:
             _sum_tree(layout, g, names)
+    return layout.ops
 
 
 def _broadcast(layout: _Layout, group: list[str]) -> None:
@@ -463,9 +485,7 @@ def _broadcast_init(out, layout: _Layout, blob: str) -> None:
     first = layout.prefix(layout.devices[0]) + blob
     for d in layout.devices[1:]:
         option = layout.option(d) if layout.kind == "gpu" else layout.option(0)
-        op = make_op("Copy", [first], [layout.prefix(d) + blob])
-        op.device_option.CopyFrom(option)
-        out.op.append(op)
+        out.op.append(layout.op("Copy", [first], [layout.prefix(d) + blob], option))
 
 
 def _net_fields(net, layout: _Layout, train, names: _Names) -> None:
