@@ -293,6 +293,30 @@ def test_the_ring_code_keeps_to_cupys_rules(op_type):
     assert t.moved
 
 
+@pytest.mark.parametrize("op_type", STRICT_CHECKED + GLOO_CHECKED)
+def test_one_device_kernels_give_the_collectives_result(op_type):
+    """The registry's ``kernel`` (every rank's blob on one device): the moves' result, on
+    numpy and on the strict cupy stand-in."""
+    from conftest import require_cupy
+    from cupy_standin import run_strict
+    n = 3
+    shape = (n * 2, 5) if op_type == "AllToAll" else (n, 7) if op_type == "NCCLReduceScatter" else (5, 4)
+    xs = rank_inputs(n, shape, seed=8)
+    gloo = op_type in GLOO_CHECKED
+    inputs = ([np.ones(1, np.int64)] if gloo else []) + xs
+    want = ({"Allreduce": expected("NCCLAllreduce", xs), "Broadcast": expected("NCCLBroadcast", xs),
+             "Allgather": [np.concatenate([x.ravel() for x in xs])]}[op_type] if gloo else expected(op_type, xs))
+    args = Args({}, op=f"#0 {op_type}")
+    kernel = registry.get(op_type).kernel
+    for g, w in zip(kernel(np, inputs, args), want):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+    require_cupy()
+    strict = run_strict(kernel, inputs, args)
+    assert not strict.syncs
+    for g, w in zip(strict.outputs, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
 def test_common_worlds_live_on_the_host_wherever_placed():
     net = pb.NetDef(name="world", external_output=["cw", "cw2"])
     op = net.op.add(type="CreateCommonWorld", output=["cw"])

@@ -44,7 +44,7 @@ record counts the bytes a ring moves.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -304,33 +304,92 @@ def move_clone_common_world(t, inputs, args):
     return (_send(t, inputs[0], t.sources[0], t.host),)
 
 
+# ------------------------------------------------------------------ one-device kernels
+
+# Each op's result when every rank's blob is on one device (the registry's ``kernel``,
+# for timing an op on one device): what the moves above give, without moving anything.
+
+def _total(data: list) -> Any:
+    total = data[0].copy()
+    for x in data[1:]:
+        total = total + x
+    return total
+
+
+def kernel_allreduce(first: int):
+    def kernel(xp, inputs, args):
+        total = _total(list(inputs[first:]))
+        return tuple(total.copy() for _ in inputs[first:])
+    return kernel
+
+
+def kernel_broadcast(first: int):
+    def kernel(xp, inputs, args):
+        root = inputs[first + (0 if first else args.int("root", 0))]
+        return tuple(root.copy() for _ in inputs[first:])
+    return kernel
+
+
+def kernel_nccl_reduce(xp, inputs, args):
+    return (_total(list(inputs)),)
+
+
+def kernel_nccl_allgather(xp, inputs, args):
+    return tuple(xp.stack(list(inputs)) for _ in inputs)
+
+
+def kernel_nccl_reducescatter(xp, inputs, args):
+    total = _total(list(inputs))
+    return tuple(total[i].copy() for i in range(len(inputs)))
+
+
+def kernel_alltoall(xp, inputs, args):
+    n, rows = len(inputs), inputs[0].shape[0] // len(inputs)
+    return tuple(xp.concatenate([x[j * rows:(j + 1) * rows] for x in inputs]) for j in range(n))
+
+
+def kernel_gloo_allgather(xp, inputs, args):
+    return (xp.concatenate([x.reshape(-1) for x in inputs[1:]]),)
+
+
+def kernel_create_common_world(xp, inputs, args):
+    world = np.zeros(args.int("size", 0), np.int64)
+    world[args.int("rank", 0)] = 1
+    return (xp.asarray(world),)
+
+
+def kernel_clone_common_world(xp, inputs, args):
+    return (inputs[0].copy(),)
+
+
 # ------------------------------------------------------------------ registration
 
-def _register(op_type, infer, move, writes, cost, min_inputs, max_inputs=None, first=0, doc=""):
-    register(OpDef(op_type, infer, None, cost, transfer=Transfer(ANYWHERE, writes, move, like_input_from=first),
+def _register(op_type, infer, kernel, move, writes, cost, min_inputs, max_inputs=None, first=0, doc=""):
+    register(OpDef(op_type, infer, kernel, cost,
+                   transfer=Transfer(ANYWHERE, writes, move, like_input_from=first),
                    min_inputs=min_inputs, max_inputs=max_inputs, doc=doc))
 
 
 MAX_GPUS = 16   # CAFFE2_COMPILE_TIME_MAX_GPUS: the NCCL ops' input count limit in the schemas
-_register("NCCLAllreduce", infer_nccl_allreduce, move_allreduce(0), LIKE_INPUT, reduction_cost(0), 1, MAX_GPUS,
-          doc="Sum of one blob per GPU, on every GPU (Caffe2's NCCL op)")
-_register("NCCLBroadcast", infer_nccl_broadcast, move_broadcast(0), LIKE_INPUT, data_cost(0), 1, MAX_GPUS,
-          doc="Rank root's blob onto every GPU, in place")
-_register("NCCLReduce", infer_nccl_reduce, move_nccl_reduce, LIKE_INPUT, reduction_cost(0), 1, MAX_GPUS,
-          doc="Sum of one blob per GPU, on the first (root 0)")
-_register("NCCLAllGather", infer_nccl_allgather, move_nccl_allgather, LIKE_INPUT, data_cost(0), 1, MAX_GPUS,
-          doc="Every GPU's blob stacked ([n] + shape) on every GPU")
-_register("NCCLReduceScatter", infer_nccl_reducescatter, move_nccl_reducescatter, LIKE_INPUT,
-          reduction_cost(0), 1, MAX_GPUS, doc="Row i of the sum of every GPU's [n, ...] blob, on GPU i")
-_register("AllToAll", infer_alltoall, move_alltoall, LIKE_INPUT, data_cost(0), 1,
+_register("NCCLAllreduce", infer_nccl_allreduce, kernel_allreduce(0), move_allreduce(0),
+          LIKE_INPUT, reduction_cost(0), 1, MAX_GPUS, doc="Sum of one blob per GPU, on every GPU (Caffe2's NCCL op)")
+_register("NCCLBroadcast", infer_nccl_broadcast, kernel_broadcast(0), move_broadcast(0),
+          LIKE_INPUT, data_cost(0), 1, MAX_GPUS, doc="Rank root's blob onto every GPU, in place")
+_register("NCCLReduce", infer_nccl_reduce, kernel_nccl_reduce, move_nccl_reduce,
+          LIKE_INPUT, reduction_cost(0), 1, MAX_GPUS, doc="Sum of one blob per GPU, on the first (root 0)")
+_register("NCCLAllGather", infer_nccl_allgather, kernel_nccl_allgather, move_nccl_allgather,
+          LIKE_INPUT, data_cost(0), 1, MAX_GPUS, doc="Every GPU's blob stacked ([n] + shape) on every GPU")
+_register("NCCLReduceScatter", infer_nccl_reducescatter, kernel_nccl_reducescatter, move_nccl_reducescatter,
+          LIKE_INPUT, reduction_cost(0), 1, MAX_GPUS, doc="Row i of the sum of every GPU's [n, ...] blob, on GPU i")
+_register("AllToAll", infer_alltoall, kernel_alltoall, move_alltoall, LIKE_INPUT, data_cost(0), 1,
           doc="placer's all-to-all: block j of every rank's blob to rank j, stacked in rank order")
-_register("CreateCommonWorld", infer_create_common_world, move_create_common_world, HOST, data_cost(0), 0, 1,
-          doc="A common world for Gloo collectives (kv_handler optional); size 1 runs here")
-_register("CloneCommonWorld", infer_clone_common_world, move_clone_common_world, HOST, data_cost(0), 1, 1,
-          doc="A copy of a common world")
-_register("Allreduce", infer_gloo_inplace, move_allreduce(1), LIKE_INPUT, reduction_cost(1), 2, first=1,
-          doc="Gloo: every buffer of every process of the common world summed, in place")
-_register("Broadcast", infer_gloo_inplace, move_broadcast(1), LIKE_INPUT, data_cost(1), 2, first=1,
-          doc="Gloo: the root process's first buffer onto every buffer, in place")
-_register("Allgather", infer_gloo_allgather, move_gloo_allgather, PLACED, data_cost(1), 2,
-          doc="Gloo: every process's buffers flattened, concatenated in rank order")
+_register("CreateCommonWorld", infer_create_common_world, kernel_create_common_world, move_create_common_world,
+          HOST, data_cost(0), 0, 1, doc="A common world for Gloo collectives (kv_handler optional); size 1 runs here")
+_register("CloneCommonWorld", infer_clone_common_world, kernel_clone_common_world, move_clone_common_world,
+          HOST, data_cost(0), 1, 1, doc="A copy of a common world")
+_register("Allreduce", infer_gloo_inplace, kernel_allreduce(1), move_allreduce(1), LIKE_INPUT, reduction_cost(1),
+          2, first=1, doc="Gloo: every buffer of every process of the common world summed, in place")
+_register("Broadcast", infer_gloo_inplace, kernel_broadcast(1), move_broadcast(1), LIKE_INPUT, data_cost(1),
+          2, first=1, doc="Gloo: the root process's first buffer onto every buffer, in place")
+_register("Allgather", infer_gloo_allgather, kernel_gloo_allgather, move_gloo_allgather, PLACED, data_cost(1),
+          2, doc="Gloo: every process's buffers flattened, concatenated in rank order")
