@@ -212,6 +212,10 @@ def test_bad_collectives_are_refused_naming_the_op():
         run(collective_net("NCCLReduce", 2, {"root": 1}), rank_inputs(2), emulate_gpus=2)
     with pytest.raises(ShapeError, match="first dimension must be the rank count 2"):
         run(collective_net("NCCLReduceScatter", 2), rank_inputs(2, (3, 4)), emulate_gpus=2)
+    net = collective_net("NCCLAllreduce", 2)
+    net.op[-1].output.append("y2")
+    with pytest.raises(ShapeError, match="NCCLAllreduce -> 'y0': 3 outputs, but each output is written where an"):
+        run(net, rank_inputs(2), emulate_gpus=2)
     net = pb.NetDef(name="world", external_output=["cw"])
     op = net.op.add(type="CreateCommonWorld", output=["cw"])
     op.arg.add(name="size", i=2)

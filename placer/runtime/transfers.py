@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from placer.errors import ShapeError
 from placer.ops.registry import ANYWHERE, HOST, LIKE_INPUT, PLACED, Transfer
 from placer.runtime.devices import DeviceSet
 
@@ -53,7 +54,9 @@ def transfer_ends(transfer: Transfer, placed: Any, devices: DeviceSet, n_inputs:
         return reads, ({HOST: devices.cpu, PLACED: placed}[transfer.writes],) * n_outputs
     first = transfer.like_input_from
     if first + n_outputs > n_inputs:
-        raise ValueError(f"{label}: {n_outputs} outputs written like inputs {first}.. of {n_inputs}")
+        raise ShapeError(f"{label}: {n_outputs} outputs, but each output is written where an input "
+                         f"is, and it has {n_inputs - first} such inputs",
+                         hint="give the op one output per input (in place, as Caffe2 writes it)")
     return reads, tuple(range(first, first + n_outputs))
 
 
