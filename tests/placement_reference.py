@@ -110,3 +110,51 @@ def random_constraints(arr, rng, pin_p: float = 0.08, pairs: int = 2):
         pr = rng.integers(0, n, (int(rng.integers(1, pairs + 1)), 2))
         arr.colocate = pr[pr[:, 0] != pr[:, 1]].astype(np.int64)
     return arr
+
+
+def hand_arrays(ops, tensors, link_class=None, devices=None, colocate=(), outputs_on_host=True,
+                capacity=None, pin_reason=None):
+    """CostArrays from short rows (k devices).
+
+    ops: per op, its seconds on each device (None: it may not run there).
+    tensors: (name, producer, consumers, copy seconds per link class) with an optional
+    5th ext_output (default False) and 6th bytes (default 1e6); producer -1 is the host,
+    -2 the init net. ``link_class`` [k, k] defaults to host <-> GPU classes 0 (h2d) and
+    1 (d2h) and class 2 between GPUs."""
+    from placer.partition.problem import CostArrays
+    n, k = len(ops), len(ops[0])
+    devices = devices or ("cpu",) + tuple(f"cuda:{g}" for g in range(k - 1))
+    if link_class is None:
+        link_class = np.full((k, k), 2)
+        link_class[0, :], link_class[:, 0] = 0, 1
+        np.fill_diagonal(link_class, -1)
+    op_s = np.array([[1e9 if s is None else s for s in row] for row in ops], float)
+    allowed = np.array([[s is not None for s in row] for row in ops], bool)
+    rows = list(tensors)
+    counts = [len(r[2]) for r in rows]
+    nbytes = np.array([r[5] if len(r) > 5 else 1e6 for r in rows], float)
+    producer = np.array([r[1] for r in rows], np.int64)
+    made = np.bincount(producer[producer >= 0], weights=nbytes[producer >= 0], minlength=n)
+    n_classes = int(link_class.max()) + 1
+    class_s = np.array([[r[3][c] if c < len(r[3]) else np.inf for r in rows] for c in range(n_classes)], float)
+    return CostArrays(
+        op_s=op_s, allowed=allowed, param_bytes=np.zeros(n), output_bytes=made,
+        t_producer=producer, t_ptr=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+        t_cons=np.array([c for r in rows for c in r[2]], np.int64), t_bytes=nbytes,
+        t_ext_out=np.array([bool(r[4]) if len(r) > 4 else False for r in rows]),
+        link_class=np.asarray(link_class, np.int64), class_s=class_s, devices=tuple(devices),
+        device_kinds=tuple("cpu" if d == "cpu" else "gpu" for d in devices),
+        capacity=None if capacity is None else np.asarray(capacity, float),
+        colocate=np.asarray(colocate, np.int64).reshape(-1, 2), outputs_on_host=outputs_on_host,
+        names=[f"op{i}" for i in range(n)], types=["FC"] * n, t_names=[r[0] for r in rows],
+        pin_reason=pin_reason)
+
+
+def two_device_net(ops, tensors, **kw):
+    """``hand_arrays`` for a CPU + one GPU machine from the single-GPU rows: ops
+    (cpu_s, gpu_s) or (cpu_s, gpu_s, has_gpu_kernel); tensors (name, producer, consumers,
+    h2d_s, d2h_s) with optional 6th ext_output and 7th bytes."""
+    op_rows = [(o[0], o[1] if (len(o) < 3 or o[2]) else None) for o in ops]
+    t_rows = [(t[0], t[1], t[2], (t[3], t[4])) + tuple(t[5:]) for t in tensors]
+    reasons = ["pinned: no GPU kernel" if len(o) > 2 and not o[2] else "" for o in ops]
+    return hand_arrays(op_rows, t_rows, pin_reason=reasons, **kw)
