@@ -106,7 +106,8 @@ class MemoryPartitioner:
         if self.milp_time_limit > 0:
             res = milp_partition(arr, self.milp_time_limit, self.milp_max_vars)
             notes.append(res["note"])
-            if res["x"] is not None and serial_cost(arr, res["x"]).total_s < heur:
+            if (res["x"] is not None and serial_cost(arr, res["x"]).total_s < heur
+                    and not over_limit(arr, res["x"]).any()):
                 dev = res["x"]
             if dev is None and res["status"] == "infeasible":
                 raise InfeasiblePlanError("no placement fits every device's memory: " + res["note"],

@@ -31,7 +31,11 @@ Memory, per device d with a finite capacity: ``problem.device_memory``'s model, 
   kept on its device (``outputs_on_host`` False) and made on d lives to the end: S >=
   x[p, d] in its segments, and a running sum K_i of such bytes past the last reader.
 - one row per step i: P_d + segment bytes at i + written_bytes_i x[i, d] + K_i
-  <= capacity_d.
+  <= capacity_d (rows in MiB).
+Interchangeable devices (same op times, feasibility and links) without a memory limit
+are collapsed to the first of them (``_collapsed``), and those with one are used in
+order (``_symmetry_rows``): both keep the optimum and spare HiGHS the relabelled copies
+of every placement.
 At binary x the least feasible G, F, B, S, K give exactly ``device_memory``'s bytes.
 Without finite capacities this is the problem the min-cut (two devices) and
 alpha-expansion (more) solve, which makes it their independent exactness check.
@@ -122,7 +126,7 @@ def _placement_rows(arr: CostArrays, prog: _Program, scale: float) -> np.ndarray
     """x, one-hot and colocation rows; returns the x index per (op, device), -1 where
     the op may not run."""
     n, k = arr.n_ops, arr.k
-    feasible = arr.feasible
+    feasible = arr.feasible & _collapsed(arr)[None, :]
     xi = np.full((n, k), -1, np.int64)
     xi[feasible] = prog.variables(int(feasible.sum()), cost=arr.op_s[feasible] * scale, integer=True)
     ops, _ = np.nonzero(feasible)
@@ -131,6 +135,47 @@ def _placement_rows(arr: CostArrays, prog: _Program, scale: float) -> np.ndarray
         for d in np.flatnonzero(feasible[a] & feasible[b]).tolist():
             prog.row([xi[a, d], xi[b, d]], [1.0, -1.0], 0.0, 0.0)
     return xi
+
+
+def _collapsed(arr: CostArrays) -> np.ndarray:
+    """bool [k]: devices the program may use. Of interchangeable devices without a
+    memory limit (``expansion.interchangeable``: same op times, feasibility and links to
+    every other device) only the first: moving every op from one such device b to
+    another a keeps each op's time and each copy's link (a and b reach every other device
+    alike), drops the copies between them and merges their destinations, so it never
+    costs more; with no limit to respect, an optimum uses one of them."""
+    from placer.partition.expansion import interchangeable
+    label = interchangeable(arr)
+    first = np.array([label[d] == d for d in range(arr.k)])
+    return first | np.isfinite(arr.capacity)
+
+
+def _symmetry_rows(arr: CostArrays, prog: _Program, xi: np.ndarray) -> None:
+    """Interchangeable devices with a (same) memory limit, d_1 < d_2 < ..., are used in
+    order of their first op: op j may go on d_l+1 only if an earlier op went on d_l.
+    Renaming those devices turns any placement into one that obeys this at the same cost
+    and memory, so the optimum is kept while HiGHS no longer explores its relabelled
+    copies. V[l, j] <= V[l, j-1] + x[j, d_l] (V in [0, 1], V[l, -1] = 0) is at most "d_l
+    used by op j"; x[j, d_l+1] <= V[l, j-1]."""
+    from placer.partition.expansion import interchangeable
+    label = interchangeable(arr)
+    n = arr.n_ops
+    for cls in np.unique(label).tolist():
+        group = [d for d in np.flatnonzero(label == cls).tolist() if np.isfinite(arr.capacity[d])]
+        for a, b in zip(group, group[1:]):
+            V = prog.variables(n)
+            for j in range(n):
+                cols, vals = [int(V[j])], [1.0]
+                if j:
+                    cols.append(int(V[j - 1]))
+                    vals.append(-1.0)
+                if xi[j, a] >= 0:
+                    cols.append(int(xi[j, a]))
+                    vals.append(-1.0)
+                prog.row(cols, vals, -np.inf, 0.0)
+                if xi[j, b] >= 0:
+                    prog.row([int(xi[j, b])] + ([int(V[j - 1])] if j else []), [1.0] + ([-1.0] if j else []),
+                             -np.inf, 0.0)
 
 
 def _readers(arr: CostArrays, t: int) -> list[int]:
@@ -192,8 +237,12 @@ def _or_chain(prog: _Program, xs: list[int]) -> list[int]:
 
 
 def _memory_rows(arr: CostArrays, prog: _Program, xi: np.ndarray, d: int) -> None:
-    """Parameter, liveness and per-step rows of device d (module docstring)."""
+    """Parameter, liveness and per-step rows of device d (module docstring), in MiB
+    (bytes span 1e0..1e10; in MiB HiGHS's coefficients stay near 1, and its feasibility
+    tolerance, 1e-7, is a tenth of a byte)."""
     n = arr.n_ops
+    cap = float(arr.capacity[d])
+    unit = float(2**20)
     step_cols: list[list[int]] = [[] for _ in range(n)]
     step_vals: list[list[float]] = [[] for _ in range(n)]
     kept_terms: list[list[tuple[int, float]]] = [[] for _ in range(n)]   # (x[p, d], bytes) from step i on
@@ -204,7 +253,7 @@ def _memory_rows(arr: CostArrays, prog: _Program, xi: np.ndarray, d: int) -> Non
             step_vals[i].append(nbytes)
     param_cols, param_bytes = [], []
     for t in range(arr.n_tensors):
-        nbytes = float(arr.t_bytes[t])
+        nbytes = float(arr.t_bytes[t]) / unit
         p = int(arr.t_producer[t])
         readers = [v for v in _readers(arr, t) if xi[v, d] >= 0]
         if nbytes <= 0:
@@ -251,8 +300,7 @@ def _memory_rows(arr: CostArrays, prog: _Program, xi: np.ndarray, d: int) -> Non
             cols = [int(K[i])] + ([int(K[i - 1])] if i else []) + [c for c, _ in kept_terms[i]]
             vals = [1.0] + ([-1.0] if i else []) + [-b for _, b in kept_terms[i]]
             prog.row(cols, vals, 0.0, 0.0)
-    written = arr.written_bytes
-    cap = float(arr.capacity[d])
+    written = arr.written_bytes / unit
     for i in range(n):
         cols = base + step_cols[i] + ([int(K[i])] if has_kept else [])
         vals = [1.0] * len(base) + step_vals[i] + ([1.0] if has_kept else [])
@@ -260,7 +308,7 @@ def _memory_rows(arr: CostArrays, prog: _Program, xi: np.ndarray, d: int) -> Non
             cols.append(int(xi[i, d]))
             vals.append(float(written[i]))
         if cols:
-            prog.row(cols, vals, -np.inf, cap)
+            prog.row(cols, vals, -np.inf, cap / unit)
 
 
 def milp_partition(arr: CostArrays, time_limit: float = 10.0, max_vars: int = 400_000) -> dict:
@@ -272,6 +320,7 @@ def milp_partition(arr: CostArrays, time_limit: float = 10.0, max_vars: int = 40
     scale = OBJECTIVE_SCALE / _reference_cost(arr)
     prog = _Program()
     xi = _placement_rows(arr, prog, scale)
+    _symmetry_rows(arr, prog, xi)
     _copy_rows(arr, prog, xi, scale)
     for d in np.flatnonzero(np.isfinite(arr.capacity)).tolist():
         _memory_rows(arr, prog, xi, d)
