@@ -8,6 +8,7 @@ Targets (issue): 100k ops under 5 s, 1M ops under 60 s.
 
     python bench/plan_scale.py              # every mode, 1k..1M (the 1M graph needs ~4 GB)
     python bench/plan_scale.py 1000 10000   # chosen sizes
+    python bench/plan_scale.py --makespan   # makespan on the host + 4 GPUs, 1k..100k ops
 """
 from __future__ import annotations
 
@@ -68,9 +69,62 @@ def main(sizes: list[int]) -> None:
                   flush=True)
 
 
+def one_makespan(n: int, gpus: int = 4) -> dict:
+    """Makespan mode: the serial plan (alpha-expansion) on the host + ``gpus`` GPUs, then
+    the makespan search from it (HEFT, list scheduling in net order, 2 s of local search),
+    then the rest of a makespan Plan (per-op reasons, the recorded timeline). Columns:
+    times in s (busy hosts inflate them), makespans in ms, gain = 1 - plan / serial."""
+    from placer.partition.expansion import expansion_placement
+    from placer.partition.explain import make_plan
+    from placer.partition.schedule import MakespanPartitioner, Simulator, heft_placement, list_schedule
+    from placer.partition.synthetic import random_arrays
+    arr = random_arrays(n, seed=n, gpus=gpus)
+    t0 = time.perf_counter()
+    serial = expansion_placement(arr)[0]
+    out = {"n_ops": n, "gpus": gpus, "serial_plan_s": time.perf_counter() - t0}
+    t0 = time.perf_counter()
+    sim = Simulator(arr)
+    out["serial_makespan_s"] = sim.score(serial)
+    out["sim_run_s"] = time.perf_counter() - t0
+    out["heft_makespan_s"] = sim.score(heft_placement(arr, sim))
+    out["list_makespan_s"] = sim.score(list_schedule(arr, range(n), sim))
+    t0 = time.perf_counter()
+    x, out["makespan_s"], note = MakespanPartitioner(start=serial).search(arr, sim)
+    out["search_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()     # what partition() adds: the Plan (reasons) and the timeline
+    make_plan(arr, x, "makespan", objective="makespan", notes=[note])
+    sim.run(x, record=True)
+    out["plan_and_timeline_s"] = time.perf_counter() - t0
+    out["gain_pct"] = 100 * (1 - out["makespan_s"] / out["serial_makespan_s"])
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
+
+
+def main_makespan(sizes: list[int]) -> None:
+    print(f"{'ops':>9} {'serial s':>9} {'sim run s':>9} {'search s':>8} {'plan+tl s':>9} {'serial ms':>10} "
+          f"{'HEFT ms':>9} {'list ms':>9} {'plan ms':>9} {'gain':>6} {'peak MB':>8}")
+    for n in sizes:
+        r = subprocess.run([sys.executable, __file__, "--one-makespan", str(n)], cwd=ROOT,
+                           capture_output=True, text=True)
+        if r.returncode:
+            print(f"{n:>9}  failed: {r.stderr.strip().splitlines()[-1]}")
+            continue
+        d = json.loads(r.stdout)
+        print(f"{n:>9} {d['serial_plan_s']:>9.2f} {d['sim_run_s']:>9.3f} {d['search_s']:>8.2f} "
+              f"{d['plan_and_timeline_s']:>9.2f} "
+              f"{1e3 * d['serial_makespan_s']:>10.2f} {1e3 * d['heft_makespan_s']:>9.2f} "
+              f"{1e3 * d['list_makespan_s']:>9.2f} "
+              f"{1e3 * d['makespan_s']:>9.2f} {d['gain_pct']:>5.1f}% {d['peak_rss_mb']:>8.0f}", flush=True)
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--one":
         sys.path.insert(0, str(ROOT))
         print(json.dumps(one(int(sys.argv[2]), sys.argv[3])))
+    elif len(sys.argv) > 1 and sys.argv[1] == "--one-makespan":
+        sys.path.insert(0, str(ROOT))
+        print(json.dumps(one_makespan(int(sys.argv[2]))))
+    elif len(sys.argv) > 1 and sys.argv[1] == "--makespan":
+        main_makespan([int(a) for a in sys.argv[2:]] or [1_000, 10_000, 100_000])
     else:
         main([int(a) for a in sys.argv[1:]] or [1_000, 10_000, 100_000, 1_000_000])

@@ -4,14 +4,18 @@ Order of trust for an op on a device (``CostModel.op_time``):
 
 1. ``measured``: the device profile has an entry for the same key (op type, input
    shapes and dtypes, the arguments that change cost); its median is the answer.
-2. ``fitted``: the profile has measured entries of the op's type (at least
-   ``MIN_TYPE_POINTS``) or else of its *family* (conv, fc, pool, ...); a roofline ``overhead + max(flops / (peak * eff_c), bytes / (bw * eff_m))``
+2. ``fitted``: the profile has measured entries of the op's variant (``variant_of``)
+   or type (at least ``MIN_TYPE_POINTS``) or else of its *family* (conv, fc, pool,
+   ...); a roofline ``overhead + max(flops / (peak * eff_c), bytes / (bw * eff_m))``
    whose overhead and efficiencies were fitted to those entries by least squares on the
    log of time (relative error, so that a 10 us op counts as much as a 10 ms one).
    Matrix products (the fc family) get a compute efficiency that grows with the rows M
    of the product, ``eff_c * M / (M + M0)`` (see ``gemm_dims``), with M0 fitted and the
    large-M limit anchored on the device's peak: a fit on batch-8 FCs then predicts
-   batch-64 ones.
+   batch-64 ones. The finest group whose fit covers its points (median error at most
+   ``FIT_MAX_MEDIAN_ERROR_PCT``) answers; where no fit of the op's groups covers its
+   points, the finest one still answers but the source is ``poor-fit``: one roofline
+   does not describe that group, and the estimate says so instead of passing for a fit.
 3. ``roofline``: the same formula with the datasheet peak and bandwidth and the default
    efficiencies of ``placer.constants``.
 4. ``unknown``: an op type with no registry entry or with unknown shapes costs
@@ -30,13 +34,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from placer.constants import DEFAULT_HALF_EFFICIENCY_ROWS, PEAK_GEMM_ROWS, default_efficiency
+from placer.constants import (DEFAULT_HALF_EFFICIENCY_ROWS, FIT_MAX_MEDIAN_ERROR_PCT, PEAK_GEMM_ROWS,
+                               default_efficiency)
 from placer.errors import ProfileError
 from placer.ops import registry
 from placer.profiling.schema import DeviceProfile, FamilyFit, LinkCurve, OpTiming, op_key
 from placer.types import OpFeatures, TensorType, TypedNet
 
-SOURCES = ("measured", "fitted", "roofline", "unknown")
+SOURCES = ("measured", "fitted", "poor-fit", "roofline", "unknown")
 # Weight of the pull toward default efficiencies, in log units: being a factor e off the
 # default costs as much as a 20% error on one point.
 PRIOR_WEIGHT = 0.2
@@ -45,6 +50,7 @@ PRIOR_WEIGHT = 0.2
 OVERHEAD_PRIOR_WEIGHT = 0.02
 MAX_OVERHEAD_LAUNCHES = 100  # a fitted overhead is at most this many launch overheads
 MIN_TYPE_POINTS = 2  # measured entries an op type needs for a fit of its own
+CONCAT_FEW_INPUTS = 8  # a Concat of more inputs is fitted as "many" (see variant_of)
 # Matrix products: the pull of the efficiency at PEAK_GEMM_ROWS toward the peak anchor
 # (points at one batch size cannot split eff_c from M0 without it; points at several
 # batch sizes outweigh it), a weak pull of M0 toward its default for points that never
@@ -56,16 +62,20 @@ PEAK_ANCHOR_WEIGHT = 0.5
 GEMM_MEMORY_PRIOR_WEIGHT = 1.0
 ROWS_PRIOR_WEIGHT = 0.02
 GEMM_FAMILY = "fc"
+# Version of the fitting code (groups, model, priors): stored fits made by another version
+# are refitted. Raise it whenever a change here would fit the same entries differently.
+FIT_VERSION = 2
 
 # Op type -> family where the registry module's name is not the right grouping.
 _FAMILY_OVERRIDES = {
     "Softmax": "loss", "SoftmaxWithLoss": "loss", "Dropout": "elementwise",
     "MatMul": "fc", "BatchMatMul": "fc", "FCTransposed": "fc",
     "Gather": "embedding", "BatchGather": "embedding",
-    # Views: numpy and cupy reshape a contiguous array without touching its data, so
-    # these cost a call, not the bytes their features count.
-    "Reshape": "view", "Flatten": "view", "FlattenToVec": "view", "ExpandDims": "view",
-    "Squeeze": "view", "Alias": "view",
+    # Views: Alias hands its input on (no bytes move, no kernel on a GPU). Reshape, Flatten,
+    # FlattenToVec, Squeeze and ExpandDims are not views: their kernels copy on both
+    # devices, as Caffe2's do (an output never aliases its input), so they stay in their
+    # module's family (movement) and pay for their bytes.
+    "Alias": "view",
 }
 # Registry module (placer/ops/<module>.py) -> family.
 _MODULE_FAMILY = {
@@ -91,9 +101,16 @@ def variant_of(op_type: str, inputs: Sequence[TensorType | None], args: Mapping[
 
     Convolutions run as one GEMM per filter tap (or a broadcast multiply-add when each
     group has one channel), so memory traffic grows with the tap count while the
-    features count each input once: 1x1, 3x3, larger and depthwise convs are fitted
-    apart. None for every other op type.
+    features count each input once: 1x1, 3x3, larger, grouped and depthwise convs are
+    fitted apart. A depthwise conv (one channel per group) is elementwise work, a
+    multiply-add pass over the image per tap, bound by bytes rather than flops; a grouped
+    one runs a batch of small GEMMs (one per group), far below the efficiency of one
+    large GEMM. A Concat pays a call per input: one of many small inputs (DLRM's
+    interaction stacks 27 vectors) costs far more per byte than one of a few large ones
+    (Inception's four branches), so the two are fitted apart. None for every other op type.
     """
+    if op_type == "Concat":
+        return f"Concat/{'many' if len(inputs) > CONCAT_FEW_INPUTS else 'few'}"
     if op_type not in ("Conv", "ConvTranspose") or len(inputs) < 2 or inputs[1] is None:
         return None
     w = inputs[1].shape
@@ -104,8 +121,15 @@ def variant_of(op_type: str, inputs: Sequence[TensorType | None], args: Mapping[
     kh, kw, cg = (w[2], w[3], w[1]) if order != "NHWC" else (w[1], w[2], w[3])
     if cg == 1 and op_type == "Conv":
         return f"{op_type}/depthwise"
+    if _group(args) > 1:
+        return f"{op_type}/grouped"
     taps = kh * kw
     return f"{op_type}/{'k1' if taps == 1 else 'k3' if taps <= 9 else 'k5+'}"
+
+
+def _group(args: Mapping[str, Any]) -> int:
+    value = args.get("group", 1)
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 1
 
 
 def gemm_dims(op_type: str, inputs: Sequence[TensorType | None], args: Mapping[str, Any]) -> tuple[int, int] | None:
@@ -232,55 +256,119 @@ def fit_family(points: Sequence[OpTiming], peak: float, bandwidth: float,
             if best is None or res.cost < best.cost:
                 best = res
     o, ec, em = np.exp(best.x[:3])
-    err = np.abs(predict(best.x) - t) / t
+    err_pct = np.abs(predict(best.x) - t) / t * 100
+    median_err = float(np.median(err_pct))
     return FamilyFit(overhead_s=float(o), compute_efficiency=float(ec), memory_efficiency=float(em),
-                     points=len(points), median_abs_pct_error=float(np.median(err) * 100),
-                     half_efficiency_rows=float(math.exp(best.x[3])) if by_rows else None)
+                     points=len(points), median_abs_pct_error=median_err,
+                     half_efficiency_rows=float(math.exp(best.x[3])) if by_rows else None,
+                     p90_abs_pct_error=float(np.percentile(err_pct, 90)),
+                     spread_pct=float(np.median([p.spread for p in points]) * 100),
+                     covered=median_err <= FIT_MAX_MEDIAN_ERROR_PCT)
 
+
+def fit_groups(timing: OpTiming) -> list[str]:
+    """The fit groups a measured entry belongs to, finest first: its variant
+    (``type:Conv/k3``), its op type (``type:Conv``), its family (``conv``)."""
+    variant = variant_of(timing.type, timing.inputs, timing.args)
+    return ([f"type:{variant}"] if variant else []) + [f"type:{timing.type}", family_of(timing.type)]
+
+
+def choose_fit(fits: Mapping[str, FamilyFit], op_type: str, inputs: Sequence[TensorType | None],
+               args: Mapping[str, Any]) -> FamilyFit | None:
+    """The fit that prices an op: the finest of its groups whose fit covers its points,
+    else the finest fit it has (the caller labels that estimate ``poor-fit``), else None."""
+    variant = variant_of(op_type, inputs, args)
+    names = ([f"type:{variant}"] if variant else []) + [f"type:{op_type}", family_of(op_type)]
+    present = [fits[n] for n in names if n in fits]
+    return next((f for f in present if f.covered), present[0] if present else None)
+
+
+FIT_REPORT_COLUMNS = ["group", "overhead_s", "compute_efficiency", "memory_efficiency", "half_efficiency_rows",
+                      "points", "median_abs_pct_error", "p90_abs_pct_error", "spread_pct", "covered"]
 
 # ---------------------------------------------------------------------- the model
 
 class CostModel:
-    """Op and copy times on a (cpu, gpu) pair of device profiles, each with its source.
+    """Op and copy times on a machine's devices, each with its source.
+
+    Devices are given by index into ``devices`` (a machine's device profiles, index 0 the
+    host), or by kind: "cpu" / "gpu" name the first device of that kind. ``CostModel(cpu,
+    gpu)`` is the CPU + one GPU pair (its defaults: the shipped default profiles);
+    ``CostModel.for_machine(machine)`` prices every device of a machine. Fits are made once
+    per distinct profile (eight identical GPUs share one).
 
     ``use_measured=False`` ignores measured entries for the answer (they still train
     the family fits): how the accuracy benchmark predicts shapes it has not timed.
     """
 
     def __init__(self, cpu_profile: DeviceProfile | None = None, gpu_profile: DeviceProfile | None = None,
-                 unknown_op_cost_s: float = 0.0, use_measured: bool = True):
-        if cpu_profile is None or gpu_profile is None:
-            from placer.profiling import default_profiles
-            cpu_default, gpu_default = default_profiles()
-            cpu_profile = cpu_profile or cpu_default
-            gpu_profile = gpu_profile or gpu_default
-        self.profiles = {"cpu": cpu_profile, "gpu": gpu_profile}
+                 unknown_op_cost_s: float = 0.0, use_measured: bool = True,
+                 devices: Sequence[DeviceProfile] | None = None):
+        if devices is None:
+            if cpu_profile is None or gpu_profile is None:
+                from placer.profiling import default_profiles
+                cpu_default, gpu_default = default_profiles()
+                cpu_profile = cpu_profile or cpu_default
+                gpu_profile = gpu_profile or gpu_default
+            devices = (cpu_profile, gpu_profile)
+        self.devices: tuple[DeviceProfile, ...] = tuple(devices)
         self.unknown_op_cost_s = float(unknown_op_cost_s)
         self.use_measured = use_measured
-        self._fits: dict[str, dict[str, FamilyFit]] = {}
+        self._fits: dict[int, dict[str, FamilyFit]] = {}
 
-    def profile(self, device_kind: str) -> DeviceProfile:
-        if device_kind not in self.profiles:
-            raise ProfileError(f"no profile for device kind '{device_kind}' (cpu or gpu)")
-        return self.profiles[device_kind]
+    @classmethod
+    def for_machine(cls, machine, unknown_op_cost_s: float = 0.0, use_measured: bool = True) -> "CostModel":
+        return cls(devices=[d.profile for d in machine.devices], unknown_op_cost_s=unknown_op_cost_s,
+                   use_measured=use_measured)
 
-    def fits(self, device_kind: str) -> dict[str, FamilyFit]:
+    @property
+    def profiles(self) -> dict[str, DeviceProfile]:
+        """The first profile of each device kind ("cpu", "gpu")."""
+        out: dict[str, DeviceProfile] = {}
+        for prof in self.devices:
+            out.setdefault(prof.kind, prof)
+        return out
+
+    def _index(self, device: int | str) -> int:
+        if isinstance(device, (int, np.integer)):
+            return int(device)
+        for i, prof in enumerate(self.devices):
+            if prof.kind == device:
+                return i
+        raise ProfileError(f"no profile for device kind '{device}' (cpu or gpu)")
+
+    def profile(self, device: int | str) -> DeviceProfile:
+        return self.devices[self._index(device)]
+
+    def distinct(self) -> list[int]:
+        """One device index per distinct profile (the first device that has it)."""
+        seen: dict[int, int] = {}
+        for i, prof in enumerate(self.devices):
+            seen.setdefault(id(prof), i)
+        return sorted(seen.values())
+
+    def fits(self, device: int | str) -> dict[str, FamilyFit]:
         """Fits of a device keyed by family (``conv``), op type (``type:Conv``) and variant
         (``type:Conv/k3``, see ``variant_of``).
 
         A type or variant gets its own fit once it has ``MIN_TYPE_POINTS`` measured entries
         (op types of one family can differ in fixed cost by 5x: a Gather vs a
-        SparseLengthsSum); every family with entries gets one. The finest fit wins. Without measured entries, the fits stored in the file.
+        SparseLengthsSum); every family with entries gets one. ``choose_fit`` picks the
+        one that prices an op. Without measured entries, the fits stored in the file; the
+        stored fits also when they were made from exactly the file's entries by this
+        fitting code (``fits_digest``), which saves refitting on every plan.
         """
-        if device_kind not in self._fits:
-            prof = self.profile(device_kind)
+        prof = self.profile(device)
+        key = id(prof)
+        if key not in self._fits:
+            device_kind = prof.kind
+            if prof.fits_are_current(FIT_VERSION):  # fitted by `placer profile` from these entries
+                self._fits[key] = dict(prof.fits)
+                return self._fits[key]
             groups: dict[str, list[OpTiming]] = {}
             for timing in prof.ops.values():
-                groups.setdefault(family_of(timing.type), []).append(timing)
-                groups.setdefault(f"type:{timing.type}", []).append(timing)
-                variant = variant_of(timing.type, timing.inputs, timing.args)
-                if variant:
-                    groups.setdefault(f"type:{variant}", []).append(timing)
+                for name in fit_groups(timing):
+                    groups.setdefault(name, []).append(timing)
             fits = dict(prof.fits)
             for name, points in groups.items():
                 if name.startswith("type:") and len(points) < MIN_TYPE_POINTS:
@@ -291,8 +379,8 @@ class CostModel:
                 fits[name] = fit_family(points, prof.peak(dtype), prof.memory_bandwidth_bytes_per_s,
                                         prof.launch_overhead_s, fam, device_kind, dims,
                                         self._anchor_efficiency(prof, fam))
-            self._fits[device_kind] = fits
-        return self._fits[device_kind]
+            self._fits[key] = fits
+        return self._fits[key]
 
     @staticmethod
     def _anchor_efficiency(prof: DeviceProfile, family: str) -> float:
@@ -302,19 +390,36 @@ class CostModel:
             return 1.0
         return default_efficiency(family, prof.kind)[0]
 
-    def fit_report(self, device_kind: str) -> pd.DataFrame:
+    def fit_report(self, device: int | str) -> pd.DataFrame:
         """One row per fit (family or ``type:X``): points, overhead, efficiencies, M0 of
-        matrix products, median |error| %."""
-        rows = [{"group": name, **vars(fit)} for name, fit in sorted(self.fits(device_kind).items())]
-        return pd.DataFrame(rows, columns=["group", "overhead_s", "compute_efficiency", "memory_efficiency",
-                                           "half_efficiency_rows", "points", "median_abs_pct_error"])
+        matrix products, and the fit's quality: median and p90 |error| %, the run-to-run
+        spread of its points (IQR / median, %), and whether it covers them."""
+        rows = [{"group": name, **vars(fit)} for name, fit in sorted(self.fits(device).items())]
+        return pd.DataFrame(rows, columns=FIT_REPORT_COLUMNS)
+
+    def op_spread(self, op_type: str, inputs: Sequence[TensorType | None], args: Mapping[str, Any],
+                  features: OpFeatures, device: int | str) -> float:
+        """Run-to-run spread of ``op_time``'s answer as a fraction of it (IQR / median).
+
+        A measured entry's own spread; a fitted estimate's, the median spread of the points
+        of its fit; 0 for a datasheet roofline or an unknown op, which were never measured.
+        """
+        if not features.known or registry.get(op_type) is None or any(t is None for t in inputs):
+            return 0.0
+        if self.use_measured:
+            hit = self.profile(device).ops.get(op_key(op_type, inputs, args))
+            if hit is not None:
+                return hit.spread
+        fit = choose_fit(self.fits(device), op_type, inputs, args)
+        return (fit.spread_pct or 0.0) / 100 if fit is not None else 0.0
 
     def op_time(self, op_type: str, inputs: Sequence[TensorType | None], args: Mapping[str, Any],
-                features: OpFeatures, device_kind: str) -> tuple[float, str]:
-        """(seconds, source) of one op on a device kind ("cpu" or "gpu")."""
+                features: OpFeatures, device: int | str) -> tuple[float, str]:
+        """(seconds, source) of one op on a device (an index, or "cpu" / "gpu")."""
         if not features.known or registry.get(op_type) is None or any(t is None for t in inputs):
             return self.unknown_op_cost_s, "unknown"
-        prof = self.profile(device_kind)
+        prof = self.profile(device)
+        device_kind = prof.kind
         if self.use_measured:
             hit = prof.ops.get(op_key(op_type, inputs, args))
             if hit is not None:
@@ -322,20 +427,31 @@ class CostModel:
         dtype = inputs[0].dtype if inputs else "float32"
         nbytes = features.bytes_read + features.bytes_written
         fam = family_of(op_type)
-        fits = self.fits(device_kind)
-        variant = variant_of(op_type, inputs, args)
-        fit = (variant and fits.get(f"type:{variant}")) or fits.get(f"type:{op_type}") or fits.get(fam)
+        fit = choose_fit(self.fits(device), op_type, inputs, args)
         if fit is not None:
             eff_c = fit.compute_efficiency
             if fit.half_efficiency_rows is not None:
                 eff_c *= row_efficiency(gemm_dims(op_type, inputs, args), fit.half_efficiency_rows)
             return roofline_s(features.flops, nbytes, prof.peak(dtype), prof.memory_bandwidth_bytes_per_s,
-                              fit.overhead_s, eff_c, fit.memory_efficiency), "fitted"
+                              fit.overhead_s, eff_c, fit.memory_efficiency), \
+                "fitted" if fit.covered else "poor-fit"
         return roofline_s(features.flops, nbytes, prof.peak(dtype), prof.memory_bandwidth_bytes_per_s,
-                          prof.launch_overhead_s, *default_efficiency(fam, device_kind)), "roofline"
+                          self._fixed_cost_s(prof, op_type, inputs, args),
+                          *default_efficiency(fam, device_kind)), "roofline"
+
+    @staticmethod
+    def _fixed_cost_s(prof: DeviceProfile, op_type: str, inputs: Sequence[TensorType],
+                      args: Mapping[str, Any]) -> float:
+        """The roofline's overhead: on the host one call; on a GPU one launch overhead per
+        kernel the op's GPU kernel launches (``OpDef.launches``: a cupy Sigmoid is 5, a
+        3x3 convolution ~20), since each launch costs host time that tiny kernels cannot hide."""
+        if prof.kind != "gpu":
+            return prof.launch_overhead_s
+        return registry.get(op_type).launch_count(inputs, args) * prof.launch_overhead_s
 
     def copy_time(self, nbytes: float, direction: str, pinned: bool = True) -> float:
-        """Seconds to copy ``nbytes`` host->GPU ("h2d") or GPU->host ("d2h")."""
+        """Seconds to copy ``nbytes`` host->GPU ("h2d") or GPU->host ("d2h") over the first
+        GPU's PCIe link (a machine's other links: ``placer.machine``)."""
         if nbytes <= 0:
             return 0.0
         link = self.profiles["gpu"].link
@@ -357,46 +473,64 @@ def curve_time(curve: LinkCurve, nbytes: float) -> float:
     return curve.latency_s + nbytes / curve.bytes_per_s
 
 
-def gpu_memory_bytes(profile: DeviceProfile) -> int:
-    """Memory capacity of a GPU profile in bytes (the planner subtracts its reserve)."""
-    return int(profile.memory_capacity_bytes)
-
-
 # -------------------------------------------------------------------- annotating
 
-OP_COLUMNS = ["index", "name", "type", "cpu_s", "gpu_s", "cpu_source", "gpu_source", "flops",
-              "macs", "bytes_read", "bytes_written", "param_bytes", "output_bytes", "gpu_kernel", "known"]
-TENSOR_COLUMNS = ["name", "producer", "consumers", "bytes", "h2d_s", "d2h_s", "external_output"]
+OP_COLUMNS = ["index", "name", "type", "flops", "macs", "bytes_read", "bytes_written", "param_bytes",
+              "output_bytes", "known"]
 EXTERNAL_INPUT = -1   # producer of a blob fed from the host
 PARAMETER = -2        # producer of a blob the init net makes
 
 
 @dataclass
-class NetCosts:
-    """A net priced on a (cpu, gpu) pair.
+class TensorTable:
+    """Every blob version that is read or is an external output, as arrays.
 
-    ``ops``: one row per op in net order; columns ``OP_COLUMNS`` (times in seconds, sources
-    in ``SOURCES``, features from shape inference, ``output_bytes`` the sum of the op's
-    output sizes, ``gpu_kernel`` whether the registry has a GPU kernel, ``known`` whether
-    the type and shapes are known).
-    ``tensors``: one row per blob that is consumed or is an external output; columns
-    ``TENSOR_COLUMNS``, one row per *version* of a blob: ``producer`` is the op index
-    that wrote that version (an in-place op starts a new one), ``EXTERNAL_INPUT`` (-1) for a blob fed
-    from the host, ``PARAMETER`` (-2) for one made by the init net; ``consumers`` the op
-    indices reading it; copy times of its bytes over pinned host memory.
+    One row per *version* of a blob: ``producer`` is the op index that wrote that version
+    (an in-place op starts a new one), ``EXTERNAL_INPUT`` (-1) for a blob fed from the
+    host, ``PARAMETER`` (-2) for one made by the init net. The readers of tensor t are
+    ``consumers[ptr[t]:ptr[t + 1]]`` (op indices, each once, in net order).
+    """
+
+    names: list[str]
+    producer: np.ndarray
+    ptr: np.ndarray
+    consumers: np.ndarray
+    nbytes: np.ndarray
+    external_output: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def readers(self, t: int) -> np.ndarray:
+        return self.consumers[self.ptr[t]:self.ptr[t + 1]]
+
+
+@dataclass
+class NetCosts:
+    """A net priced on every device of a machine.
+
+    ``ops``: one row per op in net order, columns ``OP_COLUMNS`` (features from shape
+    inference; ``output_bytes`` the sum of the op's output sizes; ``known`` whether the
+    type and shapes are known). ``op_s[i, d]``: seconds of op i on device d, with
+    ``op_source[i, d]`` in ``SOURCES``; ``kernels[i, d]``: the registry has a kernel of
+    op i for device d's kind. ``tensors``: the ``TensorTable``; copy times come from the
+    machine's links (``machine.link_classes()``) and the tensors' bytes.
     """
 
     ops: pd.DataFrame
-    tensors: pd.DataFrame
+    op_s: np.ndarray
+    op_source: np.ndarray
+    kernels: np.ndarray
+    tensors: TensorTable
+    machine: Any
     model: CostModel
-    gpu_memory_bytes: int = 0
     fit_quality: dict[str, pd.DataFrame] = field(default_factory=dict)
 
     @property
     def param_bytes(self) -> int:
         """Bytes of all parameters (each counted once)."""
         t = self.tensors
-        return int(t.loc[t.producer == PARAMETER, "bytes"].sum())
+        return int(t.nbytes[t.producer == PARAMETER].sum())
 
     @property
     def activation_bytes(self) -> int:
@@ -404,77 +538,93 @@ class NetCosts:
         its buffer: the largest counts). An upper bound on live activations: the planner's
         peak-memory walk over blob lifetimes is the tight figure."""
         t = self.tensors
-        return int(t.loc[t.producer != PARAMETER].groupby("name")["bytes"].max().sum())
+        largest: dict[str, float] = {}
+        for name, p, b in zip(t.names, t.producer.tolist(), t.nbytes.tolist()):
+            if p != PARAMETER and b > largest.get(name, -1.0):
+                largest[name] = b
+        return int(sum(largest.values()))
 
     def memory_footprint(self) -> dict[str, int]:
-        """Parameters, activations (each once) and the GPU's capacity, in bytes."""
-        return {"param_bytes": self.param_bytes, "activation_bytes": self.activation_bytes,
-                "gpu_capacity_bytes": self.gpu_memory_bytes}
+        """Parameters and activations (each once), in bytes."""
+        return {"param_bytes": self.param_bytes, "activation_bytes": self.activation_bytes}
 
 
-def annotate(typed_net: TypedNet, cpu_profile: DeviceProfile | None = None,
-             gpu_profile: DeviceProfile | None = None, unknown_op_cost_s: float = 0.0,
+def annotate(typed_net: TypedNet, machine, unknown_op_cost_s: float = 0.0,
              model: CostModel | None = None) -> NetCosts:
-    """Price every op on both devices and every tensor's copies."""
-    model = model or CostModel(cpu_profile, gpu_profile, unknown_op_cost_s=unknown_op_cost_s)
+    """Price every op on every device of ``machine`` (once per distinct device profile)
+    and list every tensor with its readers and bytes."""
+    model = model or CostModel.for_machine(machine, unknown_op_cost_s=unknown_op_cost_s)
     net = typed_net.net
+    n, k = len(net.ops), machine.k
+    kinds = [d.kind for d in machine.devices]
+    distinct = model.distinct()
+    same_as = [next(j for j in distinct if model.devices[j] is model.devices[i]) for i in range(k)]
+    op_s = np.zeros((n, k))
+    source = np.empty((n, k), dtype=object)
+    kernels = np.zeros((n, k), bool)
     rows = []
     for op, feats in zip(net.ops, typed_net.features):
+        i = op.index
         inputs = list(_op_types(typed_net, op, "inputs"))
-        cpu_s, cpu_src = model.op_time(op.type, inputs, op.args, feats, "cpu")
-        gpu_s, gpu_src = model.op_time(op.type, inputs, op.args, feats, "gpu")
+        for d in distinct:
+            op_s[i, d], source[i, d] = model.op_time(op.type, inputs, op.args, feats, d)
         opdef = registry.get(op.type)
+        known = bool(feats.known and opdef is not None)
+        if opdef is not None:
+            kernels[i] = [kind in opdef.devices for kind in kinds]
         outs = _op_types(typed_net, op, "outputs")
-        rows.append({
-            "index": op.index, "name": op.name, "type": op.type, "cpu_s": cpu_s, "gpu_s": gpu_s,
-            "cpu_source": cpu_src, "gpu_source": gpu_src, "flops": feats.flops, "macs": feats.macs,
-            "bytes_read": feats.bytes_read, "bytes_written": feats.bytes_written,
-            "param_bytes": feats.param_bytes,
-            "output_bytes": float(sum(t.nbytes for t in outs if t is not None)),
-            "gpu_kernel": bool(opdef is not None and "gpu" in opdef.devices),
-            "known": bool(feats.known and opdef is not None)})
-    ops = pd.DataFrame(rows, columns=OP_COLUMNS)
-    tensors = pd.DataFrame(_tensor_rows(typed_net, model), columns=TENSOR_COLUMNS)
-    return NetCosts(ops=ops, tensors=tensors, model=model,
-                    gpu_memory_bytes=gpu_memory_bytes(model.profile("gpu")),
-                    fit_quality={k: model.fit_report(k) for k in ("cpu", "gpu")})
+        rows.append((i, op.name, op.type, feats.flops, feats.macs, feats.bytes_read, feats.bytes_written,
+                     feats.param_bytes, float(sum(t.nbytes for t in outs if t is not None)), known))
+    for d in range(k):
+        if same_as[d] != d:
+            op_s[:, d], source[:, d] = op_s[:, same_as[d]], source[:, same_as[d]]
+    ops = pd.DataFrame.from_records(rows, columns=OP_COLUMNS)
+    return NetCosts(ops=ops, op_s=op_s, op_source=source, kernels=kernels,
+                    tensors=tensor_table(typed_net), machine=machine, model=model,
+                    fit_quality={machine.devices[d].name: model.fit_report(d) for d in distinct})
 
 
-def _tensor_rows(typed_net: TypedNet, model: CostModel) -> list[dict]:
+def tensor_table(typed_net: TypedNet) -> TensorTable:
     """One row per version of a blob: an in-place op's output is a new tensor (same name,
     its own producer), so a copy is priced for the version its reader actually reads."""
     net = typed_net.net
-    current: dict[str, int] = {}           # blob -> producer of its live version
-    made: dict[tuple[str, int], TensorType | None] = {}
-    rows: dict[tuple[str, int], dict] = {}
+    current: dict[str, int] = {}           # blob -> tensor id of its live version
+    names: list[str] = []
+    producer: list[int] = []
+    nbytes: list[float] = []
+    readers: list[list[int]] = []
 
-    def version(b: str) -> int:
-        return current.get(b, PARAMETER if b in net.params else EXTERNAL_INPUT)
+    def new(b: str, p: int, t: TensorType | None) -> int:
+        names.append(b)
+        producer.append(p)
+        nbytes.append(float(t.nbytes) if t is not None else 0.0)
+        readers.append([])
+        return len(names) - 1
 
-    def row(b: str, producer: int, t: TensorType | None) -> dict:
-        key = (b, producer)
-        if key not in rows:
-            t = made.get(key, t)
-            rows[key] = {"name": b, "producer": producer, "consumers": [],
-                         "bytes": float(t.nbytes) if t is not None else 0.0, "external_output": False}
-        return rows[key]
+    def version(b: str, t: TensorType | None) -> int:
+        tid = current.get(b)
+        if tid is None:
+            tid = current[b] = new(b, PARAMETER if b in net.params else EXTERNAL_INPUT, t)
+        return tid
 
     for op in net.ops:
-        in_types = _op_types(typed_net, op, "inputs")
-        for b, t in zip(op.inputs, in_types):
-            users = row(b, version(b), t)["consumers"]
+        for b, t in zip(op.inputs, _op_types(typed_net, op, "inputs")):
+            users = readers[version(b, t)]
             if not users or users[-1] != op.index:
                 users.append(op.index)
         for b, t in zip(op.outputs, _op_types(typed_net, op, "outputs")):
-            current[b] = op.index
-            made[(b, op.index)] = t
-    for b in net.external_outputs:
-        row(b, version(b), typed_net.blobs.get(b))["external_output"] = True
-    out = list(rows.values())
-    for r in out:
-        r["h2d_s"] = model.copy_time(r["bytes"], "h2d")
-        r["d2h_s"] = model.copy_time(r["bytes"], "d2h")
-    return out
+            current[b] = new(b, op.index, t)
+    outputs = {version(b, typed_net.blobs.get(b)) for b in net.external_outputs}
+    ext = np.zeros(len(names), bool)
+    ext[list(outputs)] = True
+    # keep tensors that are read or are external outputs (an unread output is scratch)
+    counts = np.array([len(r) for r in readers], np.int64)
+    keep = np.flatnonzero((counts > 0) | ext)
+    ptr = np.zeros(len(keep) + 1, np.int64)
+    ptr[1:] = np.cumsum(counts[keep])
+    cons = np.fromiter((c for t in keep.tolist() for c in readers[t]), np.int64, count=int(ptr[-1]))
+    return TensorTable([names[t] for t in keep.tolist()], np.array(producer, np.int64)[keep], ptr, cons,
+                       np.array(nbytes, np.float64)[keep], ext[keep])
 
 
 def _op_types(typed_net: TypedNet, op, which: str) -> tuple:

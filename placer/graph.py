@@ -1,40 +1,44 @@
-"""The cost graph: one networkx DiGraph that every partitioner and report reads.
+"""The cost graph: one networkx DiGraph that the partitioners are handed and users can export.
 
-``build_cost_graph(net_costs, ...)`` turns the cost tables written by ``placer.costs``
-(``NetCosts.ops`` and ``NetCosts.tensors``, see that module) into the graph below.
+``build_cost_graph(net_costs, allowed, ...)`` turns the cost tables written by
+``placer.costs`` (``NetCosts``) and the planner's restrictions into the graph below;
+``placer.partition.problem.from_graph`` turns it into flat arrays once, and
+``write_graph`` exports it as GraphML (``placer plan --graph-out``).
 
 Graph conventions (every attribute, its unit, who writes it)
 ------------------------------------------------------------
 Nodes are op indices ``0 .. n-1`` in net order (a topological order).
 
-Node attributes (written by ``build_cost_graph`` from ``NetCosts.ops``, costs by ``placer.costs``):
-  ``index`` (int)          op index in the net, equal to the node key
-  ``name``, ``type`` (str) op name (may be "") and Caffe2 op type
-  ``cpu_s``, ``gpu_s`` (s)  predicted time of one run of the op on each device
-  ``param_bytes`` (bytes)  parameter bytes the op reads (memory only, no per-run copy)
-  ``output_bytes`` (bytes) bytes of every blob the op writes, consumed or not
-  ``gpu_kernel``, ``known`` (bool) the op type has a GPU kernel / a registry entry
-  ``pin`` ("cpu" | "gpu" | None) a hard placement; ``pin_reason`` (str) why, for reports.
-      Written here: ops with no GPU kernel or an unknown type -> "cpu"; then the
-      caller's ``pins`` (user ``--pin``, ``--keep-existing``) override nothing pinned
-      for lack of a kernel (a GPU pin on such an op is an error).
+Node attributes (written here from ``NetCosts.ops`` and the planner's restrictions):
+  ``name``, ``type`` (str)   op name (may be "") and Caffe2 op type
+  ``time_s`` (tuple, s)      predicted time of one run of the op on each device, in
+                             ``G.graph["devices"]`` order (costs: ``placer.costs``)
+  ``allowed`` (tuple of int) device indices the op may run on: the devices whose kind
+                             has a kernel for it (an unknown op type: the host only),
+                             narrowed by the user's pins
+  ``pin_reason`` (str)       why ``allowed`` is narrower than every device ("" if not)
+  ``param_bytes``, ``output_bytes`` (bytes) parameters the op reads (memory only, no
+                             per-run copy); bytes of every blob it writes, read or not
+  ``known`` (bool)           the op type and its shapes are known
 
-Edge attributes, one edge ``u -> v`` per producer/consumer pair of ops:
-  ``tensors`` (tuple of str) blobs made by u and read by v
-  ``bytes`` (bytes), ``h2d_s``, ``d2h_s`` (s) their sums; the copy of a blob is paid
-      once per direction however many consumers it has, so partitioners price copies
-      from the ``tensors`` table below, never by adding edges up.
+Edges ``u -> v``, one per producer/consumer pair of ops:
+  ``tensors`` (tuple of str) blobs made by u and read by v; ``bytes`` (bytes) their sum.
+  A blob's copy is paid once per destination device however many readers it has there,
+  so partitioners price copies from the tensor table below, never by adding edges up.
 
 Graph attributes (``G.graph``):
-  ``tensors``: pandas DataFrame, the authoritative blob table, one row per blob that is
-      consumed or is an external output: ``name``, ``producer`` (op index; -1 fed from
-      the host; -2 a parameter made by the init net), ``consumers`` (list of op indices),
-      ``bytes`` (bytes), ``h2d_s``, ``d2h_s`` (s), ``external_output`` (bool).
-  ``external_inputs``, ``params``, ``external_outputs``: lists of blob names.
-  ``colocate``: list of sorted tuples of op indices that must share a device (an
-      in-place op and the producer of its blob; a parameter's update ops and its
-      consumers), from the caller's ``colocate`` and ``inplace`` arguments.
-  ``outputs_on_host`` (bool): external outputs must come back to the host (pay D2H).
+  ``devices``, ``device_kinds`` (tuples of str), ``host`` (int): the machine's devices,
+      index 0 the host CPU that feeds inputs and reads outputs;
+  ``tensors``: ``placer.costs.TensorTable``, the authoritative blob table (producer: op
+      index, -1 fed from the host, -2 a parameter made by the init net; readers; bytes;
+      external_output);
+  ``link_class`` (int [k, k]) and ``class_s`` (s, [classes, tensors]): the copy time of
+      tensor t from device a to b is ``class_s[link_class[a, b], t]``; ``lanes`` and
+      ``routes`` (hops of each link as (lane, class)) for the makespan simulator;
+  ``capacity`` (bytes, [k]): usable memory per device (inf: no limit);
+  ``colocate``: sorted tuples of op indices that must share a device (an in-place op and
+      the producer of its blob; a parameter's update ops and its readers);
+  ``outputs_on_host`` (bool): external outputs come back to the host (pay their copy).
 """
 from __future__ import annotations
 
@@ -42,92 +46,82 @@ from typing import Iterable
 
 import networkx as nx
 import numpy as np
-import pandas as pd
 
-from placer.errors import InfeasiblePlanError
-
-OP_COLUMNS = ("index", "name", "type", "cpu_s", "gpu_s", "param_bytes", "output_bytes",
-              "gpu_kernel", "known")
-TENSOR_COLUMNS = ("name", "producer", "consumers", "bytes", "h2d_s", "d2h_s", "external_output")
+from placer.fileio import atomic_write_bytes
 
 
-def build_cost_graph(net_costs, pins: dict[int, str] | None = None,
-                     colocate: Iterable[Iterable[int]] | None = None,
-                     outputs_on_host: bool = True,
-                     inplace: Iterable[tuple[int, int]] | None = None) -> nx.DiGraph:
+def build_cost_graph(net_costs, allowed: np.ndarray, pin_reason: list[str] | None = None,
+                     colocate: Iterable[Iterable[int]] | None = None, outputs_on_host: bool = True,
+                     inplace: Iterable[tuple[int, int]] | None = None,
+                     capacity: np.ndarray | None = None) -> nx.DiGraph:
     """The cost graph of a net (see the module docstring for every attribute).
 
-    ``pins`` maps op index -> "cpu"/"gpu"; ``colocate`` lists sets of op indices that
-    must share a device; ``inplace`` lists (op, producer of the blob it overwrites) pairs,
-    which are colocated too.
+    ``allowed`` (bool [n, k]) are the devices each op may run on; ``colocate`` lists sets
+    of op indices that must share a device; ``inplace`` lists (op, producer of the blob it
+    overwrites) pairs, which are colocated too; ``capacity`` the usable bytes per device.
     """
-    ops, tensors = net_costs.ops, net_costs.tensors
-    _require(ops, OP_COLUMNS, "NetCosts.ops")
-    _require(tensors, TENSOR_COLUMNS, "NetCosts.tensors")
-    n = len(ops)
-    if not np.array_equal(ops["index"].to_numpy(), np.arange(n)):
-        raise ValueError("NetCosts.ops must have one row per op in net order (index 0..n-1)")
+    machine, ops, tensors = net_costs.machine, net_costs.ops, net_costs.tensors
+    n, k = net_costs.op_s.shape
+    if allowed.shape != (n, k):
+        raise ValueError(f"allowed has shape {allowed.shape}, expected {(n, k)}")
+    reasons = pin_reason or [""] * n
     g = nx.DiGraph()
-    g.add_nodes_from(_node_records(ops, pins or {}))
-    g.add_edges_from(_edge_records(tensors))
+    times = [tuple(row) for row in net_costs.op_s.tolist()]
+    where = [tuple(np.flatnonzero(row).tolist()) for row in allowed]
+    names, types = ops["name"].tolist(), ops["type"].tolist()
+    pbytes, obytes, known = ops["param_bytes"].tolist(), ops["output_bytes"].tolist(), ops["known"].tolist()
+    g.add_nodes_from((i, {"name": names[i], "type": types[i], "time_s": times[i], "allowed": where[i],
+                          "pin_reason": reasons[i], "param_bytes": pbytes[i], "output_bytes": obytes[i],
+                          "known": bool(known[i])}) for i in range(n))
+    g.add_edges_from(_edges(tensors))
     groups = [tuple(sorted({int(i) for i in s})) for s in (colocate or [])]
     groups += [tuple(sorted((int(a), int(b)))) for a, b in (inplace or [])]
-    producer = tensors["producer"].to_numpy()
+    tables = machine.link_classes()
     g.graph.update(
-        tensors=tensors.reset_index(drop=True),
-        external_inputs=list(tensors["name"][producer == -1]),
-        params=list(tensors["name"][producer == -2]),
-        external_outputs=list(tensors["name"][tensors["external_output"].to_numpy(bool)]),
-        colocate=[grp for grp in groups if len(grp) > 1],
-        outputs_on_host=bool(outputs_on_host),
-    )
+        devices=machine.names, device_kinds=tuple(d.kind for d in machine.devices), host=0,
+        machine=machine.name, tensors=tensors, link_class=tables.link_class,
+        class_s=tables.class_seconds(tensors.nbytes), lanes=tables.lanes, routes=tables.routes,
+        capacity=np.full(k, np.inf) if capacity is None else np.asarray(capacity, float),
+        colocate=[grp for grp in groups if len(grp) > 1], outputs_on_host=bool(outputs_on_host))
     return g
 
 
-def _require(frame: pd.DataFrame, columns, what: str) -> None:
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise ValueError(f"{what} lacks columns {missing}")
+def _edges(tensors):
+    """(u, v, {"tensors", "bytes"}) per pair of ops joined by blobs made by u and read by v."""
+    made = np.flatnonzero(tensors.producer >= 0)
+    counts = np.diff(tensors.ptr)[made]
+    u = np.repeat(tensors.producer[made], counts)
+    t = np.repeat(made, counts)
+    v = np.concatenate([tensors.readers(x) for x in made.tolist()]) if len(made) else np.zeros(0, np.int64)
+    keep = u != v
+    u, v, t = u[keep], v[keep], t[keep]
+    order = np.lexsort((t, v, u))
+    u, v, t = u[order], v[order], t[order]
+    first = np.ones(len(u), bool)
+    first[1:] = (u[1:] != u[:-1]) | (v[1:] != v[:-1])
+    starts = np.flatnonzero(first)
+    ends = np.append(starts[1:], len(u))
+    names, nbytes = tensors.names, tensors.nbytes
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        ts = t[a:b].tolist()
+        yield int(u[a]), int(v[a]), {"tensors": tuple(names[x] for x in ts), "bytes": float(nbytes[ts].sum())}
 
 
-def _node_records(ops: pd.DataFrame, pins: dict[int, str]):
-    cols = {c: ops[c].tolist() for c in OP_COLUMNS}
-    for i in range(len(ops)):
-        pin, why = None, ""
-        if not cols["known"][i]:
-            pin, why = "cpu", "pinned: unknown op type"
-        elif not cols["gpu_kernel"][i]:
-            pin, why = "cpu", "pinned: no GPU kernel"
-        user = pins.get(i)
-        if user is not None:
-            if user not in ("cpu", "gpu"):
-                raise ValueError(f"pin for op {i} must be 'cpu' or 'gpu', not {user!r}")
-            if pin == "cpu" and user == "gpu":
-                raise InfeasiblePlanError(
-                    f"op #{i} {cols['type'][i]} '{cols['name'][i]}' is pinned to the GPU but "
-                    f"{why.removeprefix('pinned: ')}", hint="remove its --pin or pin it to cpu")
-            if pin is None:
-                pin, why = user, f"pinned: --pin {user}"
-        yield i, {"index": i, "name": cols["name"][i], "type": cols["type"][i],
-                  "cpu_s": float(cols["cpu_s"][i]), "gpu_s": float(cols["gpu_s"][i]),
-                  "param_bytes": float(cols["param_bytes"][i]),
-                  "output_bytes": float(cols["output_bytes"][i]),
-                  "gpu_kernel": bool(cols["gpu_kernel"][i]), "known": bool(cols["known"][i]),
-                  "pin": pin, "pin_reason": why}
+def write_graph(graph: nx.DiGraph, path) -> None:
+    """The cost graph as GraphML (atomic write): per-device times as ``time_s:<device>``
+    node attributes, allowed devices and edge blobs as comma-separated names."""
+    devices = graph.graph["devices"]
+    out = nx.DiGraph()
+    for i, d in graph.nodes(data=True):
+        attrs = {key: value for key, value in d.items() if key not in ("time_s", "allowed")}
+        attrs.update({f"time_s:{dev}": float(t) for dev, t in zip(devices, d["time_s"])})
+        attrs["allowed"] = ",".join(devices[x] for x in d["allowed"])
+        out.add_node(i, **attrs)
+    for u, v, d in graph.edges(data=True):
+        out.add_edge(u, v, tensors=",".join(d["tensors"]), bytes=float(d["bytes"]))
+    out.graph.update(devices=",".join(devices), machine=str(graph.graph.get("machine", "")),
+                     outputs_on_host=bool(graph.graph["outputs_on_host"]))
+    atomic_write_bytes(path, "\n".join(nx.generate_graphml(out)).encode("utf-8"))
 
 
-def _edge_records(tensors: pd.DataFrame):
-    edges: dict[tuple[int, int], dict] = {}
-    rows = zip(tensors["name"], tensors["producer"], tensors["consumers"], tensors["bytes"],
-               tensors["h2d_s"], tensors["d2h_s"])
-    for name, producer, consumers, nbytes, h2d, d2h in rows:
-        if producer < 0:
-            continue
-        for c in set(int(c) for c in consumers):
-            e = edges.setdefault((int(producer), c),
-                                 {"tensors": (), "bytes": 0.0, "h2d_s": 0.0, "d2h_s": 0.0})
-            e["tensors"] += (name,)
-            e["bytes"] += float(nbytes)
-            e["h2d_s"] += float(h2d)
-            e["d2h_s"] += float(d2h)
-    return ((u, v, attrs) for (u, v), attrs in edges.items())
+__all__ = ["build_cost_graph", "write_graph"]

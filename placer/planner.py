@@ -1,8 +1,8 @@
 """Wires the stages: typed net -> costs -> cost graph -> partition -> check -> baselines.
 
-``plan(typed_net, cpu_profile, gpu_profile, options)`` reads top to bottom; each stage is
-one call into the module that names it. What ``plan`` returns carries everything the
-command line, the JSON, the placed net and the report need.
+``plan(typed_net, machine, options)`` reads top to bottom; each stage is one call into
+the module that names it. What ``plan`` returns carries everything the command line, the
+JSON, the placed net and the report need.
 """
 from __future__ import annotations
 
@@ -10,28 +10,32 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import Any
 
-from placer.costs import NetCosts, annotate, gpu_memory_bytes
+import numpy as np
+
+from placer.costs import NetCosts, annotate
 from placer.errors import InfeasiblePlanError, PlacerError
-from placer.ops import registry
 from placer.graph import build_cost_graph
-from placer.partition import baselines, check_plan, partition
+from placer.machine import Machine
+from placer.partition import baselines, partition
+from placer.partition.check import check_plan
+from placer.partition.problem import fits, from_graph, memory_use
 from placer.partition.schedule import Simulator
-from placer.partition.problem import from_graph
 from placer.shapes import require_complete
 from placer.types import Net, Plan, TypedNet
+from placer.units import fmt_bytes
 
-
-MEMORY_BLIND = ("greedy",)  # methods that place without looking at GPU memory
+MEMORY_BLIND = ("greedy",)  # methods that place without looking at memory
 
 
 @dataclass(frozen=True)
 class PlanOptions:
-    method: str = "mincut"
-    gpu_mem_bytes: float | None = None     # None: the GPU profile's memory capacity
+    method: str = "auto"
+    gpu_mem_bytes: float | None = None     # per GPU; None: each GPU profile's capacity
     reserve: float = 0.1                   # fraction of GPU memory kept free
-    pins: tuple[str, ...] = ()             # "GLOB=cpu|gpu" on op names, output blobs, op types
+    host_mem_bytes: float | None = None    # None: host memory is not limited
+    pins: tuple[str, ...] = ()             # "GLOB=cpu|gpu|cuda:N" on op names, output blobs, op types
     keep_existing: bool = False            # pin every op that already has a device_option
-    outputs_on_host: bool = True           # external outputs come back to the host (D2H)
+    outputs_on_host: bool = True           # external outputs come back to the host
     time_limit_s: float = 10.0             # MILP / local-search time limit
     unknown_op_cost_s: float = 0.0         # CPU time charged to an op type with no entry
 
@@ -43,80 +47,138 @@ class PlanResult:
     graph: Any
     plan: Plan
     baselines: dict
-    capacity_bytes: float
-    usable_bytes: float
+    machine: Machine
+    capacity_bytes: np.ndarray             # per device, before the reserve (inf: no limit)
+    usable_bytes: np.ndarray               # per device, what plans must fit
     makespan: dict = field(default_factory=dict)  # simulated overlap of the chosen plan
-    options: PlanOptions = field(default_factory=PlanOptions)  # what was asked for
+    options: PlanOptions = field(default_factory=PlanOptions)
     arrays: Any = None  # the cost graph as the partitioners' CostArrays
 
 
-def plan(typed: TypedNet, cpu_profile, gpu_profile, options: PlanOptions = PlanOptions()) -> PlanResult:
+def plan(typed: TypedNet, machine: Machine, options: PlanOptions = PlanOptions()) -> PlanResult:
     net = require_complete(typed).net   # an op of unknown shape would be priced at zero
     if not net.ops:
         raise PlacerError(f"{net.path or net.name or 'the net'}: the net has no ops; there is nothing to place")
-    # 1. price every op and tensor on both devices
-    costs = annotate(typed, cpu_profile, gpu_profile, unknown_op_cost_s=options.unknown_op_cost_s)
-    # 2. the cost graph with pins and colocation
-    graph = build_cost_graph(costs, pins=resolve_pins(net, options.pins, options.keep_existing),
-                             colocate=parameter_groups(net), inplace=inplace_pairs(net),
-                             outputs_on_host=options.outputs_on_host)
+    # 1. price every op on every device
+    costs = annotate(typed, machine, unknown_op_cost_s=options.unknown_op_cost_s)
+    # 2. the cost graph with restrictions, colocation and memory limits
+    allowed, why = allowed_devices(net, costs, machine, options.pins, options.keep_existing)
+    capacity, usable = memory_limits(machine, options)
+    graph = build_cost_graph(costs, allowed, why, colocate=parameter_groups(net), inplace=inplace_pairs(net),
+                             outputs_on_host=options.outputs_on_host, capacity=usable)
     arrays = from_graph(graph)  # the partitioners' flat view, made once for every stage below
-    # 3. partition within GPU memory, and check the result from scratch
-    capacity = float(gpu_memory_bytes(gpu_profile) if options.gpu_mem_bytes is None else options.gpu_mem_bytes)
-    usable = capacity * (1 - options.reserve)
-    chosen = partition(arrays, options.method, capacity_bytes=capacity, reserve=options.reserve,
-                       time_limit=options.time_limit_s)
-    _refuse_memory_blind(chosen, options, capacity, usable)
-    check_plan(arrays, chosen, usable)
+    # 3. partition within memory, and check the result from scratch
+    chosen = partition(arrays, options.method, time_limit=options.time_limit_s)
+    _refuse_memory_blind(arrays, chosen, options)
+    check_plan(arrays, chosen)
     # 4. baselines beside it, and the overlapped schedule of the chosen plan
-    base = baselines.baselines(arrays, existing_placement(net))
-    return PlanResult(typed, costs, graph, chosen, base, capacity, usable,
+    base = baselines.baselines(arrays, existing_placement(net, machine))
+    return PlanResult(typed, costs, graph, chosen, base, machine, capacity, usable,
                       makespan=overlapped(arrays, chosen, base), options=options, arrays=arrays)
 
 
-def overlapped(graph, chosen: Plan, base: dict) -> dict:
+def overlapped(arrays, chosen: Plan, base: dict) -> dict:
     """The simulated overlapped schedule of the chosen plan; under the makespan objective,
     the baselines' makespans too, so that they are judged by the same measure."""
-    sim = Simulator(graph)
-    n = sim.arr.n_ops
-    makespan_s, events = sim.run(_on_gpu(chosen, n), record=True)
+    sim = Simulator(arrays)
+    makespan_s, events = sim.run(chosen.placement, record=True)
     out = {"makespan_s": makespan_s, "events": events}
     if chosen.objective == "makespan":
-        out["baselines"] = {name: sim.run(_on_gpu(b, n))[0] for name, b in base.items() if name != "lower_bound"}
+        out["baselines"] = {name: sim.run(b.placement)[0] for name, b in base.items() if name != "lower_bound"}
     return out
 
 
-def _refuse_memory_blind(chosen: Plan, options: PlanOptions, capacity: float, usable: float) -> None:
-    """A method that ignores GPU memory may pick a placement that does not fit: say so."""
-    if options.method in MEMORY_BLIND and chosen.gpu_memory_bytes > usable:
+def memory_limits(machine: Machine, options: PlanOptions) -> tuple[np.ndarray, np.ndarray]:
+    """(capacity, usable) bytes per device: GPUs from their profiles (or ``gpu_mem_bytes``)
+    less the reserve; the host unlimited unless ``host_mem_bytes`` is given."""
+    capacity = np.full(machine.k, np.inf)
+    for i, dev in enumerate(machine.devices):
+        if dev.is_gpu:
+            capacity[i] = float(dev.profile.memory_capacity_bytes if options.gpu_mem_bytes is None
+                                else options.gpu_mem_bytes)
+        elif options.host_mem_bytes is not None:
+            capacity[i] = float(options.host_mem_bytes)
+    usable = capacity.copy()
+    gpus = [d.is_gpu for d in machine.devices]
+    usable[gpus] = capacity[gpus] * (1 - options.reserve)
+    return capacity, usable
+
+
+def _refuse_memory_blind(arrays, chosen: Plan, options: PlanOptions) -> None:
+    """A method that ignores memory may pick a placement that does not fit: say so."""
+    if options.method in MEMORY_BLIND and not fits(arrays, chosen.placement):
+        use = memory_use(arrays, chosen.placement)
+        over = int(np.argmax(use - arrays.capacity))
         raise InfeasiblePlanError(
-            f"the {options.method} placement needs {chosen.gpu_memory_bytes / 1e9:.3g} GB of GPU memory; "
-            f"{usable / 1e9:.3g} GB usable ({capacity / 1e9:.3g} GB less the {options.reserve:.0%} reserve)",
-            hint="--method mincut places within the limit; or raise --gpu-mem")
+            f"the {options.method} placement needs {fmt_bytes(use[over])} on {arrays.devices[over]}; "
+            f"{fmt_bytes(arrays.capacity[over])} usable",
+            hint="the default method places within the limits; or raise --gpu-mem")
 
 
-def resolve_pins(net: Net, specs, keep_existing: bool) -> dict[int, str]:
-    """``--pin GLOB=cpu|gpu`` matched against op names, output blob names and op types."""
-    pins: dict[int, str] = {}
+def allowed_devices(net: Net, costs: NetCosts, machine: Machine, specs, keep_existing: bool
+                    ) -> tuple[np.ndarray, list[str]]:
+    """bool [n, k] devices each op may run on, and why it is restricted ("" if free).
+
+    Kernels first: an unknown op type runs on the host only; an op type without a GPU
+    kernel on CPU devices only. Then pins, a later one replacing an earlier one on the same
+    op: ``--keep-existing`` (the file's own device options), then each ``--pin GLOB=DEV``
+    (DEV: ``cpu``, ``gpu`` = any GPU, or a device name such as ``cuda:1``) matched against
+    op names, op types and output blobs. A pin to a device the op has no kernel for is an
+    error.
+    """
+    n, k = len(net.ops), machine.k
+    kinds = np.array([d.kind for d in machine.devices])
+    known = costs.ops["known"].to_numpy(bool)
+    allowed = costs.kernels.copy()
+    allowed[~known] = False
+    allowed[~known, 0] = True
+    why = ["" if known[i] else "pinned: unknown op type" for i in range(n)]
+    for i in np.flatnonzero(known & ~allowed[:, kinds == "gpu"].any(axis=1) & (kinds == "gpu").any()):
+        why[i] = "pinned: no GPU kernel"
+    pins: dict[int, tuple[np.ndarray, str]] = {}
     if keep_existing:
-        pins.update({op.index: op.device.kind for op in net.ops if op.device is not None})
         for op in net.ops:
-            opdef = registry.get(op.type)
-            if pins.get(op.index) == "gpu" and (opdef is None or "gpu" not in opdef.devices):
-                raise InfeasiblePlanError(
-                    f"--keep-existing: op {op.label} has a GPU device_option in the file, but placer "
-                    f"has no GPU kernel for {op.type}",
-                    hint="drop --keep-existing, or give that op a CPU device_option")
+            if op.device is not None:
+                name = "cpu" if op.device.kind == "cpu" else f"cuda:{op.device.index}"
+                pins[op.index] = (_device_mask(machine, name, "--keep-existing"), f"pinned: the file's {name}")
     for spec in specs:
         pattern, eq, device = spec.rpartition("=")
-        if not eq or not pattern or device not in ("cpu", "gpu"):
-            raise PlacerError(f"--pin '{spec}': expected GLOB=cpu or GLOB=gpu, e.g. --pin 'emb:::*=cpu'")
+        if not eq or not pattern or not device:
+            raise PlacerError(f"--pin '{spec}': expected GLOB=DEVICE, e.g. --pin 'emb:::*=cpu' or "
+                              f"--pin 'fc*=cuda:1'")
+        mask = _device_mask(machine, device, f"--pin '{spec}'")
         hits = [op.index for op in net.ops
                 if any(fnmatch.fnmatchcase(s, pattern) for s in (op.name, op.type, *op.outputs) if s)]
         if not hits:
             raise PlacerError(f"--pin '{spec}': no op name, op type or output blob matches '{pattern}'")
-        pins.update((i, device) for i in hits)
-    return pins
+        pins.update((i, (mask, f"pinned: --pin {device}")) for i in hits)
+    for i, (mask, reason) in pins.items():
+        narrowed = allowed[i] & mask
+        if not narrowed.any():
+            op = net.ops[i]
+            raise InfeasiblePlanError(
+                f"op {op.label} is pinned to {reason.split()[-1]} but "
+                f"{why[i].removeprefix('pinned: ') or 'has no kernel there'}",
+                hint="remove its pin or pin it to cpu")
+        allowed[i] = narrowed
+        why[i] = reason
+    return allowed, why
+
+
+def _device_mask(machine: Machine, device: str, what: str) -> np.ndarray:
+    kinds = np.array([d.kind for d in machine.devices])
+    if device in ("cpu", "gpu"):
+        mask = kinds == device
+        if not mask.any():
+            raise PlacerError(f"{what}: machine {machine.name} has no {device.upper()}")
+        return mask
+    try:
+        index = machine.index(device)
+    except PlacerError as e:
+        raise PlacerError(f"{what}: {e.message}", hint=e.hint) from None
+    mask = np.zeros(machine.k, bool)
+    mask[index] = True
+    return mask
 
 
 def inplace_pairs(net: Net) -> list[tuple[int, int]]:
@@ -133,22 +195,32 @@ def inplace_pairs(net: Net) -> list[tuple[int, int]]:
 
 
 def parameter_groups(net: Net) -> list[set[int]]:
-    """Ops that update a parameter in place, with every op that reads it (one device)."""
-    groups = []
-    for param in net.params:
-        writers = {op.index for op in net.ops if param in op.outputs}
-        if writers:
-            groups.append(writers | {op.index for op in net.ops if param in op.inputs})
-    return groups
+    """Ops that update a parameter in place, with every op that reads it (one device).
+    One pass over the ops builds the parameter -> writers / readers index."""
+    writers: dict[str, set[int]] = {}
+    readers: dict[str, set[int]] = {}
+    params = net.params
+    for op in net.ops:
+        for name in op.outputs:
+            if name in params:
+                writers.setdefault(name, set()).add(op.index)
+        for name in op.inputs:
+            if name in params:
+                readers.setdefault(name, set()).add(op.index)
+    return [ops | readers.get(name, set()) for name, ops in writers.items()]
 
 
-def existing_placement(net: Net) -> dict | None:
-    """The placement the file carries, when any op has a device_option."""
+def existing_placement(net: Net, machine: Machine) -> np.ndarray | None:
+    """The placement the file carries (device index per op; ops without a device option
+    on the host), when any op has one and every device it names exists on the machine."""
     if all(op.device is None for op in net.ops):
         return None
-    return {op.index: ("gpu" if op.device is not None and op.device.is_gpu else "cpu") for op in net.ops}
-
-
-def _on_gpu(plan_: Plan, n: int):
-    import numpy as np
-    return np.array([plan_.placement[i].is_gpu for i in range(n)], bool)
+    names = machine.names
+    dev = np.zeros(len(net.ops), np.int64)
+    for op in net.ops:
+        if op.device is not None and op.device.kind != "cpu":
+            name = f"cuda:{op.device.index}"
+            if name not in names:
+                return None
+            dev[op.index] = names.index(name)
+    return dev

@@ -8,14 +8,18 @@ predicted schedules.
 """
 from __future__ import annotations
 
-import math
+import numpy as np
 
-from placer.partition.problem import from_graph, gpu_memory, placement_array
+from placer.partition.problem import device_memory
 from placer.planner import PlanResult
 from placer.types import Plan
+from placer.units import fmt_bytes, fmt_time
 
-BASELINE_LABELS = {"all_cpu": "all on the CPU", "all_gpu": "all on the GPU (CPU fallback)",
-                   "greedy": "greedy (each op on its faster device)", "existing": "your placement",
+SCHEMA_VERSION = 2   # docs/PLAN_JSON.md lists every field and what changed from version 1
+BASELINE_LABELS = {"all_cpu": "all on the CPU", "all_gpu": "all on one GPU (CPU fallback)",
+                   "greedy": "greedy (each op on its fastest device)", "existing": "your placement",
+                   "pipeline": "pipeline split over the GPUs (balanced by compute)",
+                   "m_topo": "Baechi m-TOPO", "m_etf": "Baechi m-ETF",
                    "lower_bound": "lower bound (sum of per-op minima, no copies)"}
 
 
@@ -23,60 +27,101 @@ def optimality(plan: Plan) -> str:
     """The optimality statement printed beside the plan."""
     if plan.objective == "makespan":
         return "heuristic for the overlapped (makespan) objective; serial cost shown for comparison"
-    limit = "" if plan.gpu_capacity_bytes is None else " within the GPU memory limit"
+    limit = " within the memory limits" if np.isfinite(plan.capacity_bytes).any() else ""
     if plan.optimal:
         return f"optimal for the serial objective{limit}"
     if plan.gap is not None:
         return f"within {100 * plan.gap:.2g}% of the MILP bound{limit}"
     if not any(note.startswith("MILP") for note in plan.notes):
-        return f"feasible{limit}; optimality not proven (no MILP was run: time limit 0)"
+        return f"feasible{limit}; optimality not proven (no MILP bound was computed)"
     return f"feasible{limit}; optimality not proven (the MILP did not finish in time)"
 
 
 def plan_json(result: PlanResult, profiles: dict | None = None) -> dict:
-    net, plan, costs = result.typed.net, result.plan, result.costs
-    arr = result.arrays if result.arrays is not None else from_graph(result.graph)
-    on_gpu = placement_array(plan.placement, len(net.ops))
+    """The plan document (docs/PLAN_JSON.md)."""
+    net, plan, costs, arr = result.typed.net, result.plan, result.costs, result.arrays
+    devices, kinds = list(arr.devices), list(arr.device_kinds)
+    first_gpu = next((d for d, kind in enumerate(kinds) if kind == "gpu"), None)
     copies_in, copies_out = _copies_per_op(plan)
+    feats = costs.ops
     ops = []
-    for row in costs.ops.itertuples(index=False):
-        i = int(row.index)
-        ops.append({
-            "index": i, "name": row.name, "type": row.type, "device": "gpu" if on_gpu[i] else "cpu",
-            "cpu_s": float(row.cpu_s), "gpu_s": float(row.gpu_s), "cpu_source": row.cpu_source,
-            "gpu_source": row.gpu_source, "reason": plan.reasons.get(i, ""), "flops": float(row.flops),
-            "param_bytes": float(row.param_bytes), "output_bytes": float(row.output_bytes),
-            "outputs": list(net.ops[i].outputs), "pinned": result.graph.nodes[i].get("pin"),
-            "copies_in": copies_in.get(i, []), "copies_out": copies_out.get(i, [])})
-    tensors = [{"name": t.name, "producer": int(t.producer), "consumers": [int(c) for c in t.consumers],
-                "bytes": float(t.bytes), "h2d_s": float(t.h2d_s), "d2h_s": float(t.d2h_s),
-                "external_output": bool(t.external_output)}
-               for t in costs.tensors.itertuples(index=False)]
-    params, gpu_curve, _ = gpu_memory(arr, on_gpu, curve_only=True)
-    cpu_params, cpu_curve, _ = gpu_memory(arr, ~on_gpu, curve_only=True)
-    h2d = sum(c.nbytes for c in plan.copies if c.direction == "h2d")
-    d2h = sum(c.nbytes for c in plan.copies if c.direction == "d2h")
+    names, types, flops = feats["name"].tolist(), feats["type"].tolist(), feats["flops"].tolist()
+    pbytes, obytes = feats["param_bytes"].tolist(), feats["output_bytes"].tolist()
+    op_s, src = costs.op_s.tolist(), costs.op_source.tolist()
+    allowed = arr.allowed
+    for i in range(len(net.ops)):
+        d = int(plan.placement[i])
+        restricted = [devices[x] for x in np.flatnonzero(allowed[i])] if not allowed[i].all() else None
+        entry = {
+            "index": i, "name": names[i], "type": types[i], "device": devices[d], "device_kind": kinds[d],
+            "time_s": dict(zip(devices, op_s[i])), "source": dict(zip(devices, src[i])),
+            "cpu_s": op_s[i][0], "cpu_source": src[i][0],
+            "reason": plan.reasons.get(i, ""), "flops": flops[i], "param_bytes": pbytes[i],
+            "output_bytes": obytes[i], "outputs": list(net.ops[i].outputs),
+            "pinned": (restricted[0] if restricted and len(restricted) == 1 else restricted),
+            "copies_in": copies_in.get(i, []), "copies_out": copies_out.get(i, [])}
+        if first_gpu is not None:   # version 1 fields: the first GPU's figures
+            entry["gpu_s"], entry["gpu_source"] = op_s[i][first_gpu], src[i][first_gpu]
+        ops.append(entry)
+    t = costs.tensors
+    h2d = arr.copy_s(np.arange(arr.n_tensors), 0, first_gpu) if first_gpu is not None else None
+    d2h = arr.copy_s(np.arange(arr.n_tensors), first_gpu, 0) if first_gpu is not None else None
+    tensors = []
+    for x in range(len(t)):
+        entry = {"name": t.names[x], "producer": int(t.producer[x]), "consumers": t.readers(x).tolist(),
+                 "bytes": float(t.nbytes[x]), "external_output": bool(t.external_output[x])}
+        if h2d is not None:
+            entry["h2d_s"], entry["d2h_s"] = float(h2d[x]), float(d2h[x])
+        tensors.append(entry)
+    params, curves, _ = device_memory(arr, plan.placement, curves=True)
+    memory = {devices[d]: {"used_bytes": float(plan.memory_bytes[d]), "param_bytes": float(params[d]),
+                           "peak_activation_bytes": float(curves[d].max()) if curves.shape[1] else 0.0,
+                           "capacity_bytes": _finite(result.capacity_bytes[d]),
+                           "usable_bytes": _finite(result.usable_bytes[d])} for d in range(len(devices))}
+    gpus = [d for d in range(len(devices)) if kinds[d] == "gpu"]
+    busiest = max(gpus, key=lambda d: plan.memory_bytes[d]) if gpus else None
+    links: dict[tuple[str, str], list] = {}
+    for c in plan.copies:
+        entry = links.setdefault((c.src, c.dst), [0.0, 0, 0.0])
+        entry[0] += c.nbytes
+        entry[1] += 1
+        entry[2] += c.time_s
+    timeline = {devices[d]: (params[d] + curves[d]).tolist() for d in range(len(devices))}
+    if len(gpus) == 1:
+        timeline["gpu"] = timeline[devices[gpus[0]]]
     return {
+        "schema_version": SCHEMA_VERSION,
         "net": net.name, "path": net.path, "objective": plan.objective,
         "method": result.options.method, "solver": plan.method,
         "total_s": plan.cost.total_s, "compute_s": plan.cost.compute_s, "copy_s": plan.cost.copy_s,
         "optimal": bool(plan.optimal), "gap": _gap(plan), "optimality": optimality(plan),
-        "outputs_on_host": bool(result.graph.graph.get("outputs_on_host", True)),
-        "notes": list(plan.notes), "profiles": profiles or {},
+        "outputs_on_host": bool(arr.outputs_on_host), "notes": list(plan.notes),
+        "machine": {"name": result.machine.name, "description": result.machine.describe(),
+                    "devices": [{"name": dev.name, "kind": dev.kind, "profile": dev.profile.name}
+                                for dev in result.machine.devices]},
+        "devices": devices, "profiles": profiles or {},
         "ops": ops, "tensors": tensors,
-        "copies": [{"tensor": c.tensor, "direction": c.direction, "bytes": c.nbytes, "time_s": c.time_s,
-                    "producer": c.producer, "consumers": list(c.consumers)} for c in plan.copies],
+        "copies": [{"tensor": c.tensor, "src": c.src, "dst": c.dst, "direction": c.direction,
+                    "bytes": c.nbytes, "time_s": c.time_s, "producer": c.producer,
+                    "consumers": list(c.consumers)} for c in plan.copies],
         "baselines": _baselines(result),
-        "gpu_memory": {"used_bytes": plan.gpu_memory_bytes, "capacity_bytes": result.capacity_bytes,
-                       "usable_bytes": result.usable_bytes, "param_bytes": params,
-                       "peak_activation_bytes": float(gpu_curve.max()) if len(gpu_curve) else 0.0},
-        "memory_timeline": {"gpu": [params + float(x) for x in gpu_curve],
-                            "cpu": [cpu_params + float(x) for x in cpu_curve]},
-        "pcie_bytes": {"h2d": h2d, "d2h": d2h},
+        "memory": memory,
+        "gpu_memory": (dict(memory[devices[busiest]], device=devices[busiest]) if busiest is not None
+                       else {"used_bytes": 0.0, "param_bytes": 0.0, "peak_activation_bytes": 0.0,
+                             "capacity_bytes": None, "usable_bytes": None, "device": None}),
+        "memory_timeline": timeline,
+        "link_bytes": [{"src": a, "dst": b, "bytes": v[0], "copies": v[1], "time_s": v[2]}
+                       for (a, b), v in sorted(links.items())],
+        "pcie_bytes": {"h2d": plan.copy_bytes("h2d"), "d2h": plan.copy_bytes("d2h"),
+                       "d2d": plan.copy_bytes("d2d")},
         "schedules": {"serial": serial_schedule(result),
                       "makespan": {"makespan_s": result.makespan["makespan_s"],
                                    "events": [_event(result, e) for e in result.makespan["events"]]}},
     }
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
 
 
 def _gap(plan: Plan) -> float | None:
@@ -88,20 +133,23 @@ def _gap(plan: Plan) -> float | None:
 
 def _baselines(result: PlanResult) -> dict:
     out = {}
+    arr = result.arrays
     for name, b in result.baselines.items():
+        label = BASELINE_LABELS.get(name, name)
         if name == "lower_bound":
-            out[name] = {"total_s": b.total_s, "label": BASELINE_LABELS[name], "feasible": True}
+            out[name] = {"total_s": b.total_s, "label": label, "feasible": True}
             continue
-        fits = b.gpu_memory_bytes <= result.usable_bytes * (1 + 1e-9)
+        over = np.flatnonzero(b.memory_bytes > arr.capacity * (1 + 1e-9))
         entry = {"total_s": b.cost.total_s, "compute_s": b.cost.compute_s, "copy_s": b.cost.copy_s,
-                 "gpu_memory_bytes": b.gpu_memory_bytes, "feasible": bool(fits),
-                 "label": BASELINE_LABELS[name],
-                 "gpu_ops": sum(1 for d in b.placement.values() if d.is_gpu)}
+                 "gpu_memory_bytes": b.gpu_memory_bytes, "feasible": not len(over), "label": label,
+                 "gpu_ops": int(sum(b.device_kinds[d] == "gpu" for d in b.placement.tolist())),
+                 "devices_used": sorted({b.devices[d] for d in b.placement.tolist()})}
         if name in result.makespan.get("baselines", {}):
             entry["makespan_s"] = result.makespan["baselines"][name]
-        if not fits:
-            entry["why_infeasible"] = (f"needs {fmt_bytes(b.gpu_memory_bytes)} of GPU memory; "
-                                       f"{fmt_bytes(result.usable_bytes)} usable")
+        if len(over):
+            d = int(over[0])
+            entry["why_infeasible"] = (f"needs {fmt_bytes(b.memory_bytes[d])} on {arr.devices[d]}; "
+                                       f"{fmt_bytes(arr.capacity[d])} usable")
         if name == "existing":
             entry.update(_existing_caveat(result, b))
         out[name] = entry
@@ -109,16 +157,16 @@ def _baselines(result: PlanResult) -> dict:
 
 
 def _existing_caveat(result: PlanResult, existing: Plan) -> dict:
-    """The file's own placement may put on the GPU ops that placer must keep on the CPU (no
-    GPU kernel it knows of, or an unknown type priced at --unknown-op-cost): say so, since
-    that is how it can look cheaper than an optimal plan."""
-    nodes = result.graph.nodes
-    forced = [i for i, d in existing.placement.items() if d.is_gpu and nodes[i].get("pin") == "cpu"]
+    """The file's own placement may put ops where placer may not (no GPU kernel it knows
+    of, or an unknown type priced at --unknown-op-cost): say so, since that is how it can
+    look cheaper than an optimal plan."""
+    arr = result.arrays
+    forced = [i for i, d in enumerate(existing.placement.tolist()) if not arr.allowed[i, d]]
     if not forced:
         return {}
-    types = sorted({nodes[i]["type"] for i in forced})
-    return {"note": f"places {len(forced)} op(s) on the GPU that this plan must keep on the CPU "
-                    f"({', '.join(types)}: no GPU kernel known to placer; their GPU time is a guess)"}
+    types = sorted({arr.types[i] for i in forced})
+    return {"note": f"places {len(forced)} op(s) where this plan may not put them "
+                    f"({', '.join(types)}: no kernel there known to placer; their time there is a guess)"}
 
 
 def _copies_per_op(plan: Plan) -> tuple[dict, dict]:
@@ -135,26 +183,28 @@ def _copies_per_op(plan: Plan) -> tuple[dict, dict]:
 
 def serial_schedule(result: PlanResult) -> dict:
     """Ops one after another (Caffe2 ``simple`` nets), each copy run when it is needed:
-    the timeline whose length is the serial objective."""
+    the timeline whose length is the serial objective. Lanes: device names for ops,
+    ``src->dst`` for copies."""
     plan, net = result.plan, result.typed.net
     pending: dict[int, list] = {}
     for c in plan.copies:
         first_reader = min([r for r in c.consumers if r >= 0], default=len(net.ops))
-        when = c.producer + 1 if c.direction == "d2h" else first_reader  # before step `when`
+        when = c.producer + 1 if c.producer >= 0 and c.dst_kind == "cpu" else first_reader
         pending.setdefault(when, []).append(c)
     t, events = 0.0, []
-    cpu_s, gpu_s = result.costs.ops["cpu_s"].to_numpy(), result.costs.ops["gpu_s"].to_numpy()
+    op_s = result.costs.op_s
+    devices = result.arrays.devices
     for i in range(len(net.ops) + 1):
         for c in pending.get(i, []):
-            events.append({"lane": c.direction, "kind": "copy", "name": c.tensor, "op": None,
-                           "tensor": c.tensor, "type": None, "bytes": c.nbytes,
+            events.append({"lane": f"{c.src}->{c.dst}", "kind": "copy", "name": c.tensor, "op": None,
+                           "tensor": c.tensor, "type": None, "bytes": c.nbytes, "src": c.src, "dst": c.dst,
                            "start_s": t, "end_s": t + c.time_s})
             t += c.time_s
         if i == len(net.ops):
             break
-        gpu = plan.placement[i].is_gpu
-        dur = float(gpu_s[i] if gpu else cpu_s[i])
-        events.append({"lane": "gpu" if gpu else "cpu", "kind": "op", "name": _op_name(net, i), "op": i,
+        d = int(plan.placement[i])
+        dur = float(op_s[i, d])
+        events.append({"lane": devices[d], "kind": "op", "name": _op_name(net, i), "op": i,
                        "tensor": None, "type": net.ops[i].type, "bytes": None, "start_s": t, "end_s": t + dur})
         t += dur
     return {"makespan_s": t, "events": events}
@@ -174,21 +224,4 @@ def _op_name(net, i: int) -> str:
     return op.name or (op.outputs[0] if op.outputs else f"#{i}")
 
 
-def fmt_bytes(n: float) -> str:
-    if n is None or not math.isfinite(n):
-        return "?"
-    for unit, k in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if abs(n) >= k:
-            return f"{n / k:.3g} {unit}"
-    return f"{n:.0f} B"
-
-
-def fmt_time(s: float) -> str:
-    if s >= 1:
-        return f"{s:.3g} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3g} ms"
-    return f"{s * 1e6:.3g} us"
-
-
-__all__ = ["plan_json", "serial_schedule", "optimality", "fmt_bytes", "fmt_time"]
+__all__ = ["plan_json", "serial_schedule", "optimality"]

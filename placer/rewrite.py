@@ -1,23 +1,27 @@
-"""Plan + Net -> the placed Caffe2 NetDef and init net, with copy ops.
+"""Plan + Net -> the placed Caffe2 NetDef and init net, with copy ops, over a machine's devices.
 
 What changes in the user's net, and nothing else:
-- every op gets a ``device_option`` (``device_type`` 1 and ``device_id`` N on the GPU, 0 on
+- every op gets a ``device_option`` (``device_type`` 1 and ``device_id`` N on GPU N, 0 on
   the CPU; other DeviceOption fields the op had are kept);
-- a tensor consumed on the other device than the one that made it is copied once per
-  direction, by ``CopyCPUToGPU`` / ``CopyGPUToCPU`` (Caffe2 runs both with the GPU's
-  device option) inserted right after its producer (at the top of the net for external
-  inputs), and its consumers on that device read the copy: ``<blob>_gpu<N>`` / ``<blob>_cpu``;
-- an external output made on the GPU comes back to the host under the user's own name
-  (the GPU-side blob is then ``<blob>_gpu<N>``, for the whole in-place chain that made
-  it, so that the chain stays in place), when ``outputs_on_host`` is set;
-- in the init net, each parameter's fill op runs on the device of its consumers; a
-  parameter used on both devices (or only on the GPU, but made by a fill op with no GPU
-  kernel) is filled on the CPU and copied to ``<blob>_gpu<N>`` once by the init net, so
-  no per-run copy is paid for it; that copy is an init-net external output and a
-  predict-net external input (the only names added to those lists).
+- a tensor read on another device than the one that made it is copied once per
+  destination device, the way Caffe2's own ``core.InjectCrossDeviceCopies`` does it:
+  ``CopyCPUToGPU`` under the destination GPU's device option, ``CopyGPUToCPU`` under the
+  source GPU's, and ``Copy`` under the destination GPU's for GPU -> GPU (Caffe2 has no
+  CopyGPUToGPU op); the copy is named ``<blob>_gpu_<N>`` on GPU N and ``<blob>_cpu`` on the
+  CPU (Caffe2's names too), and that device's readers read it. Unlike Caffe2, which puts
+  a copy just before its first reader, placer puts it right after the blob's producer (at
+  the top of the net for external inputs), so that a copy can overlap the ops between;
+- an external output made on a GPU comes back to the host under the user's own name (the
+  GPU-side blob is then ``<blob>_gpu_<N>``, for the whole in-place chain that made it,
+  so that the chain stays in place), when ``outputs_on_host`` is set;
+- in the init net, a parameter read on one device only is filled there (when its fill
+  op has a kernel for that device); otherwise it is filled on the CPU and copied once, by
+  the init net, to ``<blob>_gpu_<N>`` on each GPU that reads it, so no per-run copy is
+  paid; those copies are init-net external outputs and predict-net external inputs (the
+  only names added to those lists).
 
 Blobs written more than once (in-place ops) are handled per version: a copy copies the
-version its consumer reads.
+version its reader reads.
 """
 from __future__ import annotations
 
@@ -27,156 +31,225 @@ from typing import Sequence
 from placer.errors import PlacerError
 from placer.formats import caffe2_pb as pb
 from placer.ops import registry
-from placer.types import Device, Net
+from placer.types import Net
 
 EXTERNAL = -1   # producer of an external input fed from the host
 PARAM = -2      # producer of a parameter made by the init net
+HOST = 0        # the host CPU's device index
 
 
 @dataclass
 class PlacedNet:
     predict: pb.NetDef
     init: pb.NetDef | None
-    copies: list[tuple[str, str, str]] = field(default_factory=list)  # (blob, "h2d"|"d2h", copy name)
+    copies: list[tuple[str, str, str, str]] = field(default_factory=list)  # (blob, src, dst, copy name)
 
 
-def _kind(dev: Device) -> str:
-    return "gpu" if dev.is_gpu else "cpu"
+@dataclass(frozen=True)
+class _Devices:
+    """The machine's devices as the rewrite needs them: name, kind, CUDA ordinal."""
+
+    names: tuple[str, ...]
+    kinds: tuple[str, ...]
+    ordinals: tuple[int, ...]
+
+    @classmethod
+    def of(cls, machine) -> "_Devices":
+        return cls(tuple(d.name for d in machine.devices), tuple(d.kind for d in machine.devices),
+                   tuple(d.ordinal for d in machine.devices))
+
+    def suffix(self, d: int) -> str:
+        """Caffe2's copy-name suffix for a blob on device d."""
+        return "_cpu" if self.kinds[d] == "cpu" else f"_gpu_{self.ordinals[d]}"
+
+    def set_option(self, op: pb.OperatorDef, d: int) -> None:
+        gpu = self.kinds[d] == "gpu"
+        op.device_option.device_type = pb.PROTO_CUDA if gpu else pb.PROTO_CPU
+        op.device_option.device_id = self.ordinals[d] if gpu else 0
+
+    def copy_op(self, src: int, dst: int, blob: str, out: str) -> pb.OperatorDef:
+        """The copy Caffe2 would insert from device src to device dst."""
+        if self.kinds[src] == "cpu" and self.kinds[dst] == "gpu":
+            kind, where = "CopyCPUToGPU", dst
+        elif self.kinds[src] == "gpu" and self.kinds[dst] == "cpu":
+            kind, where = "CopyGPUToCPU", src
+        else:
+            kind, where = "Copy", dst
+        op = pb.OperatorDef(type=kind, input=[blob], output=[out])
+        self.set_option(op, where)
+        return op
 
 
-def _set_device(op: pb.OperatorDef, dev: Device) -> None:
-    op.device_option.device_type = pb.PROTO_CUDA if dev.is_gpu else pb.PROTO_CPU
-    op.device_option.device_id = dev.index if dev.is_gpu else 0
-
-
-def place(net: Net, placement: Sequence[Device], outputs_on_host: bool = True) -> PlacedNet:
-    """Write ``net`` with op ``i`` on ``placement[i]`` (see the module docstring)."""
+def place(net: Net, placement: Sequence[int], machine, outputs_on_host: bool = True) -> PlacedNet:
+    """Write ``net`` with op ``i`` on device ``placement[i]`` of ``machine`` (module docstring)."""
+    devs = _Devices.of(machine)
+    placement = [int(d) for d in placement]
     if len(placement) != len(net.ops):
         raise PlacerError(f"placement has {len(placement)} entries for {len(net.ops)} ops")
-    gpus = {d.index for d in placement if d.is_gpu}
-    gpu = Device("gpu", min(gpus) if gpus else 0)
-    taken = _all_blob_names(net)
+    if any(not 0 <= d < len(devs.names) for d in placement):
+        raise PlacerError(f"placement names a device outside the machine's {len(devs.names)}")
+    names = _Names(net)
+    reads, readers, final = _versions(net)
+    home, other = _copy_names(net, placement, reads, readers, final, devs, names, outputs_on_host)
+    param_name, param_devices, cpu_only = _parameter_names(net, placement, readers, devs, names)
 
-    def fresh(base: str) -> str:
-        name = base
-        k = 1
-        while name in taken:
+    def name_on(name: str, p: int, d: int) -> str:
+        if p == PARAM:
+            return param_name.get((name, d), name)
+        src = HOST if p == EXTERNAL else placement[p]
+        return home.get((name, p), name) if src == d else other[(name, p, d)]
+
+    predict, copies = _predict_net(net, placement, reads, other, home, name_on, devs)
+    for (name, d), blob in param_name.items():
+        if blob != name and blob not in predict.external_input:
+            predict.external_input.append(blob)
+    init = _init_net(net, param_name, param_devices, cpu_only, devs)
+    return PlacedNet(predict, init, copies)
+
+
+class _Names:
+    """Fresh blob names: the wanted one, else with _1, _2, ... until unused."""
+
+    def __init__(self, net: Net):
+        self.taken = set(net.external_inputs) | set(net.external_outputs) | set(net.params)
+        for op in net.ops:
+            self.taken.update(op.inputs)
+            self.taken.update(op.outputs)
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.taken:
             name, k = f"{base}_{k}", k + 1
-        taken.add(name)
+        self.taken.add(name)
         return name
 
-    # 1. versions: which producer made the blob each op input reads.
-    producer_of: dict[str, int] = {b: (PARAM if b in net.params else EXTERNAL) for b in net.external_inputs}
+
+def _versions(net: Net):
+    """Which producer made the blob each op input reads; the readers of each version;
+    the producer of each blob's final version."""
+    producer_of = {b: (PARAM if b in net.params else EXTERNAL) for b in net.external_inputs}
     reads: list[list[int]] = []
-    consumers: dict[tuple[str, int], list[int]] = {}
+    readers: dict[tuple[str, int], list[int]] = {}
     for op in net.ops:
         row = []
         for name in op.inputs:
             p = producer_of.get(name, EXTERNAL)
             row.append(p)
-            consumers.setdefault((name, p), []).append(op.index)
+            readers.setdefault((name, p), []).append(op.index)
         reads.append(row)
         for name in op.outputs:
             producer_of[name] = op.index
-    final_version = dict(producer_of)
+    return reads, readers, producer_of
 
-    def dev_of(p: int) -> str:
-        return "cpu" if p == EXTERNAL else _kind(placement[p])
 
-    # 2. names: where each version lives on each device.
-    home: dict[tuple[str, int], str] = {}  # name of the version on its producer's device
-    other: dict[tuple[str, int], str] = {}  # name of its copy on the other device
+def _copy_names(net, placement, reads, readers, final, devs, names, outputs_on_host):
+    """Names of each version on its producer's device (``home``, when it must change) and
+    of its copy on every other device that reads it (``other[(blob, producer, device)]``)."""
+    home: dict[tuple[str, int], str] = {}
+    other: dict[tuple[str, int, int], str] = {}
     for out in net.external_outputs:
-        p = final_version.get(out)
-        if outputs_on_host and p is not None and p >= 0 and placement[p].is_gpu:
-            home[(out, p)] = fresh(f"{out}_gpu{gpu.index}")
-            other[(out, p)] = out
-            # the in-place chain that made it keeps one (GPU) name, so it stays in place
+        p = final.get(out)
+        if outputs_on_host and p is not None and p >= 0 and placement[p] != HOST:
+            gpu_name = names.fresh(out + devs.suffix(placement[p]))
+            home[(out, p)] = gpu_name
+            other[(out, p, HOST)] = out
+            # the in-place chain that made it keeps one name on that device, so it stays in place
             while out in net.ops[p].inputs:
                 prev = reads[p][net.ops[p].inputs.index(out)]
-                if prev < 0 or not placement[prev].is_gpu:
+                if prev < 0 or placement[prev] != placement[p]:
                     break
-                home[(out, prev)] = home[(out, p)]
+                home[(out, prev)] = gpu_name
                 p = prev
-    param_devices: dict[str, set[str]] = {}
-    for (name, p), users in consumers.items():
+    for (name, p), users in readers.items():
         if p == PARAM:
-            param_devices.setdefault(name, set()).update(_kind(placement[u]) for u in users)
             continue
-        if any(dev_of(p) != _kind(placement[u]) for u in users) and (name, p) not in other:
-            suffix = "_cpu" if dev_of(p) == "gpu" else f"_gpu{gpu.index}"
-            other[(name, p)] = fresh(name + suffix)
-    param_name = {}  # (param, device kind) -> blob name
-    cpu_only = _cpu_only_fills(net)
-    for name, kinds in param_devices.items():
-        if kinds == {"cpu", "gpu"} or (kinds == {"gpu"} and name in cpu_only):
-            param_name[(name, "cpu")] = name
-            param_name[(name, "gpu")] = fresh(f"{name}_gpu{gpu.index}")
-        else:
-            param_name[(name, next(iter(kinds)))] = name
+        src = HOST if p == EXTERNAL else placement[p]
+        for d in dict.fromkeys(placement[u] for u in users):
+            if d != src and (name, p, d) not in other:
+                other[(name, p, d)] = names.fresh(name + devs.suffix(d))
+    return home, other
 
-    def name_on(name: str, p: int, kind: str) -> str:
+
+def _parameter_names(net, placement, readers, devs, names):
+    """(parameter, device) -> the blob name that device reads; which devices read each
+    parameter; which parameters' fill ops have no GPU kernel (filled on the CPU)."""
+    devices: dict[str, list[int]] = {}
+    for (name, p), users in readers.items():
         if p == PARAM:
-            return param_name.get((name, kind), name)
-        if dev_of(p) == kind:
-            return home.get((name, p), name)
-        return other[(name, p)]
+            devices.setdefault(name, [])
+            for u in users:
+                if placement[u] not in devices[name]:
+                    devices[name].append(placement[u])
+    cpu_only = _cpu_only_fills(net)
+    param_name: dict[tuple[str, int], str] = {}
+    for name, used in devices.items():
+        if len(used) == 1 and (devs.kinds[used[0]] == "cpu" or name not in cpu_only):
+            param_name[(name, used[0])] = name
+            continue
+        param_name[(name, HOST)] = name
+        for d in used:
+            if d != HOST:
+                param_name[(name, d)] = names.fresh(name + devs.suffix(d))
+    return param_name, devices, cpu_only
 
-    # 3. the placed predict net: ops in order, copies right after their producers.
-    out_net = pb.NetDef()
-    out_net.CopyFrom(net.proto)
-    del out_net.op[:]
-    copies: list[tuple[str, str, str]] = []
 
-    def emit_copies(versions: list[tuple[str, int]]) -> None:
+def _predict_net(net, placement, reads, other, home, name_on, devs):
+    """Ops in order with their device options and renamed blobs, copies right after
+    their producers (external inputs' copies first)."""
+    out = pb.NetDef()
+    out.CopyFrom(net.proto)
+    del out.op[:]
+    copies: list[tuple[str, str, str, str]] = []
+    by_version: dict[tuple[str, int], list[int]] = {}
+    for (name, p, d) in other:
+        by_version.setdefault((name, p), []).append(d)
+
+    def emit(versions) -> None:
         for name, p in versions:
-            if (name, p) not in other:
-                continue
-            src, dst = name_on(name, p, dev_of(p)), other[(name, p)]
-            to_gpu = dev_of(p) == "cpu"
-            copy = pb.OperatorDef(type="CopyCPUToGPU" if to_gpu else "CopyGPUToCPU", input=[src], output=[dst])
-            _set_device(copy, gpu)
-            out_net.op.append(copy)
-            copies.append((name, "h2d" if to_gpu else "d2h", dst))
+            src = HOST if p == EXTERNAL else placement[p]
+            for d in by_version.get((name, p), ()):
+                dst = other[(name, p, d)]
+                out.op.append(devs.copy_op(src, d, name_on(name, p, src), dst))
+                copies.append((name, devs.names[src], devs.names[d], dst))
 
-    emit_copies([key for key in other if key[1] == EXTERNAL])
+    emit([key for key in by_version if key[1] == EXTERNAL])
     for op in net.ops:
-        dev = placement[op.index]
+        d = placement[op.index]
         new = pb.OperatorDef()
         new.CopyFrom(op.proto)
         for k, (name, p) in enumerate(zip(op.inputs, reads[op.index])):
-            new.input[k] = name_on(name, p, _kind(dev))
+            new.input[k] = name_on(name, p, d)
         for k, name in enumerate(op.outputs):
             new.output[k] = home.get((name, op.index), name)
-        _set_device(new, dev)
-        out_net.op.append(new)
-        emit_copies([(name, op.index) for name in dict.fromkeys(op.outputs)])
-    for (name, kind), blob in param_name.items():
-        if blob != name and blob not in out_net.external_input:
-            out_net.external_input.append(blob)
+        devs.set_option(new, d)
+        out.op.append(new)
+        emit([(name, op.index) for name in dict.fromkeys(op.outputs)])
+    return out, copies
 
-    # 4. the placed init net: each fill op on the device of its parameter's consumers; a
-    #    parameter used on both devices is filled on the CPU and copied once, at init time
-    #    (a second fill would draw other random values).
-    init = None
-    if net.init_proto is not None:
-        init = pb.NetDef()
-        init.CopyFrom(net.init_proto)
-        del init.op[:]
-        for fill in net.init_proto.op:
-            kinds = set().union(*(param_devices.get(o, set()) for o in fill.output)) or {"cpu"}
-            new = pb.OperatorDef()
-            new.CopyFrom(fill)
-            on_gpu = kinds == {"gpu"} and not cpu_only.intersection(fill.output)
-            _set_device(new, gpu if on_gpu else Device("cpu"))
-            init.op.append(new)
-            for o in fill.output:
-                if param_name.get((o, "gpu"), o) != o:
-                    copy = pb.OperatorDef(type="CopyCPUToGPU", input=[o], output=[param_name[(o, "gpu")]])
-                    _set_device(copy, gpu)
-                    init.op.append(copy)
-                    init.external_output.append(param_name[(o, "gpu")])
-    return PlacedNet(out_net, init, copies)
+
+def _init_net(net, param_name, param_devices, cpu_only, devs):
+    """Each fill op on the one device that reads its parameter, else on the CPU with one
+    copy per GPU that reads it (a second fill would draw other random values)."""
+    if net.init_proto is None:
+        return None
+    init = pb.NetDef()
+    init.CopyFrom(net.init_proto)
+    del init.op[:]
+    for fill in net.init_proto.op:
+        used = [d for o in fill.output for d in param_devices.get(o, [])]
+        where = used[0] if len(set(used)) == 1 and param_name.get((fill.output[0], used[0])) == fill.output[0] \
+            and not cpu_only.intersection(fill.output) else HOST
+        new = pb.OperatorDef()
+        new.CopyFrom(fill)
+        devs.set_option(new, where)
+        init.op.append(new)
+        for o in fill.output:
+            for d in param_devices.get(o, []):
+                blob = param_name.get((o, d), o)
+                if blob != o:
+                    init.op.append(devs.copy_op(HOST, d, o, blob))
+                    init.external_output.append(blob)
+    return init
 
 
 def _cpu_only_fills(net: Net) -> set[str]:
@@ -189,9 +262,4 @@ def _cpu_only_fills(net: Net) -> set[str]:
     return out
 
 
-def _all_blob_names(net: Net) -> set[str]:
-    names = set(net.external_inputs) | set(net.external_outputs) | set(net.params)
-    for op in net.ops:
-        names.update(op.inputs)
-        names.update(op.outputs)
-    return names
+__all__ = ["place", "PlacedNet"]

@@ -287,8 +287,10 @@ def shape_str(types: Sequence[TensorType | None]) -> str:
 class OpRun:
     """One op of a run: where it ran and how long it took (median of ``samples_s``).
 
-    ``copy_bytes`` and ``copy_direction`` ("h2d", "d2h", "d2d", "h2h" or "") describe the
-    transfer a copy op made; 0 and "" for every other op.
+    ``copy_bytes`` and ``copy_direction`` ("h2d", "d2h", "d2d", "h2h", or "mixed" for an op
+    whose copies went several ways) describe the transfers a copy op made; ``links`` lists
+    each of them as (source device, target device, bytes); 0, "" and () for every other op.
+    ``device`` is the device the op is placed on and timed on.
     """
 
     index: int
@@ -299,6 +301,7 @@ class OpRun:
     samples_s: tuple[float, ...] = ()
     copy_bytes: int = 0
     copy_direction: str = ""
+    links: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -330,6 +333,14 @@ class RunRecord:
         out: dict[str, float] = {}
         for o in self.ops:
             out[o.device] = out.get(o.device, 0.0) + o.time_s
+        return out
+
+    def link_bytes(self) -> dict[str, int]:
+        """Bytes copied per link and direction, keyed "source->target" ("cpu->cuda:1")."""
+        out: dict[str, int] = {}
+        for o in self.ops:
+            for src, dst, nbytes in o.links:
+                out[f"{src}->{dst}"] = out.get(f"{src}->{dst}", 0) + nbytes
         return out
 
 

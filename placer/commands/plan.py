@@ -12,22 +12,36 @@ from placer.errors import PlacerError
 from placer.fileio import atomic_write_text, refuse_overwrite
 from placer.partition import METHODS
 from placer.planner import PlanOptions, plan
-from placer.planview import fmt_bytes, fmt_time, plan_json
-from placer.profiling import add_profile_arguments, profiles_from_args
+from placer.planview import plan_json
+from placer.units import fmt_bytes, fmt_time
+from placer.machine import add_machine_arguments, machine_from_args
+from placer.profiling import add_profile_arguments
 
-HELP = "find the best CPU/GPU placement and write the placed net"
+HELP = "find the best placement over the CPU and GPUs and write the placed net"
 DESCRIPTION = """\
-Prices every op on the CPU and the GPU (device profiles: measured op times where the
-profile has them, else a fitted or datasheet roofline), then places each op so that the
-sum of op times plus PCIe copies is smallest (exact s-t minimum cut; with the GPU memory
-limit, Lagrangian relaxation + repair, checked by a MILP that gives the optimality gap).
-Prints a per-op table with the reason for each decision, the totals against all-CPU,
-all-GPU, greedy, your own placement (if the file has device options) and a lower bound.
+Prices every op on the CPU and on every GPU of the machine (device profiles: measured op
+times where the profile has them, else a fitted or datasheet roofline), then places each
+op so that the sum of op times plus copies is smallest: on the CPU and one GPU an exact
+s-t minimum cut; on more GPUs alpha-expansion (each move an exact min-cut) checked by a
+MILP where it finishes; within each GPU's memory by Lagrangian relaxation + repair, with
+the MILP's optimality gap. Prints a per-op table with the reason for each decision and
+the totals against all-CPU, one GPU, greedy, a pipeline split, Baechi's m-TOPO/m-ETF,
+your own placement (if the file has device options) and a lower bound.
+
+How sure the plan is: the plan is re-solved --stability-draws times (default 8, seeded)
+with every measured op time moved within its measured spread (the profile's IQR per
+entry, or per fit for fitted estimates; datasheet times do not move), and the ops whose
+device flips are listed ("placement stable under measured noise: 3 of 120 ops flip in 2
+of 8 draws"). The JSON carries the summary as "stability" ({draws, flipping_ops,
+flipped_draws, summary, seconds}) and per op "stability": {"flips": k, "draws": n,
+"moves_to": the device it moved to most often, or null}. Ops priced from a fit that does
+not cover its group (source "poor-fit") are named in a note.
 
 examples:
   placer plan net.pbtxt --init-net init.pbtxt --input data=1,3,224,224
   placer plan dlrm.pbtxt --gpu-profile a100-40gb-pcie4 -o placed.pbtxt
-  placer plan net.pbtxt --pin 'emb:::*=cpu' --json > plan.json
+  placer plan net.pbtxt --machine 4x-v100-sxm2-nvlink --pin 'emb*=cpu' --pin 'fc*=cuda:1'
+  placer plan net.pbtxt --gpu-profile t4-pcie3 --gpus 2 --json > plan.json
 """
 
 MAX_ROWS = 200
@@ -36,15 +50,18 @@ MAX_ROWS = 200
 def add_arguments(p) -> None:
     add_net_arguments(p)
     add_profile_arguments(p)
+    add_machine_arguments(p)
     g = p.add_argument_group("placement")
     g.add_argument("--method", choices=[m for m in METHODS if m not in ("all_cpu", "all_gpu")],
-                   default="mincut", help="partitioner (default: mincut, exact for the serial objective)")
-    g.add_argument("--gpu-mem", metavar="SIZE", help="GPU memory, e.g. 16GiB or 40GB "
-                   "(default: the GPU profile's capacity)")
+                   default="auto", help="partitioner (default: auto = mincut on the CPU and one GPU, "
+                                        "exact; expansion on more GPUs)")
+    g.add_argument("--gpu-mem", metavar="SIZE", help="memory of each GPU, e.g. 16GiB or 40GB "
+                   "(default: each GPU profile's capacity)")
     g.add_argument("--gpu-reserve", metavar="PCT", default="10%",
                    help="part of GPU memory kept free (default: 10%%)")
-    g.add_argument("--pin", metavar="GLOB=cpu|gpu", action="append", default=[],
-                   help="pin ops whose name, type or output blob matches GLOB; repeatable, a later --pin wins")
+    g.add_argument("--pin", metavar="GLOB=DEVICE", action="append", default=[],
+                   help="pin ops whose name, type or output blob matches GLOB to DEVICE: cpu, gpu "
+                        "(any GPU) or a device such as cuda:1; repeatable, a later --pin wins")
     g.add_argument("--keep-existing", action="store_true",
                    help="pin every op that already has a device_option")
     g.add_argument("--outputs-on-host", action=argparse.BooleanOptionalAction, default=True,
@@ -53,20 +70,20 @@ def add_arguments(p) -> None:
                    help="seconds for the MILP / local search (default: 10)")
     g.add_argument("--unknown-op-cost", type=float, default=0.0, metavar="S",
                    help="CPU seconds charged to an op type placer does not know (default: 0)")
+    g.add_argument("--stability-draws", type=int, default=8, metavar="N",
+                   help="re-solve N times with op costs moved within their measured spread and flag ops "
+                        "whose device flips (default: 8; 0: off)")
     o = p.add_argument_group("output")
     o.add_argument("-o", "--output", metavar="PLACED.pbtxt", help="write the placed predict net")
     o.add_argument("--init-out", metavar="PLACED_INIT.pbtxt", help="write the placed init net")
     o.add_argument("--json", action="store_true", help="print the plan as JSON instead of tables")
     o.add_argument("--plan-out", metavar="PLAN.json", help="also write the plan JSON to a file")
+    o.add_argument("--graph-out", metavar="GRAPH.graphml", help="write the cost graph (GraphML)")
     o.add_argument("--all", action="store_true", help=f"print every op (default: at most {MAX_ROWS} rows)")
     _add_report_arguments(o)
 
 
 def _add_report_arguments(o) -> None:
-    try:
-        import placer.report.html  # noqa: F401
-    except ImportError:
-        return
     o.add_argument("--report", metavar="OUT.html", help="write the self-contained HTML report")
     o.add_argument("--trace", metavar="OUT.json", help="write the predicted timeline as a Chrome trace")
 
@@ -76,7 +93,7 @@ def parse_size(text: str | None) -> float | None:
     if text is None:
         return None
     m = re.fullmatch(r"\s*(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+)\s*([KMGT]?)(i?)B?\s*", text, re.I)
-    if not m:
+    if not m or not math.isfinite(float(m.group(1))):
         raise PlacerError(f"--gpu-mem '{text}': expected a size like 16GiB, 40GB or 17179869184")
     value = float(m.group(1))
     base = 1024 if m.group(3) else 1000
@@ -101,14 +118,14 @@ def run(args) -> int:
     typed = load_typed_net(args, complete=True)
     if args.init_out and typed.net.init_proto is None:  # before anything is written
         raise PlacerError("--init-out: the net has no init net to place", hint="give --init-net")
-    cpu, gpu = profiles_from_args(args)
+    machine = machine_from_args(args)
     options = PlanOptions(method=args.method, gpu_mem_bytes=parse_size(args.gpu_mem),
                           reserve=parse_fraction(args.gpu_reserve), pins=tuple(args.pin),
                           keep_existing=args.keep_existing, outputs_on_host=args.outputs_on_host,
                           time_limit_s=args.time_limit, unknown_op_cost_s=args.unknown_op_cost)
-    result = plan(typed, cpu, gpu, options)
-    doc = plan_json(result, {"cpu": {"name": cpu.name, "source": _source(cpu)},
-                             "gpu": {"name": gpu.name, "source": _source(gpu)}})
+    result = plan(typed, machine, options)
+    doc = plan_json(result, _profiles(machine))
+    _add_confidence(doc, result, args.stability_draws)
     written = _write_outputs(args, result, doc)
     if args.json:
         json.dump(doc, sys.stdout, indent=1)
@@ -120,10 +137,33 @@ def run(args) -> int:
     return 0
 
 
+def _add_confidence(doc: dict, result, draws: int) -> None:
+    """How sure the plan is: the stability check (placer.partition.stability) and a note
+    naming estimates from fits that do not cover their group."""
+    from placer.partition import partition, stability
+    if draws < 0:
+        raise PlacerError(f"--stability-draws {draws}: must be 0 (off) or more")
+    o = result.options
+
+    def solve(arrays):
+        return partition(arrays, o.method, time_limit=o.time_limit_s).placement
+    spreads = stability.op_spreads(result.typed, result.costs.model, range(result.machine.k))
+    checked = stability.check(result.arrays, solve, result.plan.placement, spreads, draws=draws,
+                              devices=result.arrays.devices)
+    stability.add_to_plan_json(doc, checked)
+    sources = result.costs.op_source
+    poor = (sources == "poor-fit").any(axis=1)
+    if poor.any():
+        types = sorted({doc["ops"][i]["type"] for i in map(int, poor.nonzero()[0])})
+        doc["notes"].append(f"{int(poor.sum())} op(s) priced from fits that do not cover their group (poor-fit: "
+                            f"{', '.join(types)}); profile this net to measure them")
+
+
 def _check_outputs(args) -> None:
     """No output replaces an input file, and no two outputs share a path."""
     from pathlib import Path
     outputs = {"-o": args.output, "--init-out": args.init_out, "--plan-out": args.plan_out,
+               "--graph-out": args.graph_out,
                "--report": getattr(args, "report", None), "--trace": getattr(args, "trace", None)}
     seen: dict = {}
     for option, out in outputs.items():
@@ -134,6 +174,15 @@ def _check_outputs(args) -> None:
         if key in seen:
             raise PlacerError(f"{option} {out}: the same file as {seen[key]}", hint="give each output its own path")
         seen[key] = option
+
+
+def _profiles(machine) -> dict:
+    """The host's and the first GPU's profile (version 1 of the plan JSON), and every GPU's."""
+    out = {"cpu": {"name": machine.devices[0].profile.name, "source": _source(machine.devices[0].profile)}}
+    for dev in machine.devices[1:]:
+        out.setdefault("gpu", {"name": dev.profile.name, "source": _source(dev.profile)})
+        out[dev.name] = {"name": dev.profile.name, "source": _source(dev.profile)}
+    return out
 
 
 def _source(profile) -> str:
@@ -147,8 +196,7 @@ def _write_outputs(args, result, doc) -> list[tuple[str, str]]:
     written = []
     if args.output or args.init_out:
         net = result.typed.net
-        placed = place(net, [result.plan.placement[i] for i in range(len(net.ops))],
-                       outputs_on_host=args.outputs_on_host)
+        placed = place(net, result.plan.placement, result.machine, outputs_on_host=args.outputs_on_host)
         if args.output:
             save_netdef(placed.predict, args.output)
             written.append(("placed net", args.output))
@@ -158,6 +206,10 @@ def _write_outputs(args, result, doc) -> list[tuple[str, str]]:
         if args.init_out:
             save_netdef(placed.init, args.init_out)
             written.append(("placed init net", args.init_out))
+    if args.graph_out:
+        from placer.graph import write_graph
+        write_graph(result.graph, args.graph_out)
+        written.append(("cost graph", args.graph_out))
     if args.plan_out:
         atomic_write_text(args.plan_out, json.dumps(doc, indent=1) + "\n")
         written.append(("plan JSON", args.plan_out))
@@ -196,30 +248,36 @@ def _write_value_info(typed, placed_path: str, net_path: str) -> str | None:
 def print_plan(doc: dict, all_rows: bool = False, out=None) -> None:
     import pandas as pd
     out = out or sys.stdout  # looked up now: a redirected stdout is not the one at import time
-    ops = doc["ops"]
-    rows = [{"#": o["index"], "op": (o["name"] or (o["outputs"][0] if o["outputs"] else ""))[:28],
-             "type": o["type"], "device": o["device"], "cpu ms": o["cpu_s"] * 1e3, "gpu ms": o["gpu_s"] * 1e3,
-             "copies in/out": f"{len(o['copies_in'])}/{len(o['copies_out'])}", "why": o["reason"]}
-            for o in ops]
+    ops, devices = doc["ops"], doc["devices"]
+    rows = []
+    for o in ops:
+        row = {"#": o["index"], "op": (o["name"] or (o["outputs"][0] if o["outputs"] else ""))[:28],
+               "type": o["type"], "device": o["device"]}
+        row.update({f"{d} ms": o["time_s"][d] * 1e3 for d in _time_columns(devices, ops)})
+        row.update({"copies in/out": f"{len(o['copies_in'])}/{len(o['copies_out'])}", "why": o["reason"]})
+        rows.append(row)
     shown = rows
     if not all_rows and len(rows) > MAX_ROWS:
-        shown = sorted(rows, key=lambda r: -abs(r["cpu ms"] - r["gpu ms"]))[:MAX_ROWS]
-        shown.sort(key=lambda r: r["#"])
+        spread = [max(o["time_s"].values()) - min(o["time_s"].values()) for o in ops]
+        shown = [rows[i] for i in sorted(sorted(range(len(rows)), key=lambda i: -spread[i])[:MAX_ROWS])]
     with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_colwidth", 60,
                            "display.float_format", "{:.4g}".format):
         print(pd.DataFrame(shown).to_string(index=False), file=out)
     if len(shown) < len(rows):
-        print(f"({len(rows) - len(shown)} more ops with smaller CPU/GPU differences not shown; --all or --json)",
-              file=out)
-    gpu_ops = sum(o["device"] == "gpu" for o in ops)
-    print(f"\nnet {doc['net'] or doc['path']}: {len(ops)} ops, {gpu_ops} on the GPU, {len(ops) - gpu_ops} on the CPU;"
-          f" profiles: cpu {doc['profiles']['cpu']['name']}, gpu {doc['profiles']['gpu']['name']}", file=out)
+        print(f"({len(rows) - len(shown)} more ops with smaller differences between devices not shown; "
+              f"--all or --json)", file=out)
+    counts = {d: 0 for d in devices}
+    for o in ops:
+        counts[o["device"]] += 1
+    where = ", ".join(f"{n} on {d}" for d, n in counts.items() if n)
+    print(f"\nnet {doc['net'] or doc['path']}: {len(ops)} ops, {where}; machine: {doc['machine']['description']}",
+          file=out)
     total = doc["total_s"]
-    print(f"plan ({doc['method']}): {fmt_time(total)}  (compute {fmt_time(doc['compute_s'])}, "
+    print(f"plan ({doc['solver']}): {fmt_time(total)}  (compute {fmt_time(doc['compute_s'])}, "
           f"copies {fmt_time(doc['copy_s'])}) -- {doc['optimality']}", file=out)
     ms = doc["schedules"]["makespan"]["makespan_s"]
     for name, b in doc["baselines"].items():
-        line = f"  {b['label']:<46} {fmt_time(b['total_s']):>10}"
+        line = f"  {b['label']:<52} {fmt_time(b['total_s']):>10}"
         if name != "lower_bound" and total > 0:
             line += f"  ({b['total_s'] / total:.2f}x the plan)"
         if "makespan_s" in b and ms > 0:
@@ -232,12 +290,34 @@ def print_plan(doc: dict, all_rows: bool = False, out=None) -> None:
     if "existing" in doc["baselines"]:
         print(f"your placement: {fmt_time(doc['baselines']['existing']['total_s'])}, ours: {fmt_time(total)}",
               file=out)
-    mem = doc["gpu_memory"]
-    print(f"GPU memory: {fmt_bytes(mem['used_bytes'])} used of {fmt_bytes(mem['usable_bytes'])} usable "
-          f"(capacity {fmt_bytes(mem['capacity_bytes'])} less the reserve); parameters {fmt_bytes(mem['param_bytes'])}",
-          file=out)
-    print(f"PCIe per run: {fmt_bytes(doc['pcie_bytes']['h2d'])} host->GPU, "
-          f"{fmt_bytes(doc['pcie_bytes']['d2h'])} GPU->host, in {len(doc['copies'])} copies", file=out)
-    print(f"with CPU, GPU and copies overlapped (async executor): {fmt_time(ms)}", file=out)
+    for d, m in doc["memory"].items():
+        if m["usable_bytes"] is None and not m["used_bytes"]:
+            continue
+        limit = (f" of {fmt_bytes(m['usable_bytes'])} usable (capacity {fmt_bytes(m['capacity_bytes'])} "
+                 f"less the reserve)" if m["usable_bytes"] is not None else "")
+        print(f"memory {d}: {fmt_bytes(m['used_bytes'])} used{limit}; parameters {fmt_bytes(m['param_bytes'])}",
+              file=out)
+    links = ", ".join(f"{fmt_bytes(x['bytes'])} {x['src']}->{x['dst']}" for x in doc["link_bytes"]) or "none"
+    print(f"copies per run: {links}, in {len(doc['copies'])} copies", file=out)
+    print(f"with devices and copies overlapped (async executor): {fmt_time(ms)}", file=out)
     for note in doc.get("notes", []):
         print(f"note: {note}", file=out)
+
+
+def _time_columns(devices: list[str], ops: list[dict]) -> list[str]:
+    """Devices whose time column says something: the host and each distinct GPU profile
+    (identical GPUs share one column, headed by the first of them)."""
+    seen: dict[tuple, str] = {}
+    for d in devices:
+        key = tuple(o["time_s"][d] for o in ops[:200]) + (d == devices[0],)
+        seen.setdefault(key, d)
+    return list(seen.values())
+    if "stability" in doc:
+        print(doc["stability"]["summary"], file=out)
+        flipping = [o for o in ops if o.get("stability", {}).get("flips")]
+        for o in sorted(flipping, key=lambda o: -o["stability"]["flips"])[:10]:
+            print(f"  flips: #{o['index']} {o['name'] or o['type']} ({o['type']}, on the {o['device']}): "
+                  f"to {o['stability']['moves_to']} in {o['stability']['flips']} of "
+                  f"{o['stability']['draws']} draws", file=out)
+        if len(flipping) > 10:
+            print(f"  ... and {len(flipping) - 10} more (see the plan JSON's per-op 'stability')", file=out)

@@ -2,7 +2,9 @@
 
 - ``dlrm_criteo_1tb``: the MLPerf Criteo Terabyte DLRM (planning only: ~96 GB of tables);
 - ``dlrm_small``: the same structure with small tables (runs on a laptop);
-- ``resnet_small``: a small ResNet-style CNN.
+- ``dlrm_40gb``: ten 8M-row tables (about 41 GB): more than one 16 GB GPU holds (planning only);
+- ``resnet_small``: a small ResNet-style CNN;
+- ``two_tower``: two independent heavy convolution towers joined at the end.
 
 ``python -m placer.examples [FOLDER]`` regenerates the files shipped in ``examples/data``.
 """
@@ -14,9 +16,11 @@ DATA = Path(__file__).resolve().parent / "data"
 
 
 def builders() -> dict:
-    from placer.examples import dlrm, resnet
+    from placer.examples import dlrm, resnet, two_tower
     return {
         "dlrm_criteo_1tb": lambda: dlrm.build(dlrm.criteo_1tb()),
+        "dlrm_40gb": lambda: dlrm.build(dlrm.tables_40gb()),
+        "two_tower": lambda: two_tower.build(),
         "dlrm_small": lambda: dlrm.build(dlrm.small()),
         "resnet_small": lambda: resnet.build(),
     }

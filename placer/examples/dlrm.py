@@ -6,6 +6,7 @@ table; a bottom MLP (FC + Relu) over the dense features; the "dot" interaction
 strictly lower triangle -> ``Concat`` with the dense output); a top MLP ending in a Sigmoid.
 Blob names follow the builder's tags (``bot:::fc0_w``, ``emb:::sls3_w``, ...).
 
+``tables_40gb()`` (ten 8M-row tables, about 41 GB) is the net that needs several GPUs.
 ``criteo_1tb()`` is the MLPerf Criteo Terabyte configuration (26 tables, dimension 128,
 bottom 13-512-256-128, top 479-1024-1024-512-256-1, batch 2048): about 96 GB of float32
 tables, for planning only. ``small()`` is the same structure with tables capped at a
@@ -49,6 +50,12 @@ class DlrmConfig:
 
 def criteo_1tb() -> DlrmConfig:
     return DlrmConfig("dlrm_criteo_1tb", CRITEO_1TB_ROWS)
+
+
+def tables_40gb() -> DlrmConfig:
+    """An embedding-heavy DLRM of about 41 GB: ten 8M-row tables of dimension 128 (4.1 GB
+    each) with the terabyte MLPs; more than one 16 GB GPU holds, less than four do."""
+    return DlrmConfig("dlrm_40gb", (8_000_000,) * 10)
 
 
 def small(max_rows: int = 20000, batch: int = 256) -> DlrmConfig:

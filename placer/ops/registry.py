@@ -8,15 +8,24 @@ An entry holds
   parameters); ``default_cost`` when omitted;
 - ``kernel(xp, inputs, args) -> tuple``: one array-module-generic kernel that runs on
   numpy and cupy unchanged (``xp`` is the module); None until a kernel exists;
-- ``devices``: the device kinds it has kernels for ("cpu", "gpu").
+- ``devices``: the device kinds it has kernels for ("cpu", "gpu");
+- ``launches``: how many kernels its GPU kernel launches, an int or a function
+  ``(inputs, args) -> int`` when it depends on them (filter taps, input count, a flag).
+  The cost model charges one launch overhead for each. It is counted, not guessed: the
+  tests run every conformance case on a stand-in for cupy that counts the calls making
+  device arrays (tests/cupy_standin.py) and hold the figure to that count.
 
 Adding an op is one ``register(OpDef(...))`` call in the module of its family
 (``placer/ops/<family>.py``); ``placer/ops/__init__.py`` imports the families.
+
+An op that moves data between devices (the copies; later the collectives) also has a
+``transfer``: where it reads and writes relative to the device it is placed on, and the
+kernel that moves the bytes (``Transfer``); None for every op that computes on one device.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from placer.errors import ShapeError
 from placer.types import Args, OpFeatures, TensorType
@@ -24,6 +33,7 @@ from placer.types import Args, OpFeatures, TensorType
 InferFn = Callable[[Sequence[TensorType], Args], Sequence[TensorType]]
 CostFn = Callable[[Sequence[TensorType], Sequence[TensorType], Args], OpFeatures]
 KernelFn = Callable[[Any, Sequence[Any], Args], tuple]
+LaunchFn = Callable[[Sequence[TensorType], Args], int]
 
 
 def io_bytes(inputs: Sequence[TensorType], outputs: Sequence[TensorType]) -> tuple[float, float]:
@@ -43,16 +53,77 @@ def movement_cost(inputs: Sequence[TensorType], outputs: Sequence[TensorType], a
     return OpFeatures(bytes_read=read, bytes_written=written)
 
 
+MoveFn = Callable[[Any, Sequence[Any], Args], tuple]
+
+# Where a transfer op reads its inputs / writes its outputs (``Transfer.reads`` / ``.writes``).
+HOST = "host"              # the host CPU, wherever the op is placed
+PLACED = "placed"          # the device the op is placed on (its device_option)
+ANYWHERE = "anywhere"      # reads only: wherever the input already is
+LIKE_INPUT = "like-input"  # writes only: output i on the device input i was read on
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """How an op that moves data between devices runs: the rule and the kernel.
+
+    ``reads`` says on which device every input must be, ``writes`` on which device every
+    output is made, both relative to the device the op is placed on (``HOST``, ``PLACED``,
+    ``ANYWHERE`` for reads, ``LIKE_INPUT`` for writes). The executor resolves the rule per
+    run, checks each input against it (a blob elsewhere is an error naming the op, the
+    blob and both devices) and hands the kernel the device objects themselves:
+
+        move(transfers, inputs, args) -> outputs
+
+    ``transfers.sources[i]`` is the device input i is read on, ``transfers.targets[j]``
+    the device output j must end up on, ``transfers.host`` the host CPU, and
+    ``transfers.copy(array, source, target)`` the one way a kernel moves an array: a host
+    copy, host->GPU or GPU->host through pinned memory, or GPU->GPU as a peer copy where
+    the GPUs reach each other, else staged through the host (runtime/devices.py). The
+    executor times the op on the device it is placed on and records the bytes of every
+    ``copy`` per link (source -> target), so a kernel never counts or times anything.
+
+    Caffe2's copies (ops/copy.py):
+
+        op                 reads      writes     placed on (as Caffe2 writes it)
+        CopyCPUToGPU       HOST       PLACED     the destination GPU
+        CopyGPUToCPU       PLACED     HOST       the source GPU
+        Copy               ANYWHERE   PLACED     the destination device (GPU -> GPU too)
+        EnsureCPUOutput    ANYWHERE   HOST       any
+        CopyFromCPUInput   HOST       PLACED     any
+
+    A collective over several devices is registered the same way: NCCLAllreduce over
+    ``gpu_0/g .. gpu_3/g`` (input i on GPU i, output i in place on the same GPU) is
+    ``Transfer(reads=ANYWHERE, writes=LIKE_INPUT, move=allreduce)``: its inputs are checked
+    to exist and its ``move`` sees four source devices and four targets. An emulated
+    ``allreduce`` copies each input to one device, sums there, and copies the sum back to
+    every target, so each link's bytes are counted; on real GPUs it calls NCCL on the
+    devices' streams instead. NCCLReduce writes PLACED (the root), NCCLBroadcast and
+    NCCLAllGather LIKE_INPUT.
+    """
+
+    reads: str
+    writes: str
+    move: MoveFn
+
+
 @dataclass(frozen=True)
 class OpDef:
     type: str
     infer: InferFn
     kernel: KernelFn | None = None
     cost: CostFn = default_cost
+    transfer: Transfer | None = None
     devices: frozenset = field(default_factory=lambda: frozenset({"cpu", "gpu"}))
     min_inputs: int = 0
     max_inputs: int | None = None
     doc: str = ""
+    launches: int | LaunchFn = 1
+
+    def launch_count(self, inputs: Sequence[TensorType], args: Mapping[str, Any]) -> int:
+        """Kernel launches of one run of the GPU kernel on ``inputs`` (see ``launches``)."""
+        if not callable(self.launches):
+            return self.launches
+        return int(self.launches(inputs, args if isinstance(args, Args) else Args(args)))
 
     def check_arity(self, n_inputs: int, label: str) -> None:
         if n_inputs < self.min_inputs or (self.max_inputs is not None and n_inputs > self.max_inputs):

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from placer.partition.problem import (FREE, CostArrays, as_placement, device_memory, move_delta,
-                                      move_deltas, plan_copies, serial_cost)
+from placer.partition.problem import (FREE, CostArrays, as_placement, device_memory, memory_use,
+                                      move_delta, move_deltas, plan_copies, serial_cost)
 from placer.types import Plan
+from placer.units import fmt_bytes
 
 MAX_EXPLAINED_MOVES = 2000  # ops whose reason names a blob; the rest a generic one
 
@@ -74,12 +75,15 @@ def reasons(arr: CostArrays, dev: np.ndarray) -> dict[int, str]:
             out[i] = f"{names[dev[i]]} {_ratio(there[i], here[i])} faster than {names[other[i]]}"
         else:
             against.append(i)
+    use = None
     for j, i in enumerate(against):
         if j >= MAX_EXPLAINED_MOVES:
             out[i] = (f"{names[dev[i]]}: same time as {names[other[i]]}" if here[i] == there[i]
                       else f"{names[dev[i]]}: copies cost more than {names[other[i]]} saves")
             continue
-        out[i] = _against(arr, dev, i, int(other[i]), here[i], there[i])
+        if use is None:
+            use = memory_use(arr, dev)
+        out[i] = _against(arr, dev, i, int(other[i]), here[i], there[i], use)
     return out
 
 
@@ -90,28 +94,22 @@ def _ratio(slow: float, fast: float) -> str:
     return f"{r:.0f}x" if r >= 10 else f"{r:.1f}x"
 
 
-def _size(nbytes: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.3g} {unit}"
-    return f"{nbytes:.0f} B"
-
-
-def _against(arr: CostArrays, dev: np.ndarray, i: int, to: int, here: float, there: float) -> str:
-    """Why op i is not on ``to``, where it alone would run at least as fast."""
+def _against(arr: CostArrays, dev: np.ndarray, i: int, to: int, here: float, there: float,
+             use: np.ndarray) -> str:
+    """Why op i is not on ``to``, where it alone would run at least as fast. ``use``: the
+    bytes each device holds now; the op does not fit on ``to`` when they plus what it
+    brings there (its parameters and outputs, a bound on its activations) pass the limit."""
     names = arr.devices
     comp = np.flatnonzero(arr.component == arr.component[i])
     delta, worst = move_delta(arr, dev, comp, to)
     where, dest = names[dev[i]], names[to]
-    if delta < 0:   # moving would pay: memory holds it back
-        moved = dev.copy()
-        moved[comp] = to
-        params, peak, _ = device_memory(arr, moved)
-        if params[to] + peak[to] > arr.capacity[to]:
-            own = float(arr.read_param_bytes[comp].sum())
-            over = params[to] + peak[to] - arr.capacity[to]
+    if delta < 0 and np.isfinite(arr.capacity[to]):   # moving would pay: memory holds it back
+        own = float(arr.read_param_bytes[comp].sum())
+        brings = own + float(arr.written_bytes[comp].sum())
+        if use[to] + brings > arr.capacity[to]:
+            over = use[to] + brings - arr.capacity[to]
             if own >= 0.5 * over:
-                return f"{where}: its {_size(own)} of parameters do not fit on {dest}"
+                return f"{where}: its {fmt_bytes(own)} of parameters do not fit on {dest}"
             return f"{where}: does not fit in {dest} memory"
     blob = f"'{arr.tensor_name(worst)}'" if worst >= 0 else "its blobs"
     if len(comp) > 1:

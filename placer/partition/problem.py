@@ -191,6 +191,40 @@ class CostArrays:
         return src
 
 
+def from_graph(graph) -> CostArrays:
+    """CostArrays of a networkx cost graph (``placer.graph``), or the arrays themselves."""
+    if isinstance(graph, CostArrays):
+        return graph
+    n = graph.number_of_nodes()
+    g = graph.graph
+    k = len(g["devices"])
+    nodes = [graph.nodes[i] for i in range(n)]
+    op_s = np.array([d["time_s"] for d in nodes], np.float64).reshape(n, k)
+    allowed = np.zeros((n, k), bool)
+    rows = np.repeat(np.arange(n), [len(d["allowed"]) for d in nodes])
+    cols = np.fromiter((x for d in nodes for x in d["allowed"]), np.int64, count=len(rows))
+    allowed[rows, cols] = True
+    t = g["tensors"]
+    # an op reading the blob it writes (in place) needs no copy of it: not a reader here
+    prod = t.producer
+    owner = np.repeat(prod, np.diff(t.ptr))
+    keep = t.consumers != owner
+    counts = np.bincount(np.repeat(np.arange(len(prod)), np.diff(t.ptr))[keep], minlength=len(prod))
+    ptr = np.zeros(len(prod) + 1, np.int64)
+    ptr[1:] = np.cumsum(counts)
+    pairs = [(grp[0], other) for grp in g.get("colocate", []) for other in grp[1:]]
+    return CostArrays(
+        op_s=op_s, allowed=allowed, param_bytes=np.array([d["param_bytes"] for d in nodes], float),
+        output_bytes=np.array([d["output_bytes"] for d in nodes], float), t_producer=prod.astype(np.int64),
+        t_ptr=ptr, t_cons=t.consumers[keep].astype(np.int64), t_bytes=t.nbytes.astype(np.float64),
+        t_ext_out=t.external_output.astype(bool), link_class=g["link_class"], class_s=g["class_s"],
+        devices=tuple(g["devices"]), device_kinds=tuple(g["device_kinds"]), capacity=g["capacity"],
+        host=int(g.get("host", 0)), lanes=tuple(g.get("lanes", ())), routes=dict(g.get("routes", {})),
+        colocate=np.array(pairs, np.int64).reshape(-1, 2), outputs_on_host=bool(g.get("outputs_on_host", True)),
+        names=[d["name"] for d in nodes], types=[d["type"] for d in nodes], t_names=list(t.names),
+        pin_reason=[d.get("pin_reason", "") for d in nodes])
+
+
 # ---------------------------------------------------------------------- placements
 
 def as_placement(arr: CostArrays, dev) -> np.ndarray:
@@ -409,6 +443,6 @@ def move_deltas(arr: CostArrays, dev, to: int) -> np.ndarray:
     return delta
 
 
-__all__ = ["CostArrays", "HOST", "PARAM", "FREE", "as_placement", "respecting_pins", "copy_pairs",
+__all__ = ["CostArrays", "from_graph", "HOST", "PARAM", "FREE", "as_placement", "respecting_pins", "copy_pairs",
            "serial_cost", "plan_copies", "device_memory", "memory_use", "fits", "move_delta",
            "move_deltas"]

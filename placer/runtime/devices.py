@@ -6,6 +6,12 @@ A device is one small object: ``name``, ``xp`` (the array module its kernels get
 an array lives on it; the executor asks before every op, so a placed net that forgot a
 copy fails with the op, the blob and both devices named.
 
+Several GPUs (``DeviceSet``): a blob moves between devices only through ``DeviceSet.copy``
+(host copy, H2D or D2H through pinned memory, GPU -> GPU as a peer copy where cupy can
+enable peer access between the two, else staged through pinned host memory). On real
+GPUs each device queues its kernels and copies on a stream of its own, and a peer copy
+orders itself against the source's stream with events (``CudaDevice.copy_from_peer``).
+
 ``emulated-cuda:N`` checks a placed net on a machine without a GPU: its arrays are numpy
 arrays viewed as ``EmulatedArray`` (zero-copy) carrying the device name; kernels get
 plain numpy views, so no kernel knows about emulation. Its timings are CPU timings and
@@ -14,6 +20,7 @@ plain numpy views, so no kernel knows about emulation. Its timings are CPU timin
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -22,6 +29,8 @@ from placer.errors import DeviceError
 from placer.types import Device
 
 NO_GPU_HINT = "no CUDA GPU visible: use --emulate-gpu to check a placed net on the CPU"
+# Page-locked staging memory one GPU keeps for its copies (least recently used goes first).
+PINNED_STAGING_BUDGET_BYTES = 256 * 2 ** 20
 
 
 class EmulatedArray(np.ndarray):
@@ -33,6 +42,11 @@ class EmulatedArray(np.ndarray):
         self.device = getattr(obj, "device", "")
 
 
+def device_name(device: Device | None) -> str:
+    """How a placement reads to people: "cpu", or "cuda:N" for the NetDef's device_id N."""
+    return "cpu" if device is None or not device.is_gpu else f"cuda:{device.index}"
+
+
 def location(array: Any) -> str:
     """The name of the device an array lives on: "cpu", "cuda:N" or "emulated-cuda:N"."""
     kind = type(array)
@@ -40,9 +54,7 @@ def location(array: Any) -> str:
         return "cpu"
     if kind is EmulatedArray:
         return array.device
-    if isinstance(array, np.ndarray) or np.isscalar(array):
-        return "cpu"
-    dev = getattr(array, "device", None)  # cupy.ndarray.device is a cupy.cuda.Device
+    dev = getattr(array, "device", None)  # cupy.ndarray.device is a cupy.cuda.Device; numpy's a str
     return f"cuda:{dev.id}" if hasattr(dev, "id") else "cpu"
 
 
@@ -127,6 +139,10 @@ class EmulatedCudaDevice(CpuDevice):
     def to_host(self, array: Any, key: Any = None) -> np.ndarray:
         return np.array(array, copy=True, subok=False)
 
+    def copy_from_peer(self, array: Any, source: Any) -> EmulatedArray:
+        """A GPU -> GPU copy from another emulated GPU: new memory, tagged as ours."""
+        return self.to_device(array)
+
 
 class CudaTimer:
     """GPU time of one op between two CUDA events on the current stream."""
@@ -149,11 +165,77 @@ class CudaTimer:
         return self.cupy.cuda.get_elapsed_time(self.begin, self.end) / 1e3
 
 
+class PinnedStaging:
+    """Page-locked host buffers for one GPU's copies, reused per tag, bounded in bytes.
+
+    Why the events: cupy's ``ndarray.set`` only queues the host-to-device copy
+    (cudaMemcpyAsync on the current stream) and returns. Until that copy has run, its
+    pinned source must be neither rewritten (the next feed of the same blob) nor handed
+    back to cupy's pinned pool, which gives the block to the next request of that size.
+    So every use records an event after its copy (``copied``); the next use of the buffer
+    waits on it (by then long past, in a loop), and a buffer leaves the cache only after
+    its event. Host-to-device copies without a key share one buffer per (shape, dtype);
+    a device-to-host copy without a key gets a buffer of its own (it is the result).
+
+    Bound: past ``budget_bytes`` the least recently used buffers go; a single copy larger
+    than the budget gets a buffer of its own whose copy is waited for before it is dropped.
+    """
+
+    def __init__(self, cupy: Any, budget_bytes: int = PINNED_STAGING_BUDGET_BYTES):
+        self.cupy = cupy
+        self.budget_bytes = budget_bytes
+        self.nbytes = 0
+        self._buffers: OrderedDict[tuple, list] = OrderedDict()   # tag -> [array, event | None]
+
+    def acquire(self, tag: tuple | None, shape: tuple, dtype: Any) -> np.ndarray:
+        """A pinned array for ``tag``, free to write: its previous copy has finished.
+        ``tag`` None: a buffer of its own, not kept."""
+        entry = self._buffers.get(tag) if tag is not None else None
+        if entry is not None:
+            self._buffers.move_to_end(tag)
+            self._wait(entry)
+            return entry[0]
+        array = self._allocate(shape, dtype)
+        if tag is not None and array.nbytes <= self.budget_bytes:
+            self._evict_until(self.budget_bytes - array.nbytes)
+            self._buffers[tag] = [array, None]
+            self.nbytes += array.nbytes
+        return array
+
+    def copied(self, tag: tuple | None, array: np.ndarray) -> None:
+        """A copy reading or writing ``array`` was queued on the current stream."""
+        event = self.cupy.cuda.Event()
+        event.record()
+        entry = self._buffers.get(tag) if tag is not None else None
+        if entry is not None and entry[0] is array:
+            entry[1] = event
+        else:                  # not kept: its memory may return to the pool once we return
+            event.synchronize()
+
+    def _allocate(self, shape: tuple, dtype: Any) -> np.ndarray:
+        count = int(np.prod(shape))
+        mem = self.cupy.cuda.alloc_pinned_memory(max(1, count * np.dtype(dtype).itemsize))
+        return np.frombuffer(mem, dtype=dtype, count=count).reshape(shape)
+
+    def _evict_until(self, limit: int) -> None:
+        while self._buffers and self.nbytes > limit:
+            _, entry = self._buffers.popitem(last=False)
+            self._wait(entry)
+            self.nbytes -= entry[0].nbytes
+
+    @staticmethod
+    def _wait(entry: list) -> None:
+        if entry[1] is not None:
+            entry[1].synchronize()
+            entry[1] = None
+
+
 class CudaDevice:
     """A real GPU through cupy (imported here, lazily, so numpy-only installs work)."""
 
     kind = "gpu"
     emulated = False
+    stream: Any = None  # this GPU's own stream, once use_own_stream() made it
 
     def __init__(self, index: int = 0):
         self.cupy = import_cupy()
@@ -165,7 +247,7 @@ class CudaDevice:
         self.name = f"cuda:{index}"
         self.timing_label = self.name
         self.xp = self.cupy
-        self._pinned: dict[Any, np.ndarray] = {}
+        self.staging = PinnedStaging(self.cupy)
 
     def holds(self, array: Any) -> bool:
         return isinstance(array, self.cupy.ndarray) and array.device.id == self.index
@@ -173,17 +255,9 @@ class CudaDevice:
     def adopt(self, array: Any) -> Any:
         return array if isinstance(array, self.cupy.ndarray) else self.cupy.asarray(array)
 
-    def _pinned_buffer(self, key: Any, shape: tuple, dtype: Any) -> np.ndarray:
-        """A page-locked host array, reused per (key, shape, dtype) so a loop allocates once."""
-        tag = (key, tuple(shape), np.dtype(dtype).str)
-        buf = self._pinned.get(tag) if key is not None else None
-        if buf is None:
-            nbytes = max(1, int(np.prod(shape)) * np.dtype(dtype).itemsize)
-            mem = self.cupy.cuda.alloc_pinned_memory(nbytes)
-            buf = np.frombuffer(mem, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
-            if key is not None:
-                self._pinned[tag] = buf
-        return buf
+    @staticmethod
+    def _tag(direction: str, key: Any, shape: tuple, dtype: Any) -> tuple:
+        return (direction, key, tuple(shape), np.dtype(dtype).str)
 
     def to_device(self, array: Any, key: Any = None) -> Any:
         """Host -> this GPU through a pinned staging buffer (DMA, no pageable bounce)."""
@@ -191,10 +265,12 @@ class CudaDevice:
             if isinstance(array, self.cupy.ndarray):  # GPU -> GPU (peer copy)
                 return array.copy()
             host = np.asarray(array)
-            staging = self._pinned_buffer(("h2d", key), host.shape, host.dtype)
+            tag = self._tag("h2d", key, host.shape, host.dtype)
+            staging = self.staging.acquire(tag, host.shape, host.dtype)
             np.copyto(staging, host)
             out = self.cupy.empty(host.shape, dtype=host.dtype)
-            out.set(staging)
+            out.set(staging)                 # queued, not done: see PinnedStaging
+            self.staging.copied(tag, staging)
             return out
 
     def to_host(self, array: Any, key: Any = None) -> np.ndarray:
@@ -202,7 +278,8 @@ class CudaDevice:
         if not isinstance(array, self.cupy.ndarray):
             return np.asarray(array)
         with self.cupy.cuda.Device(self.index):
-            out = self._pinned_buffer(("d2h", key), array.shape, array.dtype)
+            tag = self._tag("d2h", key, array.shape, array.dtype) if key is not None else None
+            out = self.staging.acquire(tag, array.shape, array.dtype)
             array.get(out=out)
             self.cupy.cuda.get_current_stream().synchronize()
             return out
@@ -217,6 +294,38 @@ class CudaDevice:
     def timer(self) -> CudaTimer:
         with self.cupy.cuda.Device(self.index):
             return CudaTimer(self.cupy)
+
+    def use_own_stream(self) -> None:
+        """Queue everything this GPU does on a stream of its own (non-blocking: it does not
+        wait for the legacy default stream). cupy keeps one current stream per device, so
+        once made current here it is the stream of every kernel, copy and event timer run
+        while this GPU is the current device, and GPUs do not serialise on one stream."""
+        with self.cupy.cuda.Device(self.index):
+            self.stream = self.cupy.cuda.Stream(non_blocking=True)
+            self.stream.use()
+
+    def copy_from_peer(self, array: Any, source: "CudaDevice") -> Any:
+        """GPU -> GPU: ``array`` (on ``source``) copied into this GPU's memory.
+
+        cupy's ``ndarray.copy()`` under this device allocates here and queues
+        cudaMemcpyAsync(cudaMemcpyDefault) on this device's current stream, enabling peer
+        access between the two GPUs itself when deviceCanAccessPeer allows (so this never
+        calls deviceEnablePeerAccess: cupy's own call would then fail as already enabled).
+        It copies contiguous arrays only, hence the ascontiguousarray on the source. Two
+        events order the streams: this GPU waits for the source's queued work (the array
+        may still be being written), and the source waits for the copy before anything it
+        queues later (the array's memory may be reused once the executor frees it)."""
+        cuda = self.cupy.cuda
+        with cuda.Device(source.index):
+            array = self.cupy.ascontiguousarray(array)
+            written = source.stream.record(cuda.Event(disable_timing=True))
+        with cuda.Device(self.index):
+            self.stream.wait_event(written)
+            out = array.copy()
+            read = self.stream.record(cuda.Event(disable_timing=True))
+        with cuda.Device(source.index):
+            source.stream.wait_event(read)
+        return out
 
 
 def import_cupy() -> Any:
@@ -236,20 +345,80 @@ def import_cupy() -> Any:
 
 
 class DeviceSet:
-    """The devices one run uses, made on first use: Device("gpu", 1) -> cuda:1 or emulated."""
+    """The devices one run uses: the host, and GPUs made on first use from a ``Device``.
 
-    def __init__(self, emulate_gpu: bool = False):
-        self.emulate_gpu = emulate_gpu
+    ``emulate_gpus`` N: exactly N emulated GPUs ``emulated-cuda:0..N-1``, all made up front
+    (a record lists each, idle or not); a GPU index beyond them is a DeviceError naming it.
+    ``emulate_gpu`` alone: as many emulated GPUs as the net names. Neither: real GPUs
+    through cupy, each with a stream of its own. ``copy`` is the one way a blob moves
+    between two of them.
+    """
+
+    def __init__(self, emulate_gpu: bool = False, emulate_gpus: int | None = None):
+        if emulate_gpus is not None and emulate_gpus < 1:
+            raise DeviceError(f"--emulate-gpus {emulate_gpus}: emulate at least one GPU")
+        self.emulate_gpu = emulate_gpu or emulate_gpus is not None
+        self.gpu_count = emulate_gpus
         self.cpu = CpuDevice()
         self._gpus: dict[int, Any] = {}
+        self._named: dict[str, Any] = {"cpu": self.cpu}
+        self._peer: dict[tuple[int, int], bool] = {}
+        for index in range(emulate_gpus or 0):
+            self._make_gpu(index)
 
     def get(self, device: Device | None) -> Any:
         if device is None or device.kind == "cpu":
             return self.cpu
-        if device.index not in self._gpus:
-            self._gpus[device.index] = (EmulatedCudaDevice(device.index) if self.emulate_gpu
-                                        else CudaDevice(device.index))
-        return self._gpus[device.index]
+        gpu = self._gpus.get(device.index)
+        return gpu if gpu is not None else self._make_gpu(device.index)
+
+    def _make_gpu(self, index: int) -> Any:
+        if self.gpu_count is not None and index >= self.gpu_count:
+            last = self.gpu_count - 1
+            raise DeviceError(f"only {self.gpu_count} GPU(s) are emulated "
+                              f"(cuda:0{f'..cuda:{last}' if last else ''})",
+                              hint=f"run with --emulate-gpus {index + 1}, or place the op on one of those")
+        if self.emulate_gpu:
+            gpu = EmulatedCudaDevice(index)
+        else:
+            gpu = CudaDevice(index)
+            gpu.use_own_stream()
+        self._gpus[index] = gpu
+        self._named[gpu.name] = gpu
+        return gpu
+
+    def named(self, name: str) -> Any:
+        """The device of a ``location()`` name: "cpu", "cuda:N" or "emulated-cuda:N"."""
+        device = self._named.get(name)
+        if device is None:
+            device = self.get(Device("gpu", int(name.rpartition(":")[2])))
+        return device
 
     def all(self) -> list:
         return [self.cpu] + [self._gpus[i] for i in sorted(self._gpus)]
+
+    def copy(self, array: Any, source: Any, target: Any, key: Any = None) -> Any:
+        """``array`` (on ``source``) as new memory on ``target``, both devices of this set.
+
+        To the host: the source's ``to_host`` (from a GPU, a pinned buffer reused per
+        ``key`` on the next run). From the host, or within one device: the target's
+        ``to_device`` (pinned staging on a GPU). GPU -> GPU: a peer copy where the two can
+        reach each other (deviceCanAccessPeer, asked once per pair; always, emulated), else
+        staged through pinned host memory: D2H into the source's pinned buffer, then H2D
+        through the target's (one host memcpy between them, so that each GPU's staging
+        keeps its own rules for when a buffer may be reused)."""
+        if target.kind == "cpu":
+            return target.adopt(source.to_host(array, key=key))
+        if source.kind == "cpu" or source is target:
+            return target.to_device(array, key=key)
+        if self._can_access_peer(source, target):
+            return target.copy_from_peer(array, source)
+        return target.to_device(source.to_host(array, key=key), key=key)
+
+    def _can_access_peer(self, source: Any, target: Any) -> bool:
+        if target.emulated:
+            return True
+        pair = (source.index, target.index)
+        if pair not in self._peer:   # the pair cupy checks (and enables) before a peer copy
+            self._peer[pair] = bool(target.cupy.cuda.runtime.deviceCanAccessPeer(*pair))
+        return self._peer[pair]

@@ -8,30 +8,32 @@ op), so the loop per op is a few dict look-ups, a device check and the kernel ca
 
 Placement rules (as Caffe2 runs a net):
 - an op runs on ``op.device`` (the net-level default already folded in); none -> cpu;
-- copy ops move blobs: ``CopyCPUToGPU`` (cpu -> the op's GPU), ``CopyGPUToCPU`` (the
-  op's GPU -> cpu), ``EnsureCPUOutput`` (anywhere -> cpu), ``Copy`` (anywhere -> the
-  op's device); every other op must find each input on its own device, or a
-  ``DeviceError`` names the op, the blob and both devices;
+  a GPU the run does not have (``emulate_gpus``) is refused before anything runs;
+- an op with a transfer rule in the registry (the copies: ``ops/registry.py``
+  ``Transfer``) reads and writes where its rule says, relative to its device, and moves
+  bytes only through ``Transfers.copy`` (runtime/transfers.py), which the record counts
+  per link; every other op must find each input on its own device; either way a blob
+  elsewhere is a ``DeviceError`` naming the op, the blob and both devices;
 - a fed input goes where its first consumer reads it (Caffe2's ``FeedBlob`` with that
   device option); an init op with no device option makes its blob where the first
-  predict op that reads it runs.
+  predict op that reads it runs. Init ops run through the same loop, untimed.
 """
 from __future__ import annotations
 
 import statistics
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 import numpy as np
 
 from placer.errors import DeviceError, InputError, KernelMissingError, PlacerError
 from placer.ops import registry
-from placer.runtime.devices import DeviceSet, EmulatedArray, location
+from placer.ops.copy import inserted_copy
+from placer.runtime.devices import DeviceSet, EmulatedArray, device_name, location
+from placer.runtime.transfers import Transfers, direction, transfer_ends
+from placer.shapes import infer
 from placer.types import Args, Device, Net, Op, OpRun, RunRecord, TensorType
-
-COPY_OPS = {"CopyCPUToGPU", "CopyGPUToCPU", "EnsureCPUOutput", "Copy"}
-_ANY = "any"
 
 
 @dataclass(eq=False)
@@ -39,49 +41,32 @@ class Step:
     """One op, resolved once: what to call, on which device, with which blobs."""
 
     op: Op
-    device: Any                    # the device the op runs on (the target for a copy)
+    label: str                     # "op #3 Relu -> 'r'", "init net op #0 ...": for messages
+    device: Any                    # the device the op is placed on (and timed on)
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     args: Args
-    kernel: Any = None             # None for a copy
-    source: Any = None             # a copy's required source device, or _ANY
+    reads: tuple                   # per input: the device it must be on (None: anywhere)
+    kernel: Any = None             # (xp, inputs, args) -> outputs; None for a transfer
+    move: Any = None               # a transfer's (transfers, inputs, args) -> outputs
+    writes: tuple = ()             # a transfer's, per output: a device, or an input's index
+    transfers: Transfers | None = None
     timer: Any = None
     frees: tuple[str, ...] = ()    # blobs whose last use is this op
     samples_s: list[float] = field(default_factory=list)
-    copy_bytes: int = 0
-    copy_direction: str = ""
+    links: tuple[tuple[str, str, int], ...] = ()   # a transfer's copies: (source, target, bytes)
 
 
-def _copy_ends(op: Op, devices: DeviceSet) -> tuple[Any, Any]:
-    """(required source, target) devices of a copy op; source may be _ANY."""
-    gpu = devices.get(op.device if op.device is not None and op.device.is_gpu else Device("gpu", 0))
-    if op.type == "CopyCPUToGPU":
-        return devices.cpu, gpu
-    if op.type == "CopyGPUToCPU":
-        return gpu, devices.cpu
-    if op.type == "EnsureCPUOutput":
-        return _ANY, devices.cpu
-    return _ANY, devices.get(op.device)
-
-
-def read_device(op: Op, devices: DeviceSet) -> Any:
-    """The device an op reads its inputs on (a copy's source; cpu for an 'any' copy)."""
-    if op.type in COPY_OPS:
-        source = _copy_ends(op, devices)[0]
-        return devices.cpu if source is _ANY else source
-    return devices.get(op.device)
-
-
-def missing_kernels(ops: list[Op], devices: DeviceSet, where: str) -> list[str]:
+def missing_kernels(ops: list[Op], where: str) -> list[str]:
     """Labels of ops that cannot run: no registry entry, no kernel, or not on that device."""
     bad = []
     for op in ops:
-        if op.type in COPY_OPS:
-            continue
         opdef = registry.get(op.type)
-        kind = devices.get(op.device).kind if op.device is None or not op.device.is_gpu else "gpu"
+        kind = "gpu" if op.device is not None and op.device.is_gpu else "cpu"
         if opdef is None:
             bad.append(f"{where} {op.label}: unknown op type")
+        elif opdef.transfer is not None:
+            continue
         elif opdef.kernel is None:
             bad.append(f"{where} {op.label}: no kernel yet")
         elif kind not in opdef.devices:
@@ -129,25 +114,29 @@ class Executor:
     """Runs ``net`` (a placer ``Net`` with ``init_proto`` for its parameters).
 
     ``device_map`` (op index -> Device) overrides the placement the file carries; copies
-    are not inserted for it. ``emulate_gpu`` runs GPU ops on tagged numpy arrays.
-    ``input_types`` are the expected types of fed blobs (defaults: ``net.input_shapes``).
+    are not inserted for it. ``emulate_gpu`` runs GPU ops on tagged numpy arrays, on as
+    many emulated GPUs as the net names; ``emulate_gpus`` N on exactly N of them (an op on
+    GPU N or above is refused). ``input_types`` are the expected types of fed blobs
+    (defaults: ``net.input_shapes``).
     """
 
     def __init__(self, net: Net, device_map: Mapping[int, Device] | None = None,
                  emulate_gpu: bool = False, seed: int = 0,
-                 input_types: Mapping[str, TensorType] | None = None):
+                 input_types: Mapping[str, TensorType] | None = None,
+                 emulate_gpus: int | None = None):
         self.net, self.seed = net, seed
-        self.devices = DeviceSet(emulate_gpu)
+        self.devices = DeviceSet(emulate_gpu, emulate_gpus)
         self.ops = [op if not device_map or op.index not in device_map else
-                    _with_device(op, device_map[op.index]) for op in net.ops]
+                    replace(op, device=device_map[op.index]) for op in net.ops]
         self.init_ops = _init_ops(net)
         self.input_types = {**net.input_shapes, **(input_types or {})}
-        bad = (missing_kernels(self.init_ops, self.devices, "init net op")
-               + missing_kernels(self.ops, self.devices, "op"))
+        bad = missing_kernels(self.init_ops, "init net op") + missing_kernels(self.ops, "op")
         if bad:
             raise KernelMissingError(f"{len(bad)} op(s) cannot run: " + "; ".join(bad),
                                      hint="add a kernel in placer/ops/, or run on a device that has one")
-        self.steps = [self._step(op) for op in self.ops]
+        self.steps = [self._step(op, "op") for op in self.ops]
+        self._readers: dict[str, Any] | None = None
+        self.init_steps = [self._step(op, "init net op", self._init_device(op)) for op in self.init_ops]
         self.params: dict[str, Any] = {}
         self.initialized = False
         self._record: RunRecord | None = None
@@ -155,26 +144,26 @@ class Executor:
         self._signature: tuple = ()
         self._sizes: dict[tuple, dict] = {}
         self._checked_signatures: set = set()
-        self._readers: dict[str, Any] | None = None
         self._plan_frees()
 
     # -- set-up, once ----------------------------------------------------------------
 
-    def _step(self, op: Op) -> Step:
+    def _step(self, op: Op, where: str, device: Any = None) -> Step:
+        """``op`` resolved on its device (``device`` when given: an init op without one)."""
+        label = f"{where} {op.label}"
         try:
-            return self._resolve(op)
+            device = device if device is not None else self.devices.get(op.device)
         except DeviceError as e:
-            raise DeviceError(f"op {op.label} is placed on {op.device}: {e.message}", e.hint) from e
-
-    def _resolve(self, op: Op) -> Step:
+            raise DeviceError(f"{label} is placed on {device_name(op.device)}: {e.message}", e.hint) from e
         args = Args(dict(op.args), op=op.label, seed=self._seed(op), n_outputs=len(op.outputs))
-        if op.type in COPY_OPS:
-            source, target = _copy_ends(op, self.devices)
-            gpu = target if target.kind == "gpu" else (source if source is not _ANY else target)
-            return Step(op, target, op.inputs[:1], op.outputs[:1], args, source=source, timer=gpu.timer())
-        device = self.devices.get(op.device)
-        return Step(op, device, op.inputs, op.outputs, args, kernel=registry.get(op.type).kernel,
-                    timer=device.timer())
+        opdef = registry.get(op.type)
+        if opdef.transfer is None:
+            return Step(op, label, device, op.inputs, op.outputs, args, reads=(device,) * len(op.inputs),
+                        kernel=opdef.kernel, timer=device.timer())
+        reads, writes = transfer_ends(opdef.transfer, device, self.devices, len(op.inputs),
+                                      len(op.outputs), label)
+        return Step(op, label, device, op.inputs, op.outputs, args, reads=reads, move=opdef.transfer.move,
+                    writes=writes, transfers=Transfers(self.devices, (where, op.index)), timer=device.timer())
 
     def _seed(self, op: Op) -> int:
         """The seed of an op with randomness (fills, training-mode Dropout).
@@ -205,33 +194,28 @@ class Executor:
             s.frees = tuple(names)
 
     def _first_reader(self, blob: str) -> Any:
-        """The device the first op reading ``blob`` reads it on (cpu when none reads it)."""
+        """The device the first op reading ``blob`` reads it on (cpu when none reads it, or
+        when it reads it wherever it is)."""
         if self._readers is None:
             self._readers = {}
-            for op in self.ops:
-                for name in op.inputs:
-                    if name not in self._readers:
-                        self._readers[name] = read_device(op, self.devices)
+            for s in self.steps:
+                for name, device in zip(s.inputs, s.reads):
+                    self._readers.setdefault(name, device or self.devices.cpu)
         return self._readers.get(blob, self.devices.cpu)
+
+    def _init_device(self, op: Op) -> Any:
+        """Where an init op without a device option runs: where its blob is first read."""
+        if op.device is not None:
+            return None
+        return self._first_reader(op.outputs[0]) if op.outputs else self.devices.cpu
 
     # -- the init net ----------------------------------------------------------------
 
     def run_init(self) -> dict[str, Any]:
-        """Run the init net's ops (fills) once; their outputs become the parameters."""
+        """Run the init net's ops (fills, parameter copies) once; their outputs become the
+        parameters."""
         blobs: dict[str, Any] = {}
-        for op in self.init_ops:
-            device = (self.devices.get(op.device) if op.device is not None
-                      else self._first_reader(op.outputs[0]) if op.outputs else self.devices.cpu)
-            args = Args(dict(op.args), op=op.label, seed=self._seed(op), n_outputs=len(op.outputs))
-            ins = [_plain(blobs[n]) for n in op.inputs]
-            try:
-                outs = registry.get(op.type).kernel(device.xp, ins, args)
-            except PlacerError:
-                raise
-            except Exception as e:
-                raise PlacerError(f"init net op {op.label} failed on {device.name}: {e!r}") from e
-            for name, value in zip(op.outputs, outs):
-                blobs[name] = device.adopt(value)
+        self._run_ops(blobs, None, None, self.init_steps, timed=False)
         self.params = blobs
         self.initialized = True
         return blobs
@@ -270,10 +254,6 @@ class Executor:
         self._signature = signature
         if signature in self._checked_signatures:
             return
-        try:
-            from placer.shapes import infer
-        except ImportError:
-            return
         infer(self.net, fed)
         self._checked_signatures.add(signature)
 
@@ -289,7 +269,6 @@ class Executor:
         self.check_inputs(inputs)
         for s in self.steps:
             s.samples_s.clear()
-            s.copy_bytes, s.copy_direction = 0, ""
         total = (warmup + iterations) * len(self.steps)
         # blob sizes (for peak memory) are measured once per input signature
         known = self._sizes.get(self._signature)
@@ -304,7 +283,8 @@ class Executor:
                 sizes.update((n, (location(v), int(v.nbytes))) for n, v in blobs.items())
             # 2. run ops
             self._run_ops(blobs, sizes if measure else None,
-                          None if progress is None else (lambda i: progress(it * len(self.steps) + i, total)))
+                          None if progress is None else (lambda i: progress(it * len(self.steps) + i, total)),
+                          self.steps)
             for d in self.devices.all():  # staging buffers are reused next iteration
                 d.sync()
             if it >= warmup:
@@ -323,27 +303,29 @@ class Executor:
             self._record = self._make_record(*self._last_run)
         return self._record
 
-    def _run_ops(self, blobs: dict, sizes: dict | None, tick: Any) -> None:
+    def _run_ops(self, blobs: dict, sizes: dict | None, tick: Any, steps: list[Step],
+                 timed: bool = True) -> None:
         """The hot loop: look up, check the device, call, store, free."""
         i, active = 0, None
         try:
-            for i, s in enumerate(self.steps):
+            for i, s in enumerate(steps):
                 ins = [blobs[n] for n in s.inputs]
-                if s.kernel is None:
-                    blobs[s.outputs[0]] = self._copy(s, ins[0])
-                    active = None  # a copy may switch the current GPU
+                device = s.device
+                if device is not active:
+                    device.activate()
+                    active = device
+                if s.move is not None:
+                    self._transfer(s, ins, blobs, timed)
                 else:
-                    device = s.device
-                    if device is not active:
-                        device.activate()
-                        active = device
                     holds = device.holds
                     for x in ins:
                         if not holds(x):
                             raise self._wrong_device(s, blobs)
-                    s.timer.start()
+                    if timed:
+                        s.timer.start()
                     outs = s.kernel(device.xp, [_plain(x) for x in ins] if device.emulated else ins, s.args)
-                    s.timer.stop()
+                    if timed:
+                        s.timer.stop()
                     adopt = device.adopt
                     for name, value in zip(s.outputs, outs):
                         blobs[name] = adopt(value)
@@ -357,51 +339,59 @@ class Executor:
         except PlacerError:
             raise
         except Exception as e:
-            s = self.steps[i]
+            s = steps[i]
             absent = [n for n in s.inputs if n not in blobs]
             if absent:
                 raise self._missing_blob(s, absent[0], blobs) from None
-            raise PlacerError(f"op {s.op.label} failed on {s.device.name}: {e!r}",
+            raise PlacerError(f"{s.label} failed on {s.device.name}: {e!r}",
                               hint="inputs: " + ", ".join(f"{n} {_describe(blobs.get(n))}" for n in s.inputs)) from e
 
-    def _copy(self, s: Step, x: Any) -> Any:
-        """A copy op as a real transfer; the source is checked as for any op."""
-        src_name = location(x)
-        if s.source is not _ANY and not s.source.holds(x):
-            raise DeviceError(f"op {s.op.label} copies '{s.inputs[0]}' from {s.source.name}, "
-                              f"but the blob is on {src_name}",
-                              hint="check the copy's direction and the device of the op that makes the blob")
-        target = s.device
-        source = s.source if s.source is not _ANY else self._device_named(src_name)
-        s.timer.start()
-        out = source.to_host(x, key=s.op.index) if target.kind == "cpu" else target.to_device(x, key=s.op.index)
-        s.timer.stop()
-        s.copy_bytes = int(x.nbytes)
-        s.copy_direction = ("h" if source.kind == "cpu" else "d") + "2" + ("h" if target.kind == "cpu" else "d")
-        return target.adopt(out)
-
-    def _device_named(self, name: str) -> Any:
-        for d in self.devices.all():
-            if d.name == name:
-                return d
-        kind, _, index = name.rpartition(":")
-        return self.devices.get(Device("gpu", int(index))) if index.isdigit() else self.devices.cpu
+    def _transfer(self, s: Step, ins: list, blobs: dict, timed: bool) -> None:
+        """An op with a transfer rule: sources checked (or found), targets resolved, the
+        kernel's copies timed on the op's device and noted per link."""
+        t = s.transfers
+        sources = []
+        for want, x in zip(s.reads, ins):
+            if want is None:
+                want = self.devices.named(location(x))
+            elif not want.holds(x):
+                raise self._wrong_device(s, blobs)
+            sources.append(want)
+        t.sources = sources
+        t.targets = [sources[w] if type(w) is int else w for w in s.writes]
+        t.moved = []
+        if timed:
+            s.timer.start()
+        outs = s.move(t, ins, s.args)
+        if timed:
+            s.timer.stop()
+        for name, value, target in zip(s.outputs, outs, t.targets):
+            if not target.holds(value):
+                raise DeviceError(f"{s.label} made '{name}' on {location(value)}, but its transfer rule "
+                                  f"puts it on {target.name}", hint="a move kernel copies with transfers.copy")
+            blobs[name] = value
+        s.links = tuple(t.moved)
 
     # -- errors and results ------------------------------------------------------------
 
     def _wrong_device(self, s: Step, blobs: dict) -> DeviceError:
-        for name in s.inputs:
-            if not s.device.holds(blobs[name]):
-                where = location(blobs[name])
-                copy = "CopyCPUToGPU" if s.device.kind == "gpu" and where == "cpu" else (
-                    "CopyGPUToCPU" if s.device.kind == "cpu" else "Copy")
-                return DeviceError(f"op {s.op.label} runs on {s.device.name} but its input '{name}' "
-                                   f"is on {where}", hint=f"insert a {copy} op for '{name}' before it")
-        return DeviceError(f"op {s.op.label}: an input is on the wrong device")
+        """The first input of ``s`` that is not where the op reads it, named with both devices."""
+        for name, want in zip(s.inputs, s.reads):
+            x = blobs[name]
+            if want is None or want.holds(x):
+                continue
+            where = location(x)
+            if s.move is not None:
+                return DeviceError(f"{s.label} reads '{name}' on {want.name}, but the blob is on {where}",
+                                   hint="check the copy's direction and the device of the op that makes the blob")
+            copy = inserted_copy(self.devices.named(where).kind, want.kind)
+            return DeviceError(f"{s.label} runs on {want.name} but its input '{name}' is on {where}",
+                               hint=f"insert a {copy} op for '{name}' before it")
+        return DeviceError(f"{s.label}: an input is on the wrong device")
 
     def _missing_blob(self, s: Step, name: str, blobs: dict) -> PlacerError:
         known = ", ".join(sorted(blobs)[:40]) + (" ..." if len(blobs) > 40 else "")
-        return PlacerError(f"op {s.op.label}: input blob '{name}' does not exist at this point "
+        return PlacerError(f"{s.label}: input blob '{name}' does not exist at this point "
                            f"(no earlier op made it, it is not fed, or it was freed); known blobs: {known}")
 
     def _collect(self, blobs: dict, name: str) -> np.ndarray:
@@ -409,7 +399,7 @@ class Executor:
             raise PlacerError(f"net '{self.net.name}': external output '{name}' was not produced; "
                               f"known blobs: {', '.join(sorted(blobs)[:40]) or '(none)'}")
         x = blobs[name]
-        host = self._device_named(location(x)).to_host(x, key=("out", name))
+        host = self.devices.named(location(x)).to_host(x, key=("out", name))
         return np.array(host, copy=True, subok=False)
 
     def _make_record(self, sizes: dict, iterations: int, warmup: int) -> RunRecord:
@@ -418,8 +408,8 @@ class Executor:
                           [s.frees for s in self.steps])
         ops = tuple(OpRun(index=s.op.index, name=s.op.name, type=s.op.type, device=s.device.name,
                           time_s=statistics.median(s.samples_s) if s.samples_s else 0.0,
-                          samples_s=tuple(s.samples_s), copy_bytes=s.copy_bytes,
-                          copy_direction=s.copy_direction) for s in self.steps)
+                          samples_s=tuple(s.samples_s), copy_bytes=sum(n for *_, n in s.links),
+                          copy_direction=direction(s.links), links=s.links) for s in self.steps)
         devices = self.devices.all()
         return RunRecord(net_name=self.net.name, devices=tuple(d.name for d in devices), ops=ops,
                          peak_bytes={d.name: int(peak.get(d.name, 0)) for d in devices},
@@ -436,11 +426,6 @@ def _describe(x: Any) -> str:
     if x is None:
         return "(missing)"
     return f"{getattr(x, 'dtype', '?')}{list(getattr(x, 'shape', ()))} on {location(x)}"
-
-
-def _with_device(op: Op, device: Device) -> Op:
-    from dataclasses import replace
-    return replace(op, device=device)
 
 
 def _init_ops(net: Net) -> list[Op]:
