@@ -8,7 +8,16 @@ An entry holds
   parameters); ``default_cost`` when omitted;
 - ``kernel(xp, inputs, args) -> tuple``: one array-module-generic kernel that runs on
   numpy and cupy unchanged (``xp`` is the module); None until a kernel exists;
-- ``devices``: the device kinds it has kernels for ("cpu", "gpu").
+- ``devices``: the device kinds it has kernels for ("cpu", "gpu");
+- ``host_inputs``: input positions Caffe2 reads from a CPU tensor whatever device the op
+  runs on (the iteration counter of Adam and LearningRate): such an input must be on the
+  host, and the kernel gets it as a numpy array even when ``xp`` is cupy;
+- ``inplace``: (input, output) position pairs the kernel can update in place. When the op
+  writes input i's blob as output j (same name) and the runner owns that array (no other
+  blob and no caller's array shares its memory), the runner puts i in ``args.inplace``;
+  the kernel may then overwrite input i and return it as output j instead of copying it
+  (an optimizer update then touches only the rows it changes, not the whole table).
+  Without it in ``args.inplace`` a kernel never writes into its inputs.
 
 Adding an op is one ``register(OpDef(...))`` call in the module of its family
 (``placer/ops/<family>.py``); ``placer/ops/__init__.py`` imports the families.
@@ -53,6 +62,8 @@ class OpDef:
     min_inputs: int = 0
     max_inputs: int | None = None
     doc: str = ""
+    host_inputs: tuple[int, ...] = ()
+    inplace: tuple[tuple[int, int], ...] = ()
 
     def check_arity(self, n_inputs: int, label: str) -> None:
         if n_inputs < self.min_inputs or (self.max_inputs is not None and n_inputs > self.max_inputs):

@@ -12,7 +12,8 @@ loses precision):
 - ``scatter_add_rows(xp, table, indices, rows)``: ``table`` with ``rows[i]`` added to row
   ``indices[i]`` (duplicates add up), touching only the distinct looked-up rows: the
   rows are summed per distinct index first, then added with one fancy-index update
-  (safe: the indices are distinct by then).
+  (safe: the indices are distinct by then). A copy of ``table``, or ``table`` itself
+  updated in place with ``inplace=True``.
 - ``occurrence_rounds(xp, indices)``: positions of ``indices`` grouped by occurrence
   rank (first time an index appears, second time, ...). Caffe2's sparse optimizers
   walk the indices in order, so a row that appears twice is updated twice, the second
@@ -64,9 +65,10 @@ def distinct_rows(xp, indices):
     return unique, inverse.reshape(-1)
 
 
-def scatter_add_rows(xp, table, indices, rows):
-    """A copy of ``table`` with ``rows[i]`` added to ``table[indices[i]]``."""
-    out = table.copy()
+def scatter_add_rows(xp, table, indices, rows, inplace: bool = False):
+    """``table`` (a copy, or itself when ``inplace``) with ``rows[i]`` added to
+    ``table[indices[i]]``."""
+    out = table if inplace else table.copy()
     if indices.shape[0] == 0:
         return out
     unique, inverse = distinct_rows(xp, indices)
