@@ -69,7 +69,7 @@ class Step:
     source: Any = None             # a copy's required source device, or _ANY
     timer: Any = None
     frees: tuple[str, ...] = ()    # blobs whose last use is this op
-    holders: tuple = ()            # per input: the holds() that must accept it (host inputs: cpu's)
+    holders: tuple = ()            # with host inputs: per input, the holds() that must accept it
     inplace_candidates: frozenset = frozenset()  # inputs it may update in place, if owned
     samples_s: list[float] = field(default_factory=list)
     copy_bytes: int = 0
@@ -223,7 +223,8 @@ class Executor:
             gpu = target if target.kind == "gpu" else (source if source is not _ANY else target)
             return Step(op, target, op.inputs[:1], op.outputs[:1], args, source=source, timer=gpu.timer())
         device = self.devices.get(op.device)
-        holders = tuple(read_device(op, self.devices, k).holds for k in range(len(op.inputs)))
+        holders = (tuple(read_device(op, self.devices, k).holds for k in range(len(op.inputs)))
+                   if host_inputs(op) and device is not self.devices.cpu else ())
         return Step(op, device, op.inputs, op.outputs, args, kernel=registry.get(op.type).kernel,
                     timer=device.timer(), holders=holders, inplace_candidates=inplace_candidates(op))
 
@@ -455,12 +456,15 @@ class Executor:
                     if device is not active:
                         device.activate()
                         active = device
-                    holds = device.holds
-                    for x in ins:
-                        if not holds(x):  # wrong, or an input read from host memory
-                            if not all(h(y) for y, h in zip(ins, s.holders)):
+                    if s.holders:  # some inputs are read from host memory
+                        for x, holds in zip(ins, s.holders):
+                            if not holds(x):
                                 raise self._wrong_device(s, blobs)
-                            break
+                    else:
+                        holds = device.holds
+                        for x in ins:
+                            if not holds(x):
+                                raise self._wrong_device(s, blobs)
                     if granting and s.inplace_candidates:
                         s.args.inplace = self._grant_inplace(s, blobs, fed)
                     s.timer.start()
