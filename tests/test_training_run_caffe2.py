@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from test_training_compare import assert_same_ops
-from training_models import batches, choice, model, oracle_train, parse
+from training_models import batches, choice, initial_values, model, oracle_train, parse
 from placer.formats.caffe2 import net_from_netdef
 from placer.runtime.executor import Executor
 from placer.training.recipe import make_train_nets
@@ -33,13 +33,6 @@ RUNS = {"lenet": ["nesterov", "adagrad", "adam"], "alexnet": ["nesterov", "adagr
         "resnet": ["nesterov", "momentum", "adagrad", "adam"],
         "dlrm": ["nesterov", "adagrad", "rowwise-adagrad", "adam"]}
 CASES = [(m, o) for m, opts in RUNS.items() for o in opts]
-
-
-def initial_values(name: str) -> dict[str, np.ndarray]:
-    """The forward net's init net run by placer (seeded fills): both sides start here."""
-    ex = Executor(model(name).net())
-    ex.run_init()
-    return ex.host_state()
 
 
 @lru_cache(maxsize=None)

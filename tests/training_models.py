@@ -167,6 +167,14 @@ def _dlrm() -> Model:
 
 
 # ---------------------------------------------------------------- batches and the oracle
+def initial_values(name: str) -> dict[str, np.ndarray]:
+    """The forward net's init net run by placer (seeded fills): every run starts here."""
+    from placer.runtime.executor import Executor
+    ex = Executor(model(name).net())
+    ex.run_init()
+    return ex.host_state()
+
+
 def batches(m: Model, steps: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
     """One batch per step: random inputs valid for their readers (indices, lengths, labels)."""
     from placer.runtime.inputs import random_inputs
