@@ -227,3 +227,28 @@ def test_save_init_needs_the_init_net_before_running(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "--save-init needs the net's init net" in err
     assert not (tmp_path / "x.pb").exists()
+
+
+def test_each_step_draws_a_new_dropout_mask_and_runs_repeat():
+    from placer.examples.builder import NetBuilder
+    b = NetBuilder("drop")
+    b.input("data", (4, 6))
+    b.input("label", (4,), "int32")
+    h = b.op("FC", ["data", b.param("w1", (8, 6)), b.param("b1", (8,), "ConstantFill")], "h")
+    d = b.op("Dropout", [h], ["d", "d_mask"], ratio=0.5, is_test=0)
+    logits = b.op("FC", [d, b.param("w2", (3, 8)), b.param("b2", (3,), "ConstantFill")], "logits")
+    b.op("SoftmaxWithLoss", [logits, "label"], ["softmax", "loss"])
+    made = make_train_nets(net_from_netdef(b.predict, b.init), ["loss"], OptimizerChoice("sgd", LR))
+
+    def masks(steps: int):
+        ex = Executor(net_from_netdef(made.train, made.init))
+        seen = []
+        ex.run(batch(0), iterations=steps, warmup=1, watch=["d_mask"],
+               on_step=lambda step, values: seen.append(values["d_mask"]))
+        return seen
+
+    first, again = masks(3), masks(3)
+    assert not np.array_equal(first[0], first[1]) and not np.array_equal(first[1], first[2])
+    for a, b_ in zip(first, again):
+        np.testing.assert_array_equal(a, b_)
+    assert 0.3 < first[1].mean() < 0.7

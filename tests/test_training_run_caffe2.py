@@ -69,8 +69,10 @@ def assert_close(got, want, what: str) -> None:
 def test_train_net_is_the_one_caffe2_writes(name, opt):
     _, info = caffe2_run(name)
     train, init, _, _ = placer_run(name, opt)
-    assert_same_ops(train.op, parse(info[opt]["train"]).op, f"{name}/{opt} train net")
+    theirs = parse(info[opt]["train"])
+    assert_same_ops(train.op, theirs.op, f"{name}/{opt} train net")
     assert_same_ops(init.op, parse(info[opt]["init"]).op, f"{name}/{opt} init net")
+    assert list(train.external_input) == list(theirs.external_input)
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))

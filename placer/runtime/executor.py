@@ -14,7 +14,9 @@ statistics -- are carried from one iteration to the next and from one ``run`` to
 next, so on a train net every iteration is a training step. Warm-up iterations train a
 copy of that state, which is then dropped: after ``run(..., iterations=N)`` the
 parameters are those after exactly N steps, whatever ``warmup`` is (the copy costs the
-written state's memory once more during the warm-up).
+written state's memory once more during the warm-up). Step k of a train net draws its
+randomness (training-mode Dropout's mask) from the op's seed and k, as a Caffe2 op's
+generator moves on from one run to the next; warm-ups draw the first step's.
 
 In place: an op whose registry entry declares an (input, output) pair in place
 (``OpDef.inplace``: optimizer updates, iteration counters) and writes that input's blob
@@ -71,6 +73,7 @@ class Step:
     frees: tuple[str, ...] = ()    # blobs whose last use is this op
     holders: tuple = ()            # with host inputs: per input, the holds() that must accept it
     inplace_candidates: frozenset = frozenset()  # inputs it may update in place, if owned
+    seed: int = 0                  # the op's seed at step 0
     samples_s: list[float] = field(default_factory=list)
     copy_bytes: int = 0
     copy_direction: str = ""
@@ -226,7 +229,8 @@ class Executor:
         holders = (tuple(read_device(op, self.devices, k).holds for k in range(len(op.inputs)))
                    if host_inputs(op) and device is not self.devices.cpu else ())
         return Step(op, device, op.inputs, op.outputs, args, kernel=registry.get(op.type).kernel,
-                    timer=device.timer(), holders=holders, inplace_candidates=inplace_candidates(op))
+                    timer=device.timer(), holders=holders, inplace_candidates=inplace_candidates(op),
+                    seed=args.seed)
 
     def _seed(self, op: Op) -> int:
         """The seed of an op with randomness (fills, training-mode Dropout).
@@ -382,6 +386,8 @@ class Executor:
             if timed and state is not None:
                 self.params, state = state, None   # the warm-up trained a copy: drop it
             fed = batches.get(self.steps_done if timed else first_step)
+            if self.state_names:
+                self._reseed(self.steps_done if timed else first_step)
             # 1. feed inputs and params
             blobs = dict(self.params)
             for name in self.expected_inputs():
@@ -423,6 +429,11 @@ class Executor:
                              hint="name a blob the net makes, e.g. its loss")
         self._watched = frozenset(names)
         self._plan_frees()
+
+    def _reseed(self, step: int) -> None:
+        """Seeds of training step ``step`` (step 0: the ops' own seeds)."""
+        for s in self.steps:
+            s.args.seed = s.seed if step == 0 else (s.seed * 1_000_003 + step) & 0x7FFFFFFF
 
     def _set_aside_state(self) -> dict[str, Any]:
         """Give the warm-up its own copy of the state the net writes; returns the real state."""
