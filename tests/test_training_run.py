@@ -252,3 +252,14 @@ def test_each_step_draws_a_new_dropout_mask_and_runs_repeat():
     for a, b_ in zip(first, again):
         np.testing.assert_array_equal(a, b_)
     assert 0.3 < first[1].mean() < 0.7
+
+
+def test_a_failed_warmup_leaves_the_real_state_in_place():
+    from placer.errors import PlacerError
+    ex = executor("adam")
+    real = ex.params
+    bad = {**batch(0), "label": np.array([0, 1, 2, 9], np.int32)}   # class 9 of 3
+    with pytest.raises(PlacerError):
+        ex.run(bad, iterations=2, warmup=1)
+    assert ex.params is real and ex.steps_done == 0
+    assert ex.host_state()["optimizer_iteration"].tolist() == [0]

@@ -361,11 +361,12 @@ class Executor:
         """Run the predict net ``warmup + iterations`` times; outputs of the last run.
 
         ``inputs`` is one batch, or ``batch(step)`` giving the batch of each step (step
-        counts the iterations run on the state so far, from 0; warm-ups get step 0's).
-        Per-op times are the median of the ``iterations`` timed runs (``self.record``).
-        ``progress(done, total)`` is called after each op when given; ``on_step(step,
-        values)`` after each timed iteration, with host copies of the ``watch`` blobs.
-        The state carries over (see the module docstring): warm-ups train a copy of it.
+        counts the iterations run on the state so far, from 0; warm-ups get the first
+        timed step's). Per-op times are the median of the ``iterations`` timed runs
+        (``self.record``). ``progress(done, total)`` is called after each op when given;
+        ``on_step(step, values)`` after each timed iteration, with host copies of the
+        ``watch`` blobs. The state carries over (see the module docstring): warm-ups train
+        a copy of it.
         """
         if not self.initialized and self.net.init_proto is not None:
             self.run_init()
@@ -380,43 +381,52 @@ class Executor:
         # blob sizes (for peak memory) are measured once per input signature
         known = self._sizes.get(self._signature)
         sizes: dict[str, tuple[str, int]] = known if known is not None else {}
-        state = self._set_aside_state() if warmup and self.state_names else None
-        for it in range(warmup + iterations):
-            timed = it >= warmup
-            if timed and state is not None:
-                self.params, state = state, None   # the warm-up trained a copy: drop it
-            fed = batches.get(self.steps_done if timed else first_step)
-            if self.state_names:
-                self._reseed(self.steps_done if timed else first_step)
-            # 1. feed inputs and params
-            blobs = dict(self.params)
-            for name in self.expected_inputs():
-                blobs[name] = self._first_reader(name).to_device(fed[name], key=("feed", name))
-            measure = it == 0 and known is None
-            if measure:
-                sizes.update((n, (location(v), int(v.nbytes))) for n, v in blobs.items())
-            # 2. run ops
-            owners = timed and not self._owners_checked
-            self._run_ops(blobs, sizes if measure else None,
-                          None if progress is None else (lambda i: progress(it * len(self.steps) + i, total)),
-                          fed if owners else None)
-            self._owners_checked = self._owners_checked or owners
-            for d in self.devices.all():  # staging buffers are reused next iteration
-                d.sync()
-            # 3. carry the state to the next iteration
-            for name in self.state_names:
-                self.params[name] = blobs[name]
-            if timed:
-                for s in self.steps:
-                    s.samples_s.append(s.timer.seconds())
-                self.steps_done += 1
-                if on_step is not None:
-                    on_step(self.steps_done, {n: self._collect(blobs, n) for n in watch})
+        real_state = self._set_aside_state() if warmup and self.state_names else None
+        try:
+            for it in range(warmup + iterations):
+                timed = it >= warmup
+                if timed and real_state is not None:
+                    self.params, real_state = real_state, None   # the warm-up trained a copy: drop it
+                step = self.steps_done if timed else first_step
+                tick = None if progress is None else (lambda i: progress(it * len(self.steps) + i, total))
+                blobs = self._iteration(batches.get(step), step, sizes if it == 0 and known is None else None,
+                                        tick, grant=timed and not self._owners_checked)
+                if timed:
+                    for s in self.steps:
+                        s.samples_s.append(s.timer.seconds())
+                    self.steps_done += 1
+                    if on_step is not None:
+                        on_step(self.steps_done, {n: self._collect(blobs, n) for n in watch})
+        finally:
+            if real_state is not None:  # a warm-up failed: its copy of the state is dropped
+                self.params = real_state
         # 4. collect outputs
         outputs = {name: self._collect(blobs, name) for name in self.net.external_outputs}
         self._sizes[self._signature] = sizes
         self._record, self._last_run = None, (sizes, iterations, warmup)
         return outputs
+
+    def _iteration(self, fed: Mapping[str, Any], step: int, sizes: dict | None, tick: Any,
+                   grant: bool) -> dict:
+        """One run of the net on the state; returns its blobs. ``sizes``: measure blob
+        sizes; ``grant``: decide the in-place rights (the first run on the state)."""
+        if self.state_names:
+            self._reseed(step)
+        # 1. feed inputs and params
+        blobs = dict(self.params)
+        for name in self.expected_inputs():
+            blobs[name] = self._first_reader(name).to_device(fed[name], key=("feed", name))
+        if sizes is not None:
+            sizes.update((n, (location(v), int(v.nbytes))) for n, v in blobs.items())
+        # 2. run ops
+        self._run_ops(blobs, sizes, tick, fed if grant else None)
+        self._owners_checked = self._owners_checked or grant
+        for d in self.devices.all():  # staging buffers are reused next iteration
+            d.sync()
+        # 3. carry the state to the next iteration
+        for name in self.state_names:
+            self.params[name] = blobs[name]
+        return blobs
 
     def _watch(self, names: Sequence[str]) -> None:
         """Keep ``names`` alive to the end of each iteration (``on_step`` reads them)."""
