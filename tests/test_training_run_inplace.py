@@ -75,6 +75,23 @@ def test_in_place_kernel_uses_only_names_cupy_has(case):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", INPLACE_CASES, ids=[c["id"] for c in INPLACE_CASES])
+def test_in_place_kernel_on_cupy_updates_its_device_arrays(case):
+    import cupy
+    _, want = run_case(case, np, frozenset())
+    positions = inplace_positions(case)
+    inputs = [cupy.asarray(x) for x in case_inputs(case)]
+    base = case_args(case)
+    args = Args(dict(base), op=base.op, seed=base.seed, n_outputs=base.n_outputs, inplace=positions)
+    got = registry.get(case["op"]).kernel(cupy, inputs, args)
+    for k, (a, b) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(cupy.asnumpy(a), np.asarray(b), rtol=1e-6, atol=1e-7, err_msg=f"output {k}")
+    for i, j in registry.get(case["op"]).inplace:
+        if i in positions:
+            assert got[j] is inputs[i]
+
+
 @pytest.mark.parametrize("op_type", ["SparseAdagrad", "RowWiseSparseAdagrad", "SparseAdam",
                                      "SparseMomentumSGDUpdate", "ScatterWeightedSum"])
 def test_sparse_update_in_place_allocates_rows_not_the_table(op_type):
@@ -193,6 +210,18 @@ def test_adam_and_learning_rate_on_a_gpu_read_the_counter_from_the_host():
         np.testing.assert_array_equal(placed.host_state()[name], cpu.host_state()[name], err_msg=name)
     assert placed.host_state()["iter"].tolist() == [3]
     assert {s.device.name for s in placed.steps} == {"cpu", "emulated-cuda:0"}
+
+
+@pytest.mark.gpu
+def test_on_a_real_gpu_adam_reads_the_counter_from_host_memory():
+    g = {"g": np.linspace(-1, 1, 5).astype(np.float32)}
+    gpu, cpu = Executor(adam_on_gpu()), Executor(adam_on_gpu(gpu=None))
+    for ex in (gpu, cpu):
+        ex.run_init()
+        ex.run(g, iterations=3, warmup=1)
+    assert type(gpu.params["iter"]) is np.ndarray and gpu.params["p"].device.id == 0
+    for name in ("p", "m1", "m2", "iter"):
+        np.testing.assert_allclose(gpu.host_state()[name], cpu.host_state()[name], rtol=1e-6, err_msg=name)
 
 
 def test_a_counter_in_gpu_memory_is_refused_by_name():
