@@ -53,7 +53,7 @@ def placer_run(name: str, opt: str):
     ex.load_state(initial_values(name))
     first: dict = {}
     data = batches(m, STEPS)
-    ex.run(lambda step: data[step], iterations=STEPS, warmup=1, watch=grads,
+    ex.run(lambda step: data[step], iterations=STEPS, warmup=0, watch=grads,
            on_step=lambda step, values: first.update(values) if step == 1 else None)
     return made.train, made.init, first, ex.host_state()
 

@@ -115,8 +115,8 @@ def on_the_cpu(netdef: pb.NetDef) -> pb.NetDef:
 
 CAFFE2_SCRIPT = """
 predict, init = caffe2_pb2.NetDef(), caffe2_pb2.NetDef()
-text_format.Parse(inputs_text["predict"], predict)
-text_format.Parse(inputs_text["init"], init)
+predict.ParseFromString(inputs["predict"].tobytes())
+init.ParseFromString(inputs["init"].tobytes())      # binary: its GivenTensorFills are big
 workspace.RunNetOnce(init)
 for step in range(STEPS):
     for name in NAMES:
@@ -157,15 +157,13 @@ def test_placed_train_net_trains_like_the_cpu_run_under_emulate_gpu(name, opt):
 @pytest.mark.caffe2
 @pytest.mark.parametrize("name,opt", CASES, ids=[f"{m}-{o}" for m, o in CASES])
 def test_placed_train_net_with_devices_on_the_cpu_trains_in_caffe2_like_placer(name, opt):
-    from google.protobuf import text_format
     net, _, placed, cpu, _ = runs(name, opt)
     names = sorted(model(name).inputs)
     wanted = [b for b in net.params if b != "iteration_mutex"]
-    texts = {"predict": text_format.MessageToString(on_the_cpu(placed.predict)),
-             "init": text_format.MessageToString(on_the_cpu(placed.init))}
     feeds = {f"batch{k}/{n}": v for k, b in enumerate(batches(model(name), STEPS)) for n, v in b.items()}
-    script = (f"inputs_text = {texts!r}\nSTEPS = {STEPS}\nNAMES = {names!r}\nOUTPUTS = {wanted!r}\n"
-              + CAFFE2_SCRIPT)
+    for key, netdef in (("predict", placed.predict), ("init", placed.init)):
+        feeds[key] = np.frombuffer(on_the_cpu(netdef).SerializeToString(), np.uint8)
+    script = f"STEPS = {STEPS}\nNAMES = {names!r}\nOUTPUTS = {wanted!r}\n" + CAFFE2_SCRIPT
     arrays, _ = run_caffe2(script, feeds)
     for blob in wanted:
         assert_close(cpu[blob], arrays[blob], f"{name}/{opt}: {blob} after {STEPS} steps in Caffe2")

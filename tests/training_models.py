@@ -167,8 +167,10 @@ def _dlrm() -> Model:
 
 
 # ---------------------------------------------------------------- batches and the oracle
+@lru_cache(maxsize=None)
 def initial_values(name: str) -> dict[str, np.ndarray]:
-    """The forward net's init net run by placer (seeded fills): every run starts here."""
+    """The forward net's init net run by placer (seeded fills): every run starts here
+    (read only: executors take copies)."""
     from placer.runtime.executor import Executor
     ex = Executor(model(name).net())
     ex.run_init()
