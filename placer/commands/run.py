@@ -44,7 +44,7 @@ fills; .pb binary, else text).
 
   placer run placed.pbtxt --init-net init.pbtxt --input data=1,3,224,224 --emulate-gpu
   placer run net.prototxt --iterations 10 --record run.json --outputs out.npz
-  placer run train_net.pbtxt --init-net train_init_net.pbtxt --inputs batches/ \
+  placer run train_net.pbtxt --init-net train_init_net.pbtxt --inputs batches/ \\
       --iterations 100 --print-every 10 --save-init trained_init.pb
 """
 
@@ -56,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="input arrays keyed by blob name; several files or a folder of .npz "
                            "files: one per step, in order, cycled")
     feed.add_argument("--random-inputs", metavar="SEED", type=int, default=None,
-                      help="random inputs from this seed (default when --inputs is not given: 0)")
+                      help="random inputs from this seed (default when --inputs is not given: 0); "
+                           "on a train net, step k's batch is drawn from (SEED, k)")
     parser.add_argument("--iterations", type=int, default=1, metavar="N",
                         help="timed runs; each op's time is the median (default 1)")
     parser.add_argument("--warmup", type=int, default=1, metavar="N",
