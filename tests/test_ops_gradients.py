@@ -2,8 +2,9 @@
 
 Every case of tests/cases/gradients.py runs once through Caffe2 (one subprocess for the
 module); placer's kernel must give the same outputs on numpy and through the cupy
-stand-in (numpy restricted to the names cupy has). Cases that name a ``torch`` reference
-are also checked against torch autograd on the raw inputs.
+stand-in (numpy restricted to the names cupy has), and keep to cupy's rules on the strict
+stand-in (tests/cupy_standin.py). Cases that name a ``torch`` reference are also checked
+against torch autograd on the raw inputs.
 """
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ import pytest
 from caffe2_oracle import run_caffe2
 from cases.gradients import CASES as GRADIENT_CASES, FORWARD_CASES
 from cases.oracle_runner import assert_close, case_args, case_inputs, run_in_caffe2
-from conftest import CupyNames, require_torch
+from conftest import CupyNames, require_cupy, require_torch
+from cupy_standin import check_gpu_kernel, run_strict
+from placer.errors import PlacerError
 from placer.ops import registry
 from placer.types import Args, TensorType
 
@@ -71,6 +74,16 @@ def test_kernel_uses_only_names_cupy_has(case):
     _, want = run_kernel(case)
     for got, ref in zip(outs, want):
         np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_gpu_kernels_keep_to_cupy_rules(case):
+    """On the strict cupy stand-in (tests/cupy_standin.py): see ``check_gpu_kernel``."""
+    require_cupy()
+    opdef = registry.get(case["op"])
+    if "gpu" not in opdef.devices:
+        pytest.skip("CPU-only op: the planner never places it on a GPU")
+    check_gpu_kernel(opdef, case_inputs(case), case_args(case))
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -283,3 +296,32 @@ def test_every_training_op_has_a_conformance_case():
             if registry.get(t).kernel.__module__.rsplit(".", 1)[-1] in TRAINING_FAMILIES}
     covered = {c["op"] for c in CASES + OPT + LR_CASES} | {"CreateMutex"}   # made by the AtomicIter case
     assert ours - covered == set(), sorted(ours - covered)
+
+
+# ---------------------------------------------------------------- bad values, on both paths
+BAD_VALUES = [
+    ("SortedSegmentRangeMeanGradient", [np.ones((3, 2), np.float32), np.ones((3, 2), np.float32),
+                                        np.ones((3, 2), np.float32), np.array([0, 2, 1], np.int32)], "must be sorted"),
+    ("SortedSegmentRangeLogMeanExpGradient", [np.ones((3, 2), np.float32), np.ones((2, 2), np.float32),
+                                              np.ones((2, 2), np.float32), np.array([0, 1, 2], np.int64)],
+     r"must lie in 0\.\.1"),
+    ("SparseLengthsIndicesInGradientSumGradient", [np.ones((2, 3), np.float32), np.array([2, 2], np.int32),
+                                                   np.array([0, 1, 2], np.int64)], "sum to 4"),
+    ("LengthsIndicesInGradientMeanGradient", [np.ones((2, 3), np.float32), np.array([4, -1], np.int32),
+                                              np.ones((3, 3), np.float32)], "negative length"),
+    ("SparseToDense", [np.array([0, 5], np.int64), np.ones((2, 2), np.float32), np.ones((5, 2), np.float32)],
+     "index 5 is out of range for 5 rows"),
+    ("BatchGatherGradient", [np.ones((2, 3), np.float32), np.array([3], np.int64), np.ones((2, 1), np.float32)],
+     "index 3 is out of range"),
+]
+
+
+@pytest.mark.parametrize("op_type,inputs,words", BAD_VALUES, ids=[b[0] for b in BAD_VALUES])
+def test_bad_index_values_are_input_errors_on_both_paths(op_type, inputs, words):
+    """The checks that read values back (once) refuse what Caffe2's kernels assume away."""
+    kernel = registry.get(op_type).kernel
+    with pytest.raises(PlacerError, match=words):
+        kernel(np, inputs, Args(op=f"#9 {op_type}"))
+    require_cupy()
+    with pytest.raises(PlacerError, match=words):
+        run_strict(kernel, inputs, Args(op=f"#9 {op_type}"))

@@ -2,11 +2,14 @@
 
 Every case of tests/cases/optimizers.py runs once through Caffe2 (one subprocess for the
 module), in place where Caffe2 requires it; placer's kernel must give the same arrays on
-numpy and through the cupy stand-in. Momentum SGD and Adagrad are also checked against
-torch.optim, which states the same updates in other terms.
+numpy and through the cupy stand-in, and keep to cupy's rules on the strict stand-in
+(tests/cupy_standin.py). Momentum SGD and Adagrad are also checked against torch.optim,
+which states the same updates in other terms.
 """
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
@@ -15,10 +18,11 @@ import pytest
 from caffe2_oracle import run_caffe2
 from cases.optimizers import CASES, LR_CASES
 from cases.oracle_runner import assert_close, case_args, case_inputs, run_in_caffe2
-from conftest import CupyNames, require_torch
-from placer.errors import ArgumentError
+from conftest import CupyNames, require_cupy, require_torch
+from cupy_standin import DeviceArray, StrictCupy, check_gpu_kernel, run_strict
+from placer.errors import ArgumentError, InputError
 from placer.ops import registry
-from placer.ops.optimizers import ENFORCED_INPLACE
+from placer.ops.optimizers import ENFORCED_INPLACE, INDICES_AT, round_launches
 from placer.types import Args, TensorType
 
 ALL = CASES + LR_CASES
@@ -73,6 +77,33 @@ def test_kernel_uses_only_names_cupy_has(case):
     _, want = run_kernel(case)
     for got, ref in zip(outs, want):
         np.testing.assert_array_equal(got, ref)
+
+
+def as_run_on_a_gpu(opdef, case):
+    """``opdef`` as a GPU runs it: the inputs Caffe2 reads from host memory whatever the
+    device (``OpDef.host_inputs``: iteration counters) reach the kernel as host arrays, and its
+    launches are the declared count (unique indices: one round) plus one round's launches
+    for every further time the most repeated index is listed."""
+    host = opdef.host_inputs
+
+    def kernel(xp, inputs, args):
+        return opdef.kernel(xp, [x._a if i in host and isinstance(x, DeviceArray) else x   # the host copy
+                                 for i, x in enumerate(inputs)], args)
+    extra = 0
+    if opdef.type in INDICES_AT:
+        repeats = Counter(case_inputs(case)[INDICES_AT[opdef.type]].reshape(-1).tolist())
+        extra = (max(repeats.values()) - 1) * round_launches(opdef.type, case_args(case))
+    return replace(opdef, kernel=kernel, launches=lambda inputs, args: opdef.launch_count(inputs, args) + extra)
+
+
+@pytest.mark.parametrize("case", ALL, ids=IDS)
+def test_gpu_kernels_keep_to_cupy_rules(case):
+    """On the strict cupy stand-in (tests/cupy_standin.py): see ``check_gpu_kernel``."""
+    require_cupy()
+    opdef = registry.get(case["op"])
+    if "gpu" not in opdef.devices:
+        pytest.skip("CPU-only op: the planner never places it on a GPU")
+    check_gpu_kernel(as_run_on_a_gpu(opdef, case), case_inputs(case), case_args(case))
 
 
 @pytest.mark.parametrize("case", ALL, ids=IDS)
@@ -188,12 +219,13 @@ def test_dense_update_costs():
 
 
 # ---------------------------------------------------------------- the scatter helpers (brute force)
-def test_occurrence_rounds_and_segment_sum_match_python_loops():
-    from placer.ops.scatter import occurrence_rounds, scatter_add_rows, segment_sum
+def test_checked_rounds_sums_by_id_and_row_adds_match_python_loops():
+    from placer.ops.scatter import checked_rounds
+    from placer.ops.segments import add_rows_at, id_counts, sum_by_id
     rng = np.random.default_rng(3)
     for trial in range(20):
-        idx = rng.integers(0, 7, rng.integers(0, 30)).astype(np.int64)
-        rounds = occurrence_rounds(np, idx)
+        idx = rng.integers(0, 7, rng.integers(0, 30)).astype(np.int64 if trial % 2 else np.int32)
+        lo, hi, rounds = checked_rounds(np, idx)
         seen: dict = {}
         want: list = []
         for pos, v in enumerate(idx.tolist()):          # k-th time v appears -> round k
@@ -202,10 +234,40 @@ def test_occurrence_rounds_and_segment_sum_match_python_loops():
             want += [[] for _ in range(k + 1 - len(want))]
             want[k].append(pos)
         assert [r.tolist() for r in rounds] == want
+        assert (lo, hi) == ((min(idx.tolist()), max(idx.tolist())) if idx.size else (0, -1))
+        assert id_counts(np, idx).tolist() == [seen[v] for v in idx.tolist()]
         rows = rng.standard_normal((idx.size, 3))
         sums = np.zeros((7, 3))
         for pos, v in enumerate(idx.tolist()):
             sums[v] += rows[pos]
-        np.testing.assert_allclose(segment_sum(np, rows, idx, 7), sums, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(sum_by_id(np, rows, idx, 7), sums, rtol=1e-12, atol=1e-12)
         table = rng.standard_normal((7, 3))
-        np.testing.assert_allclose(scatter_add_rows(np, table, idx, rows), table + sums, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(add_rows_at(np, table, idx, rows), table + sums, rtol=1e-12, atol=1e-12)
+
+
+def test_checked_rounds_read_the_device_once():
+    """Range and rounds come back in one read, on the strict stand-in as on numpy."""
+    require_cupy()
+    from placer.ops.scatter import checked_rounds
+    idx = np.array([4, 1, 4, 0, 4, 1], np.int64)
+    xp = StrictCupy()
+    lo, hi, rounds = checked_rounds(xp, xp.wrap(idx))
+    assert (lo, hi) == (0, 4) and xp.ledger.syncs == ["get"]
+    assert [r.get().tolist() for r in rounds] == [[0, 1, 3], [2, 5], [4]]
+
+
+@pytest.mark.parametrize("op_type,inputs", [
+    ("SparseAdagrad", [np.ones((6, 2), np.float32), np.ones((6, 2), np.float32), np.array([1, 6, 1], np.int64),
+                       np.ones((3, 2), np.float32), np.array([-0.1], np.float32)]),
+    ("SparseMomentumSGDUpdate", [np.ones((2, 2), np.float32), np.ones((6, 2), np.float32),
+                                 np.array([0.1], np.float32), np.ones((6, 2), np.float32), np.array([6, 0], np.int32)]),
+    ("ScatterWeightedSum", [np.ones((6, 2), np.float32), np.array([1.0], np.float32), np.array([6], np.int64),
+                            np.ones((1, 2), np.float32), np.array([0.5], np.float32)]),
+], ids=["SparseAdagrad", "SparseMomentumSGDUpdate", "ScatterWeightedSum"])
+def test_sparse_updates_refuse_an_index_past_the_table_on_both_paths(op_type, inputs):
+    kernel = registry.get(op_type).kernel
+    with pytest.raises(InputError, match=f"#4 {op_type}: {op_type} index 6 is out of range for a parameter of 6 rows"):
+        kernel(np, inputs, Args(op=f"#4 {op_type}"))
+    require_cupy()
+    with pytest.raises(InputError, match="index 6 is out of range"):
+        run_strict(kernel, inputs, Args(op=f"#4 {op_type}"))

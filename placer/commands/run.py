@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 import io
+import math
 import sys
+import zipfile
 
 import numpy as np
 
@@ -13,6 +15,7 @@ from placer.fileio import atomic_write_bytes, refuse_overwrite
 from placer.progress import Progress
 from placer.runtime import record as run_record
 from placer.runtime.executor import Executor
+from placer.runtime.footprint import Footprint, require_memory, run_footprint
 from placer.runtime.inputs import NpzBatches, RandomBatches, npz_files, random_inputs
 from placer.runtime.state import loss_blobs, save_trained_init
 from placer.runtime.threads import set_blas_threads
@@ -97,10 +100,13 @@ def run(args: argparse.Namespace) -> int:
         if not set_blas_threads(args.threads):
             print("placer: warning: could not set the BLAS thread count here; "
                   f"set OPENBLAS_NUM_THREADS={args.threads} before starting", file=sys.stderr)
+    if args.random_inputs is not None and args.random_inputs < 0:
+        raise InputError(f"--random-inputs {args.random_inputs}: the seed must be >= 0")
     typed = load_typed_net(args)
     net = typed.net
     init_netdef = _init_netdef(net) if args.save_init else None
     executor = Executor(net, emulate_gpu=args.emulate_gpu, seed=args.seed)
+    _require_memory(typed, args)  # before the init net fills anything
     executor.run_init()
     trains = bool(executor.state_names)
     names = executor.expected_inputs()
@@ -143,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
 def _batches(args, files, executor, typed, trains):
     """One batch for every step, or a batch per step (several files; random on a train net)."""
     if files:
-        batches = NpzBatches(files)
+        batches = NpzBatches(files, _read_npz)
         return batches if len(files) > 1 else batches(0)
     seed = args.random_inputs or 0
     names = executor.expected_inputs()
@@ -172,6 +178,61 @@ def _init_netdef(net):
     if net.init_proto is None:
         raise InputError("--save-init needs the net's init net: give --init-net")
     return net.init_proto
+
+
+def _require_memory(typed, args) -> None:
+    """Refuse, with both figures, a run whose parameters, inputs and live activations do
+    not fit in this machine's memory (see placer/runtime/footprint.py)."""
+    net = typed.net
+    # an emulated GPU's blobs are host memory too; a real GPU's are not
+    on_host = None if args.emulate_gpu else {op.index for op in net.ops if op.device is None or not op.device.is_gpu}
+    need = run_footprint(typed, net.data_inputs, random_inputs=not args.inputs_npz, host_only=on_host)
+    if args.warmup and (on_host is None or on_host == {op.index for op in net.ops}):
+        copy = _written_state_bytes(typed)  # a train net's warm-ups train a copy of its state
+        need = Footprint(need.held + (("the warm-up's copy of the state", copy),), need.phases)
+    require_memory(need, f"running {args.net}", hint="give smaller shapes with --input (a smaller batch)")
+
+
+def _written_state_bytes(typed) -> int:
+    """Bytes of the blobs the init net makes and the net writes (a train net's state)."""
+    net = typed.net
+    made = {o for op in net.init_proto.op for o in op.output} if net.init_proto is not None else set()
+    written = {o for op in net.ops for o in op.outputs}
+    return sum(typed.blobs[b].nbytes for b in made & written if typed.blobs.get(b) is not None)
+
+
+NPZ_HINT = "give an .npz written by numpy.savez, keyed by blob name"
+_NPY_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def _read_npz(path: str) -> dict[str, np.ndarray]:
+    """The arrays of an .npz, after its headers say they fit in memory (a header can claim
+    any shape; numpy allocates the whole array before reading a byte of it)."""
+    declared = _npz_bytes(path)
+    require_memory(Footprint((("arrays", declared),)), f"reading {path}", hint="feed smaller arrays")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise InputError(f"{path}: cannot read input arrays ({e})", hint=NPZ_HINT) from e
+
+
+def _npz_bytes(path: str) -> int:
+    """Bytes of the arrays an .npz declares, from the .npy headers alone."""
+    total = 0
+    try:
+        with zipfile.ZipFile(path) as z:
+            for info in z.infolist():
+                with z.open(info) as f:
+                    version = np.lib.format.read_magic(f)
+                    read_header = _NPY_HEADER_READERS.get(version)
+                    if read_header is None:
+                        raise ValueError(f"member {info.filename}: .npy format {version} is not read here")
+                    shape, _, dtype = read_header(f)
+                    total += math.prod(shape) * dtype.itemsize
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise InputError(f"{path}: cannot read input arrays ({e})", hint=NPZ_HINT) from e
+    return total
 
 
 def format_table(rec: RunRecord) -> str:

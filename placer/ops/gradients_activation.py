@@ -25,7 +25,9 @@ place on X), the input X where it is not. Formulas are those of the Caffe2 CPU k
   PReluGradient(Y, dY, X, slope) -> (dX, dslope): dX = dY where X > 0 else slope * dY;
                                  dslope = sum of dY * X where X <= 0, per channel or shared
 Costs: one flop per element per arithmetic step written above (Softmax 4), inputs read
-once, outputs written once; all have CUDA kernels in Caffe2.
+once, outputs written once; all have CUDA kernels in Caffe2. GPU launches (``launches``,
+counted on the strict cupy stand-in): one per ufunc each formula applies as written here
+(a compare, a multiply, ...; casts to dY's dtype are free when the dtypes agree).
 """
 from __future__ import annotations
 
@@ -79,6 +81,18 @@ def _logit_grad(xp, x, dy, args):
     return xp.where(inside, dy / (x * (1 - x)), xp.zeros((), dtype=dy.dtype))
 
 
+def _clip_launches(inputs, args) -> int:
+    """The all-true mask, a compare and an ``&=`` per bound given, the multiply."""
+    return 2 + 2 * sum(args.float(bound, None) is not None for bound in ("min", "max"))
+
+
+# Launches of the rules below (counted on tests/cupy_standin.py).
+_UNARY_LAUNCHES = {"ReluGradient": 2, "SigmoidGradient": 3, "TanhGradient": 3, "SoftmaxGradient": 4,
+                   "EluGradient": 4, "LeakyReluGradient": 3, "ClipGradient": _clip_launches,
+                   "ThresholdedReluGradient": 2, "ReciprocalGradient": 3, "RsqrtGradient": 4,
+                   "SoftplusGradient": 4, "AbsGradient": 2, "CosGradient": 3, "SinGradient": 2,
+                   "SoftsignGradient": 4, "LogitGradient": 8}
+
 # name -> (elementwise rule on the op's inputs in order, flops per element)
 _UNARY = {
     "ReluGradient": (lambda xp, y, dy, a: dy * (y > 0), 1),
@@ -110,7 +124,8 @@ def _unary_kernel(rule):
 
 for _type, (_rule, _flops) in _UNARY.items():
     register(OpDef(_type, _like_last, _unary_kernel(_rule), cost=_per_element(_flops),
-                   min_inputs=2, max_inputs=2, doc=f"dX of {_type[:-8]} (see the module docstring)"))
+                   min_inputs=2, max_inputs=2, launches=_UNARY_LAUNCHES[_type],
+                   doc=f"dX of {_type[:-8]} (see the module docstring)"))
 
 
 def _swish_grad(xp, inputs, args):
@@ -118,7 +133,7 @@ def _swish_grad(xp, inputs, args):
     return ((dy * (y + _sigmoid(xp, x) * (1 - y))).astype(dy.dtype, copy=False),)
 
 
-register(OpDef("SwishGradient", _like_last, _swish_grad, cost=_per_element(6), min_inputs=3, max_inputs=3,
+register(OpDef("SwishGradient", _like_last, _swish_grad, cost=_per_element(6), min_inputs=3, max_inputs=3, launches=8,
                doc="(X, Y, dY) -> dX of Swish"))
 
 
@@ -138,6 +153,7 @@ def _select_kernel(xp, inputs, args):
 
 for _type in ("MaxGradient", "MinGradient"):
     register(OpDef(_type, _select_infer, _select_kernel, cost=_per_element(1), min_inputs=3,
+                   launches=lambda inputs, args: 2 * (len(inputs) - 2),    # a compare and a multiply per X
                    doc=f"(Y, dY, X0, X1, ...) -> dX_i = dY where X_i == Y ({_type[:3]})"))
 
 
@@ -153,7 +169,8 @@ def _mean_grad_kernel(xp, inputs, args):
 
 
 register(OpDef("MeanGradient", _mean_grad_infer, _mean_grad_kernel, cost=_per_element(1),
-               min_inputs=1, max_inputs=1, doc="dY -> dY / n for each of the n inputs of Mean"))
+               min_inputs=1, max_inputs=1, launches=lambda inputs, args: (args.n_outputs or 1) + 1,
+               doc="dY -> dY / n for each of the n inputs of Mean"))
 
 
 # ---------------------------------------------------------------- PRelu
@@ -185,4 +202,4 @@ def _prelu_grad_kernel(xp, inputs, args):
 
 
 register(OpDef("PReluGradient", _prelu_grad_infer, _prelu_grad_kernel, cost=_per_element(3),
-               min_inputs=4, max_inputs=4, doc="(Y, dY, X, slope) -> (dX, dslope)"))
+               min_inputs=4, max_inputs=4, launches=6, doc="(Y, dY, X, slope) -> (dX, dslope)"))

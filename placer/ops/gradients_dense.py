@@ -16,7 +16,10 @@ What torch 1.8.1's ``AddGradientOperators`` writes (checked with
 
 Costs: FCGradient does two GEMMs of the forward's size (dW and dX, 2*M*K*N MACs; one
 without dX) plus M*N adds for db; the binary gradients one or two flops per element of
-dC (three for Div) plus the reduction.
+dC (three for Div) plus the reduction. GPU launches (``launches``, counted on the strict
+cupy stand-in): a GEMM per weight or input gradient and the bias sum; for the binary
+gradients the rule's ufuncs, a sum per output folded to a smaller shape, and a copy
+where an output is dC itself.
 """
 from __future__ import annotations
 
@@ -47,16 +50,18 @@ def _fc_grad_kernel(transposed: bool):
         m = prod(x.shape[:axis])
         k = x.size // m if m else prod(x.shape[axis:])
         x2, dy2 = x.reshape(m, k), dy.reshape(m, -1)
-        if transposed:                            # W is (K, N)
-            dw = xp.matmul(x2.T, dy2)
-            dx = xp.matmul(dy2, w.reshape(k, -1).T)
-        else:                                     # W is (N, K)
-            dw = xp.matmul(dy2.T, x2)
-            dx = xp.matmul(dy2, w.reshape(-1, k))
-        db = dy2.sum(axis=0, dtype=dy.dtype)
-        outs = (dw.reshape(w.shape), db, dx.reshape(x.shape))
-        return outs[:args.n_outputs or 3]
+        dw = xp.matmul(x2.T, dy2) if transposed else xp.matmul(dy2.T, x2)   # W is (K, N) / (N, K)
+        outs = (dw.reshape(w.shape), dy2.sum(axis=0, dtype=dy.dtype))
+        if not _fc_has_dx(args):
+            return outs
+        dx = xp.matmul(dy2, w.reshape(k, -1).T if transposed else w.reshape(-1, k))
+        return outs + (dx.reshape(x.shape),)
     return kernel
+
+
+def _fc_has_dx(args: Args) -> bool:
+    """Whether dX is asked for (a third output; all three when the count is not known)."""
+    return (args.n_outputs or 3) > 2
 
 
 def _fc_grad_cost(transposed: bool):
@@ -71,7 +76,7 @@ def _fc_grad_cost(transposed: bool):
 
 for _type, _transposed in (("FCGradient", False), ("FCTransposedGradient", True)):
     register(OpDef(_type, _fc_grad_infer(_transposed), _fc_grad_kernel(_transposed), cost=_fc_grad_cost(_transposed),
-                   min_inputs=3, max_inputs=3,
+                   min_inputs=3, max_inputs=3, launches=lambda inputs, args: 2 + _fc_has_dx(args),
                    doc="(X, W, dY) -> (dW, db[, dX]) of " + _type[:-len("Gradient")]))
 
 
@@ -112,7 +117,8 @@ def _expand_b(xp, b, a_shape, args: Args):
 
 
 def _binary_grad_kernel(rule):
-    """``rule(dc, a, b, c)`` gives the elementwise (dA, dB) at the output's shape."""
+    """``rule(dc, a, b, c)`` gives the elementwise (dA, dB) at the output's shape (dC itself
+    for Add's two and Sub's dA: copied where not summed, as outputs never alias inputs)."""
     def kernel(xp, inputs, args):
         dc, a, b = inputs[0], inputs[1], inputs[2]
         c = inputs[3] if len(inputs) > 3 else None
@@ -123,12 +129,17 @@ def _binary_grad_kernel(rule):
             c_v = None if c is None else c.reshape(legacy)
         else:
             dc_v, a_v, c_v = dc, a, c
-        da, db = rule(xp, dc_v, a_v, b_view, c_v)
-        da = xp.broadcast_to(da, dc_v.shape).reshape(dc.shape)
-        db = xp.broadcast_to(db, dc_v.shape).reshape(dc.shape)
-        return (reduce_to(xp, da, tuple(a.shape), args, tuple(a.shape)).astype(dc.dtype, copy=True),
-                reduce_to(xp, db, tuple(b.shape), args, tuple(a.shape)).astype(dc.dtype, copy=True))
+        return tuple(_folded(xp, grad, grad is dc_v, dc, tuple(like.shape), args, tuple(a.shape))
+                     for grad, like in zip(rule(xp, dc_v, a_v, b_view, c_v), (a, b)))
     return kernel
+
+
+def _folded(xp, grad, is_dc: bool, dc, like_shape: tuple, args: Args, a_shape: tuple):
+    """``grad`` (dC's size) summed down to ``like_shape``, as a new array of dC's dtype."""
+    out = reduce_to(xp, grad.reshape(dc.shape), like_shape, args, a_shape)
+    if is_dc and tuple(like_shape) == tuple(dc.shape):
+        return out.copy()
+    return out.astype(dc.dtype, copy=False)
 
 
 _RULES = {
@@ -148,10 +159,24 @@ def _binary_grad_cost(per_element: float):
     return cost
 
 
+# GPU launches of each rule's (dA, dB) beyond dC itself (0: the output is dC).
+_RULE_LAUNCHES = {"AddGradient": (0, 0), "SubGradient": (0, 1), "MulGradient": (1, 1), "DivGradient": (1, 3)}
+
+
+def _binary_grad_launches(op_type: str):
+    """Per output its rule's ufuncs, then a sum where its shape is smaller than dC's; an
+    output that is dC itself costs one launch either way (the sum, or a copy)."""
+    def launches(inputs, args) -> int:
+        dc = inputs[0]
+        return sum(max(ufuncs + (t.shape != dc.shape), 1)
+                   for ufuncs, t in zip(_RULE_LAUNCHES[op_type], inputs[1:3]))
+    return launches
+
+
 for _type, (_rule, _flops) in _RULES.items():
     n_in = 4 if _type == "DivGradient" else 3
     register(OpDef(_type, _binary_grad_infer, _binary_grad_kernel(_rule), cost=_binary_grad_cost(_flops),
-                   min_inputs=n_in, max_inputs=n_in,
+                   min_inputs=n_in, max_inputs=n_in, launches=_binary_grad_launches(_type),
                    doc=f"(dC, A, B{', C' if n_in == 4 else ''}) -> (dA, dB) of {_type[:-8]}, summed over "
                        "broadcast dims"))
 

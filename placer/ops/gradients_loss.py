@@ -9,6 +9,8 @@
   SquaredL2DistanceGradient(X, Y, dD) -> (dX, dY) = ((X - Y) * dD_i, -(X - Y) * dD_i)
   MakeTwoClassGradient(dY) -> dX = dY[..., 1] - dY[..., 0]
 Costs: a few flops per element of X (written beside each kernel); all have CUDA kernels.
+GPU launches (``launches``) are counted on the strict cupy stand-in: one per ufunc,
+reduction, gather and fancy-index update each kernel below makes.
 """
 from __future__ import annotations
 
@@ -62,7 +64,9 @@ def _swl_grad_kernel(xp, inputs, args):
 
 
 register(OpDef("SoftmaxWithLossGradient", _swl_grad_infer, _swl_grad_kernel, cost=_flops(3),
-               min_inputs=4, max_inputs=5, doc="(X, label[, weight], P, dL) -> dX"))
+               min_inputs=4, max_inputs=5,       # label rows subtract in 2 launches, one-hot labels in 4
+               launches=lambda inputs, args: 12 if args.bool("label_prob", False) else 14,
+               doc="(X, label[, weight], P, dL) -> dX"))
 
 
 # ---------------------------------------------------------------- AveragedLoss
@@ -75,7 +79,7 @@ def _averaged_loss_grad(xp, inputs, args):
 register(OpDef("AveragedLossGradient", lambda i, a: [i[0]], _averaged_loss_grad,
                cost=lambda i, o, a: OpFeatures(flops=1.0, bytes_read=float(i[1].nbytes),
                                                bytes_written=float(o[0].nbytes)),
-               min_inputs=2, max_inputs=2, doc="(X, dL) -> dL / size(X) in X's shape"))
+               min_inputs=2, max_inputs=2, launches=3, doc="(X, dL) -> dL / size(X) in X's shape"))
 
 
 # ---------------------------------------------------------------- LabelCrossEntropy
@@ -99,7 +103,7 @@ def _lce_grad_kernel(xp, inputs, args):
 
 
 register(OpDef("LabelCrossEntropyGradient", _lce_grad_infer, _lce_grad_kernel, cost=_flops(1),
-               min_inputs=3, max_inputs=3, doc="(X, label, dY) -> dX, nonzero at each row's label"))
+               min_inputs=3, max_inputs=3, launches=7, doc="(X, label, dY) -> dX, nonzero at each row's label"))
 
 
 # ---------------------------------------------------------------- SigmoidCrossEntropyWithLogits
@@ -126,7 +130,8 @@ def _sxe_grad_kernel(xp, inputs, args):
 
 
 register(OpDef("SigmoidCrossEntropyWithLogitsGradient", _sxe_grad_infer, _sxe_grad_kernel, cost=_flops(5, 1),
-               min_inputs=3, max_inputs=3, doc="(dY, X, T) -> dX of the mean logistic loss"))
+               min_inputs=3, max_inputs=3, launches=lambda inputs, args: 11 if args.bool("log_D_trick", False) else 7,
+               doc="(dY, X, T) -> dX of the mean logistic loss"))
 
 
 # ---------------------------------------------------------------- SquaredL2Distance, MakeTwoClass
@@ -147,7 +152,7 @@ def _l2_grad_kernel(xp, inputs, args):
 
 
 register(OpDef("SquaredL2DistanceGradient", _l2_grad_infer, _l2_grad_kernel, cost=_flops(3),
-               min_inputs=3, max_inputs=3, doc="(X, Y, dD) -> ((X - Y) dD, -(X - Y) dD) per row"))
+               min_inputs=3, max_inputs=3, launches=3, doc="(X, Y, dD) -> ((X - Y) dD, -(X - Y) dD) per row"))
 
 
 def _two_class_grad_infer(inputs, args):
@@ -185,4 +190,5 @@ def _spatial_swl_grad_kernel(xp, inputs, args):
 
 
 register(OpDef("SpatialSoftmaxWithLossGradient", _spatial_swl_grad_infer, _spatial_swl_grad_kernel,
-               cost=_flops(3), min_inputs=4, max_inputs=5, doc="(X, label[, weight], P, dL) -> dX, per pixel"))
+               cost=_flops(3), min_inputs=4, max_inputs=5, launches=lambda inputs, args: 13 + 2 * (len(inputs) == 5),
+               doc="(X, label[, weight], P, dL) -> dX, per pixel"))

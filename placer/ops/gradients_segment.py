@@ -9,8 +9,13 @@ What torch 1.8.1's ``AddGradientOperators`` writes (forward op -> gradient op):
   (LogSumExp) or exp(DATA_i - Y[id_i]) / size (LogMeanExp).
 - LengthsMax (DATA, LENGTHS) -> LengthsMaxWithMainInputAndForwardOutputGradient(Y, dY,
   LENGTHS, DATA) -> dDATA: row i gets dY of its segment where DATA_i equals the max.
-Kernels gather per-row values with ``take`` (no scatter: every row has one segment).
+Kernels gather per-row values with ``take`` (no scatter: every row has one segment); a
+segment's size is the run length of its id among the sorted ids (two binary searches, no
+``bincount``, which reads the device back on cupy). One host read per kernel checks that
+the ids are sorted and lie in 0..segments-1, as Caffe2's kernels assume.
 Costs: one or two flops per element of dDATA; dDATA written once, the inputs read once.
+GPU launches (counted on the strict cupy stand-in): the ids' check and read (7), the segment
+sizes (4), the dY gather and the divide; LogMeanExp's Y gather, exp and product add 4.
 Devices: as their forward ops in placer/ops/embedding.py (Caffe2 had CUDA kernels for the
 SortedSegmentRange Mean and LogMeanExp gradients only; LengthsMax's gradient is CPU only
 here, like the other lengths-max ops whose CUDA support was not confirmed).
@@ -21,6 +26,7 @@ from placer.errors import InputError
 from placer.ops.elementwise import shape_error
 from placer.ops.gradients_sparse import segment_of_positions
 from placer.ops.registry import OpDef, io_bytes, register
+from placer.ops.segments import id_counts
 from placer.types import OpFeatures, TensorType
 
 CPU_ONLY = frozenset({"cpu"})
@@ -31,14 +37,21 @@ def _cost(inputs, outputs, args) -> OpFeatures:
     return OpFeatures(flops=float(2 * outputs[0].size), bytes_read=read, bytes_written=written)
 
 
-def _sizes(xp, ids, n_segments: int, dtype):
-    return xp.bincount(ids, minlength=n_segments).astype(dtype)
+def _row_sizes(xp, flat, dtype):
+    """The size of each row's segment (sorted ids: the run length of its id)."""
+    return id_counts(xp, flat, presorted=True).astype(dtype)
 
 
 def _ids(xp, ids, n_segments: int, args):
+    """Flat int64 ids, checked sorted and within 0..n_segments-1 (one host read)."""
     flat = ids.reshape(-1).astype(xp.int64)
-    if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= n_segments):
-        raise InputError(f"op {args.op}: segment ids must lie in 0..{n_segments - 1}")
+    if flat.size:
+        unsorted = (flat[1:] < flat[:-1]).any().astype(xp.int64)
+        first, last, bad = xp.stack([flat[0], flat[-1], unsorted]).tolist()
+        if bad:
+            raise InputError(f"op {args.op}: SEGMENT_IDS must be sorted (non-decreasing)")
+        if first < 0 or last >= n_segments:
+            raise InputError(f"op {args.op}: segment ids must lie in 0..{n_segments - 1}")
     return flat
 
 
@@ -61,8 +74,7 @@ def _sorted_grad_kernel(mean: bool):
         flat = _ids(xp, ids, dy.shape[0], args)
         rows = xp.take(dy, flat, axis=0)
         if mean:
-            sizes = _sizes(xp, flat, dy.shape[0], dy.dtype)
-            rows = rows / _broadcast_rows(xp.take(sizes, flat), dy.ndim)
+            rows = rows / _broadcast_rows(_row_sizes(xp, flat, dy.dtype), dy.ndim)
         return (rows.astype(dy.dtype, copy=False),)
     return kernel
 
@@ -89,7 +101,7 @@ def _range_grad_kernel(reduction: str):
         g = xp.take(dy, flat, axis=0)
         if reduction == "Sum":
             return (g.astype(dy.dtype, copy=True),)
-        sizes = _broadcast_rows(xp.take(_sizes(xp, flat, dy.shape[0], dy.dtype), flat), data.ndim)
+        sizes = _broadcast_rows(_row_sizes(xp, flat, dy.dtype), data.ndim)
         if reduction == "Mean":
             return ((g / sizes).astype(dy.dtype, copy=False),)
         top = xp.take(y, flat, axis=0)
@@ -106,6 +118,7 @@ for _reduction, _gpu in (("Sum", False), ("Mean", True), ("Max", False), ("LogSu
                          ("LogMeanExp", True)):
     register(OpDef(f"SortedSegmentRange{_reduction}Gradient", _range_grad_infer, _range_grad_kernel(_reduction),
                    cost=_cost, devices=frozenset({"cpu", "gpu"}) if _gpu else CPU_ONLY, min_inputs=4, max_inputs=4,
+                   launches={"Mean": 13, "LogMeanExp": 17}.get(_reduction, 1),
                    doc=f"(DATA, Y, dY, SEGMENT_IDS) -> dDATA of SortedSegmentRange{_reduction}"))
 
 

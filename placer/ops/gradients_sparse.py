@@ -18,9 +18,13 @@ tensor of like.shape[0] rows (else max index + 1, known only when run); Unique(i
 does; UnsortedSegmentSum(DATA, SEGMENT_IDS) -> per-id row sums (``num_segments`` rows, else
 max id + 1); CopyOnDeviceLike(X, like) -> a copy of X (Copy's gradient).
 
-Sums go through ``placer/ops/scatter.py`` (a CSR product, no ``add.at``). Costs: the
+Sums by index go through ``placer/ops/segments.py`` (``sum_by_id``: a CSR product on numpy,
+a scatter-add on cupy); each kernel reads the device back once at most (LENGTHS' sum and
+minimum together; the smallest and largest index together). Costs: the
 gradient expansions read dY, the lengths and the indices and write one row per index;
-SparseToDense writes the whole dense output; Unique sorts (n log2 n compares).
+SparseToDense writes the whole dense output; Unique sorts (n log2 n compares). GPU
+launches (``launches``) are counted on the strict cupy stand-in: the expansions' segment
+search and host read take 7, a gather, and two more for a divide or a weight.
 Devices: SparseLengthsIndicesInGradient*, LengthsIndicesInGradient*, SparseToDense
 (sparse_to_dense_op.cu), Unique (unique_ops.cu) and CopyOnDeviceLike have CUDA kernels;
 UnsortedSegmentSum is registered for the CPU only here (its CUDA kernel was not
@@ -32,7 +36,7 @@ from math import log2
 
 from placer.errors import InputError, ShapeError
 from placer.ops.registry import OpDef, movement_cost, register
-from placer.ops.scatter import segment_sum
+from placer.ops.segments import segment_ids, sum_by_id
 from placer.types import Args, OpFeatures, TensorType, shape_str
 
 INDEX_DTYPES = ("int32", "int64")
@@ -49,13 +53,15 @@ def _index_vector(args: Args, t: TensorType, name: str, inputs) -> None:
 
 
 def segment_of_positions(xp, lengths, n: int, args: Args):
-    """The segment of each of the n positions (LENGTHS must be >= 0 and sum to n)."""
-    ends = xp.cumsum(lengths.astype(xp.int64))
-    total = int(ends[-1]) if lengths.size else 0
-    if total != n or (lengths.size and int(lengths.min()) < 0):
+    """The segment of each of the n positions (LENGTHS must be >= 0 and sum to n; one host
+    read of the sum and the minimum)."""
+    total, smallest = 0, 0
+    if lengths.size:
+        total, smallest = xp.stack([lengths.sum(dtype=xp.int64), lengths.min().astype(xp.int64)]).tolist()
+    if total != n or smallest < 0:
         raise InputError(f"op {args.op}: LENGTHS sum to {total} (or hold a negative length) but there "
                          f"are {n} indices")
-    return xp.searchsorted(ends, xp.arange(n, dtype=xp.int64), side="right")
+    return segment_ids(xp, lengths, n)
 
 
 # ---------------------------------------------------------------- lengths-reduction gradients
@@ -104,6 +110,12 @@ def _expand_cost(weighted: bool, scaled: bool):
     return cost
 
 
+def _expand_launches(weighted: bool, mean: bool) -> int:
+    """The LENGTHS read (sum and minimum: 4), the segment search (3), the dY gather; a
+    divide by the segment's length or a multiply by the weight costs 4 or 2 more."""
+    return 8 + (4 if mean else 0) + (2 if weighted else 0)
+
+
 for _type, _weighted, _mean in (
         ("SparseLengthsIndicesInGradientSumGradient", False, False),
         ("SparseLengthsIndicesInGradientMeanGradient", False, True),
@@ -113,17 +125,29 @@ for _type, _weighted, _mean in (
     register(OpDef(_type, _expand_infer(_weighted), _expand_kernel(_weighted, _mean),
                    cost=_expand_cost(_weighted, _weighted or _mean),
                    min_inputs=4 if _weighted else 3, max_inputs=4 if _weighted else 3,
+                   launches=_expand_launches(_weighted, _mean),
                    doc=("(WEIGHTS, dY, LENGTHS, INDICES)" if _weighted else "(dY, LENGTHS, INDICES)")
                    + " -> one gradient row per index: dY of its segment"
                    + (" / length" if _mean else "") + (" * weight" if _weighted else "")))
 
 
 # ---------------------------------------------------------------- SparseToDense
-def _check_range(xp, indices, rows: int, args: Args, what: str) -> None:
-    if indices.size:
-        lo, hi = xp.stack([indices.min(), indices.max()]).tolist()
-        if lo < 0 or hi >= rows:
-            raise InputError(f"op {args.op}: {what} {lo if lo < 0 else hi} is out of range for {rows} rows")
+def _checked_rows(xp, indices, rows: int | None, args: Args, what: str) -> int:
+    """The output's row count (``rows``, or the largest index + 1 when None) after a range
+    check of ``indices``: one host read of their smallest and largest value."""
+    if not indices.size:
+        return rows or 0
+    lo, hi = xp.stack([indices.min(), indices.max()]).tolist()
+    rows = hi + 1 if rows is None else rows
+    if lo < 0 or hi >= rows:
+        raise InputError(f"op {args.op}: {what} {lo if lo < 0 else hi} is out of range for {rows} rows")
+    return rows
+
+
+def _sum_rows(xp, values, ids, rows: int):
+    """``values`` rows summed per id into (rows,) + values.shape[1:], in values' dtype."""
+    flat = values.reshape(values.shape[0], -1)
+    return sum_by_id(xp, flat, ids, rows).astype(values.dtype, copy=False).reshape((rows,) + values.shape[1:])
 
 
 def _sparse_to_dense_infer(inputs, args):
@@ -138,15 +162,11 @@ def _sparse_to_dense_infer(inputs, args):
 
 def _sparse_to_dense_kernel(xp, inputs, args):
     indices, values = inputs[:2]
-    flat = indices.reshape(-1).astype(xp.int64)
-    if len(inputs) > 2:
-        rows = inputs[2].shape[0]
-    else:
-        rows = int(flat.max()) + 1 if flat.size else 0
-    _check_range(xp, flat, rows, args, "index")
     if values.dtype.kind != "f":
         raise InputError(f"op {args.op}: SparseToDense values of dtype {values.dtype} are not supported")
-    return (segment_sum(xp, values, flat, rows).astype(values.dtype, copy=False),)
+    flat = indices.reshape(-1)
+    rows = _checked_rows(xp, flat, inputs[2].shape[0] if len(inputs) > 2 else None, args, "index")
+    return (_sum_rows(xp, values, flat, rows),)
 
 
 def _sparse_to_dense_cost(inputs, outputs, args) -> OpFeatures:
@@ -157,7 +177,7 @@ def _sparse_to_dense_cost(inputs, outputs, args) -> OpFeatures:
 
 
 register(OpDef("SparseToDense", _sparse_to_dense_infer, _sparse_to_dense_kernel, cost=_sparse_to_dense_cost,
-               min_inputs=2, max_inputs=3,
+               min_inputs=2, max_inputs=3, launches=5,      # the range read (3), the zeroed rows, the scatter-add
                doc="(indices, values[, like]) -> dense rows summed per index (like.shape[0] rows)"))
 
 
@@ -178,7 +198,7 @@ def _unique_cost(inputs, outputs, args) -> OpFeatures:
                       bytes_written=float(inputs[0].nbytes + 4 * n))
 
 
-register(OpDef("Unique", _unique_infer, _unique_kernel, cost=_unique_cost, min_inputs=1, max_inputs=1,
+register(OpDef("Unique", _unique_infer, _unique_kernel, cost=_unique_cost, min_inputs=1, max_inputs=1, launches=2,
                doc="indices -> (sorted distinct indices, int32 remapping into them)"))
 
 
@@ -194,10 +214,9 @@ def _uss_infer(inputs, args):
 
 def _uss_kernel(xp, inputs, args):
     data, ids = inputs
-    flat = ids.astype(xp.int64)
-    rows = args.int("num_segments") if "num_segments" in args else (int(flat.max()) + 1 if flat.size else 0)
-    _check_range(xp, flat, rows, args, "segment id")
-    return (segment_sum(xp, data, flat, rows).astype(data.dtype, copy=False),)
+    rows = _checked_rows(xp, ids, args.int("num_segments") if "num_segments" in args else None, args,
+                         "segment id")
+    return (_sum_rows(xp, data, ids, rows),)
 
 
 register(OpDef("UnsortedSegmentSum", _uss_infer, _uss_kernel, cost=_sparse_to_dense_cost, devices=CPU_ONLY,

@@ -16,17 +16,22 @@ What torch 1.8.1's ``AddGradientOperators`` writes for each forward op:
 Kernels (NCHW; NHWC inputs are transposed to NCHW and back): the only Python loops are
 over the kH x kW window taps. Conv: per tap, one GEMM per image and group for dW (dY x the
 tap's strided input slice, summed over images) and one for dX (the tap's filter slice x
-dY, added into the padded input gradient), dY used in place as (N, G, M/G, Ho*Wo). Pools: per tap, the strided slice of the padded input gradient
-receives dY where the input equals the max (every tied position, as Caffe2's CPU kernel)
-or dY / window count. Window geometry (pads, legacy_pad, global_pooling) comes from
-``spatial_args`` exactly as the forward kernels use it.
+dY, added into the padded input gradient), dY used in place as (N, G, M/G, Ho*Wo).
+Pools: per tap, the strided slice of the padded input gradient receives dY where the
+input equals the max (every tied position, as Caffe2's CPU kernel) or dY / window count;
+a global pool's gradient is one broadcast pass, no taps. Window geometry (pads,
+legacy_pad, global_pooling) comes from ``spatial_args`` exactly as the forward kernels
+use it.
 
 Costs: ConvGradient = 2x the forward MACs (dW and dX; 1x without dX) plus one add per
 dY element for db; pools one flop per window position of every output (max: a compare
 and an add); SpatialBN ~8 flops per element; LRN size + 8; DropoutGrad 2 (a copy with
-is_test). All have CUDA kernels in Caffe2.
+is_test). All have CUDA kernels in Caffe2. GPU launches (``launches``) are counted on the
+strict cupy stand-in (tests/cupy_standin.py); Conv's and the pools' grow with the taps.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from placer.errors import ShapeError
 from placer.ops.registry import OpDef, io_bytes, register
@@ -128,8 +133,28 @@ def _conv_grad_kernel(xp, inputs, args):
     return tuple(outs)
 
 
+def _conv_grad_launches(inputs, args) -> int:
+    """Per window tap: a copy of the tap's input (none where the tap is a view: a 1-wide,
+    stride-1 column over the whole padded width), the dW GEMM, its sum over images and its
+    store, and with dX the tap's GEMM and its add. Around them: the pad, the zeroed dX, the
+    db sum, the crop of dX (a copy when there is padding or an NHWC transpose) and NHWC's
+    dW transpose (a copy for filters larger than 1x1)."""
+    x, w, _ = inputs
+    win, (_, _, h, wd), _, out, pads, _ = _conv_geometry(x, w, args)
+    (kh, kw), (sh, sw) = win.kernel, win.stride
+    top, bottom = _padded_size(h, pads[0], pads[2], kh, out[0], sh, win.dilation[0])
+    left, right = _padded_size(wd, pads[1], pads[3], kw, out[1], sw, win.dilation[1])
+    padded = any((top, bottom, left, right))
+    tap_is_view = kw == 1 and sw == 1 and out[1] == wd + left + right and (sh == 1 or out[0] == 1)
+    has_db, has_dx = _conv_outputs(args)
+    per_tap = (not tap_is_view) + 3 + 2 * has_dx
+    dw_transposed = not win.nchw and kh * kw > 1            # a 1x1 filter's transpose is a view
+    around = 1 + has_db + dw_transposed + has_dx * (1 + (padded or not win.nchw))
+    return kh * kw * per_tap + around
+
+
 register(OpDef("ConvGradient", _conv_grad_infer, _conv_grad_kernel, cost=_conv_grad_cost,
-               min_inputs=3, max_inputs=3,
+               min_inputs=3, max_inputs=3, launches=_conv_grad_launches,
                doc="(X, W, dY) -> (dW[, db][, dX]); no_bias / no_gradient_to_input drop db / dX"))
 
 
@@ -199,35 +224,74 @@ class _AverageShare:
         return self.share
 
 
-def _valid_counts(xp, size, k, s, d, pad, n_out):
-    pos = xp.arange(n_out)[:, None] * s - pad + xp.arange(k)[None, :] * d
-    return ((pos >= 0) & (pos < size)).sum(axis=1)
-
-
 def _pool_grad_kernel(average: bool):
     def kernel(xp, inputs, args):
         x, y, dy = inputs
         win, (_, _, h, w), kern, out, pads = _pool_geometry(shape_of(x), args)
+        if win.global_pooling:                  # one window: no taps, either layout broadcasts
+            dx = _global_pool_grad(xp, x, y, dy, average, x.dtype.type(h * w))
+            return (dx.astype(dy.dtype, copy=False),)
         x4, y4, dy4 = (_to_nchw(a, win.nchw) for a in (x, y, dy))
         if average:
-            if win.global_pooling or args.bool("count_include_pad", False):
+            if args.bool("count_include_pad", False):
                 count = x.dtype.type(kern[0] * kern[1])
             else:
-                rows = _valid_counts(xp, h, kern[0], win.stride[0], win.dilation[0], pads[0], out[0])
-                cols = _valid_counts(xp, w, kern[1], win.stride[1], win.dilation[1], pads[1], out[1])
-                count = (rows[:, None] * cols[None, :]).astype(x.dtype)
-            share = _AverageShare(dy4 / count)
+                count = xp.asarray(_window_counts(win, (h, w), kern, out, pads).astype(x.dtype))
+            dx = _scatter_taps(xp, x4, win, (h, w), kern, out, pads, _AverageShare(dy4 / count))
         else:
-            share = _MaxShare(y4, dy4)
-        dx = _scatter_taps(xp, x4, win, (h, w), kern, out, pads, share)
+            dx = _scatter_taps(xp, x4, win, (h, w), kern, out, pads, _MaxShare(y4, dy4))
         return (_from_nchw(xp, dx, win.nchw).astype(dy.dtype, copy=False),)
     return kernel
 
 
+def _global_pool_grad(xp, x, y, dy, average: bool, count):
+    """Max: dY to every position equal to its image's maximum; average: dY / (H*W) everywhere
+    (Y and dY hold one value per image and channel, in X's layout)."""
+    if not average:
+        return dy * (x == y)
+    dx = xp.zeros(x.shape, dtype=x.dtype)
+    dx += dy / count
+    return dx
+
+
+def _window_counts(win, hw, kernel, out, pads) -> np.ndarray:
+    """(Ho, Wo) counts of each output's window positions inside the image (host numpy, from
+    shapes only: one copy to the device instead of a dozen tiny kernels)."""
+    def along(size, k, s, d, pad, n_out):
+        pos = np.arange(n_out)[:, None] * s - pad + np.arange(k)[None, :] * d
+        return ((pos >= 0) & (pos < size)).sum(axis=1)
+    rows = along(hw[0], kernel[0], win.stride[0], win.dilation[0], pads[0], out[0])
+    cols = along(hw[1], kernel[1], win.stride[1], win.dilation[1], pads[1], out[1])
+    return rows[:, None] * cols[None, :]
+
+
+def _pool_grad_launches(average: bool):
+    """Global: the mask and its product (max) or the zeroed dX, the divide and its add
+    (average), in X's layout. Windowed max: the padded X, the zeroed dX, per tap a compare,
+    a product and an add; average: the zeroed dX, the window counts' copy (none with
+    count_include_pad), the divide, an add per tap. Then the crop or NHWC transpose of dX,
+    a copy unless it is a view."""
+    def launches(inputs, args) -> int:
+        win, (_, _, h, w), kernel, out, pads = _pool_geometry(inputs[0], args)
+        back = not win.nchw
+        if win.global_pooling:
+            return 3 if average else 2
+        top, bottom = _padded_size(h, pads[0], pads[2], kernel[0], out[0], win.stride[0], win.dilation[0])
+        left, right = _padded_size(w, pads[1], pads[3], kernel[1], out[1], win.stride[1], win.dilation[1])
+        cropped = any((top, bottom, left, right)) or back
+        taps = kernel[0] * kernel[1]
+        if average:
+            return 2 + (not args.bool("count_include_pad", False)) + taps + cropped
+        return 2 + 3 * taps + cropped
+    return launches
+
+
 register(OpDef("MaxPoolGradient", _pool_grad_infer, _pool_grad_kernel(False), cost=_pool_grad_cost,
-               min_inputs=3, max_inputs=3, doc="(X, Y, dY) -> dX: dY to every position equal to its window max"))
+               min_inputs=3, max_inputs=3, launches=_pool_grad_launches(False),
+               doc="(X, Y, dY) -> dX: dY to every position equal to its window max"))
 register(OpDef("AveragePoolGradient", _pool_grad_infer, _pool_grad_kernel(True), cost=_pool_grad_cost,
-               min_inputs=3, max_inputs=3, doc="(X, Y, dY) -> dX: dY / window count to every window position"))
+               min_inputs=3, max_inputs=3, launches=_pool_grad_launches(True),
+               doc="(X, Y, dY) -> dX: dY / window count to every window position"))
 
 
 # ---------------------------------------------------------------- SpatialBN
@@ -264,7 +328,7 @@ def _bn_grad_kernel(xp, inputs, args):
 register(OpDef("SpatialBNGradient", _bn_grad_infer, _bn_grad_kernel,
                cost=lambda i, o, a: OpFeatures(flops=8.0 * i[0].size, bytes_read=float(sum(t.nbytes for t in i)),
                                                bytes_written=float(sum(t.nbytes for t in o))),
-               min_inputs=5, max_inputs=5,
+               min_inputs=5, max_inputs=5, launches=11,
                doc="(X, scale, dY, saved_mean, saved_inv_std) -> (dX, dscale, dbias)"))
 
 
@@ -301,7 +365,8 @@ register(OpDef("LRNGradient", lambda i, a: [i[0]], _lrn_grad_kernel,
                cost=lambda i, o, a: OpFeatures(flops=float((a.int("size") + 8) * i[0].size),
                                                bytes_read=float(sum(t.nbytes for t in i)),
                                                bytes_written=float(o[0].nbytes)),
-               min_inputs=3, max_inputs=3, doc="(X, Y, dY) -> dX of cross-channel LRN"))
+               min_inputs=3, max_inputs=3, doc="(X, Y, dY) -> dX of cross-channel LRN",
+               launches=lambda inputs, args: 2 * (args.int("size") + 1) + 10))   # two window sums
 
 
 # ---------------------------------------------------------------- Dropout
@@ -325,10 +390,16 @@ register(OpDef("DropoutGrad", _dropout_grad_infer, _dropout_grad_kernel,
                cost=lambda i, o, a: OpFeatures(flops=2.0 * i[0].size if len(i) > 1 else 0.0,
                                                bytes_read=float(sum(t.nbytes for t in i)),
                                                bytes_written=float(o[0].nbytes)),
-               min_inputs=1, max_inputs=2, doc="(dY[, mask]) -> dY * mask / (1 - ratio); dY with is_test=1"))
+               min_inputs=1, max_inputs=2, doc="(dY[, mask]) -> dY * mask / (1 - ratio); dY with is_test=1",
+               launches=lambda inputs, args: 1 if args.bool("is_test", False) or len(inputs) == 1 else 2))
 
 
 # ---------------------------------------------------------------- PadImage
+def _matrix_adjoint_launches(inputs, args) -> int:
+    """The two source matrices' copies to the device, two GEMMs, NHWC's transposes."""
+    return 4 + (args.str("order", "NCHW").upper() == "NHWC")
+
+
 def _pad_window(args: Args):
     win = parse_window(args.with_values(kernel=1) if "kernel" not in args else args)
     mode = args.str("mode", "constant").lower()
@@ -349,7 +420,6 @@ def _pad_grad_infer(inputs, args):
 
 def _source_matrix(size: int, head: int, tail: int, mode: str, dtype):
     """(size + head + tail, size) 0/1 matrix: padded position j reads input position i."""
-    import numpy as np   # built on the host: a few hundred entries at most
     src = np.pad(np.arange(size), (head, tail), mode="constant", constant_values=-1) if mode == "constant" \
         else np.pad(np.arange(size), (head, tail), mode=mode)
     return (src[:, None] == np.arange(size)[None, :]).astype(dtype)
@@ -372,14 +442,14 @@ def _pad_grad_kernel(xp, inputs, args):
 register(OpDef("PadImageGradient", _pad_grad_infer, _pad_grad_kernel,
                cost=lambda i, o, a: OpFeatures(flops=float(i[0].size), bytes_read=float(i[0].nbytes),
                                                bytes_written=float(o[0].nbytes)),
-               min_inputs=1, max_inputs=1, doc="dY -> dX of PadImage (constant, reflect or edge)"))
+               min_inputs=1, max_inputs=1, doc="dY -> dX of PadImage (constant, reflect or edge)",
+               launches=_matrix_adjoint_launches))
 
 
 # ---------------------------------------------------------------- ResizeNearest
 def _resize_sources(size_in: int, size_out: int, scale: float):
     """(size_out, size_in) 0/1 matrix: output position y reads min(int(y / scale), size_in - 1)
     (float32 division, as Caffe2's kernel)."""
-    import numpy as np   # built on the host: as many rows as the image has
     src = np.minimum((np.arange(size_out, dtype=np.float32) / np.float32(scale)).astype(np.int64), size_in - 1)
     return src[:, None] == np.arange(size_in)[None, :]
 
@@ -407,7 +477,8 @@ def _resize_grad_kernel(xp, inputs, args):
 register(OpDef("ResizeNearestGradient", _resize_grad_infer, _resize_grad_kernel,
                cost=lambda i, o, a: OpFeatures(flops=float(i[0].size), bytes_read=float(i[0].nbytes),
                                                bytes_written=float(o[0].nbytes)),
-               min_inputs=2, max_inputs=3, doc="(dY, X[, scales]) -> dX of ResizeNearest"))
+               min_inputs=2, max_inputs=3, doc="(dY, X[, scales]) -> dX of ResizeNearest",
+               launches=_matrix_adjoint_launches))
 
 
 # ---------------------------------------------------------------- ConvTranspose
@@ -450,6 +521,16 @@ def _conv_transpose_grad_cost(inputs, outputs, args) -> OpFeatures:
                       bytes_written=adjoint.bytes_written)
 
 
+def _conv_transpose_grad_launches(inputs, args) -> int:
+    """Conv's dW launches for input dY and output gradient X, the db sum, Conv(dY, W)'s."""
+    from placer.ops.conv import conv_launches
+    x, w, dy = inputs
+    conv_args = _conv_args(args)
+    has_db, has_dx = _conv_outputs(args)
+    dw = _conv_grad_launches([dy, w, x], conv_args.with_values(no_bias=1, no_gradient_to_input=1))
+    return dw + has_db + (conv_launches([dy, w], conv_args) if has_dx else 0)
+
+
 register(OpDef("ConvTransposeGradient", _conv_transpose_grad_infer, _conv_transpose_grad_kernel,
-               cost=_conv_transpose_grad_cost, min_inputs=3, max_inputs=3,
+               cost=_conv_transpose_grad_cost, min_inputs=3, max_inputs=3, launches=_conv_transpose_grad_launches,
                doc="(X, W, dY) -> (dW[, db][, dX]) of ConvTranspose"))

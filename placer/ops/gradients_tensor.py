@@ -13,13 +13,14 @@ their own:
 - TileGradient(dY) (``tiles``/``axis`` arguments) -> dX: dY folded back by summing the
   ``tiles`` copies along ``axis``.
 Costs: data movement (bytes read and written); the scatters and folds one add per element
-of dY. All four have CUDA kernels in Caffe2.
+of dY. All four have CUDA kernels in Caffe2. GPU launches (counted on the strict cupy
+stand-in): one copy, fill, sum or scatter each, plus the index read and its reorderings.
 """
 from __future__ import annotations
 
 from placer.ops.elementwise import shape_error
 from placer.ops.registry import OpDef, io_bytes, register
-from placer.ops.scatter import segment_sum
+from placer.ops.segments import sum_by_id
 from placer.ops.tensor import checked_indices, slice_bounds
 from placer.types import OpFeatures, TensorType
 
@@ -77,13 +78,15 @@ def _batch_gather_grad_kernel(xp, inputs, args):
     data, idx, dy = inputs
     flat = checked_indices(xp, idx.reshape(-1), data.shape[1], args, "BatchGatherGradient")
     batch, rest = data.shape[0], tuple(data.shape[2:])
-    rows = dy.reshape((batch, flat.size) + rest).swapaxes(0, 1)          # (K, B, ...)
-    summed = segment_sum(xp, xp.ascontiguousarray(rows), flat, data.shape[1])  # (N1, B, ...)
-    return (xp.ascontiguousarray(summed.swapaxes(0, 1)).astype(dy.dtype, copy=False),)
+    rows = xp.ascontiguousarray(dy.reshape((batch, flat.size, -1)).swapaxes(0, 1))   # (K, B, inner)
+    summed = sum_by_id(xp, rows.reshape(flat.size, -1), flat, data.shape[1])          # (N1, B * inner)
+    back = summed.reshape((data.shape[1], batch) + rest).swapaxes(0, 1)
+    return (xp.ascontiguousarray(back).astype(dy.dtype, copy=False),)
 
 
 register(OpDef("BatchGatherGradient", _batch_gather_grad_infer, _batch_gather_grad_kernel, cost=_adds,
-               min_inputs=3, max_inputs=3, doc="(DATA, INDICES, dY) -> dDATA: dY added at INDICES along axis 1"))
+               min_inputs=3, max_inputs=3, launches=7,   # the range read (3), dY reordered, scatter-add, back
+               doc="(DATA, INDICES, dY) -> dDATA: dY added at INDICES along axis 1"))
 
 
 # ---------------------------------------------------------------- Slice
@@ -103,10 +106,10 @@ def _slice_grad_infer(inputs, args):
 
 def _slice_grad_kernel(xp, inputs, args):
     x, dy = inputs[0], inputs[-1]
-    if len(inputs) == 4:
-        starts = [int(v) for v in inputs[1].reshape(-1).tolist()]
-        ends = [int(v) for v in inputs[2].reshape(-1).tolist()]
-        bounds = slice_bounds(tuple(x.shape), starts, ends, args, [])
+    if len(inputs) == 4:                    # one host read for both bound vectors
+        both = [int(v) for v in xp.concatenate([inputs[1].reshape(-1), inputs[2].reshape(-1)]).tolist()]
+        half = inputs[1].size
+        bounds = slice_bounds(tuple(x.shape), both[:half], both[half:], args, [])
     else:
         bounds = _slice_bounds_of(x.shape, inputs, args)
     dx = xp.zeros(x.shape, dtype=dy.dtype)
@@ -116,7 +119,7 @@ def _slice_grad_kernel(xp, inputs, args):
 
 register(OpDef("SliceGradient", _slice_grad_infer, _slice_grad_kernel,
                cost=lambda i, o, a: OpFeatures(bytes_read=float(i[-1].nbytes), bytes_written=float(o[0].nbytes)),
-               min_inputs=2, max_inputs=4,
+               min_inputs=2, max_inputs=4, launches=lambda inputs, args: 2 + (len(inputs) == 4),   # + bounds read
                doc="(X, dY) or (X, starts, ends, dY) -> zeros like X with dY in the sliced window"))
 
 
@@ -141,13 +144,14 @@ def _tile_grad_infer(inputs, args):
 
 def _tile_grad_kernel(xp, inputs, args):
     dy = inputs[0]
-    if len(inputs) > 1:
-        args = args.with_values(tiles=int(inputs[1].reshape(-1)[0]),
-                                **({"axis": int(inputs[2].reshape(-1)[0])} if len(inputs) > 2 else {}))
+    if len(inputs) > 1:                     # one host read for tiles and axis
+        given = [int(v) for v in xp.concatenate([t.reshape(-1)[:1] for t in inputs[1:]]).tolist()]
+        args = args.with_values(tiles=given[0], **({"axis": given[1]} if len(given) > 1 else {}))
     axis, tiles = _tile_axis(TensorType(dy.shape), args)
     shape = dy.shape[:axis] + (tiles, dy.shape[axis] // tiles) + dy.shape[axis + 1:]
     return (dy.reshape(shape).sum(axis=axis, dtype=dy.dtype),)
 
 
 register(OpDef("TileGradient", _tile_grad_infer, _tile_grad_kernel, cost=_adds, min_inputs=1, max_inputs=3,
+               launches=lambda inputs, args: 1 + (len(inputs) > 1),                       # + tiles/axis read
                doc="dY -> dX of Tile: the tiles copies along axis summed"))

@@ -224,7 +224,7 @@ def _infer(inputs, args):
 
 
 def _kernel(xp, inputs, args):
-    iteration = int(inputs[0].reshape(-1)[0])
+    iteration = int(inputs[0].reshape(-1)[:1].tolist()[0])   # explicit: a device counter is one read
     return (xp.asarray(learning_rate(args, iteration), dtype=xp.float32),)
 
 

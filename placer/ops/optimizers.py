@@ -22,7 +22,7 @@ Semantics follow the C++ of torch 1.8.1's Caffe2 (caffe2/sgd/*_op.h, utility_ops
 The learning rate is a 1-element float tensor (LearningRate writes a 0-d one).
 
 Sparse updates walk the indices in order, so a repeated index updates its row twice,
-the second time from the first result: the kernels apply ``occurrence_rounds`` one
+the second time from the first result: the kernels apply ``indices_in_rounds`` one
 after another (see placer/ops/scatter.py), exactly as the C++ loop does in place.
 
 In place (``ENFORCED_INPLACE`` lists the input -> output pairs Caffe2 enforces; the
@@ -57,7 +57,8 @@ from typing import Sequence
 from placer.errors import InputError
 from placer.ops.elementwise import shape_error
 from placer.ops.registry import OpDef, register
-from placer.ops.scatter import distinct_rows, occurrence_rounds, scatter_add_rows
+from placer.ops.scatter import indices_in_rounds
+from placer.ops.segments import add_rows_at, id_counts
 from placer.types import Args, OpFeatures, TensorType
 
 CPU_ONLY = frozenset({"cpu"})
@@ -76,6 +77,37 @@ ENFORCED_INPLACE = {
     "AtomicIter": ((1, 0),),
 }
 
+
+
+# ---------------------------------------------------------------- GPU launches
+# Counted on the strict cupy stand-in (tests/cupy_standin.py). A sparse update that walks its
+# indices in rounds (``checked_rounds``) launches a set-up (the index sorts, the range check
+# with its one host read, the copies of the parameter and its state) and then one round's
+# gathers, update and scatters per occurrence rank of its indices. The cost model cannot see
+# the indices' values, so the declared count is one round (unique indices); each further
+# time the most repeated index is listed adds ``round_launches``.
+INDICES_AT = {"SparseMomentumSGDUpdate": 4, "SparseAdagrad": 2, "RowWiseSparseAdagrad": 2, "SparseAdam": 3}
+_ROUNDS_SETUP_LAUNCHES = {"SparseMomentumSGDUpdate": 24, "SparseAdagrad": 24, "RowWiseSparseAdagrad": 24,
+                          "SparseAdam": 25}
+
+
+def round_launches(op_type: str, args: Args) -> int:
+    """Launches of one round of a sparse update over distinct rows."""
+    if op_type == "SparseMomentumSGDUpdate":
+        return 14 if args.bool("nesterov", False) else 12
+    if op_type == "SparseAdam":
+        return 22
+    decay = 2 if args.float("weight_decay", 0.0) else 0      # g + wd * p
+    return (13 if op_type == "SparseAdagrad" else 14) + decay
+
+
+def _rounds_launches(op_type: str):
+    return lambda inputs, args: _ROUNDS_SETUP_LAUNCHES[op_type] + round_launches(op_type, args)
+
+
+def _adagrad_launches(inputs, args: Args) -> int:
+    """The update's eight ufuncs; a decay multiplies h, a weight decay adds wd * p to g."""
+    return 8 + (args.float("decay", 1.0) != 1.0) + 2 * bool(args.float("weight_decay", 0.0))
 
 
 # ---------------------------------------------------------------- shared checks and costs
@@ -135,7 +167,8 @@ def _sparse_cost(flops_per_element: float, grad_at: int, indices_at: int, param_
 
 
 def _host_scalar(x) -> float:
-    return float(x.reshape(-1)[0])
+    """The first value of ``x``: no read for a host array, one explicit read for a device one."""
+    return float(x.reshape(-1)[:1].tolist()[0])
 
 
 def _state(x, shape, writable: bool):
@@ -203,7 +236,8 @@ def _weighted_sum_cost(inputs, outputs, args) -> OpFeatures:
 
 
 register(OpDef("WeightedSum", _weighted_sum_infer, _weighted_sum_kernel, cost=_weighted_sum_cost,
-               min_inputs=2, inplace=((0, 0),), doc="w0*X0 + w1*X1 + ...; SGD's param update and weight decay"))
+               min_inputs=2, inplace=((0, 0),), launches=lambda inputs, args: 3 * (len(inputs) // 2) - 1,   # per pair: cast, *, +=
+               doc="w0*X0 + w1*X1 + ...; SGD's param update and weight decay"))
 
 
 # ---------------------------------------------------------------- ScatterWeightedSum
@@ -223,22 +257,21 @@ def _scatter_weighted_sum_kernel(xp, inputs, args):
     each w_b * X_b row is added to its row (repeated rows add up)."""
     x0, w0, indices = inputs[:3]
     flat = _indices(xp, indices, x0.shape[0], args, "ScatterWeightedSum")
-    out, own = _state(x0, x0.shape, 0 in args.inplace)
+    out, own = _state(x0, (x0.shape[0], -1), 0 in args.inplace)
     if flat.size == 0:
-        return (out,)
-    rows, where = distinct_rows(xp, flat)
-    times = xp.bincount(where, minlength=rows.shape[0])
-    scale = xp.power(w0.reshape(()).astype(x0.dtype), times.astype(x0.dtype))
-    out[rows] = out[rows] * scale.reshape((-1,) + (1,) * (x0.ndim - 1))
-    row_shape = (flat.size,) + tuple(x0.shape[1:])
+        return (_result(x0, out, own),)
+    scale = xp.power(w0.reshape(()).astype(x0.dtype), id_counts(xp, flat).astype(x0.dtype))
+    out[flat] = xp.take(out, flat, axis=0) * scale[:, None]   # a repeated row: equal writes
+    row_shape = (flat.size, out.shape[1])
     update = inputs[3].reshape(row_shape) * inputs[4].reshape(()).astype(x0.dtype)
     for i in range(5, len(inputs), 2):
         update = update + inputs[i].reshape(row_shape) * inputs[i + 1].reshape(()).astype(x0.dtype)
-    return (_result(x0, scatter_add_rows(xp, out, flat, update, inplace=True), own),)
+    return (_result(x0, add_rows_at(xp, out, flat, update, inplace=True), own),)
 
 
 register(OpDef("ScatterWeightedSum", _scatter_weighted_sum_infer, _scatter_weighted_sum_kernel,
                cost=_sparse_cost(3.0, 3, 2, 0, ()), min_inputs=5, inplace=((0, 0),),
+               launches=lambda inputs, args: 15 + 3 * ((len(inputs) - 3) // 2),
                doc="X0[INDICES] = w0*X0[INDICES] + sum_b w_b*X_b, in place on X0 (sparse SGD)"))
 
 
@@ -284,7 +317,7 @@ def _sparse_momentum_infer(inputs, args):
 
 def _sparse_momentum_kernel(xp, inputs, args):
     g, m, lr, p, indices = inputs
-    flat = _indices(xp, indices, p.shape[0], args, "SparseMomentumSGDUpdate")
+    flat, rounds = indices_in_rounds(xp, indices, p.shape[0], f"op {args.op}: SparseMomentumSGDUpdate")
     lr = lr.reshape(()).astype(g.dtype)
     row_shape = (flat.size,) + tuple(p.shape[1:])
     grad_rows = g.reshape(row_shape)
@@ -295,17 +328,18 @@ def _sparse_momentum_kernel(xp, inputs, args):
     def update(positions, p_rows, m_rows):
         new_g[positions] = _momentum_update(xp, grad_rows[positions], m_rows, p_rows, lr, args)
 
-    for positions in occurrence_rounds(xp, flat):
+    for positions in rounds:
         _update_rows(new_p, flat, positions, update, new_m)
     return new_g.reshape(g.shape), _result(m, new_m, own_m), _result(p, new_p, own_p)
 
 
 register(OpDef("MomentumSGDUpdate", _momentum_infer, _momentum_kernel, cost=_dense_cost(4.0),
-               min_inputs=4, max_inputs=4, inplace=((0, 0), (1, 1), (3, 2)),
+               min_inputs=4, max_inputs=4, inplace=((0, 0), (1, 1), (3, 2)), launches=lambda inputs, args: 8 if args.bool("nesterov", False) else 6,
                doc="(grad, moment, lr, param) -> (grad', moment', param): momentum / nesterov SGD, in place"))
 register(OpDef("SparseMomentumSGDUpdate", _sparse_momentum_infer, _sparse_momentum_kernel,
                cost=_sparse_cost(4.0, 0, 4, 3, (1,), grad_out=True), min_inputs=5, max_inputs=5,
                inplace=((1, 1), (3, 2)),
+               launches=_rounds_launches("SparseMomentumSGDUpdate"),
                doc="momentum SGD on the rows INDICES: (grad, moment, lr, param, indices) -> (grad', moment', param)"))
 
 
@@ -366,7 +400,7 @@ def _sparse_adagrad_kernel(rowwise: bool):
         p, h, indices, g, lr = inputs
         if not rowwise and args.float("decay", 1.0) != 1.0:
             raise InputError(f"op {args.op}: SparseAdagrad does not support decay != 1 (Caffe2 refuses it)")
-        flat = _indices(xp, indices, p.shape[0], args, "SparseAdagrad")
+        flat, rounds = indices_in_rounds(xp, indices, p.shape[0], f"op {args.op}: SparseAdagrad")
         lr = lr.reshape(()).astype(p.dtype)
         grad_rows = g.reshape((flat.size,) + tuple(p.shape[1:]))
         new_p, own_p = _state(p, p.shape, 0 in args.inplace)
@@ -378,7 +412,7 @@ def _sparse_adagrad_kernel(rowwise: bool):
             else:
                 _adagrad_update(xp, p_rows, h_rows, grad_rows[positions], lr, args)
 
-        for positions in occurrence_rounds(xp, flat):
+        for positions in rounds:
             _update_rows(new_p, flat, positions, update, new_h)
         return _result(p, new_p, own_p), _result(h, new_h, own_h)
     return kernel
@@ -396,13 +430,15 @@ def _rowwise_adagrad_update(xp, p_rows, h_rows, g_rows, lr, args: Args) -> None:
 
 
 register(OpDef("Adagrad", _adagrad_infer, _adagrad_kernel, cost=_dense_cost(6.0),
-               min_inputs=4, max_inputs=4, inplace=((0, 0), (1, 1)),
+               min_inputs=4, max_inputs=4, inplace=((0, 0), (1, 1)), launches=_adagrad_launches,
                doc="(param, moment, grad, lr) -> (param, moment[, effective_lr[, update]]), in place"))
 register(OpDef("SparseAdagrad", _sparse_adagrad_infer(False), _sparse_adagrad_kernel(False),
                cost=_sparse_cost(6.0, 3, 2, 0, (1,)), min_inputs=5, max_inputs=5, inplace=((0, 0), (1, 1)),
+               launches=_rounds_launches("SparseAdagrad"),
                doc="Adagrad on the rows INDICES: (param, moment, indices, grad, lr) -> (param, moment)"))
 register(OpDef("RowWiseSparseAdagrad", _sparse_adagrad_infer(True), _sparse_adagrad_kernel(True),
                cost=_sparse_cost(5.0, 3, 2, 0, (), (1,)), min_inputs=5, max_inputs=5, inplace=((0, 0), (1, 1)),
+               launches=_rounds_launches("RowWiseSparseAdagrad"),
                doc="Adagrad with one moment per row (mean of g^2 over the row) on the rows INDICES"))
 
 
@@ -475,7 +511,7 @@ def _sparse_adam_kernel(rowwise: bool):
         p, m1, m2, indices, g, lr, it = inputs
         if args.bool("enableRAdam", False):
             raise InputError(f"op {args.op}: SparseAdam with enableRAdam=1 is not supported")
-        flat = _indices(xp, indices, p.shape[0], args, "SparseAdam")
+        flat, rounds = indices_in_rounds(xp, indices, p.shape[0], f"op {args.op}: SparseAdam")
         correction = _adam_correction(args, int(_host_scalar(it)))
         lr = lr.reshape(()).astype(p.dtype)
         grad_rows = g.reshape((flat.size,) + tuple(p.shape[1:]))
@@ -488,7 +524,7 @@ def _sparse_adam_kernel(rowwise: bool):
             effective[positions] = _adam_update(xp, p_rows, m1_rows, m2_rows, grad_rows[positions], lr,
                                                 correction, args, rowwise)
 
-        for positions in occurrence_rounds(xp, flat):
+        for positions in rounds:
             _update_rows(new_p, flat, positions, update, new_m1, new_m2)
         outs = (_result(p, new_p, own_p), _result(m1, new_m1, own_1), _result(m2, new_m2, own_2),
                 effective.reshape(g.shape))
@@ -496,12 +532,13 @@ def _sparse_adam_kernel(rowwise: bool):
     return kernel
 
 
-register(OpDef("Adam", _adam_infer, _adam_kernel, cost=_dense_cost(10.0), min_inputs=6, max_inputs=6,
+register(OpDef("Adam", _adam_infer, _adam_kernel, cost=_dense_cost(10.0), min_inputs=6, max_inputs=6, launches=14,
                host_inputs=(5,), inplace=((0, 0), (1, 1), (2, 2)),
                doc="(param, m1, m2, grad, lr, iter) -> (param, m1, m2[, effective grad]), t = iter+1, in place"))
 register(OpDef("SparseAdam", _sparse_adam_infer(False), _sparse_adam_kernel(False),
                cost=_sparse_cost(10.0, 4, 3, 0, (1, 2)), min_inputs=7, max_inputs=7,
                host_inputs=(6,), inplace=((0, 0), (1, 1), (2, 2)),
+               launches=_rounds_launches("SparseAdam"),
                doc="Adam on the rows INDICES: (param, m1, m2, indices, grad, lr, iter)"))
 register(OpDef("RowWiseSparseAdam", _sparse_adam_infer(True), _sparse_adam_kernel(True),
                cost=_sparse_cost(9.0, 4, 3, 0, (1,), (2,)), devices=CPU_ONLY, min_inputs=7, max_inputs=7,

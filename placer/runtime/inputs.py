@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -53,11 +53,19 @@ _ROLE_DTYPE = {"index": "int64", "lengths": "int32", "label": "int32"}
 
 def role_of(net: Net, blob: str) -> tuple | None:
     """(role, op, position) for the first op that reads ``blob`` in a known role."""
+    return roles(net).get(blob)
+
+
+def roles(net: Net) -> dict[str, tuple]:
+    """Every blob read in a known role -> (role, op, position) of its first such reader:
+    one pass over the ops (a look-up per fed blob would be quadratic: a Sum of 20k fed
+    inputs took minutes)."""
+    found: dict[str, tuple] = {}
     for op in net.ops:
-        for pos, name in enumerate(op.inputs):
-            if name == blob and pos in ROLES.get(op.type, {}):
-                return ROLES[op.type][pos], op, pos
-    return None
+        for pos, role in ROLES.get(op.type, {}).items():
+            if pos < len(op.inputs):
+                found.setdefault(op.inputs[pos], (role, op, pos))
+    return found
 
 
 def random_inputs(net: Net, types: Mapping[str, TensorType | None], names: list[str],
@@ -75,8 +83,9 @@ def random_inputs(net: Net, types: Mapping[str, TensorType | None], names: list[
         raise InputError(f"cannot make random inputs: no shape for {shown}", hint=hint)
     out: dict[str, np.ndarray] = {}
     pending = []
+    reader_roles = roles(net)
     for name in names:
-        found = role_of(net, name)
+        found = reader_roles.get(name)
         if found and found[0][0] == "lengths":
             pending.append((name, found))  # after the indices they count
         else:
@@ -140,26 +149,17 @@ def npz_files(paths: Sequence[str | os.PathLike]) -> list[Path]:
     return files
 
 
-def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: cannot read input arrays ({e})",
-                         hint="give an .npz written by numpy.savez, keyed by blob name") from e
-
-
 class NpzBatches:
-    """Step k reads ``files[k % len(files)]`` (a single file is read once)."""
+    """Step k reads ``files[k % len(files)]`` with ``read`` (a single file is read once)."""
 
-    def __init__(self, files: Sequence[Path]):
-        self.files = list(files)
+    def __init__(self, files: Sequence[Path], read: Callable[[Path], dict[str, np.ndarray]]):
+        self.files, self.read = list(files), read
         self._loaded: tuple[Path, dict] | None = None
 
     def __call__(self, step: int) -> dict[str, np.ndarray]:
         path = self.files[step % len(self.files)]
         if self._loaded is None or self._loaded[0] != path:
-            self._loaded = (path, read_npz(path))
+            self._loaded = (path, self.read(path))
         return self._loaded[1]
 
 
