@@ -17,7 +17,8 @@ What changes in the user's net, and nothing else:
   predict-net external input (the only names added to those lists).
 
 Blobs written more than once (in-place ops) are handled per version: a copy copies the
-version its consumer reads.
+version its consumer reads. An input an op reads from host memory on any device
+(``OpDef.host_inputs``: the iteration counter of Adam and LearningRate) is read on the CPU.
 """
 from __future__ import annotations
 
@@ -68,13 +69,13 @@ def place(net: Net, placement: Sequence[Device], outputs_on_host: bool = True) -
     # 1. versions: which producer made the blob each op input reads.
     producer_of: dict[str, int] = {b: (PARAM if b in net.params else EXTERNAL) for b in net.external_inputs}
     reads: list[list[int]] = []
-    consumers: dict[tuple[str, int], list[int]] = {}
+    consumers: dict[tuple[str, int], list[str]] = {}  # version -> device kind of each read
     for op in net.ops:
         row = []
-        for name in op.inputs:
+        for k, name in enumerate(op.inputs):
             p = producer_of.get(name, EXTERNAL)
             row.append(p)
-            consumers.setdefault((name, p), []).append(op.index)
+            consumers.setdefault((name, p), []).append(_read_kind(op, k, placement))
         reads.append(row)
         for name in op.outputs:
             producer_of[name] = op.index
@@ -99,11 +100,11 @@ def place(net: Net, placement: Sequence[Device], outputs_on_host: bool = True) -
                 home[(out, prev)] = home[(out, p)]
                 p = prev
     param_devices: dict[str, set[str]] = {}
-    for (name, p), users in consumers.items():
+    for (name, p), kinds in consumers.items():
         if p == PARAM:
-            param_devices.setdefault(name, set()).update(_kind(placement[u]) for u in users)
+            param_devices.setdefault(name, set()).update(kinds)
             continue
-        if any(dev_of(p) != _kind(placement[u]) for u in users) and (name, p) not in other:
+        if any(dev_of(p) != kind for kind in kinds) and (name, p) not in other:
             suffix = "_cpu" if dev_of(p) == "gpu" else f"_gpu{gpu.index}"
             other[(name, p)] = fresh(name + suffix)
     param_name = {}  # (param, device kind) -> blob name
@@ -145,7 +146,7 @@ def place(net: Net, placement: Sequence[Device], outputs_on_host: bool = True) -
         new = pb.OperatorDef()
         new.CopyFrom(op.proto)
         for k, (name, p) in enumerate(zip(op.inputs, reads[op.index])):
-            new.input[k] = name_on(name, p, _kind(dev))
+            new.input[k] = name_on(name, p, _read_kind(op, k, placement))
         for k, name in enumerate(op.outputs):
             new.output[k] = home.get((name, op.index), name)
         _set_device(new, dev)
@@ -177,6 +178,14 @@ def place(net: Net, placement: Sequence[Device], outputs_on_host: bool = True) -
                     init.op.append(copy)
                     init.external_output.append(param_name[(o, "gpu")])
     return PlacedNet(out_net, init, copies)
+
+
+def _read_kind(op, k: int, placement: Sequence[Device]) -> str:
+    """The device kind ``op`` reads input ``k`` on: its own, or the CPU for a host input."""
+    opdef = registry.get(op.type)
+    if opdef is not None and k in opdef.host_inputs:
+        return "cpu"
+    return _kind(placement[op.index])
 
 
 def _cpu_only_fills(net: Net) -> set[str]:

@@ -32,7 +32,8 @@ truncates, as in C++):
 
 The output is a 0-d float32 tensor (Caffe2 resizes it to no dims), computed on the host
 in float32 like the C++ (T = float) and moved to the op's device. The counter is read on
-the host: Caffe2 reads it from a CPU tensor on every device. Cost: a handful of scalar
+the host: Caffe2 reads it from a CPU tensor on every device (``host_inputs``), so a GPU
+LearningRate takes it from host memory. Cost: a handful of scalar
 flops; it is the launch that costs. Devices: CPU and CUDA (learning_rate_op_gpu.cc).
 """
 from __future__ import annotations
@@ -229,5 +230,5 @@ def _kernel(xp, inputs, args):
 
 register(OpDef("LearningRate", _infer, _kernel,
                cost=lambda i, o, a: OpFeatures(flops=10.0, bytes_read=8.0, bytes_written=4.0),
-               min_inputs=1, max_inputs=1,
+               min_inputs=1, max_inputs=1, host_inputs=(0,),
                doc="base_lr * policy multiplier at the iteration counter's value (0-d float32)"))
