@@ -31,11 +31,14 @@ from placer.rewrite import place
 from placer.runtime.executor import Executor
 from placer.runtime.state import trained_init_net
 from placer.training.recipe import make_train_nets
-from placer.types import Device, Net
+from placer.machine import compose_machine
+from placer.profiling import default_profiles
+from placer.types import Net
 
 STEPS = 4
 CASES = [("resnet", "nesterov"), ("dlrm", "rowwise-adagrad"), ("dlrm", "adam"), ("lenet", "adam")]
-GPU, CPU = Device("gpu", 0), Device("cpu")
+CPU, GPU = 0, 1                      # device indices on the CPU + one GPU machine
+MACHINE = compose_machine(*default_profiles())
 
 
 def train_net(name: str, opt: str) -> Net:
@@ -47,7 +50,7 @@ def train_net(name: str, opt: str) -> Net:
     return net_from_netdef(made.train, trained_init_net(made.init, ex.host_state()))
 
 
-def forced_mix(net: Net) -> list[Device]:
+def forced_mix(net: Net) -> list[int]:
     """A placement that crosses devices often and keeps state with its ops (module doc)."""
     counter = {"optimizer_iteration", "iteration_mutex"}
     written = {o for op in net.ops for o in op.outputs}
@@ -96,7 +99,7 @@ def trained(net: Net, name: str, emulate_gpu: bool) -> dict[str, np.ndarray]:
 def runs(name: str, opt: str):
     net = train_net(name, opt)
     placement = forced_mix(net)
-    placed = place(net, placement)
+    placed = place(net, placement, MACHINE)
     placed_net = net_from_netdef(placed.predict, placed.init)
     return net, placement, placed, trained(net, name, False), trained(placed_net, name, True)
 
@@ -132,10 +135,9 @@ for b in OUTPUTS:
 @pytest.mark.parametrize("name,opt", CASES, ids=[f"{m}-{o}" for m, o in CASES])
 def test_the_mix_crosses_devices_both_ways_and_keeps_state_with_its_ops(name, opt):
     net, placement, placed, _, _ = runs(name, opt)
-    kinds = {d.kind for d in placement}
-    assert kinds == {"cpu", "gpu"}
-    directions = {d for _, d, _ in placed.copies}
-    assert directions == {"h2d", "d2h"}, directions
+    assert set(placement) == {CPU, GPU}
+    directions = {(src, dst) for _, src, dst, _ in placed.copies}
+    assert directions == {("cpu", "cuda:0"), ("cuda:0", "cpu")}, directions
     by_type = {op.type: placement[op.index] for op in net.ops}
     assert by_type.get("LearningRate") == GPU and by_type["AtomicIter"] == CPU
     if opt == "adam":
