@@ -41,6 +41,12 @@ that reads them (see placer/runtime/inputs.py).
   placer run placed.pbtxt --init-net init.pbtxt --input data=1,3,224,224 --emulate-gpu
   placer run placed4.pbtxt --init-net placed4_init.pbtxt --emulate-gpus 4
   placer run net.prototxt --iterations 10 --record run.json --outputs out.npz
+
+A cluster plan (placer plan NET --cluster C -o OUTDIR) runs on Ray, one worker per host:
+--ray alone starts a local Ray instance that stands in for the cluster; --ray auto joins
+the running cluster (ray start --head / ray start --address=...). See README "Many hosts".
+
+  placer run OUTDIR --ray --emulate-gpu --random-inputs 0 --outputs out.npz
 """
 
 
@@ -69,6 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, metavar="N",
                         help="BLAS threads for CPU kernels (1 gives stable times on a shared host)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no table")
+    ray = parser.add_argument_group("cluster plans (NET is the OUTDIR of placer plan --cluster)")
+    ray.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                     help="run every worker as a Ray actor: no ADDRESS starts a local Ray instance, "
+                          "'auto' joins the running cluster")
+    ray.add_argument("--max-restarts", type=int, default=0, metavar="N",
+                     help="with --ray: after a worker dies, start every worker again, up to N times (default 0)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -85,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
         if not set_blas_threads(args.threads):
             print("placer: warning: could not set the BLAS thread count here; "
                   f"set OPENBLAS_NUM_THREADS={args.threads} before starting", file=sys.stderr)
+    if args.ray is not None:
+        from placer.runtime.cluster_command import run_command
+        return run_command(args)
     typed = load_typed_net(args)
     net = typed.net
     executor = Executor(net, emulate_gpu=args.emulate_gpu, emulate_gpus=args.emulate_gpus, seed=args.seed)

@@ -7,4 +7,5 @@ from placer.ops import (  # noqa: F401
     fc, elementwise, loss,       # dense: FC, MatMul, BatchMatMul, arithmetic, activations, softmax, losses
     tensor, embedding, fill, copy,  # data: shape ops, gathers, SparseLengths*, fills, copies
     detection,                   # SSD fork layers: Permute, Normalize, PriorBox, DetectionOutput
+    p2p,                         # between processes: SendTensor, ReceiveTensor (and worlds, ops/p2p.py)
 )
