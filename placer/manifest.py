@@ -37,31 +37,43 @@ MANIFEST = "manifest.json"
 
 def write_plan_dir(outdir: str | os.PathLike, result, doc: dict, outputs_on_host: bool = True) -> list[tuple[str, str]]:
     """Write OUTDIR for a cluster plan (``cluster.plan_cluster``'s result, its plan JSON)."""
-    from placer.formats.caffe2 import net_from_netdef, save_netdef
+    from placer.formats.caffe2 import net_from_netdef
     from placer.rewrite import place
+    cluster, net = result.machine, result.typed.net
+    placed = place(net, result.plan.placement, cluster, outputs_on_host=outputs_on_host)
+    inputs = list(net.data_inputs)
+    types = placed_types(placed.predict, placed.init, result.typed.blobs, inputs, net_from_netdef)
+    predicted = {"serial_s": result.plan.cost.total_s, "makespan_s": result.makespan.get("makespan_s"),
+                 "by_device_s": _predicted_by_device(result)}
+    return write_placed_dir(outdir, placed.predict, placed.init, cluster, types, inputs, predicted, doc,
+                            net.name or Path(net.path).stem)
+
+
+def write_placed_dir(outdir: str | os.PathLike, predict, init, cluster, types: dict, inputs: list[str],
+                     predicted: dict | None = None, doc: dict | None = None, name: str = "") -> list[tuple[str, str]]:
+    """Write OUTDIR for a placed cluster net (``device_option.node_name`` on every op):
+    the per-worker split, the one-process net, the manifest (module docstring)."""
+    from placer.formats.caffe2 import save_netdef
     from placer.rewrite_workers import ENGINE, WORLD, one_process, split_workers
     out = Path(outdir)
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST).exists())):
         raise PlacerError(f"-o {out}: exists and is not a placer cluster output directory",
                           hint="give a new or empty directory")
-    cluster, net = result.machine, result.typed.net
-    placed = place(net, result.plan.placement, cluster, outputs_on_host=outputs_on_host)
-    inputs = [b for b in net.data_inputs]
-    types = placed_types(placed, result.typed, inputs, net_from_netdef)
-    split = split_workers(placed.predict, placed.init, cluster, types, inputs)
-    per_device = _predicted_by_device(result)
+    split = split_workers(predict, init, cluster, types, inputs)
+    predicted = predicted or {"serial_s": None, "makespan_s": None, "by_device_s": {}}
+    per_device = predicted.pop("by_device_s", {}) or {}
     manifest = {
-        "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "net": net.name or Path(net.path).stem,
+        "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "net": name or predict.name,
         "cluster": {"name": cluster.name, "description": cluster.describe(), "hosts": list(cluster.hosts),
                     "network": vars(cluster.network)},
         "world": {"size": len(split.workers), "blob": WORLD, "engine": ENGINE},
         "inputs": {b: {"shape": list(types[b].shape), "dtype": types[b].dtype} for b in inputs if b in types},
-        "outputs": list(placed.predict.external_output),
-        "placed_net": "placed.pbtxt", "placed_init_net": "placed_init.pbtxt" if placed.init else None,
+        "outputs": list(predict.external_output),
+        "placed_net": "placed.pbtxt", "placed_init_net": "placed_init.pbtxt" if init is not None else None,
         "one_process_net": "one_process.pbtxt",
-        "one_process_init_net": "one_process_init.pbtxt" if placed.init else None,
+        "one_process_init_net": "one_process_init.pbtxt" if init is not None else None,
         "one_process_gpus": len(cluster.gpus),
-        "predicted": {"serial_s": result.plan.cost.total_s, "makespan_s": result.makespan.get("makespan_s")},
+        "predicted": predicted,
         "workers": [{"rank": w.rank, "host": w.host, "devices": list(w.devices), "gpus": w.gpus,
                      "net": f"workers/{w.host}.pbtxt", "init_net": f"workers/{w.host}_init.pbtxt",
                      "inputs": w.inputs, "outputs": w.outputs,
@@ -73,16 +85,17 @@ def write_plan_dir(outdir: str | os.PathLike, result, doc: dict, outputs_on_host
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         (tmp / "workers").mkdir()
-        save_netdef(placed.predict, tmp / "placed.pbtxt")
-        save_netdef(one_process(placed.predict, cluster), tmp / "one_process.pbtxt")
-        if placed.init is not None:
-            save_netdef(placed.init, tmp / "placed_init.pbtxt")
-            save_netdef(one_process(placed.init, cluster), tmp / "one_process_init.pbtxt")
+        save_netdef(predict, tmp / "placed.pbtxt")
+        save_netdef(one_process(predict, cluster), tmp / "one_process.pbtxt")
+        if init is not None:
+            save_netdef(init, tmp / "placed_init.pbtxt")
+            save_netdef(one_process(init, cluster), tmp / "one_process_init.pbtxt")
         (tmp / "one_process.value_info.json").write_text(json.dumps(_value_info(types, inputs), indent=1) + "\n")
         for w in split.workers:
             save_netdef(w.predict, tmp / f"workers/{w.host}.pbtxt")
             save_netdef(w.init, tmp / f"workers/{w.host}_init.pbtxt")
-        (tmp / "plan.json").write_text(json.dumps(doc, indent=1) + "\n")
+        if doc is not None:
+            (tmp / "plan.json").write_text(json.dumps(doc, indent=1) + "\n")
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         _replace_dir(tmp, out)
     except BaseException:
@@ -91,18 +104,19 @@ def write_plan_dir(outdir: str | os.PathLike, result, doc: dict, outputs_on_host
     return [("cluster plan directory", f"{out} ({len(split.workers)} workers, {len(split.messages)} messages)")]
 
 
-def placed_types(placed, typed, inputs: list[str], net_from_netdef) -> dict:
+def placed_types(predict, init, known: dict, inputs: list[str], net_from_netdef) -> dict:
     """The type of every blob of the placed nets: shape inference over the placed predict
-    net, and a copy made by the init net typed like what it copies."""
+    net (``known``: the unplaced net's types), and a copy the init net makes typed like
+    what it copies."""
     from placer.shapes import infer
-    pnet = net_from_netdef(placed.predict, placed.init)
-    types = dict(typed.blobs)
-    if placed.init is not None:
-        for op in placed.init.op:
+    pnet = net_from_netdef(predict, init)
+    types = {**pnet.params, **known}
+    if init is not None:
+        for op in init.op:
             if op.type in ("Copy", "CopyCPUToGPU", "CopyGPUToCPU") and op.input[0] in types:
                 types[op.output[0]] = types[op.input[0]]
                 pnet.params.setdefault(op.output[0], types[op.input[0]])
-    found = infer(pnet, {b: typed.blobs[b] for b in inputs if typed.blobs.get(b) is not None})
+    found = infer(pnet, {b: known[b] for b in inputs if known.get(b) is not None})
     types.update({b: t for b, t in found.blobs.items() if t is not None})
     return types
 
@@ -152,4 +166,4 @@ def read_manifest(outdir: str | os.PathLike) -> dict:
     return data
 
 
-__all__ = ["write_plan_dir", "read_manifest", "placed_types", "SCHEMA", "MANIFEST"]
+__all__ = ["write_plan_dir", "write_placed_dir", "read_manifest", "placed_types", "SCHEMA", "MANIFEST"]

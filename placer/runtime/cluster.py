@@ -24,8 +24,9 @@ actors are threaded (``max_concurrency``) so that deliveries arrive while a step
 
 Faults: a worker whose step raises returns the error (the op's label, the device as the
 cluster names it); a worker that dies is found by Ray (``RayActorError``) and named with
-the op it last reported (a reporter thread in each worker sends the op it is running to a
-small monitor actor whenever it changed, at most every ``REPORT_S``). Either way the other
+the op it last reported (a reporter thread in each worker tells the other workers the op
+it is running whenever it changed, at most every ``REPORT_S``; the driver asks a
+surviving worker). Either way the other
 workers are killed, nothing is written, and one ``ClusterRunError`` names the worker, its
 host and devices, and the op. ``max_restarts`` starts every worker again from its init net
 after a worker died (a raised error would only repeat), up to that many times.
@@ -158,7 +159,8 @@ class ClusterWorker:
 
     def __init__(self, spec: dict, predict_text: str, init_text: str, hosts: list, options: dict):
         self.spec, self.host, self.rank = spec, spec["host"], spec["rank"]
-        self.options, self.monitor = options, options.get("monitor")
+        self.options = options
+        self.reported: dict[int, str] = {}          # rank -> the op that worker last reported
         self.current, self.samples, self.saved_state = "loading its nets", [], None
         self.names = {"cpu": f"{self.host}/cpu"}
         for g in range(spec["gpus"]):
@@ -198,6 +200,13 @@ class ClusterWorker:
 
     def deliver(self, key, value) -> None:
         self.mailbox.put(key, value)
+
+    def at(self, rank: int, label: str) -> None:
+        """Worker ``rank`` is running ``label`` (module docstring)."""
+        self.reported[rank] = label
+
+    def last_reported(self) -> dict:
+        return dict(self.reported)
 
     def init(self) -> dict:
         self.current = "the init net"
@@ -249,7 +258,12 @@ class ClusterWorker:
     def finish(self, want_state: bool) -> dict:
         """The RunRecord of the timed steps (device names as the cluster names them) and,
         for train nets, the state."""
-        return self._guard(lambda: {"record": self._record(), "state": self._state() if want_state else {}})
+        return self._guard(lambda: {"record": self._record(), "state": self._trained() if want_state else {}})
+
+    def _trained(self) -> dict:
+        """The state without the receive buffers (rewritten by every step, not trained)."""
+        buffers = {op.outputs[0] for op in self.executor.net.ops if op.type == "ReceiveTensor"}
+        return {k: v for k, v in self._state().items() if k not in buffers}
 
     def _record(self) -> dict:
         from placer.runtime import record as run_record
@@ -278,7 +292,8 @@ class ClusterWorker:
             out = work()
             return {"ok": True, **(out or {})}
         except PlacerError as e:
-            return {"ok": False, "error": self._cluster_text(e.message), "hint": e.hint, "op": self.current}
+            return {"ok": False, "error": self._cluster_text(e.message), "hint": self._cluster_text(e.hint or ""),
+                    "op": self.current}
         except Exception as e:  # a bug or a kernel's own error: still one line naming the op
             return {"ok": False, "error": f"{self.current}: {e!r}", "hint": "", "op": self.current}
 
@@ -288,14 +303,17 @@ class ClusterWorker:
         return text
 
     def _report(self) -> None:
-        """Tell the monitor which op runs, when it changed (module docstring)."""
+        """Tell the other workers which op runs, when it changed (module docstring)."""
         sent = None
         while True:
             now = self.current
-            if now != sent and self.monitor is not None:
-                self.monitor.at.remote(self.rank, now)
+            if now != sent and self.world.peers:
+                self._tell(now)
                 sent = now
             time.sleep(REPORT_S)
+
+    def _tell(self, label: str) -> list:
+        return [p.at.remote(self.rank, label) for r, p in enumerate(self.world.peers) if r != self.rank]
 
     def _arm_fault(self, fault: dict | None) -> None:
         """Testing the fault path: ``{"host", "op" (index), "mode": "exit"|"raise", "attempt"}``
@@ -308,9 +326,8 @@ class ClusterWorker:
 
         def fail(*args):
             if fault["mode"] == "exit":
-                if self.monitor is not None:
-                    import ray
-                    ray.get(self.monitor.at.remote(self.rank, step.label))
+                import ray
+                ray.get(self._tell(step.label))
                 os._exit(17)
             raise RuntimeError("injected fault")
 
@@ -318,19 +335,6 @@ class ClusterWorker:
             step.move = fail
         else:
             step.kernel = fail
-
-
-class Monitor:
-    """Where each worker is: the op it last reported."""
-
-    def __init__(self):
-        self.where: dict[int, str] = {}
-
-    def at(self, rank: int, label: str) -> None:
-        self.where[rank] = label
-
-    def last(self) -> dict:
-        return dict(self.where)
 
 
 # ---------------------------------------------------------------------- the driver
@@ -413,8 +417,6 @@ class _WorkerDied(PlacerError):
 
 def _attempt(manifest, texts, hosts, inputs, iterations, warmup, options, want_state) -> ClusterRun:
     import ray
-    monitor = ray.remote(num_cpus=0)(Monitor).remote()
-    options = {**options, "monitor": monitor}
     remote = ray.remote(ClusterWorker)
     actors = []
     for w in manifest["workers"]:
@@ -422,7 +424,7 @@ def _attempt(manifest, texts, hosts, inputs, iterations, warmup, options, want_s
         actors.append(remote.options(num_cpus=0, num_gpus=gpus, max_concurrency=8, max_restarts=0,
                                      resources={RESOURCE.format(w["host"]): 1}).remote(
             w, *texts[w["host"]], hosts, options))
-    driver = _Driver(manifest, actors, monitor)
+    driver = _Driver(manifest, actors)
     try:
         driver.call("connect", [(actors,)] * len(actors))
         t0 = time.perf_counter()
@@ -443,7 +445,7 @@ def _attempt(manifest, texts, hosts, inputs, iterations, warmup, options, want_s
                           busy_s={h: _median(v) for h, v in zip(hosts, driver.busy)},
                           state={h: d["state"] for h, d in zip(hosts, done)}, init_s=init_s)
     finally:
-        for a in actors + [monitor]:
+        for a in actors:
             ray.kill(a)
 
 
@@ -454,8 +456,8 @@ def _median(values: list) -> float:
 class _Driver:
     """Calls one method on every worker at once and waits, stopping at the first failure."""
 
-    def __init__(self, manifest, actors, monitor):
-        self.workers, self.actors, self.monitor = manifest["workers"], actors, monitor
+    def __init__(self, manifest, actors):
+        self.workers, self.actors = manifest["workers"], actors
         self.iteration_s: list[float] = []
         self.overhead: list[list[float]] = [[] for _ in actors]
         self.busy: list[list[float]] = [[] for _ in actors]
@@ -493,17 +495,27 @@ class _Driver:
         w = self.workers[r]
         return f"worker {w['host']} (rank {r} on host {w['host']}: {', '.join(w['devices'])})"
 
+    def _last_reported(self, r: int) -> str:
+        """The op worker r last reported, from any worker still alive."""
+        import ray
+        for other, actor in enumerate(self.actors):
+            if other == r:
+                continue
+            try:
+                label = ray.get(actor.last_reported.remote(), timeout=10).get(r)
+            except Exception:  # that worker is gone too (or busy for 10 s): ask the next one
+                continue
+            if label:
+                return label
+        return "(no op reported)"
+
     def _failed(self, r: int, res: dict) -> ClusterRunError:
         return ClusterRunError(f"{self._who(r)} failed: {res['error']}", hint=res.get("hint") or "")
 
     def _died(self, r: int, method: str, e) -> _WorkerDied:
-        import ray
-        try:
-            where = ray.get(self.monitor.last.remote(), timeout=10).get(r, "(no op reported)")
-        except Exception:  # the monitor is gone too: say so rather than hang
-            where = "(its monitor did not answer)"
+        where = self._last_reported(r)
         cause = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-        return _WorkerDied(f"{self._who(r)} died while running {where} ({method}): {cause}",
+        return _WorkerDied(f"{self._who(r)} died while running {where} (during its {method} call): {cause}",
                            hint="see the worker's log in Ray's session directory (/tmp/ray/session_latest/logs)")
 
 
