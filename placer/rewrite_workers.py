@@ -32,7 +32,10 @@ through one ``Copy`` placed on the destination device. The split walks the place
   process's first buffer to all); a collective within one host stays as it is;
 - every worker's init net starts with ``CreateCommonWorld(size=N, rank=r, engine=MPI)``
   -> ``comm_world``; a ``CreateCommonWorld`` of the placed init net (a world of one
-  process) becomes the same world of N.
+  process) becomes the same world of N;
+- the worker nets carry no ``node_name``: it describes the whole placed net, and Caffe2
+  refuses to run an op that has one ("node_name must be empty for all operators at
+  execution time", caffe2/core/net.cc); the manifest says which host runs which net.
 
 Schemas (torch 1.8.1's Caffe2, ``OpSchema.get``): SendTensor (comm_world, X[, dst, tag]),
 args dst, tag, raw_buffer; ReceiveTensor (comm_world, Y[, src, tag]) -> (Y, src, tag),
@@ -119,8 +122,9 @@ class _Split:
 
     @staticmethod
     def option(op, device: str) -> None:
-        host, _, local = device.partition("/")
-        op.device_option.node_name = host
+        """The device option of a worker's op: the device on its own host, no node_name."""
+        local = device.partition("/")[2]
+        op.device_option.ClearField("node_name")
         if local == "cpu":
             op.device_option.device_type, op.device_option.device_id = pb.PROTO_CPU, 0
         else:
@@ -162,7 +166,7 @@ class _Split:
                                   hint="a tensor crossing hosts must go through a Copy (write the placed "
                                        "net with placer plan --cluster)")
             else:
-                self.ops[phase][w].append(op)
+                self.ops[phase][w].append(_local(op))
                 for j, out in enumerate(op.output):
                     self.where[out] = self.written_on(op, device, j)
 
@@ -241,6 +245,14 @@ class _Split:
             self.option(part, self.where[blobs[0]])
             self.ops[phase][r].append(part)
         self.collectives += 1
+
+
+def _local(op):
+    """A copy of a placed op for its worker's net (no node_name)."""
+    out = pb.OperatorDef()
+    out.CopyFrom(op)
+    out.device_option.ClearField("node_name")
+    return out
 
 
 def _arg(op, name: str, default: int) -> int:
