@@ -161,7 +161,7 @@ class ClusterWorker:
         self.spec, self.host, self.rank = spec, spec["host"], spec["rank"]
         self.options = options
         self.reported: dict[int, str] = {}          # rank -> the op that worker last reported
-        self.current, self.samples, self.saved_state = "loading its nets", [], None
+        self.current, self.samples, self.saved_state, self.warmups = "loading its nets", [], None, 0
         self.names = {"cpu": f"{self.host}/cpu"}
         for g in range(spec["gpus"]):
             for local in (f"cuda:{g}", f"emulated-cuda:{g}"):
@@ -242,6 +242,8 @@ class ClusterWorker:
         self.current = "between steps"
         if timed:
             self.samples.append([o.time_s for o in ex.record.ops])
+        else:
+            self.warmups += 1
         return {"outputs": outputs if want_outputs else {}, "start": start, "busy_s": busy}
 
     def _state(self) -> dict:
@@ -279,7 +281,7 @@ class ClusterWorker:
                       peak_bytes={self._name(d): v for d, v in rec.peak_bytes.items()},
                       timing_labels={self._name(d): (f"{self._name(d)} (CPU timing)" if "emulated" in d else
                                                      self._name(d)) for d in rec.timing_labels},
-                      iterations=len(self.samples), warmup=0)
+                      iterations=len(self.samples), warmup=self.warmups)
         return run_record.to_dict(rec)
 
     def _name(self, local: str) -> str:
