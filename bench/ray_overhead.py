@@ -1,6 +1,7 @@
 """Ray's cost per iteration per worker when a cluster plan runs with ``placer run --ray``.
 
-Usage: python bench/ray_overhead.py [--iterations 30] [--warmup 3] [--cpus 2] [--cluster local-2hosts]
+Usage: python bench/ray_overhead.py [--iterations 30] [--warmup 3] [--cpus 2] [--threads 1]
+                                    [--cluster local-2hosts]
 
 Two plans over two simulated hosts of a local Ray instance (GPUs emulated):
 - ``chain``: 2 x 20 cheap ops (Relu / Scale on 256 floats), half on each host, one tensor
@@ -11,6 +12,8 @@ For each: the median per-iteration wall time seen by the driver, each worker's t
 its step (the executor running its net, receives waiting included) and Ray's overhead per
 worker (the round trip of its one call less the time inside it), the same placed net in
 one process (``one_process.pbtxt`` on the executor), and the plan's predicted step.
+Every process runs BLAS on ``--threads`` threads (default 1: Ray gives its actors one, and a
+multi-threaded BLAS on a loaded 2-core host was measured 7x slower than one thread).
 A benchmark prints figures; it is not a test. Timings from a busy machine say so.
 """
 from __future__ import annotations
@@ -69,14 +72,14 @@ def one_process_s(outdir: Path, inputs: dict, iterations: int, warmup: int) -> f
     return statistics.median(times)
 
 
-def measure(name: str, net, pins, cluster: str, tmp: Path, iterations: int, warmup: int) -> list[str]:
+def measure(name: str, net, pins, cluster: str, tmp: Path, iterations: int, warmup: int, threads: int) -> list[str]:
     typed = infer(net, {})
     result = plan_cluster(typed, load_cluster(cluster), PlanOptions(pins=tuple(pins), time_limit_s=2.0))
     out = tmp / name
     write_plan_dir(out, result, plan_json(result, _profiles(result.machine)))
     m = read_manifest(out)
     inputs = one_process_inputs(out, m, None, 0)
-    run = run_on_ray(out, inputs=inputs, iterations=iterations, warmup=warmup, emulate=True)
+    run = run_on_ray(out, inputs=inputs, iterations=iterations, warmup=warmup, emulate=True, threads=threads)
     wall = statistics.median(run.iteration_s)
     single = one_process_s(out, inputs, iterations, warmup)
     rows = [f"{name}: {len(m['messages'])} messages, {sum(x['nbytes'] for x in m['messages']):,} bytes per iteration; "
@@ -95,9 +98,13 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--cpus", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cluster", default="local-2hosts")
     args = ap.parse_args()
     import os
+
+    from placer.runtime.threads import set_blas_threads
+    set_blas_threads(args.threads)
 
     import ray
     hosts = list(load_cluster(args.cluster).hosts)
@@ -108,7 +115,8 @@ def main() -> None:
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as tmp:
         for name, (net, pins) in (("chain", chain_net()), ("dlrm_small", dlrm_net())):
-            print("\n".join(measure(name, net, pins, args.cluster, Path(tmp), args.iterations, args.warmup)))
+            print("\n".join(measure(name, net, pins, args.cluster, Path(tmp), args.iterations, args.warmup,
+                                     args.threads)))
     ray.shutdown()
 
 
