@@ -56,6 +56,7 @@ from placer.ops import registry
 from placer.types import DTYPE_TO_DATA_TYPE, TensorType
 
 WORLD = "comm_world"
+SELF = "comm_self"          # a world of one process, for a collective within one worker
 ENGINE = "MPI"
 COPY_TYPES = ("Copy", "CopyCPUToGPU", "CopyGPUToCPU", "EnsureCPUOutput", "CopyFromCPUInput")
 WORLD_COLLECTIVES = ("Allreduce", "Broadcast")          # (comm_world, X_1..X_k) -> X_1..X_k
@@ -106,6 +107,7 @@ class _Split:
         self.where: dict[str, str] = {}                            # blob -> device name holding it
         self.messages: list[Message] = []
         self.collectives = 0
+        self.self_world: set[int] = set()                          # workers that need comm_self
 
     # -- devices ---------------------------------------------------------------------
     def device_of(self, op, label: str) -> str:
@@ -160,6 +162,10 @@ class _Split:
             elif op.type in WORLD_COLLECTIVES + tuple(NCCL_COLLECTIVES) and \
                     len({self.worker(d) for d in holders}) > 1:
                 self.collective(op, phase, label)
+            elif op.type in WORLD_COLLECTIVES:
+                self.ops[phase][w].append(self.within(op, w))
+                for out in op.output:
+                    self.where.setdefault(out, device)
             elif remote:
                 b = remote[0]
                 raise PlacerError(f"{label} on {device} reads '{b}', which {self.where[b]} holds, without a copy",
@@ -169,6 +175,14 @@ class _Split:
                 self.ops[phase][w].append(_local(op))
                 for j, out in enumerate(op.output):
                     self.where[out] = self.written_on(op, device, j)
+
+    def within(self, op, w: int):
+        """A world collective whose buffers one worker holds: over a world of that worker
+        alone (``comm_self``), as it ran in one process."""
+        local = _local(op)
+        local.input[0] = SELF
+        self.self_world.add(w)
+        return local
 
     def world_op(self, op, phase: str) -> None:
         """CreateCommonWorld -> the same blob, a world of every worker, on each worker."""
@@ -283,6 +297,10 @@ def _worker_net(split: _Split, r: int, host: str, predict, init, inputs) -> Work
     devices = tuple(split.cluster.names[d] for d in split.cluster.devices_of(r))
     init_net = pb.NetDef(name=f"{init.name if init is not None else predict.name + '_init'}_{host}")
     init_net.op.append(split.create_world(WORLD, r, host))
+    if r in split.self_world:
+        alone = init_net.op.add(type="CreateCommonWorld", output=[SELF], name=f"a world of {host} alone")
+        alone.arg.add(name="size", i=1)
+        alone.arg.add(name="rank", i=0)
     init_net.op.extend(split.buffers[r])
     init_net.op.extend(split.ops["init"][r])
     made = {o for op in init_net.op for o in op.output}

@@ -122,17 +122,16 @@ def _cluster_arrays(rng, n: int):
 
 
 def test_hosts_first_against_brute_force_on_small_cluster_nets():
-    rng = np.random.default_rng(7)
+    """20 random nets of 7-8 ops over 2 hosts x (CPU + GPU): every placement enumerated."""
+    rng = np.random.default_rng(11)
     gaps = []
-    for _ in range(25):
-        c, arr = _cluster_arrays(rng, int(rng.integers(3, 7)))
+    for _ in range(20):
+        c, arr = _cluster_arrays(rng, int(rng.integers(7, 9)))
         best = serial_costs(arr, placements(arr)).min()
         plan = HostsFirstPartitioner(c.host_of, [0, 2], c.hosts).partition(arr)
-        cost = serial_cost(arr, plan.placement).total_s
-        assert cost >= best * (1 - 1e-9)
-        gaps.append(cost / best - 1)
-    # measured on these 25 nets: the optimum on all but a few, never more than 5% above it
-    assert np.mean(np.array(gaps) < 1e-9) >= 0.8 and max(gaps) < 0.05, gaps
+        gaps.append(serial_cost(arr, plan.placement).total_s / best - 1)
+    # measured: the optimum on all 20 (never below it, which would be a costing bug)
+    assert min(gaps) > -1e-9 and max(gaps) < 1e-9, gaps
 
 
 def test_host_arrays_collapse_each_host_to_its_fastest_device_and_the_network():

@@ -20,7 +20,8 @@ worker's part of a split net and how to run it. SendTensor and ReceiveTensor are
 registered here; CreateCommonWorld, Allreduce and Broadcast are registered by the
 collectives family for one process (a world of one), so ``install_world`` replaces them
 in this process only (``registry.override``) with the versions below, which span the
-world. The common world blob is the collectives family's: an int64 [size] array, 1 at
+world (over a common world of size 1 they combine this process's own buffers, as the
+one-process versions do). The common world blob is the collectives family's: an int64 [size] array, 1 at
 this process's rank.
 
 Moves: a send copies X to host memory (``transfers.copy``: a GPU's D2H is counted) and
@@ -145,9 +146,9 @@ def move_receive(t, inputs, args: Args) -> tuple:
 
 
 def kernel_create_world(xp, inputs, args: Args) -> tuple:
-    world = current_world(args)
     size, rank = args.int("size", 1), args.int("rank", 0)
-    if (size, rank) != (world.size, world.rank):
+    world = current_world(args) if size > 1 else None    # a world of one: this process alone
+    if world is not None and (size, rank) != (world.size, world.rank):
         raise PlacerError(f"op {args.op}: the net was written for rank {rank} of {size} workers; this process "
                           f"is rank {world.rank} of {world.size}")
     cw = np.zeros(size, np.int64)
@@ -168,17 +169,25 @@ def _everywhere(t, value: np.ndarray) -> tuple:
                  for target in t.targets)
 
 
+def _alone(inputs) -> bool:
+    """A common world of one process (size 1): the op combines this process's buffers only."""
+    return int(np.asarray(inputs[0]).size) == 1
+
+
 def move_allreduce(t, inputs, args: Args) -> tuple:
     _check_targets(t, args)
-    return _everywhere(t, current_world(args).allreduce(_local_sum(t, inputs)))
+    total = _local_sum(t, inputs)
+    return _everywhere(t, total if _alone(inputs) else current_world(args).allreduce(total))
 
 
 def move_broadcast(t, inputs, args: Args) -> tuple:
     _check_targets(t, args)
+    first = _to_host(t, inputs[1], t.sources[1])
+    if _alone(inputs):
+        return _everywhere(t, first)
     world = current_world(args)
     root = args.int("root", 0)
-    mine = _to_host(t, inputs[1], t.sources[1]) if world.rank == root else None
-    return _everywhere(t, world.broadcast(mine, root))
+    return _everywhere(t, world.broadcast(first if world.rank == root else None, root))
 
 
 def _check_targets(t, args: Args) -> None:
