@@ -110,7 +110,7 @@ def placed_types(predict, init, known: dict, inputs: list[str], net_from_netdef)
     what it copies."""
     from placer.shapes import infer
     pnet = net_from_netdef(predict, init)
-    types = {**pnet.params, **known}
+    types = {**pnet.params, **{b: t for b, t in known.items() if t is not None}}
     if init is not None:
         for op in init.op:
             if op.type in ("Copy", "CopyCPUToGPU", "CopyGPUToCPU") and op.input[0] in types:

@@ -44,7 +44,10 @@ The MPI engine registers all three (caffe2/mpi/mpi_ops.cc).
 
 ``one_process`` gives the same placed net for a single process: each GPU numbered across
 the cluster (h1/cuda:0 of a cluster with two GPUs per host is cuda:2), hosts dropped, so
-``placer run`` can check a cluster plan's outputs on one machine.
+``placer run`` can check a cluster plan's outputs on one machine. ``on_hosts`` goes the
+other way: a net placed over the cluster's GPUs numbered that way (a data-parallel layout
+over all of them, say) gets its hosts, CPU ops go to the first host, and every blob read
+on another host than the one holding it gets a ``Copy`` there (once per host and device).
 """
 from __future__ import annotations
 
@@ -343,4 +346,59 @@ def one_process(netdef: pb.NetDef, cluster) -> pb.NetDef:
     return out
 
 
-__all__ = ["split_workers", "one_process", "WorkerSplit", "WorkerNet", "Message", "WORLD", "ENGINE"]
+def on_hosts(netdef: pb.NetDef, init: pb.NetDef | None, cluster, inputs: list[str]) -> tuple:
+    """(predict, init) placed over ``cluster`` from nets whose GPU ordinals number the
+    cluster's GPUs (module docstring); ``inputs`` are fed on the first host's CPU."""
+    gpus = [cluster.names[d] for d in cluster.gpus]
+    where: dict[str, str] = {b: cluster.names[0] for b in inputs}
+    copies: dict[tuple[str, str], str] = {}
+    taken = {b for net in (netdef, init) if net is not None for op in net.op for b in (*op.input, *op.output)}
+    out = []
+    for net in (init, netdef):
+        if net is None:
+            out.append(None)
+            continue
+        placed = pb.NetDef()
+        placed.CopyFrom(net)
+        del placed.op[:]
+        for op in net.op:
+            option = op.device_option
+            device = gpus[option.device_id] if option.device_type == pb.PROTO_CUDA else cluster.names[0]
+            host = device.partition("/")[0]
+            new = pb.OperatorDef()
+            new.CopyFrom(op)
+            _Split.option(new, device)
+            new.device_option.node_name = host
+            if op.type not in COPY_TYPES + WORLD_COLLECTIVES + tuple(NCCL_COLLECTIVES):  # the split's
+                opdef = registry.get(op.type)
+                from_host = set(getattr(opdef, "host_inputs", ()) or ())   # read from host memory
+                for k, b in enumerate(op.input):
+                    held = where.get(b)
+                    if held is not None and held.partition("/")[0] != host:
+                        target = f"{host}/cpu" if k in from_host else device
+                        new.input[k] = _copy_to(placed, b, target, copies, taken)
+            placed.op.append(new)
+            for j, b in enumerate(new.output):
+                where[b] = device if b not in new.input else where.get(b, device)
+            for b, target in ((b, d) for (b, d) in list(copies) if b in new.output):
+                del copies[(b, target)]                  # a new version: copy it again when read
+        out.append(placed)
+    return out[1], out[0]
+
+
+def _copy_to(placed: pb.NetDef, blob: str, target: str, copies: dict, taken: set) -> str:
+    """The name of ``blob`` on device ``target`` of another host: a Copy placed there."""
+    key = (blob, target)
+    if key not in copies:
+        name, k = f"{blob}_{target.replace('/', '_').replace(':', '')}", 1
+        while name in taken:
+            name, k = f"{blob}_{target.replace('/', '_').replace(':', '')}_{k}", k + 1
+        taken.add(name)
+        copy = placed.op.add(type="Copy", input=[blob], output=[name])
+        _Split.option(copy, target)
+        copy.device_option.node_name = target.partition("/")[0]
+        copies[key] = name
+    return copies[key]
+
+
+__all__ = ["split_workers", "one_process", "on_hosts", "WorkerSplit", "WorkerNet", "Message", "WORLD", "ENGINE"]

@@ -267,6 +267,29 @@ def test_collectives_across_hosts_become_one_op_per_worker_over_its_own_buffers(
             assert not any(op.type == kind != "Allreduce" for op in w.predict.op)
 
 
+def test_on_hosts_copies_what_another_host_reads_and_leaves_collectives_to_the_split():
+    """A net over the cluster's GPUs numbered across hosts (as one_process writes it):
+    hosts from the GPU numbers, CPU ops on the first host, one Copy per blob read on
+    another host (to host memory for an input the op reads there)."""
+    from placer.rewrite_workers import on_hosts
+    predict, init, inputs, _, types = dp_linear(("h0/cuda:0", "h1/cuda:0"))
+    c = tiny_cluster(1)
+    flat_predict, flat_init = one_process(predict, c), one_process(init, c)
+    back, back_init = on_hosts(flat_predict, flat_init, c, list(inputs))
+    hosts = [op.device_option.node_name for op in back.op]
+    assert set(hosts) == {"h0", "h1"} and all(op.device_option.device_id == 0 for op in back.op)
+    # the original's cross-host copies are copies already: nothing to add, the same ops come back
+    assert [op.type for op in back.op] == [op.type for op in predict.op]
+    assert [op.device_option.node_name for op in back.op] == [op.device_option.node_name for op in predict.op]
+    # a reader on h1 of a blob made on h0 without a copy gets one
+    on_h1 = flat_predict.op[-1].device_option           # r1's update: GPU 1 of the cluster, h1/cuda:0
+    flat_predict.op.add(type="Relu", input=["r0/y"], output=["late"]).device_option.CopyFrom(on_h1)
+    back, _ = on_hosts(flat_predict, flat_init, c, list(inputs))
+    copy = back.op[-2]
+    assert (copy.type, list(copy.input), copy.device_option.node_name) == ("Copy", ["r0/y"], "h1")
+    assert list(back.op[-1].input) == list(copy.output)
+
+
 def test_a_collective_missing_a_host_or_not_in_place_is_refused():
     c = tiny_cluster(1, hosts=("h0", "h1", "h2"))
     predict, init, inputs, _, types = dp_linear()

@@ -135,3 +135,41 @@ def test_a_worker_that_raises_is_one_cli_error_and_no_output_file(model_parallel
     line = next(line for line in err if line.startswith("placer: error"))
     assert "worker h1" in line and "SparseLengthsSum" in line and "h1/cpu" in line
     assert not out.exists() and not list(tmp_path.glob("*.tmp*"))
+
+
+def test_data_parallel_model_layout_over_two_hosts_trains_like_one_device(local_ray, tmp_path):
+    """data_parallel_model's layout of a LeNet SGD train net over the cluster's four GPUs
+    (NCCLAllreduce of every gradient, parameters broadcast by the init net), put on the
+    two hosts (on_hosts) and split: two steps on Ray give every replica the parameters of
+    two steps of the one-device net on the whole batch."""
+    from test_data_parallel_run import N, one_device, shard, state_blobs
+    from placer.cluster import load_cluster
+    from placer.formats.caffe2 import net_from_netdef
+    from placer.manifest import placed_types
+    from placer.rewrite_workers import on_hosts
+    from placer.shapes import infer
+    from placer.training.data_parallel import data_parallel
+    from placer.types import TensorType
+    nets, feed = one_device("lenet", "sgd")
+    dp = data_parallel(nets.train, nets.init, N, "gpu", use_nccl=True)
+    dp_feed = {f"gpu_{k}/{n}": v for k in range(N) for n, v in shard("lenet", feed, k).items()}
+    c = load_cluster("local-2hosts")
+    predict, init = on_hosts(dp.train, dp.init, c, list(dp_feed))
+    typed = infer(net_from_netdef(predict, init), {b: TensorType(v.shape, str(v.dtype)) for b, v in dp_feed.items()})
+    types = placed_types(predict, init, typed.blobs, list(dp_feed), net_from_netdef)
+    write_placed_dir(tmp_path / "dp", predict, init, c, types, list(dp_feed))
+    m = read_manifest(tmp_path / "dp")
+    assert m["collectives"] == len(nets.params) and any(x["phase"] == "init" for x in m["messages"])
+    run = run_on_ray(tmp_path / "dp", inputs=dp_feed, iterations=2, warmup=0, emulate=True, want_state=True)
+
+    state = state_blobs(nets)
+    nets.train.external_output[:] = state
+    one = Executor(net_from_netdef(nets.train, nets.init))
+    for _ in range(2):                          # two steps, the state carried by hand
+        want = one.run(feed, iterations=1, warmup=0)
+        one.params.update({b: want[b] for b in state})
+    for k in range(N):
+        host = "h0" if k < 2 else "h1"
+        for b in state:
+            np.testing.assert_allclose(run.state[host][f"gpu_{k}/{b}"], want[b], rtol=2e-5, atol=2e-6,
+                                       err_msg=f"gpu_{k}/{b}")
