@@ -285,7 +285,6 @@ def plan_cluster(typed, cluster: ClusterMachine, options=None):
     from placer.graph import build_cost_graph
     from placer.partition import baselines, partition
     from placer.partition.check import check_plan
-    from placer.partition.hosts import HostsFirstPartitioner
     from placer.partition.problem import from_graph
     from placer.planner import (PlanOptions, PlanResult, allowed_devices, inplace_pairs, overlapped,
                                 parameter_groups)
@@ -304,12 +303,11 @@ def plan_cluster(typed, cluster: ClusterMachine, options=None):
     arrays = from_graph(graph)
     # 3. hosts first, then devices (other methods: flat over every device)
     if options.method == "auto":
-        cpus = [cluster.devices_of(h)[0] for h in range(len(cluster.hosts))]
-        chosen = HostsFirstPartitioner(cluster.host_of, cpus, cluster.hosts, options.time_limit_s).partition(arrays)
+        options = replace(options, method="hosts")      # what re-solves (stability) use too
+    chosen = partition(arrays, options.method, time_limit=options.time_limit_s)
+    if options.method == "hosts":
         chosen.notes.append(f"network {cluster.network_to_local_ratio():.3g}x slower than the fastest link "
                             f"within a host (1 MiB copies)")
-    else:
-        chosen = partition(arrays, options.method, time_limit=options.time_limit_s)
     check_plan(arrays, chosen)
     # 4. baselines and the overlapped schedule
     base = baselines.baselines(arrays, None)

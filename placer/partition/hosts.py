@@ -113,9 +113,22 @@ class HostsFirstPartitioner:
         return best if serial_cost(arr, best).total_s <= serial_cost(arr, dev).total_s else dev
 
 
+def hosts_first(arr: CostArrays, time_limit: float = 10.0):
+    """``HostsFirstPartitioner`` with the hosts read from the device names (``HOST/DEVICE``;
+    a name without a host is one host of its own kind, "")."""
+    hosts = tuple(dict.fromkeys(d.rpartition("/")[0] for d in arr.devices))
+    host_of = np.array([hosts.index(d.rpartition("/")[0]) for d in arr.devices], np.int64)
+    cpus = []
+    for h in range(len(hosts)):
+        mine = np.flatnonzero(host_of == h)
+        cpu = [d for d in mine if arr.device_kinds[d] == "cpu"]
+        cpus.append(int(cpu[0] if cpu else mine[0]))
+    return HostsFirstPartitioner(host_of, cpus, hosts, time_limit).partition(arr)
+
+
 def _count_text(by_host: np.ndarray, hosts: tuple[str, ...]) -> str:
     counts = np.bincount(by_host, minlength=len(hosts))
-    return ", ".join(f"{n} ops on {h}" for h, n in zip(hosts, counts))
+    return ", ".join(f"{n} ops on {h or 'the one host'}" for h, n in zip(hosts, counts))
 
 
-__all__ = ["host_arrays", "within_hosts", "HostsFirstPartitioner"]
+__all__ = ["host_arrays", "within_hosts", "HostsFirstPartitioner", "hosts_first"]
