@@ -21,6 +21,10 @@ Links:
 Cluster profiles (``profiles/clusters/*.json``, schema in profiles/README.md) name each
 host's machine profile (and optionally its CPU profile and memory) and the network, every
 figure with its source. On the command line: ``--cluster NAME|FILE``.
+
+``plan_cluster`` is ``planner.plan`` over a cluster: each host's CPU memory is a limit
+(parameters kept in several hosts' memory are what a cluster plan is for) and the default
+search goes hosts first (``partition/hosts.py``).
 """
 from __future__ import annotations
 
@@ -35,9 +39,6 @@ from placer import constants as K
 from placer.errors import ProfileError
 from placer.machine import HOST, Hop, Link, Machine, MachineDevice, load_machine
 from placer.profiling.schema import LinkCurve
-
-RDMA_LATENCY_EXTRA_S = 0.0   # GPUDirect RDMA: the NIC's own latency is in the network figure
-
 
 @dataclass(frozen=True)
 class Network:
@@ -141,7 +142,6 @@ def _across(net: Network, host_a: str, ma: Machine, a: int, host_b: str, mb: Mac
             rate = min(rate, ma.links[(a, HOST)].hops[0].curve.bytes_per_s)
         if gpu_b:
             rate = min(rate, mb.links[(HOST, b)].hops[0].curve.bytes_per_s)
-        latency += RDMA_LATENCY_EXTRA_S
     else:
         if gpu_a:
             before = _on_host(ma.links[(a, HOST)], host_a).hops

@@ -276,7 +276,7 @@ class ClusterWorker:
             ops.append(replace(o, device=self._name(o.device), samples_s=samples,
                                time_s=statistics.median(samples) if samples else 0.0,
                                links=tuple((self._name(a), self._name(b), n) for a, b, n in o.links)))
-        rec = replace(rec, net_name=f"{rec.net_name}", ops=tuple(ops),
+        rec = replace(rec, ops=tuple(ops),
                       devices=tuple(self._name(d) for d in rec.devices),
                       peak_bytes={self._name(d): v for d, v in rec.peak_bytes.items()},
                       timing_labels={self._name(d): (f"{self._name(d)} (CPU timing)" if "emulated" in d else
@@ -324,7 +324,6 @@ class ClusterWorker:
         if not fault or fault["host"] != self.host or fault.get("attempt", 0) != self.options.get("attempt", 0):
             return
         step = self.executor.steps[fault["op"]]
-        original_kernel, original_move = step.kernel, step.move
 
         def fail(*args):
             if fault["mode"] == "exit":
@@ -333,7 +332,7 @@ class ClusterWorker:
                 os._exit(17)
             raise RuntimeError("injected fault")
 
-        if original_move is not None:
+        if step.move is not None:
             step.move = fail
         else:
             step.kernel = fail
