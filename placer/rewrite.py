@@ -2,7 +2,8 @@
 
 What changes in the user's net, and nothing else:
 - every op gets a ``device_option`` (``device_type`` 1 and ``device_id`` N on GPU N, 0 on
-  the CPU; other DeviceOption fields the op had are kept);
+  the CPU; on a cluster, ``node_name`` = the device's host; other DeviceOption fields the
+  op had are kept);
 - a tensor read on another device than the one that made it is copied once per
   destination device, the way Caffe2's own ``core.InjectCrossDeviceCopies`` does it:
   ``CopyCPUToGPU`` under the destination GPU's device option, ``CopyGPUToCPU`` under the

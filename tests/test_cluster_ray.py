@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from cluster_cases import dp_linear, sgd_reference, tiny_cluster
-from test_cluster import EXAMPLES, _forced_split, pipeline_plan
+from test_cluster import _forced_split, pipeline_plan
 from placer.cli import main
 from placer.commands.plan import _profiles
 from placer.formats import load_net
