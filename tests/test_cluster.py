@@ -345,3 +345,61 @@ def test_network_object_is_what_the_profile_says():
     assert c.network == Network("ethernet-100g", 1.2e10, 2e-5, False, c.network.source)
     assert c.link(c.index("h2/cuda:7"), c.index("h3/cuda:0")).kind == "network-staged"
     assert TEN_GBE.bytes_per_s == 1.17e9
+
+
+# ------------------------------------------------------------------------ GPU rules (strict cupy stand-in)
+
+STRICT_CHECKED = ("SendTensor", "ReceiveTensor")     # tests/test_ops_gpu_rules.py counts them covered
+
+
+def test_send_and_receive_keep_to_cupys_rules_kernels_and_moves():
+    """The one-device kernels through ``check_gpu_kernel``; the moves with GPU ends on the
+    strict stand-in and a loop-back world: a send copies to host memory once, a receive
+    writes what arrived onto its GPU, and neither reads the device back on its own."""
+    from conftest import require_cupy
+    require_cupy()
+    from cupy_standin import StrictCupy, check_gpu_kernel
+    from test_collectives_ops import StandInGpu, StandInHost
+    from placer.ops import registry
+    from placer.ops.p2p import world_for_sends
+    from placer.types import Args
+    cw, x = np.array([1, 0], np.int64), np.arange(12, dtype=np.float32).reshape(4, 3)
+    args = Args({"src": 1, "dst": 1, "tag": 7, "raw_buffer": 1}, op="#0 p2p")
+    check_gpu_kernel(registry.get("SendTensor"), [cw, x], args)
+    check_gpu_kernel(registry.get("ReceiveTensor"), [cw, np.zeros_like(x)], args)
+
+    xp = StrictCupy()
+
+    class Gpu(StandInGpu):
+        def to_device(self, a, key=None):
+            return xp.wrap(np.array(a, copy=True))
+
+    class Moves:
+        def __init__(self, sources, targets):
+            self.sources, self.targets, self.host, self.moved = sources, targets, host, []
+
+        def copy(self, array, source, target):
+            self.moved.append((source.name, target.name, int(array.nbytes)))
+            return np.array(array._a, copy=True) if target is host else xp.wrap(np.array(array, copy=True))
+
+    class LoopBack:
+        rank, size, device_names, box = 0, 2, {"standin:0": "h0/cuda:0"}, {}
+
+        def send(self, array, dst, tag, source):
+            assert type(array) is np.ndarray
+            self.box[(dst, tag)] = (array, source)
+
+        def recv(self, src, tag):
+            return self.box.pop((src, tag))
+
+    host, gpu = StandInHost(), Gpu(xp, 0)
+    with world_for_sends(LoopBack()):
+        send = Moves([host, gpu], [])
+        assert registry.get("SendTensor").transfer.move(send, [cw, xp.wrap(x)], args) == ()
+        assert send.moved == [("standin:0", "cpu", x.nbytes)]
+        recv = Moves([host, gpu], [gpu, gpu, gpu])
+        y, src, tag = registry.get("ReceiveTensor").transfer.move(recv, [cw, xp.wrap(np.zeros_like(x))], args)
+        np.testing.assert_array_equal(y._a, x)
+        assert (int(src._a), int(tag._a)) == (1, 7)
+        assert recv.moved == [("cpu", "standin:0", x.nbytes), ("h0/cuda:0", "standin:0", x.nbytes)]
+        assert not xp.ledger.syncs, xp.ledger.syncs

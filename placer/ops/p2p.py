@@ -27,9 +27,13 @@ this process's rank.
 Moves: a send copies X to host memory (``transfers.copy``: a GPU's D2H is counted) and
 hands the host array to the world; a receive copies what arrived to its device (an H2D
 for a GPU) and notes the bytes that crossed the network on a link from the sender's device.
+Their one-device ``kernel`` (for timing an op where it is placed, like the copies' own)
+moves nothing over a network: a send writes nothing, a receive gives back its buffer (a
+message of the buffer's own contents from rank ``src``).
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Any, Protocol, Sequence
 
 import numpy as np
@@ -62,6 +66,17 @@ def install_world(world: World | None) -> None:
     if world is not None:
         for opdef in WORLD_OPS:
             override(opdef)
+
+
+@contextmanager
+def world_for_sends(world: World):
+    """``world`` as this process's world for SendTensor / ReceiveTensor only, restored on
+    exit (the registry is left alone): for running one worker's ops outside a worker."""
+    previous, _WORLD[0] = _WORLD[0], world
+    try:
+        yield world
+    finally:
+        _WORLD[0] = previous
 
 
 def current_world(args: Args) -> World:
@@ -145,6 +160,14 @@ def move_receive(t, inputs, args: Args) -> tuple:
     return (y, *scalar)
 
 
+def kernel_send(xp, inputs, args: Args) -> tuple:
+    return ()
+
+
+def kernel_receive(xp, inputs, args: Args) -> tuple:
+    return (inputs[1].copy(), xp.full((), args.int("src"), dtype=np.int32), xp.full((), args.int("tag"), dtype=np.int32))
+
+
 def kernel_create_world(xp, inputs, args: Args) -> tuple:
     size, rank = args.int("size", 1), args.int("rank", 0)
     world = current_world(args) if size > 1 else None    # a world of one: this process alone
@@ -208,10 +231,10 @@ def _inplace_transfer(move) -> Transfer:
     return Transfer(ANYWHERE, PLACED, move)
 
 
-register(OpDef("SendTensor", infer_send, None, movement_cost, transfer=Transfer(ANYWHERE, PLACED, move_send),
-               min_inputs=2, max_inputs=4, doc="Send X to another process (Caffe2's MPI SendTensor)."))
-register(OpDef("ReceiveTensor", infer_receive, None, movement_cost,
-               transfer=Transfer(ANYWHERE, PLACED, move_receive), min_inputs=2, max_inputs=4,
+register(OpDef("SendTensor", infer_send, kernel_send, movement_cost, transfer=Transfer(ANYWHERE, PLACED, move_send),
+               min_inputs=2, max_inputs=4, launches=0, doc="Send X to another process (Caffe2's MPI SendTensor)."))
+register(OpDef("ReceiveTensor", infer_receive, kernel_receive, movement_cost,
+               transfer=Transfer(ANYWHERE, PLACED, move_receive), min_inputs=2, max_inputs=4, launches=3,
                doc="Receive into Y from another process (Caffe2's MPI ReceiveTensor, raw buffer)."))
 
 WORLD_OPS = (
