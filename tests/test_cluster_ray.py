@@ -173,3 +173,10 @@ def test_data_parallel_model_layout_over_two_hosts_trains_like_one_device(local_
         for b in state:
             np.testing.assert_allclose(run.state[host][f"gpu_{k}/{b}"], want[b], rtol=2e-5, atol=2e-6,
                                        err_msg=f"gpu_{k}/{b}")
+
+
+def test_workers_asking_for_gpus_ray_does_not_have_are_refused_before_starting(model_parallel):
+    from placer.errors import PlacerError
+    inputs = one_process_inputs(model_parallel, read_manifest(model_parallel), None, 0)
+    with pytest.raises(PlacerError, match=r"need 4 GPUs \(h0 2, h1 2\); the Ray cluster has 0"):
+        run_on_ray(model_parallel, inputs=inputs, emulate=False)

@@ -39,6 +39,7 @@ from placer.errors import PlacerError
 from placer.runtime.cluster_worker import RECV_TIMEOUT_S, ClusterWorker
 
 RESOURCE = "placer_host_{}"
+START_TIMEOUT_S = 300.0  # workers that have not started by then could not be placed
 
 
 class ClusterRunError(PlacerError):
@@ -121,8 +122,20 @@ class _WorkerDied(PlacerError):
     pass
 
 
+def _check_gpus(manifest, emulate: bool) -> None:
+    """Workers that ask for more GPUs than the cluster has would wait forever: say so."""
+    import ray
+    need = 0 if emulate else sum(w["gpus"] for w in manifest["workers"])
+    have = ray.cluster_resources().get("GPU", 0)
+    if need > have:
+        asks = ", ".join(f"{w['host']} {w['gpus']}" for w in manifest["workers"] if w["gpus"])
+        raise PlacerError(f"the workers need {need} GPUs ({asks}); the Ray cluster has {have:g}",
+                          hint="add --emulate-gpu to emulate them on the CPUs, or start Ray on hosts with GPUs")
+
+
 def _attempt(manifest, texts, hosts, inputs, iterations, warmup, options, want_state) -> ClusterRun:
     import ray
+    _check_gpus(manifest, options["emulate"])
     remote = ray.remote(ClusterWorker)
     actors = []
     for w in manifest["workers"]:
@@ -132,7 +145,7 @@ def _attempt(manifest, texts, hosts, inputs, iterations, warmup, options, want_s
             w, *texts[w["host"]], hosts, options))
     driver = _Driver(manifest, actors)
     try:
-        driver.call("connect", [(actors,)] * len(actors))
+        driver.call("connect", [(actors,)] * len(actors), timeout_s=START_TIMEOUT_S)
         t0 = time.perf_counter()
         driver.call("init", [()] * len(actors))
         init_s = time.perf_counter() - t0
@@ -169,7 +182,7 @@ class _Driver:
         self.busy: list[list[float]] = [[] for _ in actors]
         self.starts: dict = {}
 
-    def call(self, method: str, args: list, timed: bool = False) -> list:
+    def call(self, method: str, args: list, timed: bool = False, timeout_s: float | None = None) -> list:
         import ray
         t0 = time.perf_counter()
         refs = [getattr(a, method).remote(*x) for a, x in zip(self.actors, args)]
@@ -178,7 +191,12 @@ class _Driver:
         back: list = [0.0] * len(refs)
         pending = list(refs)
         while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
+            ready, pending = ray.wait(pending, num_returns=1, timeout=timeout_s)
+            if not ready:
+                late = ", ".join(self.workers[rank_of[ref]]["host"] for ref in pending)
+                raise PlacerError(f"worker(s) {late} did not start within {timeout_s:.0f} s: Ray could not "
+                                  f"place them", hint="check `ray status`: each host's placer_host_HOST "
+                                                      "resource and its GPUs")
             ref = ready[0]
             r = rank_of[ref]
             back[r] = time.perf_counter() - t0
