@@ -131,7 +131,7 @@ def test_tight_limit_moves_the_big_table_to_the_cpu():
     plan = partition(arr)
     check_plan(arr, plan)
     assert plan.device_of(0) == "cpu" and plan.device_of(1) == "cuda:0"
-    assert plan.reasons[0] == "cpu: its 6 GB of parameters do not fit on cuda:0"
+    assert plan.reasons[0] == "cpu: its 5.59 GiB of parameters do not fit on cuda:0"   # 6e9 B
     assert plan.optimal
     # by hand: op0 on the CPU 3 ms, emb to the GPU 0.1 ms, op1 0.1 ms, out back 0.01 ms
     assert plan.total_s == pytest.approx(3e-3 + 1e-4 + 1e-4 + 1e-5)
@@ -199,3 +199,27 @@ def test_pinned_set_over_capacity_on_the_second_gpu():
     # 12e9 B of tables + embB (1e6 B) and the ids copy (1e3 B) live at step 1
     assert ("the ops pinned to cuda:1 need 11445.0 MiB of its memory, 3815.7 MiB over the 7629.4 MiB usable"
             in str(err.value))
+
+
+def test_window_re_solve_holds_the_rest_and_is_exact_on_two_devices():
+    import itertools
+    from placer.partition.memory import Relaxation
+    rng = np.random.default_rng(8)
+    for case in range(20):
+        arr = random_small(int(rng.integers(5, 10)), rng, gpus=1 + case % 3)
+        x = respecting_pins(arr, rng.integers(0, arr.k, arr.n_ops))
+        start = int(rng.integers(0, arr.n_ops - 3))
+        inside = slice(start, start + 3)
+        y = Relaxation(arr).window(x, inside, np.zeros((arr.n_ops, arr.k)))
+        outside = np.ones(arr.n_ops, bool)
+        outside[inside] = False
+        assert (y[outside] == x[outside]).all()
+        got = serial_cost(arr, y).total_s
+        assert got <= serial_cost(arr, x).total_s * (1 + 1e-12)
+        if arr.k == 2:   # the min-cut over the window is exact
+            best = np.inf
+            for devs in itertools.product(*[np.flatnonzero(arr.feasible[i]) for i in range(start, start + 3)]):
+                z = x.copy()
+                z[inside] = devs
+                best = min(best, serial_cost(arr, z).total_s)
+            assert got == pytest.approx(best, rel=1e-9)

@@ -28,6 +28,15 @@ the MILP's optimality gap. Prints a per-op table with the reason for each decisi
 the totals against all-CPU, one GPU, greedy, a pipeline split, Baechi's m-TOPO/m-ETF,
 your own placement (if the file has device options) and a lower bound.
 
+How sure the plan is: the plan is re-solved --stability-draws times (default 8, seeded)
+with every measured op time moved within its measured spread (the profile's IQR per
+entry, or per fit for fitted estimates; datasheet times do not move), and the ops whose
+device flips are listed ("placement stable under measured noise: 3 of 120 ops flip in 2
+of 8 draws"). The JSON carries the summary as "stability" ({draws, flipping_ops,
+flipped_draws, summary, seconds}) and per op "stability": {"flips": k, "draws": n,
+"moves_to": the device it moved to most often, or null}. Ops priced from a fit that does
+not cover its group (source "poor-fit") are named in a note.
+
 examples:
   placer plan net.pbtxt --init-net init.pbtxt --input data=1,3,224,224
   placer plan dlrm.pbtxt --gpu-profile a100-40gb-pcie4 -o placed.pbtxt
@@ -61,6 +70,9 @@ def add_arguments(p) -> None:
                    help="seconds for the MILP / local search (default: 10)")
     g.add_argument("--unknown-op-cost", type=float, default=0.0, metavar="S",
                    help="CPU seconds charged to an op type placer does not know (default: 0)")
+    g.add_argument("--stability-draws", type=int, default=8, metavar="N",
+                   help="re-solve N times with op costs moved within their measured spread and flag ops "
+                        "whose device flips (default: 8; 0: off)")
     o = p.add_argument_group("output")
     o.add_argument("-o", "--output", metavar="PLACED.pbtxt", help="write the placed predict net")
     o.add_argument("--init-out", metavar="PLACED_INIT.pbtxt", help="write the placed init net")
@@ -81,7 +93,7 @@ def parse_size(text: str | None) -> float | None:
     if text is None:
         return None
     m = re.fullmatch(r"\s*(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+)\s*([KMGT]?)(i?)B?\s*", text, re.I)
-    if not m:
+    if not m or not math.isfinite(float(m.group(1))):
         raise PlacerError(f"--gpu-mem '{text}': expected a size like 16GiB, 40GB or 17179869184")
     value = float(m.group(1))
     base = 1024 if m.group(3) else 1000
@@ -113,6 +125,7 @@ def run(args) -> int:
                           time_limit_s=args.time_limit, unknown_op_cost_s=args.unknown_op_cost)
     result = plan(typed, machine, options)
     doc = plan_json(result, _profiles(machine))
+    _add_confidence(doc, result, args.stability_draws)
     written = _write_outputs(args, result, doc)
     if args.json:
         json.dump(doc, sys.stdout, indent=1)
@@ -122,6 +135,28 @@ def run(args) -> int:
         for what, path in written:
             print(f"wrote {what}: {path}")
     return 0
+
+
+def _add_confidence(doc: dict, result, draws: int) -> None:
+    """How sure the plan is: the stability check (placer.partition.stability) and a note
+    naming estimates from fits that do not cover their group."""
+    from placer.partition import partition, stability
+    if draws < 0:
+        raise PlacerError(f"--stability-draws {draws}: must be 0 (off) or more")
+    o = result.options
+
+    def solve(arrays):
+        return partition(arrays, o.method, time_limit=o.time_limit_s).placement
+    spreads = stability.op_spreads(result.typed, result.costs.model, range(result.machine.k))
+    checked = stability.check(result.arrays, solve, result.plan.placement, spreads, draws=draws,
+                              devices=result.arrays.devices)
+    stability.add_to_plan_json(doc, checked)
+    sources = result.costs.op_source
+    poor = (sources == "poor-fit").any(axis=1)
+    if poor.any():
+        types = sorted({doc["ops"][i]["type"] for i in map(int, poor.nonzero()[0])})
+        doc["notes"].append(f"{int(poor.sum())} op(s) priced from fits that do not cover their group (poor-fit: "
+                            f"{', '.join(types)}); profile this net to measure them")
 
 
 def _check_outputs(args) -> None:
@@ -277,3 +312,12 @@ def _time_columns(devices: list[str], ops: list[dict]) -> list[str]:
         key = tuple(o["time_s"][d] for o in ops[:200]) + (d == devices[0],)
         seen.setdefault(key, d)
     return list(seen.values())
+    if "stability" in doc:
+        print(doc["stability"]["summary"], file=out)
+        flipping = [o for o in ops if o.get("stability", {}).get("flips")]
+        for o in sorted(flipping, key=lambda o: -o["stability"]["flips"])[:10]:
+            print(f"  flips: #{o['index']} {o['name'] or o['type']} ({o['type']}, on the {o['device']}): "
+                  f"to {o['stability']['moves_to']} in {o['stability']['flips']} of "
+                  f"{o['stability']['draws']} draws", file=out)
+        if len(flipping) > 10:
+            print(f"  ... and {len(flipping) - 10} more (see the plan JSON's per-op 'stability')", file=out)

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 import io
+import math
 import sys
+import zipfile
 
 import numpy as np
 
@@ -13,6 +15,7 @@ from placer.fileio import atomic_write_bytes, refuse_overwrite
 from placer.progress import Progress
 from placer.runtime import record as run_record
 from placer.runtime.executor import Executor
+from placer.runtime.footprint import Footprint, require_memory, run_footprint
 from placer.runtime.inputs import random_inputs
 from placer.runtime.threads import set_blas_threads
 from placer.types import RunRecord, TensorType
@@ -85,9 +88,12 @@ def run(args: argparse.Namespace) -> int:
         if not set_blas_threads(args.threads):
             print("placer: warning: could not set the BLAS thread count here; "
                   f"set OPENBLAS_NUM_THREADS={args.threads} before starting", file=sys.stderr)
+    if args.random_inputs is not None and args.random_inputs < 0:
+        raise InputError(f"--random-inputs {args.random_inputs}: the seed must be >= 0")
     typed = load_typed_net(args)
     net = typed.net
     executor = Executor(net, emulate_gpu=args.emulate_gpu, emulate_gpus=args.emulate_gpus, seed=args.seed)
+    _require_memory(typed, args)  # before the init net fills anything
     executor.run_init()
     names = executor.expected_inputs()
     inputs = _read_npz(args.inputs_npz) if args.inputs_npz else random_inputs(
@@ -114,13 +120,48 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _require_memory(typed, args) -> None:
+    """Refuse, with both figures, a run whose parameters, inputs and live activations do
+    not fit in this machine's memory (see placer/runtime/footprint.py)."""
+    net = typed.net
+    # an emulated GPU's blobs are host memory too; a real GPU's are not
+    on_host = None if args.emulate_gpu else {op.index for op in net.ops if op.device is None or not op.device.is_gpu}
+    need = run_footprint(typed, net.data_inputs, random_inputs=not args.inputs_npz, host_only=on_host)
+    require_memory(need, f"running {args.net}", hint="give smaller shapes with --input (a smaller batch)")
+
+
+NPZ_HINT = "give an .npz written by numpy.savez, keyed by blob name"
+_NPY_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
 def _read_npz(path: str) -> dict[str, np.ndarray]:
+    """The arrays of an .npz, after its headers say they fit in memory (a header can claim
+    any shape; numpy allocates the whole array before reading a byte of it)."""
+    declared = _npz_bytes(path)
+    require_memory(Footprint((("arrays", declared),)), f"reading {path}", hint="feed smaller arrays")
     try:
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: cannot read input arrays ({e})",
-                         hint="give an .npz written by numpy.savez, keyed by blob name") from e
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise InputError(f"{path}: cannot read input arrays ({e})", hint=NPZ_HINT) from e
+
+
+def _npz_bytes(path: str) -> int:
+    """Bytes of the arrays an .npz declares, from the .npy headers alone."""
+    total = 0
+    try:
+        with zipfile.ZipFile(path) as z:
+            for info in z.infolist():
+                with z.open(info) as f:
+                    version = np.lib.format.read_magic(f)
+                    read_header = _NPY_HEADER_READERS.get(version)
+                    if read_header is None:
+                        raise ValueError(f"member {info.filename}: .npy format {version} is not read here")
+                    shape, _, dtype = read_header(f)
+                    total += math.prod(shape) * dtype.itemsize
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise InputError(f"{path}: cannot read input arrays ({e})", hint=NPZ_HINT) from e
+    return total
 
 
 def format_table(rec: RunRecord) -> str:

@@ -61,7 +61,7 @@ _MOVES = {"Copy": Transfer(ANYWHERE, PLACED, move_one), "EnsureCPUOutput": Trans
 for _type, _doc in _DOCS.items():
     register(OpDef(_type, infer_identity, kernel_copy, movement_cost, transfer=_MOVES.get(_type),
                    min_inputs=1, max_inputs=1, doc=_doc))
-register(OpDef("Alias", infer_identity, kernel_alias, alias_cost, min_inputs=1, max_inputs=1,
+register(OpDef("Alias", infer_identity, kernel_alias, alias_cost, min_inputs=1, max_inputs=1, launches=0,
                doc="Output shares the input's memory."))
 
 

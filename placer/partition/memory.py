@@ -70,6 +70,24 @@ class Relaxation:
         return min(tried, key=lambda f: energy(arr, f, extra))
 
 
+    def window(self, x: np.ndarray, inside: slice, extra: np.ndarray) -> np.ndarray:
+        """The relaxed problem with every op outside ``inside`` held where ``x`` puts it:
+        exact by min-cut on two devices, alpha-expansion from ``x`` on more (a colocation
+        group moves only when all of it is inside)."""
+        arr = self.arr
+        if arr.k == 2:
+            view = self.view
+            fixed = np.where(x == view.b, PIN_GPU, PIN_CPU).astype(np.int8)
+            fixed[inside] = view.forced[inside]
+            on_b, _ = self.net.solve(extra[:, view.b] - extra[:, view.a], fixed=fixed, ref=x == view.b)
+            return view.placement(on_b)
+        outside = np.ones(arr.n_ops, bool)
+        outside[inside] = False
+        comp = arr.component
+        held = np.bincount(comp, weights=outside, minlength=comp.max() + 1)[comp] > 0
+        return expand(arr, x, extra, frozen=held)[0]
+
+
 class MemoryPartitioner:
     """Serial objective within every device's usable memory (``arr.capacity``)."""
 
@@ -94,9 +112,11 @@ class MemoryPartitioner:
         steps = 12 if small else 6 if arr.n_ops <= 200_000 else 4
         starts, prices = lagrangian(arr, solver, free_opt, steps=steps, rounds=3 if small else 1)
         starts = _distinct(arr, [x for x in starts if not over_limit(arr, x).any()])[:4]
+        if arr.k > 2:     # several GPUs: the unconstrained plan cut into blocks that fit
+            starts += [x for x in [spread(arr, free_opt)] if not over_limit(arr, x).any()]
         share = self.improve_time_s / (2 * max(len(starts), 1) + 1)
         tried = [improve(arr, x, share) for x in starts]
-        if small and arr.k == 2:
+        if small:
             tried = [windows(arr, solver, x, prices[-1], share) for x in tried]
         dev = min(tried, key=lambda x: serial_cost(arr, x).total_s) if tried else None
         if dev is not None:
@@ -282,27 +302,72 @@ def _better(arr, x, best, best_cost):
 
 def windows(arr: CostArrays, solver: Relaxation, dev: np.ndarray, price: np.ndarray,
             time_s: float, width: int = 16) -> np.ndarray:
-    """Two devices: re-solve windows of consecutive ops exactly by min-cut, the rest held,
-    with the memory price at 0, 1/2 and 1 times the Lagrangian one; keep what lowers the
-    cost and fits. Moves whole blocks that single-op moves cannot."""
-    view, net = solver.view, solver.net
+    """Re-solve windows of consecutive ops with the rest held (``Relaxation.window``),
+    with the memory prices at 0, 1/2 and 1 times the Lagrangian ones; keep what lowers
+    the cost and fits. Moves whole blocks that single-op moves cannot."""
     x = dev.copy()
     cost = serial_cost(arr, x).total_s
     deadline = time.perf_counter() + time_s
-    gpu_price = price[:, view.b] - price[:, view.a]
     for start in range(0, max(arr.n_ops - width // 2, 1), width // 2):
         for mult in (0.0, 0.5, 1.0):
             if time.perf_counter() > deadline:
                 return x
-            fixed = np.where(x == view.b, PIN_GPU, PIN_CPU).astype(np.int8)
-            inside = slice(start, start + width)
-            fixed[inside] = view.forced[inside]
-            on_b, _ = net.solve(mult * gpu_price, fixed=fixed, ref=x == view.b)
-            y = view.placement(on_b)
+            y = solver.window(x, slice(start, start + width), mult * price)
             c = serial_cost(arr, y).total_s
             if c < cost * (1 - 1e-12) and not over_limit(arr, y).any():
                 x, cost = y, c
     return x
+
+
+def spread(arr: CostArrays, dev: np.ndarray) -> np.ndarray:
+    """Cut the ops of each over-full device into blocks that fit: the device keeps the
+    longest run of its ops (in net order) that fits it, the rest go, block by block, to
+    the other devices of its kind with a limit, each taking the longest next block that
+    fits it (a device's memory only grows with the ops it takes, so each block's end is
+    found by bisection); what is left goes to the host, and the result is repaired
+    (``repair``) where an op could not go there. Where linear memory
+    prices see no reason to share a load between equal GPUs, this does."""
+    x = dev.copy()
+    comp = arr.component
+    for d in np.argsort(-(memory_use(arr, x) - arr.capacity)).tolist():
+        if not over_limit(arr, x)[d]:
+            continue
+        ops = np.flatnonzero((x == d) & (arr.forced < 0))
+        kept = _longest(arr, x, ops, d, keep=True)
+        rest = ops[kept:]
+        others = [e for e in range(arr.k) if e != d and np.isfinite(arr.capacity[e])
+                  and arr.device_kinds[e] == arr.device_kinds[d]]
+        for e in sorted(others, key=lambda e: memory_use(arr, x)[e] / max(arr.capacity[e], 1.0)):
+            rest = rest[x[rest] == d]
+            fit = rest[arr.feasible[rest, e]]
+            take = _longest(arr, x, fit, e, keep=False)
+            moved = np.isin(comp, comp[fit[:take]])
+            x[moved] = e
+        left = rest[x[rest] == d]
+        x[np.isin(comp, comp[left])] = arr.host
+    return repair(arr, respecting_pins(arr, x))
+
+
+def _longest(arr: CostArrays, x: np.ndarray, ops: np.ndarray, d: int, keep: bool) -> int:
+    """The largest m such that device d fits with ops[:m] on it: keeping them there and
+    moving ops[m:] off to the host (``keep``), or moving ops[:m] to it."""
+    comp = arr.component
+
+    def placed(m):
+        y = x.copy()
+        if keep:
+            y[np.isin(comp, comp[ops[m:]])] = arr.host
+        else:
+            y[np.isin(comp, comp[ops[:m]])] = d
+        return y
+    lo, hi = 0, len(ops)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if memory_use(arr, placed(mid))[d] <= arr.capacity[d] * SLACK:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def repair(arr: CostArrays, dev: np.ndarray) -> np.ndarray:
@@ -373,8 +438,10 @@ def improve(arr: CostArrays, dev: np.ndarray, time_s: float) -> np.ndarray:
     gain = (np.nanmax(finite, axis=1) - np.nanmin(finite, axis=1)) if arr.n_ops else np.zeros(0)
     order = free[np.argsort(-gain[free])]
     groups = [_group(arr, i) for i in order]
+    size = np.bincount(arr.component)
     runs = (np.arange(i, i + m) for m in (2, 3, 4) for i in range(arr.n_ops - m + 1)
-            if (arr.forced[i:i + m] < 0).all())
+            if (arr.forced[i:i + m] < 0).all()       # a run never splits a colocated group
+            and (size[arr.component[i:i + m]] == 1).all())
     for _ in range(6):
         moved = any([_single_moves(arr, x, groups, deadline),
                      _run_moves(arr, x, runs, deadline),

@@ -113,6 +113,7 @@ def _measured(plan: dict, run: dict) -> dict:
     pairs = tables.match_run(plan, run)
     emulated = bool(run.get("emulated"))
     return {"pairs": pairs, "stats": tables.error_stats(pairs), "totals": tables.run_totals(plan, run),
+            "families": tables.family_errors(pairs),
             "emulated": emulated, "n_run_ops": len(run.get("ops") or []),
             "scatter": _image("Predicted vs measured per op", (lambda: None) if not pairs else
                               _svg(lambda: plots.fig_pred_vs_measured(pairs, emulated)))}

@@ -423,9 +423,10 @@ def match_run(plan: dict, run: dict) -> list[dict]:
             name = str(r.get("device", "cpu"))
             dev, emulated = device_kind(name), name.startswith("emulated")
             predicted = _predicted_where_ran(p, name, emulated)
+            ran_on = "cpu" if dev == "cpu" or emulated else name.removeprefix(EMULATED)
             pairs.append({"index": p.get("index", j), "name": op_display_name(p), "type": p.get("type"),
                           "device": dev, "emulated": emulated, "predicted_s": predicted,
-                          "measured_s": r.get("time_s")})
+                          "measured_s": r.get("time_s"), "source": op_source(p, ran_on)})
             j += 1
     return pairs
 
@@ -440,6 +441,31 @@ def error_stats(pairs: list[dict]) -> dict:
     err = 100.0 * np.abs(pred[ok] - meas[ok]) / meas[ok]
     return {"n": int(ok.sum()), "median_pct": float(np.median(err)),
             "p90_pct": float(np.percentile(err, 90))}
+
+
+def family_errors(pairs: list[dict]) -> list[dict]:
+    """Where the model is off, by op family (``placer.costs.family_of``): per family the
+    timed ops, their measured share of the run, predicted and measured sums, the error of
+    the sum and the median per-op |error| (percent), and how the predictions were made
+    (``measured: 3, fitted: 9``); the largest measured share first."""
+    from placer.costs import family_of
+    groups: dict[str, list[dict]] = {}
+    for p in pairs:
+        if _finite(p["predicted_s"]) and _finite(p["measured_s"]) and p["measured_s"] > 0:
+            groups.setdefault(family_of(str(p["type"])), []).append(p)
+    total = sum(p["measured_s"] for ps in groups.values() for p in ps)
+    rows = []
+    for family, ps in groups.items():
+        pred, meas = sum(p["predicted_s"] for p in ps), sum(p["measured_s"] for p in ps)
+        errs = [100.0 * abs(p["predicted_s"] - p["measured_s"]) / p["measured_s"] for p in ps]
+        sources: dict[str, int] = {}
+        for p in ps:
+            sources[p.get("source") or "?"] = sources.get(p.get("source") or "?", 0) + 1
+        rows.append({"family": family, "ops": len(ps), "share_pct": 100.0 * meas / total if total else 0.0,
+                     "predicted_s": pred, "measured_s": meas, "sum_error_pct": 100.0 * (pred - meas) / meas,
+                     "median_pct": float(np.median(errs)),
+                     "sources": ", ".join(f"{k} {v}" for k, v in sorted(sources.items()))})
+    return sorted(rows, key=lambda r: -r["measured_s"])
 
 
 def run_links(plan: dict, run: dict) -> dict[tuple[str, str], dict]:

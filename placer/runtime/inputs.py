@@ -48,11 +48,19 @@ _ROLE_DTYPE = {"index": "int64", "lengths": "int32", "label": "int32"}
 
 def role_of(net: Net, blob: str) -> tuple | None:
     """(role, op, position) for the first op that reads ``blob`` in a known role."""
+    return roles(net).get(blob)
+
+
+def roles(net: Net) -> dict[str, tuple]:
+    """Every blob read in a known role -> (role, op, position) of its first such reader:
+    one pass over the ops (a look-up per fed blob would be quadratic: a Sum of 20k fed
+    inputs took minutes)."""
+    found: dict[str, tuple] = {}
     for op in net.ops:
-        for pos, name in enumerate(op.inputs):
-            if name == blob and pos in ROLES.get(op.type, {}):
-                return ROLES[op.type][pos], op, pos
-    return None
+        for pos, role in ROLES.get(op.type, {}).items():
+            if pos < len(op.inputs):
+                found.setdefault(op.inputs[pos], (role, op, pos))
+    return found
 
 
 def random_inputs(net: Net, types: Mapping[str, TensorType | None], names: list[str],
@@ -69,8 +77,9 @@ def random_inputs(net: Net, types: Mapping[str, TensorType | None], names: list[
         raise InputError(f"cannot make random inputs: no shape for {shown}", hint=hint)
     out: dict[str, np.ndarray] = {}
     pending = []
+    reader_roles = roles(net)
     for name in names:
-        found = role_of(net, name)
+        found = reader_roles.get(name)
         if found and found[0][0] == "lengths":
             pending.append((name, found))  # after the indices they count
         else:
