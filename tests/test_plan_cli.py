@@ -99,10 +99,6 @@ def assert_consistent(doc: dict, outputs_on_host: bool | None = None) -> dict:
     return mine
 
 
-def gpu_ops(doc: dict) -> list[dict]:
-    return [o for o in doc["ops"] if o["device_kind"] == "gpu"]
-
-
 def by_name(doc: dict) -> dict:
     return {o["name"]: o for o in doc["ops"]}
 
