@@ -195,7 +195,11 @@ def test_placed_two_gpu_net_ran_on_two_emulated_gpus_and_matched_the_cpu_run(don
         {k.replace("emulated-", "") for k in run["link_bytes"]}
     placed = load_netdef(str(d / "placed_predict.pbtxt"))
     assert {op.device_option.device_id for op in placed.op if op.device_option.device_type == 1} == {0, 1}
-    assert any(op.type == "Copy" for op in placed.op)        # GPU to GPU, under the destination GPU
+    # Caffe2's copy ops, one per copy of the plan: GPU to GPU is a Copy under the destination GPU
+    kinds = {"h2d": "CopyCPUToGPU", "d2h": "CopyGPUToCPU", "d2d": "Copy"}
+    for direction, op_type in kinds.items():
+        assert sum(op.type == op_type for op in placed.op) == \
+            sum(c["direction"] == direction for c in plan["copies"]), op_type
 
 
 def test_split_line_holds_the_plan_of_the_net_no_gpu_holds(done):
