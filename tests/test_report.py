@@ -16,7 +16,7 @@ from report_cases import four_gpu_plan, four_gpu_run, hand_plan, run_record, syn
 
 from placer import cli
 from placer.commands.report import write_report
-from placer.report import graph, plots, tables
+from placer.report import doc, graph, plots, tables
 from placer.report.html import render
 
 SECTION_IDS = {"summary", "placement", "costs", "timeline", "memory", "links", "ops", "measured"}
@@ -350,10 +350,10 @@ def test_corpus_net_charts_have_no_overlapping_labels(name, corpus, capsys):
     assert cli.main(["plan", str(corpus / "caffe" / name), "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert len(plan["ops"]) > 150
-    limits = {m["device"]: (m["capacity_bytes"], m["usable_bytes"]) for m in tables.memory_rows(plan)}
+    limits = {m["device"]: (m["capacity_bytes"], m["usable_bytes"]) for m in doc.memory_rows(plan)}
     figs = {"baselines": plots.fig_baselines(plan), "costs": plots.fig_cost_bars(*tables.top_savers(plan)),
             "timeline": plots.fig_gantt(plan["schedules"], plan["devices"]), "placement": graph.fig_placement(plan),
-            "memory": plots.fig_memory(tables.memory_timelines(plan), limits), "links": plots.fig_links(plan)}
+            "memory": plots.fig_memory(doc.memory_timelines(plan), limits), "links": plots.fig_links(plan)}
     for key, fig in figs.items():
         assert plots.text_overlaps(fig) == [], key
 
@@ -442,7 +442,7 @@ def test_a_different_gpu_gets_its_own_time_column():
     plan = four_gpu_plan(hetero=True)                                # cuda:3 three times slower
     header = Tables(render(plan)).tables["op-table"][0]
     assert header[4:7] == ["cpu time", "cuda:0-2 time", "cuda:3 time"]
-    cols = tables.time_columns(plan)
+    cols = doc.time_columns(plan)
     assert [c["devices"] for c in cols] == [["cpu"], ["cuda:0", "cuda:1", "cuda:2"], ["cuda:3"]]
     rows = tables.op_rows(plan, columns=cols)
     assert rows[3]["times"] == pytest.approx([700e-6, 13e-6, 39e-6]) and rows[3]["time_s"] == pytest.approx(39e-6)
@@ -461,8 +461,8 @@ def test_memory_per_device_table_and_one_chart_panel_per_device_holding_memory(f
         ["cuda:2", "4 GiB", "4 GiB", "1 MiB", "16 GiB", "14.4 GiB"],
         ["cuda:3", "4 GiB", "4 GiB", "1 MiB", "16 GiB", "14.4 GiB"]]
     assert "Nothing is held on cpu in this plan" in page.section_text("memory")
-    limits = {m["device"]: (m["capacity_bytes"], m["usable_bytes"]) for m in tables.memory_rows(plan)}
-    fig = plots.fig_memory(tables.memory_timelines(plan), limits)
+    limits = {m["device"]: (m["capacity_bytes"], m["usable_bytes"]) for m in doc.memory_rows(plan)}
+    fig = plots.fig_memory(doc.memory_timelines(plan), limits)
     assert [ax.get_title() for ax in fig.axes] == [f"memory on cuda:{k}" for k in range(4)]
     for ax in fig.axes:   # 16 GiB capacity and 14.4 GiB usable drawn: within 8x of a 4 GiB curve
         assert sorted(line.get_ydata()[0] for line in ax.lines[1:]) == pytest.approx([14.4, 16.0])
@@ -580,7 +580,7 @@ def test_placement_graph_colours_ops_by_device():
     edges, host_in, host_out = graph.graph_edges(plan)
     assert sorted(e for e in edges if e[2]) == [(0, 4, True), (2, 4, True), (3, 4, True)]
     assert host_in == {0, 1, 2, 3} and host_out == {6}
-    colors = plots.device_colors(plan["devices"], tables.device_kinds(plan))
+    colors = plots.device_colors(plan["devices"], doc.device_kinds(plan))
     assert len(set(colors.values())) == 5
     src = graph.dot_source(plan, edges)
     for d, n in (("cuda:0", 1), ("cuda:1", 4), ("cuda:2", 1), ("cuda:3", 1)):
@@ -595,7 +595,7 @@ def test_cost_bars_draw_one_bar_per_time_column():
     plan = four_gpu_plan(hetero=True)
     top, n = tables.top_savers(plan)
     assert n == 7 and top[0]["name"] == "fc"          # 3 ms on the CPU, 60 µs on a V100: the widest spread
-    fig = plots.fig_cost_bars(top, n, tables.time_columns(plan))
+    fig = plots.fig_cost_bars(top, n, doc.time_columns(plan))
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert sorted(labels) == ["chosen device", "cpu time", "cuda:0-2 time", "cuda:3 time"]
     assert len(fig.axes[0].patches) == 3 * 7

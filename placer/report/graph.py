@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from placer.report.plots import COLORS, device_colors, to_svg
-from placer.report.tables import copy_ends, device_kinds, plan_devices
+from placer.report.doc import copy_ends, device_kinds, plan_devices
 
 CELL_W, CELL_H = 1.1, 0.42        # inches per node cell: room for a 15-character label
 BOX_W, BOX_H = 0.96, 0.24         # the node box inside its cell

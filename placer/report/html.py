@@ -16,7 +16,7 @@ import jinja2
 
 from placer.fileio import atomic_write_text
 from placer import units
-from placer.report import graph, plots, tables
+from placer.report import doc, graph, plots, tables
 
 TEMPLATES = Path(__file__).with_name("templates")
 SECTIONS = ("summary", "placement", "costs", "timeline", "memory", "links", "ops", "measured")
@@ -61,12 +61,12 @@ def _svg(fig_builder):
 def render(plan: dict, run: dict | None = None) -> str:
     """The report page as a string (see the module docstring)."""
     top, n_costed = tables.top_savers(plan)
-    devices, kinds = tables.plan_devices(plan), tables.device_kinds(plan)
+    devices, kinds = doc.plan_devices(plan), doc.device_kinds(plan)
     colors = plots.device_colors(devices, kinds)
-    columns = tables.time_columns(plan)
-    timeline = tables.memory_timelines(plan)
+    columns = doc.time_columns(plan)
+    timeline = doc.memory_timelines(plan)
     schedules = plan.get("schedules")
-    limits = {m["device"]: (m["capacity_bytes"], m["usable_bytes"]) for m in tables.memory_rows(plan)}
+    limits = {m["device"]: (m["capacity_bytes"], m["usable_bytes"]) for m in doc.memory_rows(plan)}
     images = {
         "baselines": _image("Plan vs baselines", _svg(lambda: plots.fig_baselines(plan))),
         "placement": _image("Placement on the graph", lambda: _placement(plan)),

@@ -21,8 +21,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.text import Text
 
-from placer.report.tables import (baseline_rows, device_kind, direction, link_rows, op_label, op_time,
-                                  time_columns)
+from placer.report.doc import device_kind, direction, link_rows, op_time, time_columns
+from placer.report.tables import baseline_rows, op_label
 from placer.units import byte_unit, fmt_bytes, fmt_time, time_unit
 
 COLORS = {"cpu": "#1f77b4", "gpu": "#2ca02c", "h2d": "#d62728", "d2h": "#9467bd", "d2d": "#8c6d31",

@@ -22,7 +22,8 @@ import math
 import os
 
 from placer.fileio import atomic_write_text
-from placer.report.tables import COPY_TYPES, plan_devices, run_device
+from placer.report.doc import plan_devices
+from placer.report.tables import COPY_TYPES, run_device
 
 US = 1e6             # trace timestamps are microseconds
 TOLERANCE_US = 1e-3  # float rounding when seconds become microseconds
