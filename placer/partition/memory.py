@@ -107,9 +107,11 @@ class MemoryPartitioner:
                              notes=["the unconstrained " + ("optimum" if exact else "alpha-expansion plan")
                                     + " fits in every device's memory"])
         check_pinned_fit(arr)
-        # each min-cut costs ~0.2 s at 100k ops and ~5 s at 1M: fewer of them on big nets
-        small = arr.n_ops <= 20_000   # window re-solves cost a whole min-cut each: small nets only
-        steps = 12 if small else 6 if arr.n_ops <= 200_000 else 4
+        # a relaxed solve is one min-cut on two devices, ~(k - 1) x a few on more: each
+        # costs ~0.2 s at 100k ops and ~5 s at 1M per cut, so fewer of them on big nets
+        work = arr.n_ops * max(arr.k - 1, 1)
+        small = work <= 20_000   # window re-solves cost a whole relaxed solve each: small nets only
+        steps = 12 if small else 6 if work <= 200_000 else 4
         starts, prices = lagrangian(arr, solver, free_opt, steps=steps, rounds=3 if small else 1)
         starts = _distinct(arr, [x for x in starts if not over_limit(arr, x).any()])[:4]
         if arr.k > 2:     # several GPUs: the unconstrained plan cut into blocks that fit
