@@ -241,7 +241,9 @@ def test_priced_expansion_keeps_colocated_ops_together():
         arr = random_constraints(random_small(int(rng.integers(3, 9)), rng, gpus=int(rng.integers(2, 4)),
                                               hetero=True), rng, pin_p=0.0, pairs=3)
         extra = rng.exponential(1e-4, (arr.n_ops, arr.k))
-        for a, b in arr.colocate.tolist():     # prices that pull the two apart
+        for a, b in arr.colocate.tolist():     # times and prices that pull the two apart
+            arr.op_s[a], arr.op_s[b] = 1.0, 1.0
+            arr.op_s[a, 1], arr.op_s[b, 2] = 1e-6, 1e-6
             extra[a], extra[b] = 1.0, 1.0
             extra[a, 1], extra[b, 2] = 0.0, 0.0
         dev, _ = expansion_placement(arr, extra=extra)
