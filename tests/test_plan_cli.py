@@ -221,7 +221,7 @@ def test_keep_existing_pins_the_files_placement_and_scores_it(capsys, tmp_path):
     assert by_name(free)["fc1"]["device"] == "cuda:0" and by_name(free)["side_relu"]["device"] == "cpu"
     assert by_name(kept)["fc1"]["device"] == "cpu"
     assert by_name(kept)["relu1"]["device"] == "cuda:0" and by_name(kept)["side_relu"]["device"] == "cuda:0"
-    assert by_name(kept)["relu1"]["reason"] == "pinned: the file's cuda:0"
+    assert by_name(kept)["relu1"]["reason"] == "pinned: the file's cuda:0 (--keep-existing)"
     assert_consistent(kept)
     # the existing placement: ops without a device_option run on the CPU, as Caffe2 does
     existing = {o["index"]: "cpu" for o in free["ops"]}
@@ -313,8 +313,6 @@ def test_keep_existing_gpu_op_without_gpu_kernel_is_an_error(capsys, tmp_path):
     assert "segments" in err and "LengthsToRanges" in err and "cuda:0" in err and "no GPU kernel" in err
 
 
-@pytest.mark.xfail(strict=True, reason="planner.allowed_devices names the pinned device but not where the pin came "
-                                       "from (the file's device option, i.e. --keep-existing)")
 def test_keep_existing_error_says_the_pin_came_from_the_file(capsys, tmp_path):
     paths = mixed_net(tmp_path, devices={"segments": (1, 0)})
     err = one_line_error(capsys, paths["predict"], "--init-net", paths["init"], "--keep-existing")
