@@ -6,7 +6,6 @@ JSON, the placed net and the report need.
 """
 from __future__ import annotations
 
-import dataclasses
 import fnmatch
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +22,7 @@ from placer.partition.problem import fits, from_graph, memory_use
 from placer.partition.schedule import Simulator
 from placer.shapes import require_complete
 from placer.training.placement import (
-    inplace_pairs as training_inplace_pairs, price_state_reads, state_copy_bytes, state_groups, with_state_reads)
+    inplace_pairs as training_inplace_pairs, price_state_reads, state_copy_bytes, state_groups, step_costs)
 from placer.types import Net, Plan, TypedNet
 from placer.units import fmt_bytes
 
@@ -67,7 +66,7 @@ def plan(typed: TypedNet, machine: Machine, options: PlanOptions = PlanOptions()
     # 2. the cost graph with restrictions, colocation and memory limits
     allowed, why = allowed_devices(net, costs, machine, options.pins, options.keep_existing)
     capacity, usable = memory_limits(machine, options)
-    graph, state_reads = cost_graph(net, costs, allowed, why, options, usable)
+    graph, state_reads = cost_graph(typed, costs, allowed, why, options, usable)
     arrays = from_graph(graph)  # the partitioners' flat view, made once for every stage below
     # 3. partition within memory, and check the result from scratch
     chosen = partition(arrays, options.method, time_limit=options.time_limit_s)
@@ -91,14 +90,15 @@ def overlapped(arrays, chosen: Plan, base: dict) -> dict:
     return out
 
 
-def cost_graph(net: Net, costs: NetCosts, allowed: np.ndarray, why: list[str], options: PlanOptions,
+def cost_graph(typed: TypedNet, costs: NetCosts, allowed: np.ndarray, why: list[str], options: PlanOptions,
                usable: np.ndarray):
-    """The cost graph with its restrictions, colocation and memory limits; on a train net
-    also the per-step copies of state read away from its device
-    (``placer.training.placement``, rule 2). Returns (graph, the state-copy rows)."""
-    tensors, state_reads = with_state_reads(net, costs.tensors)
-    graph = build_cost_graph(dataclasses.replace(costs, tensors=tensors), allowed, why,
-                             colocate=parameter_groups(net), inplace=inplace_pairs(net),
+    """The cost graph of one run (on a train net, one step) with its restrictions,
+    colocation and memory limits: in-place writes add no memory, state read away from its
+    device is copied every step (``placer.training.placement``, rules 2 and 6). Returns
+    (graph, the state-copy rows)."""
+    net = typed.net
+    step, state_reads = step_costs(typed, costs)
+    graph = build_cost_graph(step, allowed, why, colocate=parameter_groups(net), inplace=inplace_pairs(net),
                              outputs_on_host=options.outputs_on_host, capacity=usable)
     price_state_reads(graph, costs.machine, state_reads)
     return graph, state_reads

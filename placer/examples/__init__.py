@@ -4,7 +4,10 @@
 - ``dlrm_small``: the same structure with small tables (runs on a laptop);
 - ``dlrm_40gb``: ten 8M-row tables (about 41 GB): more than one 16 GB GPU holds (planning only);
 - ``resnet_small``: a small ResNet-style CNN;
-- ``two_tower``: two independent heavy convolution towers joined at the end.
+- ``two_tower``: two independent heavy convolution towers joined at the end;
+- ``word2vec_train``: a word2vec-style train net (a 10M x 300 embedding table read by
+  SparseLengthsSum, a projection, a softmax loss; Adagrad, sparse on the table), made by
+  placer's own train-net generator (planning only: 22 GiB with the optimizer state).
 
 ``python -m placer.examples [FOLDER]`` regenerates the files shipped in ``examples/data``.
 """
@@ -27,8 +30,11 @@ def builders() -> dict:
 
 
 def generate(folder: str | Path = DATA) -> dict[str, dict[str, Path]]:
-    """Write every bundled net (predict, init, value_info) into ``folder``."""
-    return {name: make().save(folder, name) for name, make in builders().items()}
+    """Write every bundled net (predict or train net, init, value_info) into ``folder``."""
+    from placer.examples import word2vec
+    out = {name: make().save(folder, name) for name, make in builders().items()}
+    out["word2vec_train"] = word2vec.save_train(folder, "word2vec_train")
+    return out
 
 
 def path(name: str) -> Path:

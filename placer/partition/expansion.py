@@ -43,7 +43,9 @@ The search (``expand``): from each start placement, cycle alpha over the devices
 a move when it lowers the true cost, until a whole cycle changes nothing; devices that
 are interchangeable (same costs, links and capacity) and unused are tried once, not
 once each. Starts: everything on the host; the two-device optimum on each GPU kind
-(exact min-cut, lifted); each op on its own fastest device. The best result wins.
+(exact min-cut, lifted); each colocation group on its own fastest device (a start that
+splits a group would stay split: a move switches a group only when all of it may move).
+The best result wins.
 """
 from __future__ import annotations
 
@@ -407,7 +409,10 @@ def starts(arr: CostArrays) -> list[np.ndarray]:
             seen.add(int(label[d]))
             out.append(two_device_placement(arr, arr.host, d))
     cost = np.where(arr.feasible, arr.op_s, np.inf)
-    out.append(cost.argmin(axis=1))
+    comp = arr.component                  # each colocation group on its cheapest device:
+    group = np.zeros((comp.max() + 1 if n else 0, arr.k))   # moves keep groups whole only
+    np.add.at(group, comp, cost)                             # from a start that does
+    out.append(group.argmin(axis=1)[comp].astype(np.int64))
     return out
 
 

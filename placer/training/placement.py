@@ -55,6 +55,14 @@ same workspace. The planner prices one step; these are the rules it places by.
    iteration counter's mutex) are inference parameters: made by the init net on every
    device that reads them, no copy per step.
 
+6. **In-place writes add no memory** (train nets and inference nets alike). An op that
+   writes an output named like one of its inputs writes into that input's buffer, as
+   Caffe2 and placer's executor do: the old version stops being live where the new one
+   starts (the in-place op is not counted as one more reader of it), and an in-place
+   output nobody reads (an update op's parameter, optimizer state and gradient) is not
+   counted as scratch memory of its step. Without this, every update step would count
+   its state twice -- an embedding table and its Adagrad squared sums double.
+
 Tests: ``tests/test_training_plan.py`` checks these rules against brute force (every
 placement of small hand-built train nets, costs and memory computed by plain loops from
 the rules above).
@@ -96,20 +104,64 @@ def state_groups(net: Net) -> list[set[int]]:
     return [g for g in groups if len(g) > 1]
 
 
-def inplace_pairs(net: Net) -> list[tuple[int, int]]:
-    """(op, producer of the blob it overwrites) for every in-place op: they share a device.
-    An op that writes state is placed with its state instead: its in-place write of a
-    blob that is not state (an update op's gradient) is a write to a copy (rule 3)."""
+def inplace_writes(net: Net) -> list[tuple[int, int, str]]:
+    """(op, producer, blob) for every op that overwrites a blob an earlier op made: the two
+    share a device. An op that writes state is placed with its state instead: its in-place
+    write of a blob that is not state (an update op's gradient) is a write to a copy
+    (rule 3)."""
     writer: dict[str, int] = {}
     writes_state = set().union(*state_writers(net).values()) if net.ops else set()
-    pairs = []
+    out = []
     for op in net.ops:
-        for name in set(op.outputs) & set(op.inputs):
+        for name in sorted(set(op.outputs) & set(op.inputs)):
             if name in writer and (op.index not in writes_state or name in net.params):
-                pairs.append((op.index, writer[name]))
+                out.append((op.index, writer[name], name))
         for name in op.outputs:
             writer[name] = op.index
-    return pairs
+    return out
+
+
+def inplace_pairs(net: Net) -> list[tuple[int, int]]:
+    """(op, producer of the blob it overwrites) for every in-place op (``inplace_writes``)."""
+    return [(op, producer) for op, producer, _ in inplace_writes(net)]
+
+
+def step_costs(typed, costs):
+    """``costs`` (``placer.costs.NetCosts``) as the planner prices one step of the net:
+    in-place writes add no memory (rule 6) and, on a train net, state read away from its
+    device is copied every step (rule 2). Returns (costs, the state-copy rows)."""
+    tensors = _inplace_ends_the_old_version(typed.net, costs.tensors)
+    tensors, reads = with_state_reads(typed.net, tensors)
+    ops = costs.ops.assign(output_bytes=_new_output_bytes(typed, costs.ops["output_bytes"].to_numpy(float)))
+    return dataclasses.replace(costs, ops=ops, tensors=tensors), reads
+
+
+def _new_output_bytes(typed, output_bytes: np.ndarray) -> np.ndarray:
+    """Bytes each op's outputs add: an output named like one of the op's inputs is written
+    into that input's buffer and adds none (rule 6)."""
+    out = output_bytes.copy()
+    for op in typed.net.ops:
+        types = typed.op_outputs[op.index] if op.index < len(typed.op_outputs) else ()
+        for name, t in zip(op.outputs, types):
+            if name in op.inputs and t is not None:
+                out[op.index] -= t.nbytes
+    return np.maximum(out, 0.0)
+
+
+def _inplace_ends_the_old_version(net: Net, tensors: TensorTable) -> TensorTable:
+    """The version an in-place op overwrites stops being live where the new one starts:
+    the op is dropped from that version's readers (it shares the producer's device, so no
+    copy is lost; rule 6)."""
+    row = {(tensors.names[t], int(p)): t for t, p in enumerate(tensors.producer.tolist()) if p >= 0}
+    drop = {(row[(name, producer)], op) for op, producer, name in inplace_writes(net)
+            if (name, producer) in row}
+    if not drop:
+        return tensors
+    owner = np.repeat(np.arange(len(tensors)), np.diff(tensors.ptr))
+    keep = np.array([(int(t), int(c)) not in drop for t, c in zip(owner, tensors.consumers)], bool)
+    counts = np.bincount(owner[keep], minlength=len(tensors))
+    ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return dataclasses.replace(tensors, ptr=ptr, consumers=tensors.consumers[keep])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,31 +178,38 @@ class StateReads:
 def with_state_reads(net: Net, tensors: TensorTable) -> tuple[TensorTable, StateReads]:
     """``tensors`` with one row per state blob read by an op that does not write it
     (rule 2): named like the state, made by its last writer, read by those ops, zero
-    bytes of its own (the state row already counts the memory on every reader's device)."""
+    bytes of its own (the state row already counts the memory on every reader's device).
+    The versions of state that its writers make in the step are zeroed the same way (they
+    are written into the state's own buffer). Returns the table and those rows."""
     writers = state_writers(net)
-    rows = [t for t in range(len(tensors))
-            if tensors.producer[t] == PARAMETER and tensors.names[t] in writers]
     names, producer, readers, nbytes = [], [], [], []
-    for t in rows:
+    for t in range(len(tensors)):
         name = tensors.names[t]
+        if tensors.producer[t] != PARAMETER or name not in writers:
+            continue
         others = [int(c) for c in tensors.readers(t) if c not in writers[name]]
         if others:
             names.append(name)
             producer.append(writers[name][-1])
             readers.append(others)
             nbytes.append(float(tensors.nbytes[t]))
-    if not names:
+    made = np.array([t for t in range(len(tensors)) if tensors.producer[t] >= 0 and tensors.names[t] in writers],
+                    np.int64)
+    if not names and not len(made):
         return tensors, StateReads(np.zeros(0, np.int64), np.zeros(0))
     counts = np.array([len(r) for r in readers], np.int64)
+    own = tensors.nbytes.copy()
+    made_bytes = own[made]
+    own[made] = 0.0
     table = TensorTable(
         names=list(tensors.names) + names,
         producer=np.concatenate([tensors.producer, np.array(producer, np.int64)]),
         ptr=np.concatenate([tensors.ptr, tensors.ptr[-1] + np.cumsum(counts)]),
         consumers=np.concatenate([tensors.consumers, np.fromiter((c for r in readers for c in r), np.int64)]),
-        nbytes=np.concatenate([tensors.nbytes, np.zeros(len(names))]),
+        nbytes=np.concatenate([own, np.zeros(len(names))]),
         external_output=np.concatenate([tensors.external_output, np.zeros(len(names), bool)]))
-    ids = np.arange(len(tensors), len(table.names), dtype=np.int64)
-    return table, StateReads(ids, np.array(nbytes))
+    ids = np.concatenate([made, np.arange(len(tensors), len(table.names), dtype=np.int64)])
+    return table, StateReads(ids, np.concatenate([made_bytes, np.array(nbytes)]))
 
 
 def price_state_reads(graph, machine, reads: StateReads) -> None:
@@ -172,5 +231,5 @@ def state_copy_bytes(reads: StateReads, names: list[str], *plans) -> None:
                            if c.tensor in size and c.nbytes == 0 else c for c in plan.copies]
 
 
-__all__ = ["state_writers", "state_groups", "inplace_pairs", "StateReads", "with_state_reads",
-           "price_state_reads", "state_copy_bytes"]
+__all__ = ["state_writers", "state_groups", "inplace_writes", "inplace_pairs", "step_costs", "StateReads",
+           "with_state_reads", "price_state_reads", "state_copy_bytes"]
