@@ -27,13 +27,23 @@ DTYPE_TO_DATA_TYPE = {
 
 @dataclass(frozen=True)
 class TensorType:
-    """Shape and numpy dtype name of a blob. ``shape`` is a tuple of ints (no unknown dims)."""
+    """Shape and numpy dtype name of a blob. ``shape`` is a tuple of ints (no unknown dims).
+
+    ``values`` holds the flat values of a small integer tensor when inference knows them
+    from shapes alone (Concat's split_info, Reshape's old shape), so that an op that
+    takes its sizes from such a tensor (Split, Reshape: the gradients of Concat and
+    Reshape) still gets a shape. It is not part of the type: two TensorTypes that differ
+    only in ``values`` compare equal.
+    """
 
     shape: tuple[int, ...]
     dtype: str = "float32"
+    values: tuple[int, ...] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        if self.values is not None:
+            object.__setattr__(self, "values", tuple(int(v) for v in self.values))
 
     @property
     def size(self) -> int:
