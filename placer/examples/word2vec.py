@@ -15,7 +15,7 @@ squared-sum state is as large as the table itself; the projection is updated by
 
 ``build(cfg)`` gives the forward net with its loss; ``train_nets(cfg)`` the train net and
 its init net; ``python -m placer.examples`` writes them into ``examples/data``
-(``word2vec*.pbtxt``: the fills carry shapes only, so a 10M-row table costs no disk).
+(``word2vec_train*``: the fills carry shapes only, so a 10M-row table costs no disk).
 """
 from __future__ import annotations
 
@@ -76,22 +76,3 @@ def describe(cfg: Word2VecConfig) -> str:
             f"squared sums), {cfg.classes:,}-way softmax, batch {cfg.batch} x {cfg.window} context words; "
             f"{math.ceil(cfg.batch * cfg.window * cfg.dim * 4 / 2 ** 20)} MiB of gradient rows per step")
 
-
-def save_train(folder, stem: str = "word2vec_train", cfg: Word2VecConfig = Word2VecConfig()) -> dict:
-    """Write ``<stem>.pbtxt`` (the train net), ``<stem>_init.pbtxt`` and
-    ``<stem>.value_info.json`` into ``folder``, as ``NetBuilder.save`` lays them out."""
-    from pathlib import Path
-
-    from google.protobuf import text_format
-
-    from placer.fileio import atomic_write_text
-    train, init, value_info = train_nets(cfg)
-    vi = NetBuilder(cfg.name)
-    vi.value_info = value_info
-    folder = Path(folder)
-    paths = {"predict": folder / f"{stem}.pbtxt", "init": folder / f"{stem}_init.pbtxt",
-             "value_info": folder / f"{stem}.value_info.json"}
-    atomic_write_text(paths["predict"], text_format.MessageToString(train))
-    atomic_write_text(paths["init"], text_format.MessageToString(init))
-    atomic_write_text(paths["value_info"], vi.value_info_json() + "\n")
-    return paths
