@@ -93,9 +93,9 @@ def overlapped(arrays, chosen: Plan, base: dict) -> dict:
 def cost_graph(typed: TypedNet, costs: NetCosts, allowed: np.ndarray, why: list[str], options: PlanOptions,
                usable: np.ndarray):
     """The cost graph of one run (on a train net, one step) with its restrictions,
-    colocation and memory limits: in-place writes add no memory, state read away from its
-    device is copied every step (``placer.training.placement``, rules 2 and 6). Returns
-    (graph, the state-copy rows)."""
+    colocation and memory limits: in-place outputs nobody reads add no memory, state read
+    away from its device is copied every step (``placer.training.placement``, rules 2 and
+    6). Returns (graph, the state-copy rows)."""
     net = typed.net
     step, state_reads = step_costs(typed, costs)
     graph = build_cost_graph(step, allowed, why, colocate=parameter_groups(net), inplace=inplace_pairs(net),

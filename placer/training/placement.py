@@ -55,13 +55,15 @@ same workspace. The planner prices one step; these are the rules it places by.
    iteration counter's mutex) are inference parameters: made by the init net on every
    device that reads them, no copy per step.
 
-6. **In-place writes add no memory** (train nets and inference nets alike). An op that
-   writes an output named like one of its inputs writes into that input's buffer, as
-   Caffe2 and placer's executor do: the old version stops being live where the new one
-   starts (the in-place op is not counted as one more reader of it), and an in-place
-   output nobody reads (an update op's parameter, optimizer state and gradient) is not
-   counted as scratch memory of its step. Without this, every update step would count
-   its state twice -- an embedding table and its Adagrad squared sums double.
+6. **An in-place output nobody reads adds no memory** (train nets and inference nets
+   alike). An op that writes an output named like one of its inputs writes into that
+   input's buffer, as Caffe2 and placer's executor do, so an update op's parameter,
+   optimizer state and gradient outputs are not counted as scratch memory of its step
+   (without this every update step would count its state twice: an embedding table and
+   its Adagrad squared sums double). An in-place output that is read later is a version
+   of its own: it is live from the in-place op on, and the version it overwrites up to
+   that op, so the two overlap during that one op's step (a one-step overcount by the
+   blob's size; the executor counts the buffer once).
 
 Tests: ``tests/test_training_plan.py`` checks these rules against brute force (every
 placement of small hand-built train nets, costs and memory computed by plain loops from
@@ -128,10 +130,10 @@ def inplace_pairs(net: Net) -> list[tuple[int, int]]:
 
 def step_costs(typed, costs):
     """``costs`` (``placer.costs.NetCosts``) as the planner prices one step of the net:
-    in-place writes add no memory (rule 6) and, on a train net, state read away from its
-    device is copied every step (rule 2). Returns (costs, the state-copy rows)."""
-    tensors = _inplace_ends_the_old_version(typed.net, costs.tensors)
-    tensors, reads = with_state_reads(typed.net, tensors)
+    an in-place output nobody reads adds no memory (rule 6) and, on a train net, state
+    read away from its device is copied every step (rule 2). Returns (costs, the
+    state-copy rows)."""
+    tensors, reads = with_state_reads(typed.net, costs.tensors)
     ops = costs.ops.assign(output_bytes=_new_output_bytes(typed, costs.ops["output_bytes"].to_numpy(float)))
     return dataclasses.replace(costs, ops=ops, tensors=tensors), reads
 
@@ -146,22 +148,6 @@ def _new_output_bytes(typed, output_bytes: np.ndarray) -> np.ndarray:
             if name in op.inputs and t is not None:
                 out[op.index] -= t.nbytes
     return np.maximum(out, 0.0)
-
-
-def _inplace_ends_the_old_version(net: Net, tensors: TensorTable) -> TensorTable:
-    """The version an in-place op overwrites stops being live where the new one starts:
-    the op is dropped from that version's readers (it shares the producer's device, so no
-    copy is lost; rule 6)."""
-    row = {(tensors.names[t], int(p)): t for t, p in enumerate(tensors.producer.tolist()) if p >= 0}
-    drop = {(row[(name, producer)], op) for op, producer, name in inplace_writes(net)
-            if (name, producer) in row}
-    if not drop:
-        return tensors
-    owner = np.repeat(np.arange(len(tensors)), np.diff(tensors.ptr))
-    keep = np.array([(int(t), int(c)) not in drop for t, c in zip(owner, tensors.consumers)], bool)
-    counts = np.bincount(owner[keep], minlength=len(tensors))
-    ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    return dataclasses.replace(tensors, ptr=ptr, consumers=tensors.consumers[keep])
 
 
 @dataclasses.dataclass(frozen=True)
