@@ -150,12 +150,10 @@ def reference_memory(net, t, k, dev) -> np.ndarray:
     """Bytes per device: init-net blobs read there before any write (state copies
     included, for the whole step; versions of state written in the step live in the
     state's buffer) + the peak of live versions of the other blobs: from the maker's step
-    (or the first reader there) to the last reader on each device; an in-place overwrite
-    ends the old version without reading it (unless an update op writes its gradient),
-    and an in-place output nobody reads adds nothing; another unread output lives during
-    its op's step."""
+    (or the first reader there) to the last reader on each device (an in-place op reads
+    the version it overwrites); an in-place output nobody reads adds nothing; another
+    unread output lives during its op's step."""
     n, params = len(net.ops), set(net.params)
-    writes_state = {op.index for op in net.ops if set(op.outputs) & params}
     out = np.zeros(k)
     written, read_on = set(), set()
     for op in net.ops:
@@ -174,8 +172,6 @@ def reference_memory(net, t, k, dev) -> np.ndarray:
             if name in params:
                 continue
             v = current[name]
-            if name in op.outputs and v[1] >= 0 and i not in writes_state:
-                continue             # overwritten in place: the old version ends here
             v[2].setdefault(d, [i, i])[1] = i
             v[3] = True
         for name in dict.fromkeys(op.outputs):
