@@ -7,12 +7,16 @@
    median, 90th percentile, worst, and time per net. Nets where the MILP did not prove
    its optimum are counted and reported apart (expansion against the MILP's incumbent
    and bound). Targets: median <= 1%, worst <= 5%.
+   ``--op-hetero N`` more nets where every op's time on every GPU is also scaled by its
+   own log-normal factor (sigma 0.7): GPUs that each suit different ops, where the
+   choice between GPUs matters (with ``random_arrays`` alone one GPU is best for nearly
+   every op, and alike GPUs collapse to one).
 2. Memory-limited: over ``--memory-nets`` nets (default 100) of up to ``--memory-max-ops``
    ops (default 400: the MILP with liveness rows grows fast), each GPU limited to half of
    what the unconstrained expansion plan uses on its busiest GPU, the host unlimited: the
    memory-limited search (Lagrangian + repair + moves, MILP off) against the MILP.
 
-    python bench/expansion_vs_milp.py [--nets N] [--max-ops N] [--time-limit S]
+    python bench/expansion_vs_milp.py [--nets N] [--op-hetero N] [--max-ops N] [--time-limit S]
                                       [--memory-nets N] [--memory-max-ops N] [--seed N]
 
 Times are wall-clock on whatever host runs it (label them: a busy host inflates them).
@@ -54,13 +58,15 @@ def quiet_stdout():
             os.close(saved)
 
 
-def random_net(rng: np.random.Generator, max_ops: int):
+def random_net(rng: np.random.Generator, max_ops: int, op_hetero: bool = False):
     n = int(np.exp(rng.uniform(np.log(20), np.log(max_ops))))
     gpus = int(rng.integers(2, 4))
     peer = str(rng.choice(PEERS))
     hetero = bool(rng.random() < 1 / 3)
     arr = random_arrays(n, seed=int(rng.integers(2**31)), gpus=gpus, peer=peer, hetero=hetero,
                         tensor_bytes=float(rng.choice([3e5, 1e6, 3e6])), window=int(rng.integers(2, 12)))
+    if op_hetero:
+        arr.op_s[:, 1:] *= rng.lognormal(0.0, 0.7, (n, gpus))
     return arr, f"{n} ops, {gpus} GPUs, {peer}{', hetero' if hetero else ''}"
 
 
@@ -93,13 +99,13 @@ def distribution(name: str, gaps: list[float]) -> None:
     print("  " + ", ".join(counts))
 
 
-def serial(args) -> None:
-    rng = np.random.default_rng(args.seed)
+def serial(args, nets: int, op_hetero: bool) -> None:
+    rng = np.random.default_rng(args.seed + (2 if op_hetero else 0))
     gaps, by_k, unproven = [], {3: [], 4: []}, []
     t_exp, t_milp = [], []
     started = time.perf_counter()
-    for i in range(args.nets):
-        arr, what = random_net(rng, args.max_ops)
+    for i in range(nets):
+        arr, what = random_net(rng, args.max_ops, op_hetero)
         t0 = time.perf_counter()
         dev, _ = expansion_placement(arr)
         t_exp.append(time.perf_counter() - t0)
@@ -117,8 +123,8 @@ def serial(args) -> None:
             unproven.append((i, what, cost, res))
         if (i + 1) % 50 == 0:
             print(f"  ... {i + 1} nets, {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
-    print(f"\n1. serial objective, {args.nets} random nets of 20-{args.max_ops} ops on 3-4 devices, "
-          f"MILP limit {args.time_limit:g} s")
+    print(f"\n1{'b' if op_hetero else ''}. serial objective, {nets} random nets of 20-{args.max_ops} ops "
+          f"on 3-4 devices{', op times per GPU scaled per op' if op_hetero else ''}, MILP limit {args.time_limit:g} s")
     distribution("alpha-expansion vs proven MILP optimum", gaps)
     for k, g in by_k.items():
         distribution(f"  {k} devices", g)
@@ -174,6 +180,7 @@ def memory_limited(args) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nets", type=int, default=1000)
+    parser.add_argument("--op-hetero", type=int, default=300)
     parser.add_argument("--max-ops", type=int, default=2000)
     parser.add_argument("--time-limit", type=float, default=120.0)
     parser.add_argument("--memory-nets", type=int, default=100)
@@ -181,7 +188,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if args.nets:
-        serial(args)
+        serial(args, args.nets, op_hetero=False)
+    if args.op_hetero:
+        serial(args, args.op_hetero, op_hetero=True)
     if args.memory_nets:
         memory_limited(args)
 

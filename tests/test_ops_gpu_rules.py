@@ -13,6 +13,7 @@ import zlib
 import numpy as np
 import pytest
 
+import test_collectives_ops
 import test_ops_data
 import test_ops_dense
 import test_ops_detection
@@ -49,6 +50,8 @@ def covered_op_types() -> set[str]:
     ops = {c["op"] for c in test_ops_data.CASES + test_ops_dense.CASES + test_ops_spatial.CASES
            + test_ops_gradients.CASES + test_ops_optimizers.ALL}
     ops |= {c[0] for c in test_ops_detection.KERNEL_CASES} | {c[0] for c in test_ops_resize.CASES}
+    ops |= set(test_collectives_ops.STRICT_CHECKED + test_collectives_ops.GLOO_CHECKED)
+    ops |= {"CreateCommonWorld", "CloneCommonWorld"}     # host blobs only (test_collectives_ops)
     return ops | {c[0] for c in EXTRA_CASES} | {"Dropout"}
 
 

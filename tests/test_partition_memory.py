@@ -131,7 +131,7 @@ def test_tight_limit_moves_the_big_table_to_the_cpu():
     plan = partition(arr)
     check_plan(arr, plan)
     assert plan.device_of(0) == "cpu" and plan.device_of(1) == "cuda:0"
-    assert plan.reasons[0] == "cpu: its 5.59 GiB of parameters do not fit on cuda:0"  # 6e9 B
+    assert plan.reasons[0] == "cpu: its 5.59 GiB of parameters do not fit on cuda:0"   # 6e9 B
     assert plan.optimal
     # by hand: op0 on the CPU 3 ms, emb to the GPU 0.1 ms, op1 0.1 ms, out back 0.01 ms
     assert plan.total_s == pytest.approx(3e-3 + 1e-4 + 1e-4 + 1e-5)

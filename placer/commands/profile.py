@@ -43,6 +43,12 @@ Four measurements, each written (merged) into the profile file given with -o:
   placer profile --link --device cuda:0 -o FILE
       host->GPU and GPU->host copy times for 4 KiB .. 1 GiB (powers of 4), pinned and
       pageable, between CUDA events; a fitted latency and bandwidth per curve.
+  placer profile --collectives [--collective-gpus 0,1,...] [--machine NAME|FILE] -o FILE
+      NCCL all-reduce, all-gather, reduce-scatter, broadcast and all-to-all over the GPUs
+      (all visible by default) through cupy's NCCL bindings, 4 KiB .. 1 GiB, as nccl-tests
+      times them (algbw, busbw); a fitted latency and bus bandwidth per collective; with
+      --machine, the cost model's times for that machine beside them. FILE is a
+      collectives measurement (JSON), written whole.
 
 If FILE exists, new figures replace old ones for the same device and the same op keys;
 everything else in it is kept. A new GPU device starts from the shipped datasheet
@@ -54,6 +60,7 @@ examples:
   placer profile --host -o profiles/myhost.json
   placer profile --calibrate --threads 1 -o profiles/myhost.json
   placer profile --link --device cuda:0 -o profiles/mygpu.json
+  placer profile --collectives --machine 8x-a100-40gb-nvswitch -o collectives.json
 """
 
 
@@ -75,6 +82,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="untimed runs (with --isolated: calls per op) first (default 2)")
     parser.add_argument("--isolated", action="store_true",
                         help="time each distinct op alone instead of in a run of the whole net")
+    parser.add_argument("--collectives", action="store_true", help="measure NCCL collectives over several GPUs")
+    parser.add_argument("--collective-gpus", metavar="0,1,...",
+                        help="GPUs the collectives run over (default: every visible GPU)")
+    parser.add_argument("--machine", metavar="NAME|FILE",
+                        help="machine profile whose cost model the collectives are set against")
     parser.add_argument("--budget", type=float, default=0.5, metavar="S",
                         help="--isolated: stop sampling an op after S seconds, keeping >= 3 samples (default 0.5)")
     parser.add_argument("--base", metavar="NAME|FILE",
@@ -84,13 +96,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    modes = sum(bool(x) for x in (args.net, args.host, args.link, args.calibrate))
+    modes = sum(bool(x) for x in (args.net, args.host, args.link, args.calibrate, args.collectives))
     if modes != 1:
-        raise InputError("give exactly one of NET, --calibrate, --host or --link",
+        raise InputError("give exactly one of NET, --calibrate, --host, --link or --collectives",
                          hint="e.g. placer profile net.pbtxt --device cpu -o prof.json")
     refuse_overwrite(args.output, args.net, getattr(args, "init_net", None))
     if args.repeats < 1 or args.warmup < 0 or not args.budget >= 0:  # NaN fails >= too
         raise InputError("--repeats must be >= 1, --warmup >= 0 and --budget >= 0 seconds")
+    if args.collectives:
+        return _write_collectives(args)
     _set_threads(args.threads)
     kind = _device_kind(args.device)
     if args.link and kind != "gpu":
@@ -287,3 +301,47 @@ def _host() -> str:
 
 def _today() -> str:
     return _dt.date.today().isoformat()
+
+
+def _write_collectives(args: argparse.Namespace) -> int:
+    """``--collectives``: measure, set beside the machine's model when given, write."""
+    from placer.profiling.collectives import KINDS, SIZES, compare, load_measurements, measure_collectives, \
+        save_measurements
+    if Path(args.output).exists():
+        load_measurements(args.output)      # a ProfileError unless it is a collectives file
+    machine = None
+    if args.machine:
+        from placer.machine import load_machine
+        machine = load_machine(args.machine)
+    gpus = _gpu_list(args.collective_gpus)
+    _require_gpu("--collectives")
+    bar = Progress(len(KINDS) * len(SIZES), "collectives", quiet=args.quiet)
+    try:
+        measured = measure_collectives(gpus, repeats=args.repeats, progress=bar)
+    finally:
+        bar.close()
+    measured.host, measured.date = _host(), _today()
+    if machine is not None:
+        measured.model = compare(measured, machine)
+    save_measurements(measured, args.output)
+    print(f"{len(measured.gpus)} GPUs ({', '.join(dict.fromkeys(measured.gpu_names))}), "
+          f"NCCL {measured.nccl_version}")
+    largest = {p.kind: p for p in measured.points}
+    model = {r["kind"]: r for r in measured.model}
+    for kind, fit in measured.fits.items():
+        line = (f"{kind}: latency {fmt_time(fit['latency_s'])}, bus {fmt_rate(fit['bus_bytes_per_s'])}; "
+                f"busbw {fmt_rate(largest[kind].busbw_bytes_per_s)} at the largest size")
+        if kind in model:
+            line += f" (model: {fmt_rate(model[kind]['model_busbw'])})"
+        print(line)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _gpu_list(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        return [int(t.removeprefix("cuda:")) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise InputError(f"--collective-gpus {text}: expected GPU numbers, e.g. 0,1,2,3") from None

@@ -6,6 +6,7 @@ from placer.ops import (  # noqa: F401
     conv, pool, norm, resize,    # spatial: Conv, ConvTranspose, pools, SpatialBN, LRN, nearest resize
     fc, elementwise, loss,       # dense: FC, MatMul, BatchMatMul, arithmetic, activations, softmax, losses
     tensor, embedding, fill, copy,  # data: shape ops, gathers, SparseLengths*, fills, copies
+    collective,                  # NCCL and Gloo collectives, all-to-all, common worlds
     detection,                   # SSD fork layers: Permute, Normalize, PriorBox, DetectionOutput
     # training: gradient ops (FC and arithmetic, activations, losses, Conv/pools/SpatialBN/LRN/
     # Dropout, sparse lengths and scatters, sorted segments, data movement), parameter updates

@@ -229,5 +229,5 @@ def _kernel(xp, inputs, args):
 
 register(OpDef("LearningRate", _infer, _kernel,
                cost=lambda i, o, a: OpFeatures(flops=10.0, bytes_read=8.0, bytes_written=4.0),
-               min_inputs=1, max_inputs=1,
+               min_inputs=1, max_inputs=1, host_inputs=(0,),
                doc="base_lr * policy multiplier at the iteration counter's value (0-d float32)"))

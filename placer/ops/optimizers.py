@@ -478,13 +478,15 @@ def _sparse_adam_kernel(rowwise: bool):
 
 
 register(OpDef("Adam", _adam_infer, _adam_kernel, cost=_dense_cost(10.0), min_inputs=6, max_inputs=6, launches=14,
+               host_inputs=HOST_INPUTS["Adam"],
                doc="(param, m1, m2, grad, lr, iter) -> (param, m1, m2[, effective grad]), t = iter+1, in place"))
 register(OpDef("SparseAdam", _sparse_adam_infer(False), _sparse_adam_kernel(False),
                cost=_sparse_cost(10.0, 4, 3, 0, (1, 2)), min_inputs=7, max_inputs=7,
-               launches=_rounds_launches("SparseAdam"),
+               launches=_rounds_launches("SparseAdam"), host_inputs=HOST_INPUTS["SparseAdam"],
                doc="Adam on the rows INDICES: (param, m1, m2, indices, grad, lr, iter)"))
 register(OpDef("RowWiseSparseAdam", _sparse_adam_infer(True), _sparse_adam_kernel(True),
                cost=_sparse_cost(9.0, 4, 3, 0, (1,), (2,)), devices=CPU_ONLY, min_inputs=7, max_inputs=7,
+               host_inputs=HOST_INPUTS["RowWiseSparseAdam"],
                doc="Adam with one second moment per row on the rows INDICES. CPU only, as in Caffe2."))
 
 

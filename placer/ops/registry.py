@@ -9,6 +9,8 @@ An entry holds
 - ``kernel(xp, inputs, args) -> tuple``: one array-module-generic kernel that runs on
   numpy and cupy unchanged (``xp`` is the module); None until a kernel exists;
 - ``devices``: the device kinds it has kernels for ("cpu", "gpu");
+- ``host_inputs``: inputs the op reads from host memory whatever device it runs on (the
+  iteration counter a GPU LearningRate or Adam reads, as Caffe2's kernels do);
 - ``launches``: how many kernels its GPU kernel launches, an int or a function
   ``(inputs, args) -> int`` when it depends on them (filter taps, input count, a flag).
   The cost model charges one launch overhead for each. It is counted, not guessed: the
@@ -94,16 +96,18 @@ class Transfer:
     A collective over several devices is registered the same way: NCCLAllreduce over
     ``gpu_0/g .. gpu_3/g`` (input i on GPU i, output i in place on the same GPU) is
     ``Transfer(reads=ANYWHERE, writes=LIKE_INPUT, move=allreduce)``: its inputs are checked
-    to exist and its ``move`` sees four source devices and four targets. An emulated
-    ``allreduce`` copies each input to one device, sums there, and copies the sum back to
-    every target, so each link's bytes are counted; on real GPUs it calls NCCL on the
-    devices' streams instead. NCCLReduce writes PLACED (the root), NCCLBroadcast and
-    NCCLAllGather LIKE_INPUT.
+    to exist and its ``move`` sees four source devices and four targets. The collectives
+    (ops/collective.py) move bytes along a ring through ``transfers.copy``, so each link's
+    bytes are counted; on real GPUs they call NCCL on the devices' streams instead and note
+    the bytes NCCL moves (``transfers.note``). ``like_input_from`` shifts LIKE_INPUT for ops
+    whose first inputs are not data: Gloo's ``Allreduce([cw] + blobs) -> blobs`` writes
+    output j where input j + 1 is (``like_input_from=1``).
     """
 
     reads: str
     writes: str
     move: MoveFn
+    like_input_from: int = 0
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,7 @@ class OpDef:
     max_inputs: int | None = None
     doc: str = ""
     launches: int | LaunchFn = 1
+    host_inputs: tuple[int, ...] = ()
 
     def launch_count(self, inputs: Sequence[TensorType], args: Mapping[str, Any]) -> int:
         """Kernel launches of one run of the GPU kernel on ``inputs`` (see ``launches``)."""

@@ -438,9 +438,10 @@ def improve(arr: CostArrays, dev: np.ndarray, time_s: float) -> np.ndarray:
     gain = (np.nanmax(finite, axis=1) - np.nanmin(finite, axis=1)) if arr.n_ops else np.zeros(0)
     order = free[np.argsort(-gain[free])]
     groups = [_group(arr, i) for i in order]
-    runs = (np.arange(i, i + m) for size in [np.bincount(arr.component)] for m in (2, 3, 4)
-            for i in range(arr.n_ops - m + 1)  # a run never splits a colocated group
-            if (arr.forced[i:i + m] < 0).all() and (size[arr.component[i:i + m]] == 1).all())
+    size = np.bincount(arr.component)
+    runs = (np.arange(i, i + m) for m in (2, 3, 4) for i in range(arr.n_ops - m + 1)
+            if (arr.forced[i:i + m] < 0).all()       # a run never splits a colocated group
+            and (size[arr.component[i:i + m]] == 1).all())
     for _ in range(6):
         moved = any([_single_moves(arr, x, groups, deadline),
                      _run_moves(arr, x, runs, deadline),

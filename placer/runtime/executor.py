@@ -9,6 +9,8 @@ op), so the loop per op is a few dict look-ups, a device check and the kernel ca
 Placement rules (as Caffe2 runs a net):
 - an op runs on ``op.device`` (the net-level default already folded in); none -> cpu;
   a GPU the run does not have (``emulate_gpus``) is refused before anything runs;
+- an input the registry lists in ``host_inputs`` (an iteration counter) is read from
+  host memory, as Caffe2's kernels read it;
 - an op with a transfer rule in the registry (the copies: ``ops/registry.py``
   ``Transfer``) reads and writes where its rule says, relative to its device, and moves
   bytes only through ``Transfers.copy`` (runtime/transfers.py), which the record counts
@@ -158,7 +160,8 @@ class Executor:
         args = Args(dict(op.args), op=op.label, seed=self._seed(op), n_outputs=len(op.outputs))
         opdef = registry.get(op.type)
         if opdef.transfer is None:
-            return Step(op, label, device, op.inputs, op.outputs, args, reads=(device,) * len(op.inputs),
+            reads = tuple(self.devices.cpu if i in opdef.host_inputs else device for i in range(len(op.inputs)))
+            return Step(op, label, device, op.inputs, op.outputs, args, reads=reads,
                         kernel=opdef.kernel, timer=device.timer())
         reads, writes = transfer_ends(opdef.transfer, device, self.devices, len(op.inputs),
                                       len(op.outputs), label)
@@ -318,8 +321,8 @@ class Executor:
                     self._transfer(s, ins, blobs, timed)
                 else:
                     holds = device.holds
-                    for x in ins:
-                        if not holds(x):
+                    for x, where in zip(ins, s.reads):
+                        if not (holds(x) if where is device else where.holds(x)):
                             raise self._wrong_device(s, blobs)
                     if timed:
                         s.timer.start()

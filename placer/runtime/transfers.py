@@ -2,7 +2,8 @@
 
 The executor asks ``transfer_ends`` once per op for what the rule means where the op is
 placed: per input, the device it must be read on (None: wherever it already is); per
-output, the device it is written on, or the index of the input whose device it takes.
+output, the device it is written on, or the index of the input whose device it takes
+(``Transfer.like_input_from`` shifts that index past leading inputs such as a common world).
 Per run it resolves the None and index entries from where the inputs really are and hands
 the op's ``move`` kernel a ``Transfers``: the source and target device objects, the host,
 and ``copy``, which moves one array through ``DeviceSet.copy`` and notes (source, target,
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from placer.errors import ShapeError
 from placer.ops.registry import ANYWHERE, HOST, LIKE_INPUT, PLACED, Transfer
 from placer.runtime.devices import DeviceSet
 
@@ -35,6 +37,10 @@ class Transfers:
         self.moved.append((source.name, target.name, int(array.nbytes)))
         return out
 
+    def note(self, source: Any, target: Any, nbytes: int) -> None:
+        """Bytes a library moved from ``source`` to ``target`` without ``copy`` (NCCL)."""
+        self.moved.append((source.name, target.name, int(nbytes)))
+
 
 def transfer_ends(transfer: Transfer, placed: Any, devices: DeviceSet, n_inputs: int,
                   n_outputs: int, label: str) -> tuple[tuple, tuple]:
@@ -46,9 +52,12 @@ def transfer_ends(transfer: Transfer, placed: Any, devices: DeviceSet, n_inputs:
     reads = (read[transfer.reads],) * n_inputs
     if transfer.writes != LIKE_INPUT:
         return reads, ({HOST: devices.cpu, PLACED: placed}[transfer.writes],) * n_outputs
-    if n_outputs > n_inputs:
-        raise ValueError(f"{label}: {n_outputs} outputs written like {n_inputs} inputs")
-    return reads, tuple(range(n_outputs))
+    first = transfer.like_input_from
+    if first + n_outputs > n_inputs:
+        raise ShapeError(f"{label}: {n_outputs} outputs, but each output is written where an input "
+                         f"is, and it has {n_inputs - first} such inputs",
+                         hint="give the op one output per input (in place, as Caffe2 writes it)")
+    return reads, tuple(range(first, first + n_outputs))
 
 
 def direction(links: Sequence[tuple[str, str, int]]) -> str:
