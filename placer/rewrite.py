@@ -21,7 +21,9 @@ What changes in the user's net, and nothing else:
   only names added to those lists). A parameter the net itself writes (a train net's
   parameters and optimizer state) is made on the device of the ops that write it, and a
   device that only reads it gets a fresh copy at the top of every run (it changes every
-  run), named as any other copy.
+  run), named as any other copy. An input the registry reads from host memory on any
+  device (``host_inputs``: the iteration counter of LearningRate and Adam) is read on the
+  CPU.
 
 Blobs written more than once (in-place ops) are handled per version: a copy copies the
 version its reader reads.
@@ -93,11 +95,11 @@ def place(net: Net, placement: Sequence[int], machine, outputs_on_host: bool = T
     if any(not 0 <= d < len(devs.names) for d in placement):
         raise PlacerError(f"placement names a device outside the machine's {len(devs.names)}")
     names = _Names(net)
-    reads, readers, final = _versions(net)
+    reads, readers, final = _versions(net, placement)
     home, other = _copy_names(net, placement, reads, readers, final, devs, names, outputs_on_host)
     state_home = {name: placement[ops[0]] for name, ops in state_writers(net).items()}
-    state_copy = _state_copy_names(readers, placement, state_home, devs, names)
-    param_name, param_devices, cpu_only = _parameter_names(net, placement, readers, devs, names, state_home)
+    state_copy = _state_copy_names(readers, state_home, devs, names)
+    param_name, param_devices, cpu_only = _parameter_names(net, readers, devs, names, state_home)
 
     def name_on(name: str, p: int, d: int) -> str:
         if p == PARAM:
@@ -132,18 +134,25 @@ class _Names:
         return name
 
 
-def _versions(net: Net):
-    """Which producer made the blob each op input reads; the readers of each version;
-    the producer of each blob's final version."""
+def _read_device(op, k: int, placement) -> int:
+    """The device ``op`` reads its input ``k`` on: its own, or the host for an input the
+    registry lists in ``host_inputs`` (an iteration counter read from host memory)."""
+    opdef = registry.get(op.type)
+    return HOST if opdef is not None and k in opdef.host_inputs else placement[op.index]
+
+
+def _versions(net: Net, placement):
+    """Which producer made the blob each op input reads; the devices each version is read
+    on (one entry per read); the producer of each blob's final version."""
     producer_of = {b: (PARAM if b in net.params else EXTERNAL) for b in net.external_inputs}
     reads: list[list[int]] = []
     readers: dict[tuple[str, int], list[int]] = {}
     for op in net.ops:
         row = []
-        for name in op.inputs:
+        for k, name in enumerate(op.inputs):
             p = producer_of.get(name, EXTERNAL)
             row.append(p)
-            readers.setdefault((name, p), []).append(op.index)
+            readers.setdefault((name, p), []).append(_read_device(op, k, placement))
         reads.append(row)
         for name in op.outputs:
             producer_of[name] = op.index
@@ -168,42 +177,42 @@ def _copy_names(net, placement, reads, readers, final, devs, names, outputs_on_h
                     break
                 home[(out, prev)] = gpu_name
                 p = prev
-    for (name, p), users in readers.items():
+    for (name, p), where in readers.items():
         if p == PARAM:
             continue
         src = HOST if p == EXTERNAL else placement[p]
-        for d in dict.fromkeys(placement[u] for u in users):
+        for d in dict.fromkeys(where):
             if d != src and (name, p, d) not in other:
                 other[(name, p, d)] = names.fresh(name + devs.suffix(d))
     return home, other
 
 
-def _state_copy_names(readers, placement, state_home, devs, names) -> dict[tuple[str, int], str]:
+def _state_copy_names(readers, state_home, devs, names) -> dict[tuple[str, int], str]:
     """(state blob, device) -> the name of its per-run copy on a device that reads it away
     from its home (the device of the ops that write it): state changes every run, so the
     copy is made at the top of every run, not once by the init net."""
     out: dict[tuple[str, int], str] = {}
-    for (name, p), users in readers.items():
+    for (name, p), where in readers.items():
         if p == PARAM and name in state_home:
-            for d in dict.fromkeys(placement[u] for u in users):
+            for d in dict.fromkeys(where):
                 if d != state_home[name] and (name, d) not in out:
                     out[(name, d)] = names.fresh(name + devs.suffix(d))
     return out
 
 
-def _parameter_names(net, placement, readers, devs, names, state_home):
+def _parameter_names(net, readers, devs, names, state_home):
     """(parameter, device) -> the blob name that device reads; which devices read each
     parameter (state: its home only); which parameters' fill ops have no GPU kernel
     (filled on the CPU)."""
     devices: dict[str, list[int]] = {}
     for name, d in state_home.items():
         devices[name] = [d]
-    for (name, p), users in readers.items():
+    for (name, p), where in readers.items():
         if p == PARAM and name not in state_home:
             devices.setdefault(name, [])
-            for u in users:
-                if placement[u] not in devices[name]:
-                    devices[name].append(placement[u])
+            for d in where:
+                if d not in devices[name]:
+                    devices[name].append(d)
     cpu_only = _cpu_only_fills(net)
     param_name: dict[tuple[str, int], str] = {}
     for name, used in devices.items():
@@ -245,7 +254,7 @@ def _predict_net(net, placement, reads, other, home, name_on, devs, state_copies
         new = pb.OperatorDef()
         new.CopyFrom(op.proto)
         for k, (name, p) in enumerate(zip(op.inputs, reads[op.index])):
-            new.input[k] = name_on(name, p, d)
+            new.input[k] = name_on(name, p, _read_device(op, k, placement))
         for k, name in enumerate(op.outputs):
             new.output[k] = home.get((name, op.index), name)
         devs.set_option(new, d)
