@@ -32,7 +32,10 @@ same workspace. The planner prices one step; these are the rules it places by.
    whole-step count is exact at the peak for weights, an upper bound for state read only
    in the forward pass (biases). The copy row itself therefore carries no bytes of its own
    (``t_bytes`` 0); its copy seconds are those of the state's bytes, and the plan's copy
-   list reports those bytes (``state_copy_bytes``).
+   list reports those bytes (``state_copy_bytes``). The versions of state its writers
+   make during the step live in the state's own buffer and carry no bytes either (a read
+   of such an updated value later in the same step, on another device -- which Caffe2's
+   optimizers never do -- is priced as a copy but not counted in memory).
 
 3. **A dense gradient made elsewhere is copied once to the state's device.** It is a blob
    like any other: made by a backward op on its device, copied once to every other device
