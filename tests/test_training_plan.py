@@ -313,3 +313,20 @@ def test_the_simulator_starts_state_copies_at_time_zero(case):
     for dev in all_placements(arr.n_ops, arr.k)[:: max(1, arr.k ** arr.n_ops // 300)]:
         busy = np.bincount(dev, weights=arr.op_s[np.arange(arr.n_ops), dev], minlength=arr.k)
         assert busy.max() - 1e-12 <= sim.score(dev) < np.inf
+
+
+def test_a_sparse_update_on_the_cpu_overlaps_the_gpu_updates():
+    """The async step: the table's SparseAdagrad runs on the CPU while the GPU updates
+    the FC, so the simulated step is shorter than the serial one by that overlap."""
+    tn = typed(sparse_net())
+    result = plan(tn, machine(1), PlanOptions(method="milp"))
+    arr = result.arrays
+    dev = np.array([0, 1, 1, 1, 1, 1, 1, 0, 1, 1])
+    makespan, events = Simulator(arr).run(dev, record=True)
+    ops = {e["op"]: e for e in events if e["kind"] == "op"}
+    table_update, fc_updates = ops[7], (ops[8], ops[9])
+    assert table_update["lane"] == "cpu" and all(u["lane"] == "cuda:0" for u in fc_updates)
+    assert any(u["start_s"] < table_update["end_s"] and table_update["start_s"] < u["end_s"] for u in fc_updates)
+    overlap = sum(min(u["end_s"], table_update["end_s"]) - max(u["start_s"], table_update["start_s"])
+                  for u in fc_updates if u["start_s"] < table_update["end_s"])
+    assert makespan <= serial_cost(arr, dev).total_s - overlap + 1e-12
