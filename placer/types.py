@@ -96,15 +96,18 @@ class Args(Mapping[str, Any]):
     ``op`` is the label of the op the arguments belong to (for messages); ``seed`` is the
     random seed a kernel with randomness must use. ``n_outputs`` is the number of outputs
     the op declares (None when unknown): Split without a ``split`` argument divides its
-    input equally among them, so its inference and kernel need the count.
+    input equally among them, so its inference and kernel need the count. ``inplace``
+    holds the input positions the kernel may overwrite (see ``OpDef.inplace``); empty
+    unless a runner that owns those arrays says so.
     """
 
     def __init__(self, values: Mapping[str, Any] | None = None, op: str = "?", seed: int = 0,
-                 n_outputs: int | None = None):
+                 n_outputs: int | None = None, inplace: frozenset = frozenset()):
         self._values = dict(values or {})
         self.op = op
         self.seed = seed
         self.n_outputs = n_outputs
+        self.inplace = inplace
 
     def __getitem__(self, name: str) -> Any:
         return self._values[name]
