@@ -58,3 +58,29 @@ def test_a_placed_train_step_runs_emulated_and_computes_the_cpu_loss(tn):
         placed = place(tn.net, dev, machine(1))
         out = run_once(net_from_netdef(placed.predict, placed.init, path="placed"), True, inputs)
         np.testing.assert_allclose(out["loss"], cpu_out["loss"], rtol=1e-6)
+
+
+@pytest.mark.parametrize("dev", [FORWARD_ON_GPU, UPDATES_ON_GPU], ids=["updates-on-cpu", "updates-on-gpu"])
+def test_a_placed_train_net_trains_like_the_cpu_over_several_steps(tn, dev):
+    """The per-run copies carry each step's update to the devices that read the state:
+    after four steps every parameter and momentum equals the all-CPU run's (a copy made
+    once by the init net would have frozen the readers' weights at their initial values)."""
+    inputs = random_inputs(tn.net, tn.blobs, ["x", "label"], seed=1)
+
+    def trained(net, emulate):
+        ex = Executor(net, emulate_gpu=emulate)
+        ex.run_init()
+        ex.run(inputs, iterations=4, warmup=0)
+        return ex.host_state()
+    want = trained(tn.net, False)
+    placed = place(tn.net, dev, machine(1))
+    got = trained(net_from_netdef(placed.predict, placed.init, path="placed"), True)
+    for name in ("w", "bias", "w_momentum", "bias_momentum"):
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-7)
+    assert not np.allclose(want["w"], initial_w(tn))
+
+
+def initial_w(tn):
+    ex = Executor(tn.net)
+    ex.run_init()
+    return ex.host_state()["w"]
