@@ -21,6 +21,8 @@ from placer.partition.check import check_plan
 from placer.partition.problem import fits, from_graph, memory_use
 from placer.partition.schedule import Simulator
 from placer.shapes import require_complete
+from placer.training.placement import (
+    inplace_pairs as training_inplace_pairs, price_state_reads, state_copy_bytes, state_groups, step_costs)
 from placer.types import Net, Plan, TypedNet
 from placer.units import fmt_bytes
 
@@ -64,8 +66,7 @@ def plan(typed: TypedNet, machine: Machine, options: PlanOptions = PlanOptions()
     # 2. the cost graph with restrictions, colocation and memory limits
     allowed, why = allowed_devices(net, costs, machine, options.pins, options.keep_existing)
     capacity, usable = memory_limits(machine, options)
-    graph = build_cost_graph(costs, allowed, why, colocate=parameter_groups(net), inplace=inplace_pairs(net),
-                             outputs_on_host=options.outputs_on_host, capacity=usable)
+    graph, state_reads = cost_graph(typed, costs, allowed, why, options, usable)
     arrays = from_graph(graph)  # the partitioners' flat view, made once for every stage below
     # 3. partition within memory, and check the result from scratch
     chosen = partition(arrays, options.method, time_limit=options.time_limit_s)
@@ -73,6 +74,7 @@ def plan(typed: TypedNet, machine: Machine, options: PlanOptions = PlanOptions()
     check_plan(arrays, chosen)
     # 4. baselines beside it, and the overlapped schedule of the chosen plan
     base = baselines.baselines(arrays, existing_placement(net, machine))
+    state_copy_bytes(state_reads, arrays.t_names, chosen, *base.values())
     return PlanResult(typed, costs, graph, chosen, base, machine, capacity, usable,
                       makespan=overlapped(arrays, chosen, base), options=options, arrays=arrays)
 
@@ -86,6 +88,20 @@ def overlapped(arrays, chosen: Plan, base: dict) -> dict:
     if chosen.objective == "makespan":
         out["baselines"] = {name: sim.run(b.placement)[0] for name, b in base.items() if name != "lower_bound"}
     return out
+
+
+def cost_graph(typed: TypedNet, costs: NetCosts, allowed: np.ndarray, why: list[str], options: PlanOptions,
+               usable: np.ndarray):
+    """The cost graph of one run (on a train net, one step) with its restrictions,
+    colocation and memory limits: in-place outputs nobody reads add no memory, state read
+    away from its device is copied every step (``placer.training.placement``, rules 2 and
+    6). Returns (graph, the state-copy rows)."""
+    net = typed.net
+    step, state_reads = step_costs(typed, costs)
+    graph = build_cost_graph(step, allowed, why, colocate=parameter_groups(net), inplace=inplace_pairs(net),
+                             outputs_on_host=options.outputs_on_host, capacity=usable)
+    price_state_reads(graph, costs.machine, state_reads)
+    return graph, state_reads
 
 
 def memory_limits(machine: Machine, options: PlanOptions) -> tuple[np.ndarray, np.ndarray]:
@@ -183,32 +199,16 @@ def _device_mask(machine: Machine, device: str, what: str) -> np.ndarray:
 
 
 def inplace_pairs(net: Net) -> list[tuple[int, int]]:
-    """(op, producer of the blob it overwrites) for every in-place op: they share a device."""
-    writer: dict[str, int] = {}
-    pairs = []
-    for op in net.ops:
-        for name in set(op.outputs) & set(op.inputs):
-            if name in writer:
-                pairs.append((op.index, writer[name]))
-        for name in op.outputs:
-            writer[name] = op.index
-    return pairs
+    """(op, producer of the blob it overwrites) for every in-place op: they share a device
+    (an update op's in-place gradient excepted: ``placer.training.placement``, rule 3)."""
+    return training_inplace_pairs(net)
 
 
 def parameter_groups(net: Net) -> list[set[int]]:
-    """Ops that update a parameter in place, with every op that reads it (one device).
-    One pass over the ops builds the parameter -> writers / readers index."""
-    writers: dict[str, set[int]] = {}
-    readers: dict[str, set[int]] = {}
-    params = net.params
-    for op in net.ops:
-        for name in op.outputs:
-            if name in params:
-                writers.setdefault(name, set()).add(op.index)
-        for name in op.inputs:
-            if name in params:
-                readers.setdefault(name, set()).add(op.index)
-    return [ops | readers.get(name, set()) for name, ops in writers.items()]
+    """Ops that write the same state (a parameter, its optimizer state, a counter) share
+    its device; ops that only read it may sit elsewhere and pay a copy per step
+    (``placer.training.placement``, rules 1 and 2)."""
+    return state_groups(net)
 
 
 def existing_placement(net: Net, machine: Machine) -> np.ndarray | None:

@@ -19,7 +19,10 @@ What changes in the user's net, and nothing else:
   op has a kernel for that device); otherwise it is filled on the CPU and copied once, by
   the init net, to ``<blob>_gpu_<N>`` on each GPU that reads it, so no per-run copy is
   paid; those copies are init-net external outputs and predict-net external inputs (the
-  only names added to those lists).
+  only names added to those lists). A parameter the net itself writes (a train net's
+  parameters and optimizer state) is made on the device of the ops that write it, and a
+  device that only reads it gets a fresh copy at the top of every run (it changes every
+  run), named as any other copy.
 
 Blobs written more than once (in-place ops) are handled per version: a copy copies the
 version its reader reads. An input an op reads from host memory on any device
@@ -33,6 +36,7 @@ from typing import Sequence
 from placer.errors import PlacerError
 from placer.formats import caffe2_pb as pb
 from placer.ops import registry
+from placer.training.placement import state_writers
 from placer.types import Net
 
 EXTERNAL = -1   # producer of an external input fed from the host
@@ -100,15 +104,19 @@ def place(net: Net, placement: Sequence[int], machine, outputs_on_host: bool = T
     names = _Names(net)
     reads, readers, final = _versions(net, placement)
     home, other = _copy_names(net, placement, reads, readers, final, devs, names, outputs_on_host)
-    param_name, param_devices, cpu_only = _parameter_names(net, placement, readers, devs, names)
+    state_home = {name: placement[ops[0]] for name, ops in state_writers(net).items()}
+    state_copy = _state_copy_names(readers, state_home, devs, names)
+    param_name, param_devices, cpu_only = _parameter_names(net, readers, devs, names, state_home)
 
     def name_on(name: str, p: int, d: int) -> str:
         if p == PARAM:
-            return param_name.get((name, d), name)
+            return state_copy.get((name, d)) or param_name.get((name, d), name)
         src = HOST if p == EXTERNAL else placement[p]
         return home.get((name, p), name) if src == d else other[(name, p, d)]
 
-    predict, copies = _predict_net(net, placement, reads, other, home, name_on, devs)
+    state_copies = [(name, state_home[name], name_on(name, PARAM, state_home[name]), d, blob)
+                    for (name, d), blob in state_copy.items()]
+    predict, copies = _predict_net(net, placement, reads, other, home, name_on, devs, state_copies)
     for (name, d), blob in param_name.items():
         if blob != name and blob not in predict.external_input:
             predict.external_input.append(blob)
@@ -188,12 +196,26 @@ def _copy_names(net, placement, reads, readers, final, devs, names, outputs_on_h
     return home, other
 
 
-def _parameter_names(net, placement, readers, devs, names):
-    """(parameter, device) -> the blob name that device reads; which devices read each
-    parameter; which parameters' fill ops have no GPU kernel (filled on the CPU)."""
-    devices: dict[str, list[int]] = {}
+def _state_copy_names(readers, state_home, devs, names) -> dict[tuple[str, int], str]:
+    """(state blob, device) -> the name of its per-run copy on a device that reads it away
+    from its home (the device of the ops that write it): state changes every run, so the
+    copy is made at the top of every run, not once by the init net."""
+    out: dict[tuple[str, int], str] = {}
     for (name, p), reading in readers.items():
-        if p == PARAM:
+        if p == PARAM and name in state_home:
+            for d in dict.fromkeys(reading):
+                if d != state_home[name] and (name, d) not in out:
+                    out[(name, d)] = names.fresh(name + devs.suffix(d))
+    return out
+
+
+def _parameter_names(net, readers, devs, names, state_home):
+    """(parameter, device) -> the blob name that device reads; which devices read each
+    parameter (state: its home only); which parameters' fill ops have no GPU kernel
+    (filled on the CPU)."""
+    devices: dict[str, list[int]] = {name: [d] for name, d in state_home.items()}
+    for (name, p), reading in readers.items():
+        if p == PARAM and name not in state_home:
             devices.setdefault(name, [])
             for d in reading:
                 if d not in devices[name]:
@@ -211,13 +233,16 @@ def _parameter_names(net, placement, readers, devs, names):
     return param_name, devices, cpu_only
 
 
-def _predict_net(net, placement, reads, other, home, name_on, devs):
+def _predict_net(net, placement, reads, other, home, name_on, devs, state_copies=()):
     """Ops in order with their device options and renamed blobs, copies right after
-    their producers (external inputs' copies first)."""
+    their producers (external inputs' and state's per-run copies first)."""
     out = pb.NetDef()
     out.CopyFrom(net.proto)
     del out.op[:]
     copies: list[tuple[str, str, str, str]] = []
+    for name, src, blob, d, dst in state_copies:
+        out.op.append(devs.copy_op(src, d, blob, dst))
+        copies.append((name, devs.names[src], devs.names[d], dst))
     by_version: dict[tuple[str, int], list[int]] = {}
     for (name, p, d) in other:
         by_version.setdefault((name, p), []).append(d)

@@ -4,7 +4,14 @@
 - ``dlrm_small``: the same structure with small tables (runs on a laptop);
 - ``dlrm_40gb``: ten 8M-row tables (about 41 GB): more than one 16 GB GPU holds (planning only);
 - ``resnet_small``: a small ResNet-style CNN;
-- ``two_tower``: two independent heavy convolution towers joined at the end.
+- ``two_tower``: two independent heavy convolution towers joined at the end;
+- train nets (``train_nets.py``, made by placer's own train-net generator, each with the
+  loss its model trains with): ``dlrm_small_train`` (Adagrad, SparseAdagrad on the
+  tables), ``dlrm_criteo_1tb_train`` (RowWiseSparseAdagrad on the tables; planning only),
+  ``resnet_small_train`` (SpatialBN in training mode, Nesterov momentum) and
+  ``word2vec_train`` (``word2vec.py``: a 10M x 300 embedding table read by
+  SparseLengthsSum, a projection, a softmax loss; Adagrad; planning only, 22 GiB with the
+  optimizer state).
 
 ``python -m placer.examples [FOLDER]`` regenerates the files shipped in ``examples/data``.
 """
@@ -27,8 +34,11 @@ def builders() -> dict:
 
 
 def generate(folder: str | Path = DATA) -> dict[str, dict[str, Path]]:
-    """Write every bundled net (predict, init, value_info) into ``folder``."""
-    return {name: make().save(folder, name) for name, make in builders().items()}
+    """Write every bundled net (predict or train net, init, value_info) into ``folder``."""
+    from placer.examples import train_nets
+    out = {name: make().save(folder, name) for name, make in builders().items()}
+    out.update({name: train_nets.save(make(), folder, name) for name, make in train_nets.builders().items()})
+    return out
 
 
 def path(name: str) -> Path:

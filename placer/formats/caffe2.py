@@ -346,11 +346,35 @@ def fill_output_type(proto) -> TensorType | None:
     return TensorType(tuple(shape), dtype)
 
 
+# Init-net ops that make a handle rather than a tensor (Caffe2's optimizers make the
+# iteration counter's mutex this way): typed as a one-byte scalar so that the ops that
+# read it (AtomicIter) have every input typed.
+INIT_HANDLES = {"CreateMutex": TensorType((), "uint8")}
+
+
+def fill_like_input_type(proto, known: dict[str, TensorType]) -> TensorType | None:
+    """The type a fill op writes when its shape is that of its one input (Caffe2's
+    ``ConstantFill([param])``, how optimizers make their state): the input's shape
+    (+`extra_shape`), the fill's dtype. None unless the input's type is ``known``."""
+    dtype = FILL_DTYPES.get(proto.type)
+    args = {a.name: a for a in proto.arg}
+    if dtype is None or len(proto.input) != 1 or proto.input[0] not in known:
+        return None
+    if ("input_as_shape" in args and args["input_as_shape"].i) or "shape" in args:
+        return None
+    if dtype == "arg":
+        dtype = DATA_TYPE_TO_DTYPE.get(args["dtype"].i, "float32") if "dtype" in args else "float32"
+    extra = tuple(args["extra_shape"].ints) if "extra_shape" in args else ()
+    return TensorType(known[proto.input[0]].shape + extra, dtype)
+
+
 def params_from_init(init_netdef) -> dict[str, TensorType]:
-    """Types of the blobs the init net fills; a blob it makes another way is left out."""
+    """Types of the blobs the init net fills (with a shape, or shaped like a blob it
+    filled before) and of the handles it creates; a blob it makes another way is left out."""
     params: dict[str, TensorType] = {}
     for proto in init_netdef.op:
-        t = fill_output_type(proto)
+        t = (fill_output_type(proto) or fill_like_input_type(proto, params)
+             or INIT_HANDLES.get(proto.type))
         if t is not None:
             for out in proto.output:
                 params[out] = t

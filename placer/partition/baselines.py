@@ -179,14 +179,16 @@ def m_topo(arr: CostArrays):
 
 
 def _predecessors(arr: CostArrays) -> tuple[np.ndarray, list[list[int]]]:
-    """Per op the number of distinct ops whose blobs it reads, and each op's readers."""
+    """Per op the number of distinct ops whose blobs it reads, and each op's readers. A
+    blob made by a later op (a train net's state, read as the previous step left it) is
+    there from the start: its maker is not a predecessor."""
     n = arr.n_ops
     cptr, cten = arr.consumed_by
     waiting = np.zeros(n, np.int64)
     succ: list[list[int]] = [[] for _ in range(n)]
     for i in range(n):
         made = arr.t_producer[cten[cptr[i]:cptr[i + 1]]]
-        preds = set(made[(made >= 0) & (made != i)].tolist())
+        preds = set(made[(made >= 0) & (made < i)].tolist())
         waiting[i] = len(preds)
         for p in preds:
             succ[p].append(i)
@@ -216,7 +218,7 @@ def m_etf(arr: CostArrays):
         ready = 0.0
         for t in cten[cptr[i]:cptr[i + 1]].tolist():
             p = int(arr.t_producer[t])
-            if p == PARAM:
+            if p == PARAM or p >= i:     # a parameter, or state from the previous step
                 continue
             src, made = (arr.host, 0.0) if p < 0 else (int(dev[p]), finish[p])
             if src != d:

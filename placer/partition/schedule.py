@@ -15,6 +15,9 @@ the lane is free and its inputs are ready.
   queue. (Arrays without routes get one lane per ordered device pair.)
 - An external output is copied to the host like any other blob (``outputs_on_host``).
 - Parameters are present on every device from the start (the init net makes them).
+- A blob read before the op that makes it runs (a train net's state as the previous
+  step's update left it: ``placer.training.placement``) is present on its maker's device
+  from the start and copied from there at time 0, like a host-fed blob.
 The makespan is the end of the last item on any lane.
 
 Search (``MakespanPartitioner``): three placements are scored: the serial plan (exact
@@ -58,6 +61,7 @@ class Simulator:
         self.read_t, self.read_op = ten[live], op_of[live]
         self.read_ptr = np.searchsorted(self.read_op, np.arange(arr.n_ops + 1))
         self.read_ptr_list = self.read_ptr.tolist()
+        self.carried = _carried(arr)
         self.lane_names, self.route = _lanes_and_routes(arr)
         hops = max((len(r) for r in self.route.values()), default=1)
         self.route_len = np.zeros(k * k, np.int64)
@@ -105,6 +109,15 @@ class Simulator:
         return list(dict.fromkeys(out))
 
 
+def _carried(arr: CostArrays) -> np.ndarray:
+    """bool [T]: blobs read before their maker runs (there from the start, on its device)."""
+    first = np.full(arr.n_tensors, arr.n_ops, np.int64)
+    has = np.diff(arr.t_ptr) > 0
+    if has.any():
+        first[has] = np.minimum.reduceat(arr.t_cons, arr.t_ptr[:-1][has])
+    return (arr.t_producer >= 0) & (first < arr.t_producer)
+
+
 def _lanes_and_routes(arr: CostArrays) -> tuple[tuple[str, ...], dict]:
     """Lane names (devices first, then copy lanes) and every ordered pair's hops as
     (lane index into those names, link class)."""
@@ -127,7 +140,8 @@ class _Run:
     """One simulation: the placement's copies and read slots as flat lists.
 
     Slots of ``avail`` (when a blob is present where a reader needs it): 0..n-1 the end
-    of op i (its blobs on its own device), n the host-fed blobs on the host (time 0),
+    of op i (its blobs on its own device), n the blobs there from the start (time 0:
+    host-fed ones on the host, carried state on its maker's device),
     n + 1 + c the end of copy c. Copies are numbered in issue order."""
 
     def __init__(self, sim: Simulator, dev: np.ndarray):
@@ -135,11 +149,12 @@ class _Run:
         self.sim, self.n = sim, n
         t, d = _copies_needed(arr, dev)
         prod = arr.t_producer[t]
-        issue = np.argsort(prod, kind="stable")          # host-fed first, then by producer
-        t, d, prod = t[issue], d[issue], prod[issue]
+        when = np.where(sim.carried[t], -1, prod)        # issued after this op (-1: at time 0)
+        issue = np.argsort(when, kind="stable")          # host-fed and carried first, then by producer
+        t, d, prod, when = t[issue], d[issue], prod[issue], when[issue]
         s = np.where(prod >= 0, dev[np.maximum(prod, 0)], arr.host)
         self.copy_t, self.copy_src, self.copy_dst = t, s, d
-        self.copy_ptr = np.searchsorted(prod, np.arange(n + 1)).tolist()   # op i: [ptr[i], ptr[i+1])
+        self.copy_ptr = np.searchsorted(when, np.arange(n + 1)).tolist()   # op i: [ptr[i], ptr[i+1])
         # the slot every read waits on: its producer's end, or the end of its copy
         rt, ro = sim.read_t, sim.read_op
         rdev = dev[ro]
@@ -147,7 +162,7 @@ class _Run:
         local = np.where(producer >= 0, dev[np.maximum(producer, 0)], arr.host) == rdev
         copy_of = np.empty(arr.n_tensors * k, np.int64)    # (tensor, device) -> copy number (sparse)
         copy_of[t * k + d] = np.arange(len(t))
-        slot = np.where(producer >= 0, producer, n)
+        slot = np.where((producer >= 0) & ~sim.carried[rt], producer, n)
         slot[~local] = n + 1 + copy_of[rt[~local] * k + rdev[~local]]
         self.slot = slot.tolist()
         # the hops of every copy, flat
@@ -281,7 +296,7 @@ def upward_rank(arr: CostArrays) -> np.ndarray:
     comm = (arr.class_s[arr.link_class[off]].sum(axis=0) / k ** 2 if k > 1
             else np.zeros(arr.n_tensors))
     et = arr.entry_tensor
-    made = arr.t_producer[et] >= 0
+    made = (arr.t_producer[et] >= 0) & ~_carried(arr)[et]   # carried state waits for no one
     u, v, c = arr.t_producer[et][made], arr.t_cons[made], comm[et][made]
     order = np.argsort(u, kind="stable")
     u, v, c = u[order], v[order].tolist(), c[order].tolist()
@@ -337,8 +352,9 @@ def list_schedule(arr: CostArrays, order, sim: Simulator | None = None) -> np.nd
 
 
 def _reads_with_producers(arr: CostArrays, sim: Simulator) -> list[list[tuple[int, int]]]:
-    """Per op, the (tensor, producer) pairs it reads (no parameters)."""
-    pairs = list(zip(sim.read_t.tolist(), arr.t_producer[sim.read_t].tolist()))
+    """Per op, the (tensor, producer, carried) triples it reads (no parameters)."""
+    pairs = list(zip(sim.read_t.tolist(), arr.t_producer[sim.read_t].tolist(),
+                     sim.carried[sim.read_t].tolist()))
     rp = sim.read_ptr_list
     return [pairs[rp[i]:rp[i + 1]] for i in range(arr.n_ops)]
 
@@ -362,8 +378,15 @@ class _ListState:
         new copies), copies queued behind each other on shared lanes."""
         k, dev, end, lane, copied = self.k, self.dev, self.end, self.lane, self.copied
         ready, pending, new = 0.0, None, None
-        for t, p in reads:
-            src, at = (self.host, 0.0) if p < 0 else (dev[p], end[p])
+        for t, p, carried in reads:
+            if p < 0:
+                src, at = self.host, 0.0
+            elif carried:                 # state from the previous step, at its maker's device
+                if dev[p] < 0:
+                    continue              # whose device is not chosen yet: not priced here
+                src, at = dev[p], 0.0
+            else:
+                src, at = dev[p], end[p]
             if src != d:
                 got = copied.get(t * k + d)
                 if got is None:

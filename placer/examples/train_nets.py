@@ -1,0 +1,115 @@
+"""The bundled examples as train nets, made by placer's own train-net generator.
+
+A predict net has no loss, so each example gets the loss its model trains with, then
+``placer.training.recipe.make_train_nets`` writes the gradient and optimizer ops as
+``placer train-net`` does:
+
+- DLRM (``dlrm.py``): the squared error of the click probability averaged over the batch
+  (``SquaredL2Distance`` + ``AveragedLoss``, facebookresearch/dlrm's Caffe2 "mse" loss) on
+  a ``click`` input; ``dlrm_small_train`` with Adagrad (SparseAdagrad on the tables),
+  ``dlrm_criteo_1tb_train`` (the MLPerf terabyte configuration, planning only) with
+  RowWiseSparseAdagrad on the tables and Adagrad on the MLPs, as MLPerf's DLRM trains.
+- ResNet (``resnet.py``): SpatialBN in training mode (running mean and variance updated
+  in place, saved statistics for the backward pass) and ``SoftmaxWithLoss`` on a
+  ``label`` input instead of the Softmax; ``resnet_small_train`` with Nesterov momentum.
+- word2vec (``word2vec.py``): ``word2vec_train``, Adagrad.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from placer.examples.builder import NetBuilder, make_op
+
+
+@dataclass
+class TrainNets:
+    train: object            # NetDef
+    init: object             # NetDef
+    value_info: dict         # blob -> (dtype, shape) of the inputs a step is fed
+
+
+def with_click_loss(b: NetBuilder, batch: int) -> NetBuilder:
+    """A DLRM builder with the squared-error loss of its click probability."""
+    b.input("click", (batch, 1))
+    b.op("SquaredL2Distance", ["prob_click", "click"], "click_sq_dist")
+    b.op("AveragedLoss", ["click_sq_dist"], "loss")
+    del b.predict.external_output[:]
+    b.output("loss")
+    return b
+
+
+def in_training_mode(b: NetBuilder, batch: int) -> NetBuilder:
+    """A ResNet builder with SpatialBN in training mode and SoftmaxWithLoss on ``label``."""
+    for op in b.predict.op:
+        if op.type == "SpatialBN":
+            x, _, _, mean, var = op.input
+            y = op.output[0]
+            del op.output[:]
+            op.output.extend([y, mean, var, f"{y}_saved_mean", f"{y}_saved_inv_var"])
+            for arg in op.arg:
+                if arg.name == "is_test":
+                    arg.i = 0
+    last = b.predict.op[-1]
+    assert last.type == "Softmax", last.type
+    b.predict.op[-1].CopyFrom(make_op("SoftmaxWithLoss", [last.input[0], "label"], ["softmax", "loss"]))
+    b.input("label", (batch,), "int32")
+    del b.predict.external_output[:]
+    b.output("loss")
+    return b
+
+
+def make(b: NetBuilder, optimizer: str, lr: float = 0.01) -> TrainNets:
+    """The train net and init net of a builder whose net ends in ``loss``."""
+    from placer.formats.caffe2 import net_from_netdef
+    from placer.training.recipe import OptimizerChoice, make_train_nets
+    net = net_from_netdef(b.predict, b.init, path=b.predict.name)
+    made = make_train_nets(net, ["loss"], OptimizerChoice(optimizer, lr))
+    return TrainNets(made.train, made.init, dict(b.value_info))
+
+
+def dlrm_train(cfg, optimizer: str) -> TrainNets:
+    from placer.examples import dlrm
+    return make(with_click_loss(dlrm.build(cfg), cfg.batch), optimizer)
+
+
+def resnet_train(cfg=None, optimizer: str = "nesterov") -> TrainNets:
+    from placer.examples import resnet
+    cfg = cfg or resnet.ResNetConfig()
+    return make(in_training_mode(resnet.build(cfg), cfg.batch), optimizer)
+
+
+def builders() -> dict:
+    """name -> a function making its TrainNets."""
+    from placer.examples import dlrm, word2vec
+
+    def w2v() -> TrainNets:
+        return TrainNets(*word2vec.train_nets())
+    return {
+        "dlrm_small_train": lambda: dlrm_train(dlrm.small(), "adagrad"),
+        "dlrm_criteo_1tb_train": lambda: dlrm_train(dlrm.criteo_1tb(), "rowwise-adagrad"),
+        "resnet_small_train": lambda: resnet_train(),
+        "word2vec_train": w2v,
+    }
+
+
+def save(nets: TrainNets, folder, stem: str) -> dict:
+    """``<stem>.pbtxt`` (the train net), ``<stem>_init.pbtxt``, ``<stem>.value_info.json``,
+    laid out as ``NetBuilder.save`` lays out a predict net."""
+    from pathlib import Path
+
+    from google.protobuf import text_format
+
+    from placer.fileio import atomic_write_text
+    vi = NetBuilder(stem)
+    vi.value_info = nets.value_info
+    folder = Path(folder)
+    paths = {"predict": folder / f"{stem}.pbtxt", "init": folder / f"{stem}_init.pbtxt",
+             "value_info": folder / f"{stem}.value_info.json"}
+    atomic_write_text(paths["predict"], text_format.MessageToString(nets.train))
+    atomic_write_text(paths["init"], text_format.MessageToString(nets.init))
+    atomic_write_text(paths["value_info"], vi.value_info_json() + "\n")
+    return paths
+
+
+__all__ = ["TrainNets", "with_click_loss", "in_training_mode", "make", "dlrm_train", "resnet_train",
+           "builders", "save"]
