@@ -1,109 +1,225 @@
-"""GPU memory limits: the memory model, the exact MILP, the Lagrangian heuristic's gap,
-and the error when nothing fits."""
+"""Memory limits per device: the memory model, the heuristic's gap to the MILP optimum,
+the single-GPU plans kept, and the error when the pinned ops alone do not fit."""
 import numpy as np
 import pytest
 
 from placer.errors import InfeasiblePlanError
-from placer.graph import build_cost_graph
 from placer.partition import check_plan, partition
-from placer.partition.memory import MemoryPartitioner, usage
+from placer.partition.expansion import ExpansionPartitioner, expansion_placement
+from placer.partition.memory import MemoryPartitioner, improve, over_limit, repair
 from placer.partition.milp import milp_partition
 from placer.partition.mincut import mincut_placement
-from placer.partition.problem import PIN_GPU, gpu_memory
+from placer.partition.problem import device_memory, memory_use, respecting_pins, serial_cost
 from placer.partition.synthetic import random_arrays, random_small
 
-from partition_cases import brute_force_costs, brute_force_memory, hand_net
-
-
-def _rows(n):
-    rows = np.arange(2 ** n)
-    return ((rows[:, None] >> np.arange(n)) & 1).astype(bool)
+from placement_reference import hand_arrays, memory_bytes, placements, serial_costs, two_device_net
 
 
 def test_memory_model_matches_the_step_by_step_reference():
     rng = np.random.default_rng(5)
     for _ in range(40):
-        arr = random_small(int(rng.integers(2, 10)), rng)
+        arr = random_small(int(rng.integers(2, 8)), rng, gpus=int(rng.integers(1, 4)))
         arr.output_bytes = arr.output_bytes * rng.uniform(1.0, 1.5, arr.n_ops)
-        for x in _rows(arr.n_ops)[:: max(1, 2 ** arr.n_ops // 16)]:
-            params, peak, _ = gpu_memory(arr, x)
-            assert params + peak == pytest.approx(brute_force_memory(arr, x), rel=1e-12)
+        every = placements(arr)
+        some = every[:: max(1, len(every) // 16)]
+        params, peak, _ = device_memory(arr, some[0])
+        expect = memory_bytes(arr, some)
+        for row, want in zip(some, expect):
+            params, peak, _ = device_memory(arr, row)
+            assert params + peak == pytest.approx(want, rel=1e-12)
 
 
-def test_milp_equals_brute_force_under_a_memory_limit():
-    rng = np.random.default_rng(9)
-    checked = 0
-    for _ in range(40):
-        n = int(rng.integers(3, 10))
-        arr = random_small(n, rng)
-        arr.output_bytes = arr.output_bytes * rng.uniform(1.0, 1.5, n)
-        rows = _rows(n)
-        mem = np.array([brute_force_memory(arr, x) for x in rows])
-        cost = brute_force_costs(arr)
-        cap = float(np.quantile(mem, rng.uniform(0.1, 0.6)))
-        feasible = np.where(mem <= cap, cost, np.inf)
-        if not np.isfinite(feasible.min()):
-            continue
-        res = milp_partition(arr, cap, time_limit=20)
-        assert res["optimal"]
-        assert res["objective"] == pytest.approx(feasible.min(), rel=1e-7)
-        assert usage(arr, res["x"]) <= cap * (1 + 1e-9)
-        plan = partition(arr, method="milp", capacity_bytes=cap, reserve=0.0)
-        check_plan(arr, plan, capacity=cap)
-        checked += 1
-    assert checked >= 25
+def _limits(arr, rng, low=0.3, high=0.8):
+    """GPU limits between what the pinned ops need and what the unconstrained plan uses."""
+    free = memory_use(arr, expansion_placement(arr)[0] if arr.k > 2 else mincut_placement(arr))
+    floor = memory_use(arr, respecting_pins(arr, np.full(arr.n_ops, arr.host)))
+    cap = floor + (free - floor) * rng.uniform(low, high, arr.k)
+    cap[arr.host] = np.inf
+    return cap
 
 
-def test_heuristic_is_close_to_the_milp_optimum():
+def test_one_gpu_heuristic_is_close_to_the_milp_optimum():
     gaps = []
     for seed in range(6):
         rng = np.random.default_rng(seed)
         arr = random_arrays(int(rng.integers(60, 140)), seed=50 + seed, tensor_bytes=2e6)
-        free = usage(arr, mincut_placement(arr))
-        floor = usage(arr, arr.forced == PIN_GPU)
-        cap = floor + (free - floor) * rng.uniform(0.3, 0.8)
-        heur = MemoryPartitioner(cap, milp_time_limit=0).partition(arr)
-        check_plan(arr, heur, capacity=cap)
-        res = milp_partition(arr, cap, time_limit=30)
+        free = memory_use(arr, mincut_placement(arr))[1]
+        arr.capacity = np.array([np.inf, free * rng.uniform(0.3, 0.8)])
+        heur = MemoryPartitioner(milp_time_limit=0).partition(arr)
+        check_plan(arr, heur)
+        res = milp_partition(arr, time_limit=30)
         assert res["optimal"]
         assert heur.total_s >= res["objective"] * (1 - 1e-9)
         gaps.append(heur.total_s / res["objective"] - 1)
-        full = MemoryPartitioner(cap, milp_time_limit=30).partition(arr)
-        check_plan(arr, full, capacity=cap)
+        full = MemoryPartitioner(milp_time_limit=30).partition(arr)
+        check_plan(arr, full)
         assert full.optimal and full.gap == pytest.approx(0.0, abs=1e-7)
     assert max(gaps) < 0.05 and np.median(gaps) < 0.01
 
 
-def test_loose_limit_keeps_the_unconstrained_optimum():
+def test_several_gpus_heuristic_is_close_to_the_milp_optimum():
+    gaps = []
+    for seed in range(8):
+        rng = np.random.default_rng(100 + seed)
+        arr = random_arrays(int(rng.integers(40, 120)), seed=200 + seed, gpus=2 + seed % 2,
+                            tensor_bytes=float(rng.choice([5e5, 2e6, 8e6])),
+                            peer=("mixed", "nvlink", "staged")[seed % 3], hetero=seed % 3 == 1)
+        arr.capacity = _limits(arr, rng, 0.2, 0.9)
+        heur = MemoryPartitioner(milp_time_limit=0, improve_time_s=1.0).partition(arr)
+        check_plan(arr, heur)
+        assert not over_limit(arr, heur.placement).any()
+        res = milp_partition(arr, time_limit=60)
+        assert res["optimal"]
+        assert heur.total_s >= res["objective"] * (1 - 1e-9)
+        gaps.append(heur.total_s / res["objective"] - 1)
+    assert max(gaps) < 0.05 and np.median(gaps) < 0.01
+
+
+def test_memory_partitioner_with_the_milp_reaches_the_brute_force_optimum():
+    rng = np.random.default_rng(12)
+    checked = 0
+    for _ in range(30):
+        arr = random_small(int(rng.integers(3, 8)), rng, gpus=int(rng.integers(2, 4)),
+                           peer=str(rng.choice(["mixed", "nvlink", "staged"])), hetero=bool(rng.random() < 0.5))
+        every = placements(arr)
+        mem, cost = memory_bytes(arr, every), serial_costs(arr, every)
+        arr.capacity = np.where(np.arange(arr.k) == arr.host, np.inf,
+                                np.quantile(mem, rng.uniform(0.1, 0.6), axis=0))
+        fits = (mem <= arr.capacity * (1 + 1e-12)).all(axis=1)
+        if fits[cost == cost.min()].any():
+            continue      # the limit does not bind
+        plan = MemoryPartitioner(milp_time_limit=20, improve_time_s=0.3).partition(arr)
+        check_plan(arr, plan)
+        assert plan.total_s == pytest.approx(cost[fits].min(), rel=1e-7)
+        assert plan.optimal
+        checked += 1
+    assert checked >= 10
+
+
+def test_one_gpu_loose_limit_keeps_the_unconstrained_optimum():
     arr = random_arrays(200, seed=4)
     free = partition(arr)
-    plan = partition(arr, capacity_bytes=10 * usage(arr, mincut_placement(arr)))
-    check_plan(arr, plan, capacity=plan.gpu_capacity_bytes)
+    arr.capacity = np.array([np.inf, 10 * free.memory_bytes[1]])
+    plan = partition(arr)
+    check_plan(arr, plan)
+    assert plan.method == "mincut-memory"
     assert plan.total_s == pytest.approx(free.total_s, rel=1e-12)
-    assert plan.optimal and plan.gpu_memory_bytes <= plan.gpu_capacity_bytes
+    assert plan.optimal and plan.memory_bytes[1] <= plan.capacity_bytes[1]
 
 
-def test_tight_limit_moves_the_big_table_to_the_cpu():
+def test_several_gpus_loose_limit_keeps_the_expansion_plan():
+    arr = random_arrays(200, seed=4, gpus=3, hetero=True)
+    free = ExpansionPartitioner().partition(arr)
+    arr.capacity = np.concatenate([[np.inf], 10 * free.memory_bytes[1:] + 1])
+    plan = partition(arr)
+    check_plan(arr, plan)
+    assert plan.method == "expansion-memory"
+    assert plan.total_s == pytest.approx(free.total_s, rel=1e-12)
+
+
+def _table_net(**kw):
     # a 6 GB embedding table read by a lookup that is 3x faster on the GPU
     ops = [(3e-3, 1e-3), (2e-3, 1e-4)]
     tensors = [("table", -2, [0], 0, 0, False, 6e9), ("ids", -1, [0], 1e-5, 1e-5, False, 1e3),
                ("emb", 0, [1], 1e-4, 1e-4, False, 1e6), ("out", 1, [], 1e-5, 1e-5, True, 1e3)]
-    g = build_cost_graph(hand_net(ops, tensors))
-    assert partition(g).device_of(0) == "gpu"
-    plan = partition(g, capacity_bytes=4e9, reserve=0.1)
-    check_plan(g, plan, capacity=3.6e9)
-    assert plan.device_of(0) == "cpu" and plan.device_of(1) == "gpu"
-    assert plan.reasons[0] == "CPU: its 5.59 GiB of parameters do not fit in GPU memory"  # 6e9 B
+    return two_device_net(ops, tensors, **kw)
+
+
+def test_tight_limit_moves_the_big_table_to_the_cpu():
+    assert partition(_table_net()).device_of(0) == "cuda:0"
+    arr = _table_net(capacity=[np.inf, 3.6e9])
+    plan = partition(arr)
+    check_plan(arr, plan)
+    assert plan.device_of(0) == "cpu" and plan.device_of(1) == "cuda:0"
+    assert plan.reasons[0] == "cpu: its 6 GB of parameters do not fit on cuda:0"
     assert plan.optimal
+    # by hand: op0 on the CPU 3 ms, emb to the GPU 0.1 ms, op1 0.1 ms, out back 0.01 ms
+    assert plan.total_s == pytest.approx(3e-3 + 1e-4 + 1e-4 + 1e-5)
 
 
-def test_pinned_set_over_capacity_names_ops_and_bytes():
-    ops = [(1.0, 0.1), (1.0, 0.1)]
+def _two_tables(capacity):
+    """Two 6 GB tables, each read by a lookup 3x faster on a GPU, and an op joining both."""
+    ops = [(3e-3, 1e-3, 1e-3), (3e-3, 1e-3, 1e-3), (1e-3, 1e-4, 1e-4)]
+    tensors = [("tableA", -2, [0], (0, 0, 0), False, 6e9), ("tableB", -2, [1], (0, 0, 0), False, 6e9),
+               ("ids", -1, [0, 1], (1e-5, 1e-5, 1e-6), False, 1e3),
+               ("embA", 0, [2], (1e-4, 1e-4, 1e-5)), ("embB", 1, [2], (1e-4, 1e-4, 1e-5)),
+               ("out", 2, [], (1e-5, 1e-5, 1e-6), True, 1e3)]
+    return hand_arrays(ops, tensors, capacity=capacity)
+
+
+def test_two_tables_too_big_for_one_gpu_go_one_per_gpu():
+    free = partition(_two_tables(None))
+    assert len(set(free.placement.tolist())) == 1        # everything on one GPU
+    arr = _two_tables([np.inf, 8e9, 8e9])
+    plan = partition(arr)
+    check_plan(arr, plan)
+    assert plan.device_of(0) != plan.device_of(1) and plan.kind_of(0) == plan.kind_of(1) == "gpu"
+    every = placements(arr)
+    fits = (memory_bytes(arr, every) <= arr.capacity).all(axis=1)
+    assert plan.total_s == pytest.approx(serial_costs(arr, every)[fits].min(), rel=1e-12)
+    # by hand: 1 + 1 + 0.1 ms of ops, ids to both GPUs, one embedding over the peer link, out back
+    assert plan.total_s == pytest.approx(2.1e-3 + 2e-5 + 1e-5 + 1e-5)
+
+
+def test_repair_and_improve_keep_every_device_within_its_limit():
+    rng = np.random.default_rng(3)
+    for seed in range(4):
+        arr = random_arrays(150, seed=seed, gpus=3, tensor_bytes=3e6)
+        arr.capacity = _limits(arr, rng, 0.2, 0.5)
+        start = expansion_placement(arr)[0]
+        assert over_limit(arr, start).any()
+        fixed = repair(arr, start)
+        assert not over_limit(arr, fixed).any()
+        moved = np.flatnonzero(fixed != start)
+        assert (arr.feasible[moved, fixed[moved]]).all()
+        better = improve(arr, fixed, time_s=1.0)
+        assert not over_limit(arr, better).any()
+        assert serial_cost(arr, better).total_s <= serial_cost(arr, fixed).total_s
+
+
+def test_pinned_set_over_capacity_names_device_ops_and_bytes():
+    ops = [(1.0, 0.1, False), (1.0, 0.1, False)]
     tensors = [("w0", -2, [0], 0, 0, False, 3 * 2**20), ("w1", -2, [1], 0, 0, False, 2**20),
                ("a", 0, [1], 0.1, 0.1, False, 1.0)]
-    g = build_cost_graph(hand_net(ops, tensors), pins={0: "gpu", 1: "gpu"})
+    arr = two_device_net(ops, tensors, capacity=[np.inf, 2 * 2**20])
+    arr.allowed = np.array([[False, True], [False, True]])     # both pinned to the GPU
     with pytest.raises(InfeasiblePlanError) as err:
-        partition(g, capacity_bytes=2 * 2**20, reserve=0.0)
+        partition(arr)
     msg = str(err.value)
-    assert "4.0 MiB of GPU memory, 2.0 MiB over the 2.0 MiB usable" in msg
+    assert "the ops pinned to cuda:0 need 4.0 MiB of its memory, 2.0 MiB over the 2.0 MiB usable" in msg
     assert "#0 FC 'op0' (3.0 MiB)" in msg and "#1 FC 'op1' (1.0 MiB)" in msg
+    assert "\n" not in msg
+
+
+def test_pinned_set_over_capacity_on_the_second_gpu():
+    arr = _two_tables([np.inf, 8e9, 8e9])
+    arr.allowed = np.array([[False, False, True], [False, False, True], [True, True, True]])
+    with pytest.raises(InfeasiblePlanError) as err:
+        partition(arr)
+    # 12e9 B of tables + embB (1e6 B) and the ids copy (1e3 B) live at step 1
+    assert ("the ops pinned to cuda:1 need 11445.0 MiB of its memory, 3815.7 MiB over the 7629.4 MiB usable"
+            in str(err.value))
+
+
+def test_window_re_solve_holds_the_rest_and_is_exact_on_two_devices():
+    import itertools
+    from placer.partition.memory import Relaxation
+    rng = np.random.default_rng(8)
+    for case in range(20):
+        arr = random_small(int(rng.integers(5, 10)), rng, gpus=1 + case % 3)
+        x = respecting_pins(arr, rng.integers(0, arr.k, arr.n_ops))
+        start = int(rng.integers(0, arr.n_ops - 3))
+        inside = slice(start, start + 3)
+        y = Relaxation(arr).window(x, inside, np.zeros((arr.n_ops, arr.k)))
+        outside = np.ones(arr.n_ops, bool)
+        outside[inside] = False
+        assert (y[outside] == x[outside]).all()
+        got = serial_cost(arr, y).total_s
+        assert got <= serial_cost(arr, x).total_s * (1 + 1e-12)
+        if arr.k == 2:   # the min-cut over the window is exact
+            best = np.inf
+            for devs in itertools.product(*[np.flatnonzero(arr.feasible[i]) for i in range(start, start + 3)]):
+                z = x.copy()
+                z[inside] = devs
+                best = min(best, serial_cost(arr, z).total_s)
+            assert got == pytest.approx(best, rel=1e-9)

@@ -6,18 +6,23 @@
 - "mincut": the exact optimum of the serial objective over two devices (s-t min-cut);
 - "expansion": alpha-expansion over k devices, each move one exact min-cut;
 - with per-device memory limits (``arr.capacity`` finite anywhere), both become the
-  memory-limited search (Lagrangian prices + repair + local moves, then the MILP for
-  the optimum or a gap, within ``time_limit`` seconds);
-- "milp": the MILP alone (exact when it finishes in ``time_limit``);
+  memory-limited search (``memory``: one Lagrangian price per device over the min-cut or
+  alpha-expansion, repair, local moves, then the MILP for the optimum or a gap, within
+  ``time_limit`` seconds);
+- "milp": the MILP alone (``milp``: exact when it finishes in ``time_limit``);
 - "makespan": overlap-aware placement (event simulator, HEFT, local search);
-- "greedy", "all_cpu", "all_gpu": baselines.
+- "greedy", "all_cpu", "all_gpu", "pipeline", "m_topo", "m_etf": baselines
+  (``baselines``).
 Every plan can be checked with ``check.check_plan``.
 """
 from __future__ import annotations
 
 import numpy as np
 
-METHODS = ("auto", "mincut", "expansion", "milp", "makespan", "greedy", "all_cpu", "all_gpu")
+from placer.partition.check import check_plan
+
+METHODS = ("auto", "mincut", "expansion", "milp", "makespan", "greedy", "all_cpu", "all_gpu",
+           "pipeline", "m_topo", "m_etf")
 
 
 def partition(arr, method: str = "auto", time_limit: float = 10.0, **options):
@@ -46,4 +51,4 @@ def partition(arr, method: str = "auto", time_limit: float = 10.0, **options):
     return getattr(baselines, method)(arr)
 
 
-__all__ = ["partition", "METHODS"]
+__all__ = ["partition", "check_plan", "METHODS"]

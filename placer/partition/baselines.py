@@ -1,71 +1,302 @@
 """Baselines reported beside every plan, scored with the same serial cost function.
 
-All honour hard pins (an op without a GPU kernel stays on the CPU; a user's GPU pin stays
-on the GPU) and colocation (a group follows its pin, else the choice of its members):
-- ``all_cpu``: every free op on the CPU;
-- ``all_gpu``: every free op on the GPU, CPU fallback for ops without a GPU kernel
-  (what Caffe2 does by itself);
-- ``greedy``: each op on its individually faster device, copies paid afterwards
-  (a colocated group on the device where its members' summed time is lower);
-- ``existing``: a given op -> device map (a file's own device_options);
-- ``lower_bound``: sum over ops of min(cpu, gpu) (pinned ops on their pin), no copies:
-  a ``PlanCost``, not a placement; no plan can cost less.
+Every baseline puts each op on a device it may take (``feasible``: kernels, pins, and
+colocation: a group follows its pin, else its members' choice) and its Plan reports
+memory per device against ``arr.capacity``; those that ignore memory say so in a note
+when they do not fit.
+- ``all_cpu``: every op on the host.
+- ``all_gpu``: every op on one GPU, the fastest by summed op time (cuda:0 when the GPUs
+  are alike), host fallback for ops that may not run there (what Caffe2 does by itself).
+- ``greedy``: each op (colocation group: summed times) on its individually fastest
+  device, copies paid afterwards.
+- ``existing``: a given device index per op (a file's own device options), as it is.
+- ``pipeline``: what people do by hand: the ops in net order cut into as many contiguous
+  stages as there are GPUs, stage g on GPU g, each stage's summed time on its GPU equal;
+  ops that may not run on their stage's GPU on the host.
+- ``m_topo`` (Baechi, SoCC 2020): ops in net order (a topological order) fill one GPU up
+  to an equal share of the total compute or until its memory is full, then the next; ops
+  that fit on no GPU on the host.
+- ``m_etf`` (Baechi): earliest task first. Among the ops whose inputs are all made, the
+  op and GPU where an op can start earliest are chosen, the start being when the GPU is
+  free and every input has arrived (its producer's finish, + the copy over the link from
+  the producer's device, ``copy_s``); a GPU without memory room for the op is skipped;
+  ops that may run on no GPU with room go to the host.
+- ``lower_bound``: sum over ops of the fastest device they may take, no copies: a
+  ``PlanCost``, not a placement; no plan costs less.
+m-TOPO and m-ETF count a device's memory as every byte ever placed there (parameters and
+blobs made or copied there, never freed), an upper bound on the peak: what they place fits.
 """
 from __future__ import annotations
+
+import heapq
 
 import numpy as np
 
 from placer.partition.explain import make_plan
-from placer.partition.problem import PIN_CPU, PIN_GPU, CostArrays, from_graph, placement_array
+from placer.partition.problem import PARAM, CostArrays, as_placement, respecting_pins
 from placer.types import PlanCost
 
 
-def _with_pins(arr: CostArrays, free_gpu: np.ndarray) -> np.ndarray:
-    x = np.asarray(free_gpu, bool).copy()
-    x[arr.forced == PIN_CPU] = False
-    x[arr.forced == PIN_GPU] = True
-    return x
+def _plan(arr: CostArrays, dev: np.ndarray, method: str, memory_aware: bool = False):
+    plan = make_plan(arr, dev, method)
+    over = np.flatnonzero(plan.memory_bytes > arr.capacity * (1 + 1e-12))
+    if len(over):
+        plan.notes.append(("does not fit: " if not memory_aware else "no placement of this method fits: ")
+                          + ", ".join(f"{arr.devices[d]} needs {plan.memory_bytes[d] / 2**20:.1f} MiB "
+                                      f"of {arr.capacity[d] / 2**20:.1f} MiB usable" for d in over))
+    return plan
 
 
-def all_cpu(graph):
-    arr = from_graph(graph)
-    return make_plan(arr, _with_pins(arr, np.zeros(arr.n_ops, bool)), "all_cpu")
+def gpus(arr: CostArrays) -> list[int]:
+    return [d for d, kind in enumerate(arr.device_kinds) if kind == "gpu"]
 
 
-def all_gpu(graph):
-    arr = from_graph(graph)
-    return make_plan(arr, _with_pins(arr, np.ones(arr.n_ops, bool)), "all_gpu")
-
-
-def greedy(graph):
-    arr = from_graph(graph)
+def _by_group(arr: CostArrays, dev: np.ndarray) -> np.ndarray:
+    """Each colocation group on the device its first member (in net order) chose."""
     comp = arr.component
-    saving = np.bincount(comp, weights=arr.cpu_s - arr.gpu_s, minlength=comp.max() + 1)
-    return make_plan(arr, _with_pins(arr, saving[comp] > 0), "greedy")
+    first = np.full(comp.max() + 1 if len(comp) else 0, -1, np.int64)
+    first[comp[::-1]] = np.arange(arr.n_ops)[::-1]
+    return dev[first[comp]]
 
 
-def existing(graph, placement: dict):
+def all_cpu(arr: CostArrays):
+    return _plan(arr, respecting_pins(arr, np.full(arr.n_ops, arr.host)), "all_cpu")
+
+
+def fastest_gpu(arr: CostArrays) -> int:
+    """The GPU with the least summed time over the ops every GPU may run (ties: the
+    lowest index); the host when there is no GPU."""
+    g = gpus(arr)
+    if not g:
+        return arr.host
+    common = arr.feasible[:, g].all(axis=1)
+    return g[int(np.argmin(arr.op_s[common][:, g].sum(axis=0)))]
+
+
+def all_gpu(arr: CostArrays):
+    return _plan(arr, respecting_pins(arr, np.full(arr.n_ops, fastest_gpu(arr))), "all_gpu")
+
+
+def greedy(arr: CostArrays):
+    comp = arr.component
+    m = comp.max() + 1 if len(comp) else 0
+    summed = np.zeros((m, arr.k))
+    np.add.at(summed, comp, np.where(arr.feasible, arr.op_s, 0.0))
+    summed[~arr.feasible[np.unique(comp, return_index=True)[1]]] = np.inf
+    return _plan(arr, summed.argmin(axis=1)[comp] if m else np.zeros(0, np.int64), "greedy")
+
+
+def existing(arr: CostArrays, dev):
     """Score a given placement as it is (no pins applied: it is what the file says)."""
-    arr = from_graph(graph)
-    return make_plan(arr, placement_array(placement, arr.n_ops), "existing")
+    return _plan(arr, as_placement(arr, dev), "existing")
 
 
-def lower_bound(graph) -> PlanCost:
-    arr = from_graph(graph)
-    best = np.minimum(arr.cpu_s, arr.gpu_s)
-    best = np.where(arr.forced == PIN_CPU, arr.cpu_s, best)
-    best = np.where(arr.forced == PIN_GPU, arr.gpu_s, best)
+def pipeline(arr: CostArrays):
+    g = gpus(arr)
+    work = _gpu_time(arr, g) if g else np.zeros(arr.n_ops)
+    if not g or work.sum() <= 0:
+        return _plan(arr, respecting_pins(arr, np.full(arr.n_ops, arr.host)), "pipeline")
+    # a GPU twice as fast takes twice the work: stage j ends where the cumulative work
+    # reaches the sum of the speed shares up to j; an op belongs where its midpoint falls
+    common = arr.feasible[:, g].all(axis=1)
+    summed = arr.op_s[common][:, g].sum(axis=0)
+    speed = np.where(summed > 0, 1.0 / np.maximum(summed, 1e-300), 1.0) if common.any() else np.ones(len(g))
+    ends = np.cumsum(speed) / speed.sum() * work.sum()
+    middle = np.cumsum(work) - 0.5 * work
+    stage = np.minimum(np.searchsorted(ends, middle), len(g) - 1)
+    dev = np.where(work > 0, np.asarray(g)[stage], arr.host)
+    return _plan(arr, respecting_pins(arr, _by_group(arr, dev)), "pipeline")
+
+
+class _Residency:
+    """Bytes ever placed on each device (module docstring): the parameters and blobs
+    read or written there, each counted once per device. Devices without a limit are
+    not tracked."""
+
+    def __init__(self, arr: CostArrays):
+        self.arr = arr
+        self.limited = np.isfinite(arr.capacity).tolist()
+        self.capacity = (arr.capacity * (1 + 1e-12)).tolist()
+        self.used = [0.0] * arr.k
+        self.on: list[set] = [set() for _ in range(arr.k)]
+        if any(self.limited):
+            cptr, cten = arr.consumed_by
+            pptr, pten = arr.produced_by
+            self.reads = [cten[cptr[i]:cptr[i + 1]].tolist() for i in range(arr.n_ops)]
+            self.makes = [pten[pptr[i]:pptr[i + 1]].tolist() for i in range(arr.n_ops)]
+            self.nbytes = arr.t_bytes.tolist()
+            self.written = arr.written_bytes.tolist()
+
+    def new_bytes(self, i: int, d: int) -> float:
+        on, nb = self.on[d], self.nbytes
+        return self.written[i] + sum(nb[t] for t in self.reads[i] if t not in on)
+
+    def fits(self, i: int, d: int) -> bool:
+        return not self.limited[d] or self.used[d] + self.new_bytes(i, d) <= self.capacity[d]
+
+    def place(self, i: int, d: int) -> None:
+        if self.limited[d]:
+            self.used[d] += self.new_bytes(i, d)
+            self.on[d].update(self.reads[i])
+            self.on[d].update(self.makes[i])
+
+
+def _fallback(arr: CostArrays, i: int, group_dev: int) -> int:
+    """Where an op goes when no GPU takes it: its group's device, else the host, else
+    its first feasible device."""
+    if group_dev >= 0:
+        return group_dev
+    return arr.host if arr.feasible[i, arr.host] else int(np.argmax(arr.feasible[i]))
+
+
+def _gpu_time(arr: CostArrays, g: list[int]) -> np.ndarray:
+    """Mean time of each op over the GPUs it may run on (0 where it may run on none)."""
+    on = arr.feasible[:, g]
+    summed = np.where(on, arr.op_s[:, g], 0.0).sum(axis=1)
+    return np.where(on.any(axis=1), summed / np.maximum(on.sum(axis=1), 1), 0.0)
+
+
+def m_topo(arr: CostArrays):
+    g = gpus(arr)
+    res = _Residency(arr)
+    comp = arr.component
+    group_dev = np.full(comp.max() + 1 if len(comp) else 0, -1, np.int64)
+    share = float(_gpu_time(arr, g).sum()) / max(len(g), 1)
+    load = np.zeros(arr.k)
+    cur = 0                          # the GPU being filled
+    dev = np.full(arr.n_ops, arr.host, np.int64)
+    for i in range(arr.n_ops):
+        d = int(group_dev[comp[i]])
+        while d < 0 and cur < len(g):
+            full = load[g[cur]] > 0 and load[g[cur]] + arr.op_s[i, g[cur]] > share and cur + 1 < len(g)
+            if arr.feasible[i, g[cur]] and not full and not res.fits(i, g[cur]):
+                full = True          # out of memory: move on to the next GPU
+            if full:
+                cur += 1
+                continue
+            # an op pinned away from this GPU takes the first later one it may run on
+            d = next((e for e in g[cur:] if arr.feasible[i, e] and res.fits(i, e)), -1)
+            break
+        d = d if d >= 0 else _fallback(arr, i, int(group_dev[comp[i]]))
+        dev[i] = d
+        group_dev[comp[i]] = d
+        load[d] += arr.op_s[i, d]
+        res.place(i, d)
+    return _plan(arr, dev, "m_topo", memory_aware=True)
+
+
+def _predecessors(arr: CostArrays) -> tuple[np.ndarray, list[list[int]]]:
+    """Per op the number of distinct ops whose blobs it reads, and each op's readers."""
+    n = arr.n_ops
+    cptr, cten = arr.consumed_by
+    waiting = np.zeros(n, np.int64)
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for i in range(n):
+        made = arr.t_producer[cten[cptr[i]:cptr[i + 1]]]
+        preds = set(made[(made >= 0) & (made != i)].tolist())
+        waiting[i] = len(preds)
+        for p in preds:
+            succ[p].append(i)
+    return waiting, succ
+
+
+def m_etf(arr: CostArrays):
+    """Earliest task first (module docstring). One heap per device holds (time the op's
+    inputs are all there, op) for the ready ops that may go there; at each step the top
+    of every heap is checked (an op placed meanwhile, its group placed elsewhere, or no
+    memory room left there: dropped; room only shrinks) and the op that starts earliest
+    is placed. An op dropped from every heap goes to its group's device or the host."""
+    n, k = arr.n_ops, arr.k
+    g = gpus(arr)
+    res = _Residency(arr)
+    comp = arr.component
+    group_dev = np.full(comp.max() + 1 if n else 0, -1, np.int64)
+    cptr, cten = arr.consumed_by
+    waiting, succ = _predecessors(arr)
+    finish, free_at = np.zeros(n), np.zeros(k)
+    dev = np.full(n, -1, np.int64)
+    options = np.zeros(n, np.int64)          # heap entries of an op still standing
+    heaps: list[list] = [[] for _ in range(k)]
+    arrival: dict[tuple[int, int], float] = {}
+
+    def data_ready(i: int, d: int) -> float:
+        ready = 0.0
+        for t in cten[cptr[i]:cptr[i + 1]].tolist():
+            p = int(arr.t_producer[t])
+            if p == PARAM:
+                continue
+            src, made = (arr.host, 0.0) if p < 0 else (int(dev[p]), finish[p])
+            if src != d:
+                if (t, d) not in arrival:
+                    arrival[(t, d)] = made + float(arr.copy_s(t, src, d))
+                made = arrival[(t, d)]
+            ready = max(ready, made)
+        return ready
+
+    def push(i: int, devices: list[int], forced: bool) -> None:
+        for d in devices:
+            heapq.heappush(heaps[d], (data_ready(i, d), i, forced))
+        options[i] += len(devices)
+
+    def ready(i: int) -> None:
+        gd = int(group_dev[comp[i]])
+        choice = [gd] if gd >= 0 else [d for d in g if arr.feasible[i, d]]
+        if choice:
+            push(i, choice, False)
+        else:
+            push(i, [_fallback(arr, i, -1)], True)
+
+    def valid(entry, d: int) -> bool:
+        _, i, forced = entry
+        if dev[i] >= 0:
+            return False
+        if forced:
+            return True
+        gd = int(group_dev[comp[i]])
+        ok = (gd < 0 or gd == d) and res.fits(i, d)
+        if not ok:
+            options[i] -= 1
+            if options[i] == 0:        # no GPU takes it: its group's device or the host
+                push(i, [_fallback(arr, i, gd)], True)
+        return ok
+    for i in np.flatnonzero(waiting == 0).tolist():
+        ready(i)
+    for _ in range(n):
+        best = None
+        while best is None:      # an op dropped from every heap is pushed to another one
+            for d in range(k):
+                h = heaps[d]
+                while h and not valid(h[0], d):
+                    heapq.heappop(h)
+                if h:
+                    key = (max(free_at[d], h[0][0]), h[0][1], d)
+                    best = key if best is None or key < best else best
+        start, i, d = best       # its entry leaves the heap lazily, as a placed op
+        dev[i], group_dev[comp[i]] = d, d
+        res.place(i, d)
+        finish[i] = start + float(arr.op_s[i, d])
+        free_at[d] = finish[i]
+        for j in succ[i]:
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                ready(j)
+    return _plan(arr, dev, "m_etf", memory_aware=True)
+
+
+def lower_bound(arr: CostArrays) -> PlanCost:
+    best = np.where(arr.feasible, arr.op_s, np.inf).min(axis=1) if arr.n_ops else np.zeros(0)
     return PlanCost(float(best.sum()), 0.0)
 
 
-def baselines(graph, existing_placement: dict | None = None) -> dict:
+def baselines(arr: CostArrays, existing_placement=None) -> dict:
     """Every baseline: name -> Plan (``lower_bound`` -> PlanCost)."""
-    arr = from_graph(graph)
-    out = {"all_cpu": all_cpu(arr), "all_gpu": all_gpu(arr), "greedy": greedy(arr)}
-    if existing_placement:
+    out = {"all_cpu": all_cpu(arr), "all_gpu": all_gpu(arr), "greedy": greedy(arr),
+           "pipeline": pipeline(arr), "m_topo": m_topo(arr), "m_etf": m_etf(arr)}
+    if existing_placement is not None:
         out["existing"] = existing(arr, existing_placement)
     out["lower_bound"] = lower_bound(arr)
     return out
 
 
-__all__ = ["all_cpu", "all_gpu", "greedy", "existing", "lower_bound", "baselines"]
+__all__ = ["all_cpu", "all_gpu", "greedy", "existing", "pipeline", "m_topo", "m_etf", "lower_bound",
+           "baselines", "fastest_gpu"]

@@ -74,12 +74,15 @@ class Move:
 class MoveNetwork:
     """The s-t network of one expansion move (module docstring); ``solve`` runs the cut."""
 
-    def __init__(self, arr: CostArrays, f: np.ndarray, alpha: int, extra: np.ndarray | None = None):
+    def __init__(self, arr: CostArrays, f: np.ndarray, alpha: int, extra: np.ndarray | None = None,
+                 frozen: np.ndarray | None = None):
         self.arr, self.f, self.alpha = arr, as_placement(arr, f), int(alpha)
         n = arr.n_ops
         rows_i = np.arange(n)
         feasible = arr.feasible
         self.movable = (self.f != alpha) & feasible[:, alpha]
+        if frozen is not None:      # ops held where they are (whole colocation groups)
+            self.movable &= ~frozen
         op_now = arr.op_s[rows_i, self.f]
         op_alpha = arr.op_s[:, alpha]
         if extra is not None:
@@ -356,8 +359,10 @@ def _same(arr, extra, a, b) -> bool:
 
 
 def expand(arr: CostArrays, start: np.ndarray, extra: np.ndarray | None = None,
-           deadline: float | None = None, max_cycles: int = 20) -> tuple[np.ndarray, dict]:
-    """Alpha-expansion from ``start`` until a cycle over the devices changes nothing."""
+           deadline: float | None = None, max_cycles: int = 20,
+           frozen: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
+    """Alpha-expansion from ``start`` until a cycle over the devices changes nothing;
+    ops in ``frozen`` (bool per op, whole colocation groups) keep their device."""
     f = respecting_pins(arr, start)
     best = energy(arr, f, extra)
     label = interchangeable(arr, extra)
@@ -373,7 +378,7 @@ def expand(arr: CostArrays, start: np.ndarray, extra: np.ndarray | None = None,
                 if label[alpha] in tried_empty:
                     continue
                 tried_empty.add(int(label[alpha]))
-            move = MoveNetwork(arr, f, alpha, extra).solve()
+            move = MoveNetwork(arr, f, alpha, extra, frozen).solve()
             stats["moves"] += 1
             stats["truncated"] += move.truncated
             stats["resolution_s"] = max(stats["resolution_s"], move.resolution_s)

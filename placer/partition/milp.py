@@ -1,10 +1,47 @@
-"""The placement problem as a mixed-integer program for HiGHS (scipy.optimize.milp).
+"""The placement problem over k devices as a mixed-integer program for HiGHS
+(scipy.optimize.milp): the optimum, or a bound on it, of the serial objective within
+per-device memory limits.
 
-Exact formulation (see ``memory`` for the memory part): binary x per op (1 = GPU),
-continuous copy indicators H_t, D_t in [0, 1] that the objective pushes down to
-max over readers of (x_v - x_u) and (x_u - x_v); pins are bounds, colocation equalities.
-Without a capacity it is the same problem the min-cut solves, which makes it an
-independent exactness check; with one, it gives the optimum or a bound on it.
+Variables lie in [0, 1]; only x is integer. L(a, b) is the copy time of a tensor from
+device a to device b (``CostArrays.copy_s``).
+- x[i, d] = 1 when op i runs on device d, for every (i, d) with ``feasible[i, d]``
+  (pins are the variables that do not exist); sum_d x[i, d] = 1; colocated ops a, b have
+  x[a, d] = x[b, d].
+- "t is read on e": Y[t, e] >= x[v, e] for every reader v of t that may run on e (the x
+  of a single reader stands for it); 1 for an external output read back on the host.
+- copies: a tensor fed from the host costs L(host, e) Y[t, e] for every e != host. A
+  tensor made by op u costs sum over s != e of L(s, e) W[t, s, e], with
+      sum_{s != e} W[t, s, e] >= Y[t, e] - x[u, e]    (read on e and not made there)
+      W[t, s, e] <= x[u, s]                             (the copy leaves u's device)
+  (the second row is dropped where u has a single possible source). At binary x the
+  least W is 1 exactly for s = u's device and each e != s that t is read on: one copy per
+  tensor and destination, priced by its source's link, as ``problem.serial_cost`` says.
+  Parameters are never copied.
+Memory, per device d with a finite capacity: ``problem.device_memory``'s model, exactly.
+- parameters: G[t, d] >= x[v, d] for readers v; P_d = sum_t bytes_t G[t, d].
+- an activation t made by op p with readers r_1 < ... < r_m that may run on d (readers
+  come after their producer in net order) is live on d at step p when x[p, d] (the
+  ``written_bytes`` of p, scratch included, sit on x[p, d] in row p), and after p while a
+  reader on d is still to come and either t was made on d or a reader on d came before.
+  With the monotone chains F_j = OR x[r_1..r_j, d] (F_j >= F_j-1, F_j >= x[r_j, d]) and
+  B_j = OR x[r_j..r_m, d] (B_j >= B_j+1, B_j >= x[r_j, d]), the steps after p fall into
+  segments (p, r_1), {r_1}, (r_1, r_2), ..., {r_m} with constant F and B; one variable per
+  segment, S >= x[p, d] + B - 1 and S >= F + B - 1 (F = 0 before r_1), carries t's bytes
+  into the rows of its steps. A host-fed tensor is the same without x[p, d]. An output
+  kept on its device (``outputs_on_host`` False) and made on d lives to the end: S >=
+  x[p, d] in its segments, and a running sum K_i of such bytes past the last reader.
+- one row per step i: P_d + segment bytes at i + written_bytes_i x[i, d] + K_i
+  <= capacity_d (rows in MiB).
+Interchangeable devices (same op times, feasibility and links) without a memory limit
+are collapsed to the first of them (``_collapsed``), and those with one are used in
+order (``_symmetry_rows``): both keep the optimum and spare HiGHS the relabelled copies
+of every placement.
+At binary x the least feasible G, F, B, S, K give exactly ``device_memory``'s bytes.
+Without finite capacities this is the problem the min-cut (two devices) and
+alpha-expansion (more) solve, which makes it their independent exactness check.
+
+HiGHS stops at an absolute gap of 1e-6 (objective units): the objective is scaled so a
+reference placement costs 1e3, making that 1e-9 of it; the relative gap is ``REL_GAP``.
 """
 from __future__ import annotations
 
@@ -12,140 +49,321 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
-from placer.partition.problem import PARAM, PIN_CPU, PIN_GPU, CostArrays
+from placer.errors import InfeasiblePlanError, PlacerError
+from placer.partition.problem import HOST, PARAM, CostArrays
+
+REL_GAP = 1e-7          # HiGHS stops when (incumbent - bound) / incumbent <= this
+OBJECTIVE_SCALE = 1e3   # a reference placement's objective after scaling
 
 
-class _Rows:
-    """Sparse constraint rows lo <= a.x <= hi, gathered as triplets."""
+class _Program:
+    """Variables (cost, bounds, integrality) and sparse rows lo <= a.v <= hi, built up as
+    arrays of triplets."""
 
     def __init__(self):
+        self.cost, self.lb, self.ub, self.integer = [], [], [], []
+        self.n_vars = 0
         self.r, self.c, self.v, self.lo, self.hi = [], [], [], [], []
+        self.n_rows = 0
 
-    def add(self, cols, vals, lo, hi):
-        k = len(self.lo)
-        self.r += [k] * len(cols)
-        self.c += list(cols)
-        self.v += list(vals)
+    def variables(self, count: int, cost=0.0, lb=0.0, ub=1.0, integer=False) -> np.ndarray:
+        ids = self.n_vars + np.arange(count)
+        self.n_vars += count
+        self.cost.append(np.broadcast_to(np.asarray(cost, float), (count,)))
+        self.lb.append(np.broadcast_to(np.asarray(lb, float), (count,)))
+        self.ub.append(np.broadcast_to(np.asarray(ub, float), (count,)))
+        self.integer.append(np.full(count, 1 if integer else 0))
+        return ids
+
+    def row(self, cols, vals, lo: float, hi: float) -> None:
+        self.r.append(np.full(len(cols), self.n_rows))
+        self.c.append(np.asarray(cols, np.int64))
+        self.v.append(np.asarray(vals, float))
         self.lo.append(lo)
         self.hi.append(hi)
+        self.n_rows += 1
 
-    def constraint(self, n_vars):
-        a = coo_matrix((self.v, (self.r, self.c)), shape=(len(self.lo), n_vars)).tocsr()
-        return LinearConstraint(a, np.array(self.lo, float), np.array(self.hi, float))
+    def rows(self, row_of_entry, cols, vals, lo, hi) -> None:
+        """Many rows at once: entries (local row, col, val); lo/hi per local row."""
+        lo, hi = np.atleast_1d(lo).astype(float), np.atleast_1d(hi).astype(float)
+        self.r.append(self.n_rows + np.asarray(row_of_entry, np.int64))
+        self.c.append(np.asarray(cols, np.int64))
+        self.v.append(np.asarray(vals, float))
+        self.lo.extend(lo.tolist())
+        self.hi.extend(hi.tolist())
+        self.n_rows += len(lo)
 
+    def at_least(self, big, small) -> None:
+        """Rows big >= small, elementwise over two index arrays."""
+        big, small = np.asarray(big, np.int64), np.asarray(small, np.int64)
+        m = len(big)
+        self.rows(np.repeat(np.arange(m), 2), np.column_stack([big, small]).ravel(),
+                  np.tile([1.0, -1.0], m), np.zeros(m), np.full(m, np.inf))
 
-def milp_partition(arr: CostArrays, capacity: float | None = None, time_limit: float = 10.0,
-                   max_vars: int = 400_000) -> dict:
-    """{"x": bool array or None, "objective", "bound", "optimal", "status", "note"} (seconds;
-    ``status`` is scipy's: 0 optimal, 1 time limit, 2 infeasible; None when skipped)."""
-    n, T = arr.n_ops, arr.n_tensors
-    cost = [arr.gpu_s - arr.cpu_s, arr.t_h2d.copy(), arr.t_d2h.copy()]
-    const = float(arr.cpu_s.sum())
-    rows = _Rows()
-    H, D = n, n + T
-    nxt = n + 2 * T
-    for t in range(T):
-        p = int(arr.t_producer[t])
-        if p == PARAM:
-            continue
-        readers = arr.t_cons[arr.t_ptr[t]:arr.t_ptr[t + 1]].tolist()
-        for v in readers:  # H_t >= x_v - x_u ; D_t >= x_u - x_v
-            rows.add([v, H + t] + ([p] if p >= 0 else []), [1, -1] + ([-1] if p >= 0 else []),
-                     -np.inf, 0)
-            if p >= 0:
-                rows.add([p, v, D + t], [1, -1, -1], -np.inf, 0)
-        if p >= 0 and arr.outputs_on_host and arr.t_ext_out[t]:
-            rows.add([p, D + t], [1, -1], -np.inf, 0)
-    for a, b in arr.colocate:
-        rows.add([int(a), int(b)], [1, -1], 0, 0)
-    if capacity is not None:
-        nxt = _memory_rows(arr, rows, nxt, float(capacity))
-    if nxt > max_vars:
-        return {"x": None, "objective": None, "bound": None, "optimal": False, "status": None,
-                "note": f"MILP skipped: {nxt} variables > {max_vars}"}
-    c = np.concatenate(cost + [np.zeros(nxt - n - 2 * T)])
-    lb, ub = np.zeros(nxt), np.ones(nxt)
-    lb[:n][arr.forced == PIN_GPU] = 1
-    ub[:n][arr.forced == PIN_CPU] = 0
-    integrality = np.zeros(nxt)
-    integrality[:n] = 1
-    res = milp(c, integrality=integrality, bounds=Bounds(lb, ub),
-               constraints=[rows.constraint(nxt)] if rows.lo else [],
-               options={"time_limit": time_limit, "disp": False})
-    x = None if res.x is None else res.x[:n] > 0.5
-    bound = getattr(res, "mip_dual_bound", None)
-    bound = None if bound is None or not np.isfinite(bound) else float(bound) + const
-    optimal = res.status == 0
-    if optimal and res.fun is not None:
-        bound = float(res.fun) + const if bound is None else bound
-    note = (f"MILP ({nxt} variables, {len(rows.lo)} rows): {res.message.strip()}"
-            + (f"; bound {bound:.6g} s" if bound is not None else ""))
-    return {"x": x, "objective": None if res.fun is None else float(res.fun) + const,
-            "bound": bound, "optimal": optimal, "status": int(res.status), "note": note}
+    def solve(self, time_limit: float):
+        cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
+        a = coo_matrix((cat(self.v, float), (cat(self.r, np.int64), cat(self.c, np.int64))),
+                       shape=(self.n_rows, self.n_vars)).tocsr()
+        cons = [LinearConstraint(a, np.array(self.lo, float), np.array(self.hi, float))] if self.n_rows else []
+        return milp(cat(self.cost, float), integrality=cat(self.integer, np.int64),
+                    bounds=Bounds(cat(self.lb, float), cat(self.ub, float)), constraints=cons,
+                    options={"time_limit": max(float(time_limit), 1e-3), "disp": False,
+                             "mip_rel_gap": REL_GAP})
 
 
-def _memory_rows(arr: CostArrays, rows: _Rows, nxt: int, capacity: float):
-    """Add G, L, B, F variables and the per-step memory rows; returns the next free
-    variable index."""
+def _reference_cost(arr: CostArrays) -> float:
+    """A positive scale for the objective: the summed per-op fastest times plus the
+    cheapest copy of every tensor (never 0 unless everything is free)."""
+    best = np.where(arr.feasible, arr.op_s, np.inf).min(axis=1) if arr.n_ops else np.zeros(0)
+    ref = float(best.sum())
+    if arr.n_tensors and arr.k > 1:
+        off = ~np.eye(arr.k, dtype=bool)
+        ref += float(arr.class_s[np.unique(arr.link_class[off])].min(axis=0).sum())
+    return ref if ref > 0 else 1.0
+
+
+def _placement_rows(arr: CostArrays, prog: _Program, scale: float) -> np.ndarray:
+    """x, one-hot and colocation rows; returns the x index per (op, device), -1 where
+    the op may not run."""
+    n, k = arr.n_ops, arr.k
+    feasible = arr.feasible & _collapsed(arr)[None, :]
+    xi = np.full((n, k), -1, np.int64)
+    xi[feasible] = prog.variables(int(feasible.sum()), cost=arr.op_s[feasible] * scale, integer=True)
+    ops, _ = np.nonzero(feasible)
+    prog.rows(ops, xi[feasible], np.ones(len(ops)), np.ones(n), np.ones(n))
+    for a, b in arr.colocate.tolist():
+        for d in np.flatnonzero(feasible[a] & feasible[b]).tolist():
+            prog.row([xi[a, d], xi[b, d]], [1.0, -1.0], 0.0, 0.0)
+    return xi
+
+
+def _collapsed(arr: CostArrays) -> np.ndarray:
+    """bool [k]: devices the program may use. Of interchangeable devices without a
+    memory limit (``expansion.interchangeable``: same op times, feasibility and links to
+    every other device) only the first: moving every op from one such device b to
+    another a keeps each op's time and each copy's link (a and b reach every other device
+    alike), drops the copies between them and merges their destinations, so it never
+    costs more; with no limit to respect, an optimum uses one of them."""
+    from placer.partition.expansion import interchangeable
+    label = interchangeable(arr)
+    first = np.array([label[d] == d for d in range(arr.k)])
+    return first | np.isfinite(arr.capacity)
+
+
+def _symmetry_rows(arr: CostArrays, prog: _Program, xi: np.ndarray) -> None:
+    """Interchangeable devices with a (same) memory limit, d_1 < d_2 < ..., are used in
+    order of their first op: op j may go on d_l+1 only if an earlier op went on d_l.
+    Renaming those devices turns any placement into one that obeys this at the same cost
+    and memory, so the optimum is kept while HiGHS no longer explores its relabelled
+    copies. V[l, j] <= V[l, j-1] + x[j, d_l] (V in [0, 1], V[l, -1] = 0) is at most "d_l
+    used by op j"; x[j, d_l+1] <= V[l, j-1]."""
+    from placer.partition.expansion import interchangeable
+    label = interchangeable(arr)
     n = arr.n_ops
-    step_terms: list[list[tuple[int, float]]] = [[] for _ in range(n)]
-    params = []
+    for cls in np.unique(label).tolist():
+        group = [d for d in np.flatnonzero(label == cls).tolist() if np.isfinite(arr.capacity[d])]
+        for a, b in zip(group, group[1:]):
+            V = prog.variables(n)
+            for j in range(n):
+                cols, vals = [int(V[j])], [1.0]
+                if j:
+                    cols.append(int(V[j - 1]))
+                    vals.append(-1.0)
+                if xi[j, a] >= 0:
+                    cols.append(int(xi[j, a]))
+                    vals.append(-1.0)
+                prog.row(cols, vals, -np.inf, 0.0)
+                if xi[j, b] >= 0:
+                    prog.row([int(xi[j, b])] + ([int(V[j - 1])] if j else []), [1.0] + ([-1.0] if j else []),
+                             -np.inf, 0.0)
+
+
+def _readers(arr: CostArrays, t: int) -> list[int]:
+    return sorted(set(arr.t_cons[arr.t_ptr[t]:arr.t_ptr[t + 1]].tolist()))
+
+
+def _copy_rows(arr: CostArrays, prog: _Program, xi: np.ndarray, scale: float) -> None:
+    """Y and W variables and rows for every tensor that can need a copy (docstring)."""
+    k, host = arr.k, arr.host
     for t in range(arr.n_tensors):
+        u = int(arr.t_producer[t])
+        if u == PARAM:
+            continue
+        readers = _readers(arr, t)
+        host_reads = bool(arr.outputs_on_host and arr.t_ext_out[t])
+        for e in range(k):
+            cols = [int(xi[v, e]) for v in readers if xi[v, e] >= 0]
+            fixed = host_reads and e == host
+            if not cols and not fixed:
+                continue
+            if u == HOST:
+                if e != host:
+                    _read_on(prog, cols, fixed, cost=float(arr.copy_s(t, host, e)) * scale)
+                continue
+            sources = [s for s in range(k) if s != e and xi[u, s] >= 0]
+            if not sources:
+                continue
+            w = prog.variables(len(sources), cost=np.array([arr.copy_s(t, s, e) for s in sources]) * scale)
+            y = None if fixed else _read_on(prog, cols, False)
+            # sum_s W[t, s, e] + x[u, e] - Y[t, e] >= 0  (Y = 1 when the host reads it back)
+            row_cols = list(w) + ([int(xi[u, e])] if xi[u, e] >= 0 else []) + ([y] if y is not None else [])
+            row_vals = [1.0] * len(w) + ([1.0] if xi[u, e] >= 0 else []) + ([-1.0] if y is not None else [])
+            prog.row(row_cols, row_vals, 1.0 if fixed else 0.0, np.inf)
+            if len(sources) > 1:
+                prog.at_least([xi[u, s] for s in sources], w)
+
+
+def _read_on(prog: _Program, cols: list[int], fixed: bool, cost: float = 0.0):
+    """The "read on e" indicator: None when it is 1 anyway (the host reads the tensor
+    back; never priced), the reader's own x when there is one reader and no cost, else a
+    variable Y >= every reader's x."""
+    if fixed:
+        return None
+    if len(cols) == 1 and cost == 0.0:
+        return cols[0]
+    y = int(prog.variables(1, cost=cost)[0])
+    prog.at_least(np.full(len(cols), y), cols)
+    return y
+
+
+def _or_chain(prog: _Program, xs: list[int]) -> list[int]:
+    """Variables c_j >= c_j-1, c_j >= xs[j] (c_0 = xs[0]): c_j is at least OR xs[..j]."""
+    out = [xs[0]]
+    for x in xs[1:]:
+        c = int(prog.variables(1)[0])
+        prog.at_least([c, c], [out[-1], x])
+        out.append(c)
+    return out
+
+
+def _memory_rows(arr: CostArrays, prog: _Program, xi: np.ndarray, d: int) -> None:
+    """Parameter, liveness and per-step rows of device d (module docstring), in MiB
+    (bytes span 1e0..1e10; in MiB HiGHS's coefficients stay near 1, and its feasibility
+    tolerance, 1e-7, is a tenth of a byte)."""
+    n = arr.n_ops
+    cap = float(arr.capacity[d])
+    unit = float(2**20)
+    step_cols: list[list[int]] = [[] for _ in range(n)]
+    step_vals: list[list[float]] = [[] for _ in range(n)]
+    kept_terms: list[list[tuple[int, float]]] = [[] for _ in range(n)]   # (x[p, d], bytes) from step i on
+
+    def add(steps: range, col: int, nbytes: float) -> None:
+        for i in steps:
+            step_cols[i].append(col)
+            step_vals[i].append(nbytes)
+    param_cols, param_bytes = [], []
+    for t in range(arr.n_tensors):
+        nbytes = float(arr.t_bytes[t]) / unit
         p = int(arr.t_producer[t])
-        readers = sorted(set(arr.t_cons[arr.t_ptr[t]:arr.t_ptr[t + 1]].tolist()))
-        nbytes = float(arr.t_bytes[t])
+        readers = [v for v in _readers(arr, t) if xi[v, d] >= 0]
+        if nbytes <= 0:
+            continue
         if p == PARAM:
             if readers:
-                g = nxt
-                nxt += 1
-                for v in readers:
-                    rows.add([v, g], [1, -1], -np.inf, 0)
-                params.append((g, nbytes))
+                param_cols.append(_read_on(prog, [int(xi[v, d]) for v in readers], False))
+                param_bytes.append(nbytes)
             continue
-        keep_to_end = p >= 0 and arr.t_ext_out[t] and not arr.outputs_on_host
-        kept = {}
-        if p >= 0:
-            lval = nxt
-            nxt += 1
-            rows.add([p, lval], [1, -1], -np.inf, 0)       # L[t,p] >= x_p
-            step_terms[p].append((lval, nbytes))
-            if keep_to_end:                                # L[t,i] >= x_p to the end
-                for i in range(p + 1, n):
-                    kept[i] = nxt
-                    nxt += 1
-                    rows.add([p, kept[i]], [1, -1], -np.inf, 0)
-                    step_terms[i].append((kept[i], nbytes))
+        made = int(xi[p, d]) if p >= 0 and xi[p, d] >= 0 else -1
+        kept = made >= 0 and bool(arr.t_ext_out[t]) and not arr.outputs_on_host
+        end = readers[-1] if readers else p
+        if kept and end + 1 < n:
+            kept_terms[end + 1].append((made, nbytes))
         if not readers:
             continue
-        first = p + 1 if p >= 0 else readers[0]
-        last = readers[-1]
-        span = range(first, last + 1)
-        B = {i: nxt + k for k, i in enumerate(span)}
-        F = {i: nxt + len(span) + k for k, i in enumerate(span)}
-        nxt += 2 * len(span)
-        rset = set(readers)
-        for i in span:
-            if i + 1 <= last:
-                rows.add([B[i + 1], B[i]], [1, -1], -np.inf, 0)
-            if i - 1 >= first:
-                rows.add([F[i - 1], F[i]], [1, -1], -np.inf, 0)
-            if i in rset:
-                rows.add([i, B[i]], [1, -1], -np.inf, 0)
-                rows.add([i, F[i]], [1, -1], -np.inf, 0)
-            if keep_to_end:   # made on the CPU, copied in: live between GPU readers
-                rows.add([F[i], B[i], kept[i]], [1, 1, -1], -np.inf, 1)
-                continue
-            lval = nxt
-            nxt += 1
-            if p >= 0:
-                rows.add([p, B[i], lval], [1, 1, -1], -np.inf, 1)
-            rows.add([F[i], B[i], lval], [1, 1, -1], -np.inf, 1)
-            step_terms[i].append((lval, nbytes))
-    produced = np.bincount(arr.t_producer[arr.t_producer >= 0],
-                           weights=arr.t_bytes[arr.t_producer >= 0], minlength=n)
-    scratch = np.maximum(arr.output_bytes - produced, 0)
+        xs = [int(xi[v, d]) for v in readers]
+        F, B = _or_chain(prog, xs), _or_chain(prog, xs[::-1])[::-1]
+        segments = []     # (steps, F or None, B)
+        if made >= 0 and readers[0] > p + 1:
+            segments.append((range(p + 1, readers[0]), None, B[0]))
+        for j, r in enumerate(readers):
+            segments.append((range(r, r + 1), F[j], B[j]))
+            if j + 1 < len(readers) and readers[j + 1] > r + 1:
+                segments.append((range(r + 1, readers[j + 1]), F[j], B[j + 1]))
+        for steps, f, b in segments:
+            s = int(prog.variables(1)[0])
+            if made >= 0:     # S - x[p] - B >= -1
+                prog.row([s, made, b], [1.0, -1.0, -1.0], -1.0, np.inf)
+            if f is not None:
+                prog.row([s, f, b], [1.0, -1.0, -1.0], -1.0, np.inf)
+            if kept:
+                prog.at_least([s], [made])
+            add(steps, s, nbytes)
+    base = []
+    if param_cols:     # P_d = sum bytes G
+        p_d = int(prog.variables(1, ub=np.inf)[0])
+        prog.row([p_d] + param_cols, [1.0] + [-b for b in param_bytes], 0.0, 0.0)
+        base = [p_d]
+    has_kept = any(kept_terms)
+    if has_kept:       # K_i = K_i-1 + bytes of kept outputs whose last reader was step i-1
+        K = prog.variables(n, ub=np.inf)
+        for i in range(n):
+            cols = [int(K[i])] + ([int(K[i - 1])] if i else []) + [c for c, _ in kept_terms[i]]
+            vals = [1.0] + ([-1.0] if i else []) + [-b for _, b in kept_terms[i]]
+            prog.row(cols, vals, 0.0, 0.0)
+    written = arr.written_bytes / unit
     for i in range(n):
-        cols = [c for c, _ in step_terms[i]] + [i] + [g for g, _ in params]
-        vals = [b for _, b in step_terms[i]] + [scratch[i]] + [b for _, b in params]
-        rows.add(cols, vals, -np.inf, capacity)
-    return nxt
+        cols = base + step_cols[i] + ([int(K[i])] if has_kept else [])
+        vals = [1.0] * len(base) + step_vals[i] + ([1.0] if has_kept else [])
+        if xi[i, d] >= 0:
+            cols.append(int(xi[i, d]))
+            vals.append(float(written[i]))
+        if cols:
+            prog.row(cols, vals, -np.inf, cap / unit)
+
+
+def milp_partition(arr: CostArrays, time_limit: float = 10.0, max_vars: int = 400_000) -> dict:
+    """Solve the MILP within ``time_limit`` seconds, honouring ``arr.capacity``.
+
+    Returns {"x": device index per op or None, "objective" and "bound" (seconds, None
+    when unknown), "optimal", "status" ("optimal", "time limit", "infeasible", "skipped",
+    "failed"), "note"}."""
+    scale = OBJECTIVE_SCALE / _reference_cost(arr)
+    prog = _Program()
+    xi = _placement_rows(arr, prog, scale)
+    _symmetry_rows(arr, prog, xi)
+    _copy_rows(arr, prog, xi, scale)
+    for d in np.flatnonzero(np.isfinite(arr.capacity)).tolist():
+        _memory_rows(arr, prog, xi, d)
+        if prog.n_vars > max_vars:
+            break
+    if prog.n_vars > max_vars:
+        return {"x": None, "objective": None, "bound": None, "optimal": False, "status": "skipped",
+                "note": f"MILP skipped: more than {max_vars} variables"}
+    res = prog.solve(time_limit)
+    x = None
+    if res.x is not None:
+        val = np.where(xi >= 0, res.x[np.maximum(xi, 0)], -1.0)
+        x = val.argmax(axis=1).astype(np.int64)
+    objective = None if res.fun is None else float(res.fun) / scale
+    bound = getattr(res, "mip_dual_bound", None)
+    bound = None if bound is None or not np.isfinite(bound) else float(bound) / scale
+    optimal = res.status == 0 and x is not None
+    if optimal and bound is None:
+        bound = objective
+    status = {0: "optimal", 1: "time limit", 2: "infeasible"}.get(res.status, "failed")
+    note = (f"MILP ({prog.n_vars} variables, {prog.n_rows} rows): {res.message.strip()}"
+            + (f"; bound {bound:.6g} s" if bound is not None else ""))
+    return {"x": x, "objective": objective, "bound": bound, "optimal": optimal, "status": status,
+            "note": note}
+
+
+def milp_plan(arr: CostArrays, time_limit: float = 10.0):
+    """The MILP's plan (``partition(method="milp")``): optimal when it finishes in time,
+    else the best placement found with its gap to the bound."""
+    from placer.partition.explain import make_plan
+    from placer.partition.memory import check_pinned_fit
+    check_pinned_fit(arr)
+    res = milp_partition(arr, time_limit, max_vars=10**9)
+    if res["x"] is None:
+        if res["status"] == "infeasible":
+            raise InfeasiblePlanError("no placement fits every device's memory: " + res["note"],
+                                      hint="give the devices more memory or unpin ops")
+        raise PlacerError(f"the MILP found no placement within {time_limit:g} s: {res['note']}",
+                          hint="raise --time-limit, or use the default method")
+    plan = make_plan(arr, res["x"], "milp", optimal=res["optimal"], notes=[res["note"]])
+    if res["bound"] is not None and plan.total_s > 0:
+        plan.gap = max(0.0, (plan.total_s - res["bound"]) / plan.total_s)
+    return plan
+
+
+__all__ = ["milp_partition", "milp_plan"]
