@@ -73,12 +73,17 @@ def add_arguments(p) -> None:
     g.add_argument("--uvm-cache-ratio", type=float, metavar="R", help="share of a uvm_caching table's rows the GPU "
                    "cache holds (default 0.2, TorchRec's UVM_CACHING_RATIO)")
     g.add_argument("--kernels", metavar="K,K", help="kernels allowed: hbm, uvm, uvm_caching, host (default: all)")
+    g.add_argument("--sharding-types", metavar="T,T", help="sharding types allowed: data_parallel, table_wise, "
+                   "row_wise, column_wise (default: all)")
     g.add_argument("--time-limit", type=float, default=10.0, metavar="S", help="seconds for the MILP (default 10)")
     g.add_argument("--search-time", type=float, default=2.0, metavar="S",
                    help="seconds of local search per degree (default 2)")
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print the plan as JSON instead of tables")
     o.add_argument("--plan-out", metavar="PLAN.json", help="also write the JSON to a file")
+    o.add_argument("-o", "--output", metavar="OUTDIR", help="write the sharded train net, its init net and the fed "
+                   "blobs' shapes into OUTDIR (table-wise tables in GPU memory and data-parallel ones; run it with "
+                   "placer run OUTDIR/train_net.pbtxt --emulate-gpus K --random-inputs 0)")
 
 
 def run(args) -> int:
@@ -88,6 +93,11 @@ def run(args) -> int:
     settings = _settings(args, parse_fraction, parse_size)
     if args.plan_out:
         refuse_overwrite(args.plan_out, args.net, args.init_net)
+    if args.output:
+        from placer.training.files import check_output_dir, train_net_paths
+        out = check_output_dir(args.output)
+        for path in train_net_paths(out) + [out / "train_net.value_info.json"]:
+            refuse_overwrite(path, args.net, args.init_net)
     source = _source(args)
     machine = machine_from_args(args)
     global_batch, per_gpu = args.global_batch, args.batch_per_gpu
@@ -103,21 +113,69 @@ def run(args) -> int:
     result = plan_sharding(source, machine, global_batch=global_batch, per_gpu_batch=per_gpu, settings=settings,
                            degrees=degrees, time_limit_s=args.time_limit, search_s=args.search_time)
     doc = result_json(result)
+    written = write_sharded_net(result, source, args.output) if args.output else []
     if args.plan_out:
         atomic_write_text(args.plan_out, json.dumps(doc, indent=1) + "\n")
+        written.append(args.plan_out)
     if args.json:
         json.dump(doc, sys.stdout, indent=1)
         print()
     else:
         print_result(doc)
-        if args.plan_out:
-            print(f"wrote plan JSON: {args.plan_out}")
+        for path in written:
+            print(f"wrote {path}")
     return 0
+
+
+def source_fed(typed) -> set:
+    from placer.partition.sharding_net import init_blobs
+    return set(typed.net.data_inputs) - init_blobs(typed.net)
+
+
+def write_sharded_net(result, source, out_dir) -> list:
+    """The plan's sharded train net (``placer.training.sharded``), init net and the shapes
+    of the blobs each GPU is fed, into ``out_dir``."""
+    from pathlib import Path
+
+    from placer.errors import PlacerError
+    from placer.partition.sharding_types import DATA_PARALLEL, HBM, TABLE_WISE
+    from placer.training.files import save_train_nets
+    from placer.training.sharded import sharded
+    from placer.types import DTYPE_TO_DATA_TYPE
+    plan = result.plan
+    owners, other = {}, []
+    for o in plan.options:
+        if o.sharding_type == TABLE_WISE and o.kernel == HBM:
+            owners[o.table] = plan.ranks.index(o.shards[0].rank)
+        elif o.sharding_type != DATA_PARALLEL:
+            other.append(f"{o.table} ({o.describe(result.machine.names)})")
+    if other:
+        raise PlacerError(f"-o writes table-wise tables in GPU memory and data-parallel ones; the plan has "
+                          f"{len(other)} other(s): {', '.join(other[:3])}",
+                          hint="plan with --sharding-types table_wise,data_parallel --kernels hbm to write it")
+    typed = source.typed_at_batch(plan.global_batch)
+    n = len(plan.ranks)
+    nets = sharded(typed.net.proto, typed.net.init_proto, owners, n, plan.global_batch)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = save_train_nets(out, nets.train, nets.init)
+    shapes = {}
+    owned = set(nets.table_inputs.values())
+    for blob in nets.train.external_input:
+        scope, _, one = blob.partition("/")
+        t = typed.blobs.get(one) if scope.startswith("gpu_") else None
+        if t is None or one not in source_fed(typed):
+            continue
+        dims = list(t.shape) if blob in owned or not t.ndim else [t.shape[0] // n] + list(t.shape[1:])
+        shapes[blob] = [DTYPE_TO_DATA_TYPE[t.dtype], dims]
+    info = out / "train_net.value_info.json"
+    atomic_write_text(info, json.dumps(shapes, indent=1) + "\n")
+    return [str(p) for p in written] + [str(info)]
 
 
 def _settings(args, parse_fraction, parse_size):
     from placer.partition.sharding_cost import ShardSettings
-    from placer.partition.sharding_types import KERNELS
+    from placer.partition.sharding_types import KERNELS, SHARDING_TYPES
     kw = {"reserve": parse_fraction(args.gpu_reserve), "gpu_mem_bytes": parse_size(args.gpu_mem)}
     if args.host_mem:
         kw["host_mem_bytes"] = parse_size(args.host_mem)
@@ -127,12 +185,14 @@ def _settings(args, parse_fraction, parse_size):
             if not 0 <= value <= 1:
                 raise InputError(f"{option} {value}: must be between 0 and 1")
             kw[name] = value
-    if args.kernels:
-        kernels = tuple(k.strip() for k in args.kernels.split(",") if k.strip())
-        unknown = [k for k in kernels if k not in KERNELS]
-        if unknown or not kernels:
-            raise InputError(f"--kernels {args.kernels}: unknown kernel(s) {unknown}", hint=f"use {', '.join(KERNELS)}")
-        kw["kernels"] = kernels
+    for option, name, known in (("--kernels", "kernels", KERNELS), ("--sharding-types", "sharding_types", SHARDING_TYPES)):
+        text = getattr(args, name)
+        if text:
+            values = tuple(v.strip() for v in text.split(",") if v.strip())
+            unknown = [v for v in values if v not in known]
+            if unknown or not values:
+                raise InputError(f"{option} {text}: unknown {unknown or 'empty list'}", hint=f"use {', '.join(known)}")
+            kw[name] = values
     return ShardSettings(**kw)
 
 

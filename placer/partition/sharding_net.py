@@ -369,7 +369,8 @@ class ScaledTrainNet:
     def __init__(self, net: Net, shapes: dict[str, TensorType] | None = None):
         self.net = net
         typed = typed_train_net(net, shapes)
-        self.fed = {b: typed.blobs[b] for b in net.data_inputs if typed.blobs.get(b) is not None}
+        made = init_blobs(net)
+        self.fed = {b: typed.blobs[b] for b in net.data_inputs if typed.blobs.get(b) is not None and b not in made}
         self.extra = dict(shapes or {})
         first_backward, first_update = phases(net)
         tables = find_tables(typed, first_backward, first_update)
