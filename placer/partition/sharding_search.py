@@ -480,7 +480,6 @@ def milp_assignment(search: Search, cutoff_s: float | None = None, time_limit_s:
         back = _add(_add({Z: 1.0, S: -1.0, w_host: -model.d2h_lat[p] * MS}, scalars["host_w"],
                          -b * model.d2h_coef[p] * MS), scalars["cpu_b"], -1)
         prog.row(back, (model.DF[p] + model.exchange_at[p]) * MS, math.inf)
-    prog.row(_add(_add({Z: 1.0}, scalars["cpu_f"], -1), scalars["cpu_b"], -1), 0, math.inf)
     start = time.monotonic()
     res = prog.solve(time_limit_s)
     seconds = time.monotonic() - start

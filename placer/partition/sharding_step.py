@@ -12,7 +12,7 @@ largest per-rank buffer, ``alpha + beta S``):
     T_ab  = S + max(F_before, o_e) + A_ob                  the gradient exchange ends
     C_end = max(T_ab + D_after, S + K_after)               the last gradient all-reduce ends
     end_r = max(max(S + DF_r + DB_r, T_ab) + eb_r, C_end) + DO_r
-    cpu   = max(cpu_f, S + max_r(DF_r + o_e,r + D2H_r)) + cpu_b
+    cpu   = S + max_r(DF_r + o_e,r + D2H_r) + cpu_b             (S >= cpu_f: the host waits)
     step  = max(max_r end_r, cpu)
 
 DF, DB, DO: the replica's dense forward, backward and optimizer seconds on rank r; o_e
@@ -143,7 +143,7 @@ class StepModel:
         if has_host:
             back = S + self.DF + self.exchange_at + d2h
             r_d2h = int(np.argmax(back))
-            cpu = max(load.cpu_f, float(back[r_d2h])) + load.cpu_b
+            cpu = float(back[r_d2h]) + load.cpu_b    # S >= cpu_f: after the host's own lookups
         total = max(float(ends[r_end]), cpu)
         phases = {"index_alltoall_s": a_in, "lookups_forward_s": float(load.ef.max()), "output_exchange_s": a_of,
                   "host_lookups_s": load.cpu_f, "host_copies_s": float(h2d.max() + d2h.max()),
@@ -175,10 +175,9 @@ class StepModel:
         if cpu >= total and cpu > -math.inf:
             back = S + self.DF + self.exchange_at + d2h
             r = int(np.argmax(back))
-            if back[r] >= load.cpu_f:
-                add("dense forward + backward to the embedding gradients", names[R[r]], S,
-                    float(self.DF[r] + self.exchange_at[r]))
-                add("GPU -> host gradients", names[R[r]], S + float(self.DF[r] + self.exchange_at[r]), float(d2h[r]))
+            add("dense forward + backward to the embedding gradients", names[R[r]], S,
+                float(self.DF[r] + self.exchange_at[r]))
+            add("GPU -> host gradients", names[R[r]], S + float(self.DF[r] + self.exchange_at[r]), float(d2h[r]))
             add("host backward + update", names[self.est.host], cpu - load.cpu_b, load.cpu_b)
             return tuple(out)
         r = r_end
