@@ -140,7 +140,7 @@ def test_the_step_on_hand_figures_comms_and_host_paths(small_model):
     step = model.evaluate(_load(eb=[1e-4, 1e-4], send=[4e6, 0], a2a_out=1.0, ob_s=0.0))
     # S = 4010 us; T_ab = S + 1500 + 4010 = 9520 us; C_end = 9920 us; emb done 9620 us; + 500 = 10420 us
     assert step.total_s == pytest.approx(10.42e-3, rel=1e-12)
-    assert step.critical_path[-2].phase == "gradient all-reduces after the exchange"
+    assert step.critical_path[-2].phase == "gradient all-reduces queued after the exchange"
     # a slow host table: the dense part waits for its outputs, its update for their gradients
     step = model.evaluate(_load(cpu_f=20e-3, cpu_b=10e-3, host_w=64.0))
     # copies: 10 us + 256 samples * 64 B * 0.1 ns = 11.6384 us each way; S = 20 ms + 11.6384 us;

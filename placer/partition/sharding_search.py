@@ -378,9 +378,10 @@ class _Program:
         self.lo.append(lo)
         self.hi.append(hi)
 
-    def solve(self, time_limit_s: float):
+    def solve(self, time_limit_s: float, relax: bool = False):
         a = coo_matrix((self.v, (self.r, self.c)), shape=(len(self.lo), len(self.lb))).tocsr()
-        return milp(np.array(self.cost), integrality=np.array(self.integer),
+        integrality = np.zeros(len(self.lb)) if relax else np.array(self.integer)
+        return milp(np.array(self.cost), integrality=integrality,
                     bounds=Bounds(np.array(self.lb), np.array(self.ub)),
                     constraints=[LinearConstraint(a, np.array(self.lo), np.array(self.hi))],
                     options={"time_limit": max(time_limit_s, 0.01), "disp": False, "mip_rel_gap": 1e-9})
@@ -485,6 +486,9 @@ def milp_assignment(search: Search, cutoff_s: float | None = None, time_limit_s:
     seconds = time.monotonic() - start
     status = {0: "optimal", 1: "time limit", 2: "infeasible"}.get(res.status, "failed")
     bound = getattr(res, "mip_dual_bound", None)
+    if (bound is None or not np.isfinite(bound)) and res.status == 1:
+        relaxed = prog.solve(time_limit_s, relax=True)   # the LP relaxation bounds the optimum too
+        bound = relaxed.fun if relaxed.status == 0 else None
     bound_s = float(bound) / MS if bound is not None and np.isfinite(bound) else None
     if res.x is None:
         return MilpResult(None, None, bound_s, False, status, seconds)

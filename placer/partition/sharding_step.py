@@ -51,6 +51,9 @@ class CommsQueue:
     after_s: float              # D_after
     after_finish_s: float       # K_after (-inf: none)
     allreduce_s: float          # all of them together
+    after_ready_s: float = 0.0  # the release that sets K_after ...
+    after_tail_s: float = 0.0   # ... and the all-reduces from it to the end
+    after_tail_count: int = 0
 
 
 class StepModel:
@@ -78,12 +81,13 @@ class StepModel:
         finish = -math.inf
         for ready, dur in sorted(before):
             finish = max(finish, ready) + dur
-        k_after = -math.inf
+        k_after, at, tail_at, count = -math.inf, 0.0, 0.0, 0
         tail = 0.0
-        for ready, dur in reversed(after):
+        for j, (ready, dur) in enumerate(reversed(after)):
             tail += dur
-            k_after = max(k_after, ready + tail)
-        return CommsQueue(o_e, finish, sum(d for _, d in after), k_after, sum(d for _, d in items))
+            if ready + tail > k_after:
+                k_after, at, tail_at, count = ready + tail, ready, tail, j + 1
+        return CommsQueue(o_e, finish, sum(d for _, d in after), k_after, sum(d for _, d in items), at, tail_at, count)
 
     def _host_link(self, est: ShardEstimator, direction: str) -> tuple[np.ndarray, np.ndarray]:
         """Per rank: latency and seconds per byte of the host <-> rank copies when every rank
@@ -188,14 +192,22 @@ class StepModel:
             else:
                 self._exchange(add, S, t_ab, a_ob)
             add("lookups backward + update", names[R[r]], float(u[r]), float(load.eb[r]))
+        elif c_end > t_ab + self.queue.after_s:   # an all-reduce ready late, and those queued behind it
+            q = self.queue
+            add("dense forward + backward until a gradient is ready", "slowest rank", S, q.after_ready_s)
+            add(f"all-reduce of the last {q.after_tail_count} gradient(s)", "all ranks", S + q.after_ready_s,
+                q.after_tail_s)
         else:
             self._exchange(add, S, t_ab, a_ob)
-            add("gradient all-reduces after the exchange", "all ranks", t_ab, c_end - t_ab)
+            add("gradient all-reduces queued after the exchange", "all ranks", t_ab, c_end - t_ab)
         add("dense optimizer", names[R[r]], tail_start, float(self.DO[r]))
         return tuple(out)
 
     def _exchange(self, add, S, t_ab, a_ob) -> None:
         q = self.queue
+        if not self.est.tables:
+            add("dense forward", "slowest rank", S, max(q.before_finish_s, q.exchange_ready_s))
+            return
         if q.before_finish_s > q.exchange_ready_s:
             add("dense backward with the all-reduces before the exchange", "all ranks", S, q.before_finish_s)
         else:
