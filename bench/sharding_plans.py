@@ -15,6 +15,7 @@ GPU times are datasheet rooflines (no GPU here); re-run with measured profiles o
 
     python bench/sharding_plans.py dlrm
     python bench/sharding_plans.py resnet
+    python bench/sharding_plans.py resnet-strong --batches 32,256
 """
 from __future__ import annotations
 
@@ -150,18 +151,41 @@ def resnet_table(per_gpu: int) -> None:
               f"critical path: {', '.join(s.phase for s in r.plan.step.critical_path)} -->")
 
 
+def resnet_strong_table(global_batch: int) -> None:
+    """A fixed global batch over 1-8 GPUs: efficiency against the fewest GPUs that fit."""
+    source = ResNet50Train()
+    print(f"| machine (global batch {global_batch}) | 1 GPU | 2 GPUs | 4 GPUs | 8 GPUs | plan picks | "
+          "critical path of the plan |")
+    print("|---|---|---|---|---|---|---|")
+    for name, m in resnet_machines():
+        r = plan_sharding(source, m, global_batch=global_batch, degrees=[1, 2, 4, 8], time_limit_s=0)
+        base = next(p for p in r.degrees if math.isfinite(p.total_s))
+        cells = []
+        for p in r.degrees:
+            if not math.isfinite(p.total_s):
+                cells.append("does not fit")
+                continue
+            eff = base.total_s * len(base.ranks) / (p.total_s * len(p.ranks))
+            cells.append(f"{fmt_time(p.total_s)}, {eff:.0%}")
+        path = ", ".join(f"{s.phase} {fmt_time(s.seconds)}" for s in r.plan.step.critical_path)
+        print(f"| {name} | " + " | ".join(cells) + f" | {len(r.plan.ranks)} GPUs | {path} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("dlrm", "resnet"))
+    ap.add_argument("what", choices=("dlrm", "resnet", "resnet-strong"))
     ap.add_argument("--batches", default="16384,32768,65536")
     ap.add_argument("--machines", default="8x-a100,8x-v100,2x8-a100")
-    ap.add_argument("--time-limit", type=float, default=10.0)
+    ap.add_argument("--time-limit", type=float, default=8.0)
     ap.add_argument("--per-gpu", type=int, default=32)
     args = ap.parse_args()
     if args.what == "dlrm":
         dlrm_table([int(b) for b in args.batches.split(",")], args.machines.split(","), args.time_limit)
-    else:
+    elif args.what == "resnet":
         resnet_table(args.per_gpu)
+    else:
+        for batch in args.batches.split(","):
+            resnet_strong_table(int(batch))
 
 
 if __name__ == "__main__":

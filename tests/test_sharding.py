@@ -141,6 +141,15 @@ def test_the_step_on_hand_figures_comms_and_host_paths(small_model):
     # S = 4010 us; T_ab = S + 1500 + 4010 = 9520 us; C_end = 9920 us; emb done 9620 us; + 500 = 10420 us
     assert step.total_s == pytest.approx(10.42e-3, rel=1e-12)
     assert step.critical_path[-2].phase == "gradient all-reduces queued after the exchange"
+    # a gradient ready late with a long queue of all-reduces behind it
+    model.queue = CommsQueue(exchange_ready_s=1.5e-3, before_finish_s=1.2e-3, after_s=2.5e-3, after_finish_s=9e-3,
+                             allreduce_s=3e-3, after_ready_s=7e-3, after_tail_s=2e-3, after_tail_count=3)
+    step = model.evaluate(_load(eb=[1e-4, 1e-4]))
+    # S = 0: C_end = max(0 + 1500 + 0 + 2500, 0 + 9000) = 9000 us; dense done 3000 us; + 500 = 9500 us
+    assert step.total_s == pytest.approx(9.5e-3, rel=1e-12)
+    assert [(p.phase, p.seconds) for p in step.critical_path] == [
+        ("dense forward + backward until a gradient is ready", pytest.approx(7e-3)),
+        ("all-reduce of the last 3 gradient(s)", pytest.approx(2e-3)), ("dense optimizer", pytest.approx(0.5e-3))]
     # a slow host table: the dense part waits for its outputs, its update for their gradients
     step = model.evaluate(_load(cpu_f=20e-3, cpu_b=10e-3, host_w=64.0))
     # copies: 10 us + 256 samples * 64 B * 0.1 ns = 11.6384 us each way; S = 20 ms + 11.6384 us;

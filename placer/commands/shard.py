@@ -75,9 +75,9 @@ def add_arguments(p) -> None:
     g.add_argument("--kernels", metavar="K,K", help="kernels allowed: hbm, uvm, uvm_caching, host (default: all)")
     g.add_argument("--sharding-types", metavar="T,T", help="sharding types allowed: data_parallel, table_wise, "
                    "row_wise, column_wise (default: all)")
-    g.add_argument("--time-limit", type=float, default=10.0, metavar="S", help="seconds for the MILP (default 10)")
-    g.add_argument("--search-time", type=float, default=2.0, metavar="S",
-                   help="seconds of local search per degree (default 2)")
+    g.add_argument("--time-limit", type=float, default=8.0, metavar="S", help="seconds for the MILP (default 8)")
+    g.add_argument("--search-time", type=float, default=1.5, metavar="S",
+                   help="seconds of local search per degree (default 1.5)")
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print the plan as JSON instead of tables")
     o.add_argument("--plan-out", metavar="PLAN.json", help="also write the JSON to a file")

@@ -74,7 +74,7 @@ def default_degrees(gpus: int, global_batch: int | None) -> list[int]:
 
 def plan_sharding(source, machine: Machine, global_batch: int | None = None, per_gpu_batch: int | None = None,
                   settings: ShardSettings = ShardSettings(), degrees: list[int] | None = None,
-                  time_limit_s: float = 10.0, search_s: float = 3.0) -> ShardingResult:
+                  time_limit_s: float = 8.0, search_s: float = 1.5) -> ShardingResult:
     """The plan (module docstring). Exactly one of ``global_batch`` (strong scaling) and
     ``per_gpu_batch`` (weak scaling) is given; ``source`` has ``typed_at_batch(b)``."""
     start = time.monotonic()
