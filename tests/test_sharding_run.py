@@ -104,3 +104,22 @@ def test_a_sharded_step_gives_the_unsharded_loss_and_parameters(case):
     lookups = sorted(o.device for o in record.ops if o.type == "SparseLengthsSum")
     data_parallel = [d for _ in range(len(tables) - len(owners)) for d in range(n)]   # one lookup per GPU each
     assert lookups == sorted(f"emulated-cuda:{d}" for d in list(owners.values()) + data_parallel)
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 4])
+def test_the_gradient_of_an_alltoall_is_the_alltoall_of_its_gradients(ranks):
+    """<G, AllToAll(X)> = <AllToAll(G), X> for every X and G: the maker's op is the adjoint."""
+    from placer.ops import registry
+    from placer.training.gradients import gradient_for_op, make_op
+    from placer.types import Args
+    rng = np.random.default_rng(ranks)
+    xs = [rng.standard_normal((ranks * 2, 3)) for _ in range(ranks)]
+    gs = [rng.standard_normal((ranks * 2, 3)) for _ in range(ranks)]
+    forward = make_op("AllToAll", [f"x{i}" for i in range(ranks)], [f"y{i}" for i in range(ranks)])
+    ops, g_in = gradient_for_op(forward, [f"y{i}_grad" for i in range(ranks)])
+    assert [op.type for op in ops] == ["AllToAll"] and list(ops[0].input) == [f"y{i}_grad" for i in range(ranks)]
+    assert g_in == [f"x{i}_grad" for i in range(ranks)]
+    kernel = registry.get("AllToAll").kernel
+    ys, dxs = kernel(np, xs, Args({})), kernel(np, gs, Args({}))
+    assert sum(float((g * y).sum()) for g, y in zip(gs, ys)) == pytest.approx(
+        sum(float((d * x).sum()) for d, x in zip(dxs, xs)), rel=1e-12)
