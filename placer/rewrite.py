@@ -2,7 +2,8 @@
 
 What changes in the user's net, and nothing else:
 - every op gets a ``device_option`` (``device_type`` 1 and ``device_id`` N on GPU N, 0 on
-  the CPU; other DeviceOption fields the op had are kept);
+  the CPU; on a cluster, ``node_name`` = the device's host; other DeviceOption fields the
+  op had are kept);
 - a tensor read on another device than the one that made it is copied once per
   destination device, the way Caffe2's own ``core.InjectCrossDeviceCopies`` does it:
   ``CopyCPUToGPU`` under the destination GPU's device option, ``CopyGPUToCPU`` under the
@@ -21,7 +22,8 @@ What changes in the user's net, and nothing else:
   only names added to those lists).
 
 Blobs written more than once (in-place ops) are handled per version: a copy copies the
-version its reader reads.
+version its reader reads. An input an op reads from host memory on any device
+(``OpDef.host_inputs``: the iteration counter of Adam and LearningRate) is read on the CPU.
 """
 from __future__ import annotations
 
@@ -52,11 +54,12 @@ class _Devices:
     names: tuple[str, ...]
     kinds: tuple[str, ...]
     ordinals: tuple[int, ...]
+    hosts: tuple[str, ...] = ()     # cluster host of each device ("" on one machine)
 
     @classmethod
     def of(cls, machine) -> "_Devices":
         return cls(tuple(d.name for d in machine.devices), tuple(d.kind for d in machine.devices),
-                   tuple(d.ordinal for d in machine.devices))
+                   tuple(d.ordinal for d in machine.devices), tuple(d.host for d in machine.devices))
 
     def suffix(self, d: int) -> str:
         """Caffe2's copy-name suffix for a blob on device d."""
@@ -66,10 +69,16 @@ class _Devices:
         gpu = self.kinds[d] == "gpu"
         op.device_option.device_type = pb.PROTO_CUDA if gpu else pb.PROTO_CPU
         op.device_option.device_id = self.ordinals[d] if gpu else 0
+        if self.hosts and self.hosts[d]:
+            op.device_option.node_name = self.hosts[d]
 
     def copy_op(self, src: int, dst: int, blob: str, out: str) -> pb.OperatorDef:
-        """The copy Caffe2 would insert from device src to device dst."""
-        if self.kinds[src] == "cpu" and self.kinds[dst] == "gpu":
+        """The copy Caffe2 would insert from device src to device dst (between two hosts of
+        a cluster: ``Copy`` on the destination, which the per-worker split turns into a
+        send and a receive)."""
+        if self.hosts and self.hosts[src] != self.hosts[dst]:
+            kind, where = "Copy", dst
+        elif self.kinds[src] == "cpu" and self.kinds[dst] == "gpu":
             kind, where = "CopyCPUToGPU", dst
         elif self.kinds[src] == "gpu" and self.kinds[dst] == "cpu":
             kind, where = "CopyGPUToCPU", src
@@ -89,7 +98,7 @@ def place(net: Net, placement: Sequence[int], machine, outputs_on_host: bool = T
     if any(not 0 <= d < len(devs.names) for d in placement):
         raise PlacerError(f"placement names a device outside the machine's {len(devs.names)}")
     names = _Names(net)
-    reads, readers, final = _versions(net)
+    reads, readers, final = _versions(net, placement)
     home, other = _copy_names(net, placement, reads, readers, final, devs, names, outputs_on_host)
     param_name, param_devices, cpu_only = _parameter_names(net, placement, readers, devs, names)
 
@@ -124,18 +133,27 @@ class _Names:
         return name
 
 
-def _versions(net: Net):
-    """Which producer made the blob each op input reads; the readers of each version;
-    the producer of each blob's final version."""
+def read_device(op, k: int, placement: Sequence[int]) -> int:
+    """The device op ``op`` reads its input ``k`` on: the host for an input its registry
+    entry reads from host memory, else its own."""
+    opdef = registry.get(op.type)
+    if opdef is not None and k in opdef.host_inputs:
+        return HOST
+    return placement[op.index]
+
+
+def _versions(net: Net, placement: Sequence[int]):
+    """Which producer made the blob each op input reads; the devices that read each
+    version (one entry per read); the producer of each blob's final version."""
     producer_of = {b: (PARAM if b in net.params else EXTERNAL) for b in net.external_inputs}
     reads: list[list[int]] = []
     readers: dict[tuple[str, int], list[int]] = {}
     for op in net.ops:
         row = []
-        for name in op.inputs:
+        for k, name in enumerate(op.inputs):
             p = producer_of.get(name, EXTERNAL)
             row.append(p)
-            readers.setdefault((name, p), []).append(op.index)
+            readers.setdefault((name, p), []).append(read_device(op, k, placement))
         reads.append(row)
         for name in op.outputs:
             producer_of[name] = op.index
@@ -160,11 +178,11 @@ def _copy_names(net, placement, reads, readers, final, devs, names, outputs_on_h
                     break
                 home[(out, prev)] = gpu_name
                 p = prev
-    for (name, p), users in readers.items():
+    for (name, p), devices in readers.items():
         if p == PARAM:
             continue
         src = HOST if p == EXTERNAL else placement[p]
-        for d in dict.fromkeys(placement[u] for u in users):
+        for d in dict.fromkeys(devices):
             if d != src and (name, p, d) not in other:
                 other[(name, p, d)] = names.fresh(name + devs.suffix(d))
     return home, other
@@ -174,12 +192,12 @@ def _parameter_names(net, placement, readers, devs, names):
     """(parameter, device) -> the blob name that device reads; which devices read each
     parameter; which parameters' fill ops have no GPU kernel (filled on the CPU)."""
     devices: dict[str, list[int]] = {}
-    for (name, p), users in readers.items():
+    for (name, p), reading in readers.items():
         if p == PARAM:
             devices.setdefault(name, [])
-            for u in users:
-                if placement[u] not in devices[name]:
-                    devices[name].append(placement[u])
+            for d in reading:
+                if d not in devices[name]:
+                    devices[name].append(d)
     cpu_only = _cpu_only_fills(net)
     param_name: dict[tuple[str, int], str] = {}
     for name, used in devices.items():
@@ -218,7 +236,7 @@ def _predict_net(net, placement, reads, other, home, name_on, devs):
         new = pb.OperatorDef()
         new.CopyFrom(op.proto)
         for k, (name, p) in enumerate(zip(op.inputs, reads[op.index])):
-            new.input[k] = name_on(name, p, d)
+            new.input[k] = name_on(name, p, read_device(op, k, placement))
         for k, name in enumerate(op.outputs):
             new.output[k] = home.get((name, op.index), name)
         devs.set_option(new, d)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from placer.constants import DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY, default_efficiency
-from placer.costs import (OP_COLUMNS, TENSOR_COLUMNS, CostModel, annotate, curve_time,
-                          family_of, fit_family, gemm_dims, gpu_memory_bytes, row_efficiency)
+from placer.costs import (OP_COLUMNS, CostModel, annotate, curve_time, family_of, fit_family,
+                          gemm_dims, row_efficiency)
 from placer.profiling import default_profiles, load_device_profile
 from placer.profiling.schema import DeviceProfile, LinkCurve, OpTiming
 from placer.shapes import infer
@@ -94,7 +94,7 @@ def test_copy_curve_interpolates_then_extrapolates_the_line():
     assert model.copy_time(0, "h2d") == 0.0
     assert model.copy_time(2 ** 30, "h2d") == pytest.approx(1e-5 + 2 ** 30 / 25e9)
     assert model.copy_time(2 ** 30, "d2h", pinned=False) == pytest.approx(1e-5 + 2 ** 30 / 12.5e9)
-    assert gpu_memory_bytes(gpu) == 40 * 2 ** 30
+    assert gpu.memory_capacity_bytes == 40 * 2 ** 30
 
 
 def test_families():
@@ -161,51 +161,54 @@ def _small_net() -> Net:
 
 
 def test_annotate_small_net():
+    from placer.machine import compose_machine
     typed = infer(_small_net(), {"data": TensorType((4, 8))})
     cpu, gpu = default_profiles()
     fc1 = OpTiming("FC", (TensorType((4, 8)), TensorType((16, 8)), TensorType((16,))), {}, 9, 3.5e-5, 1e-6)
     cpu.ops = {fc1.key: fc1}
-    costs = annotate(typed, cpu, gpu, unknown_op_cost_s=2e-3)
-    ops, tensors = costs.ops, costs.tensors
+    machine = compose_machine(cpu, gpu, gpus=2)
+    costs = annotate(typed, machine, unknown_op_cost_s=2e-3)
+    ops, t = costs.ops, costs.tensors
     assert list(ops.columns) == OP_COLUMNS and list(ops["index"]) == [0, 1, 2, 3, 4]
     assert list(ops["type"]) == ["FC", "Relu", "FC", "Softmax", "MysteryOp"]
-    assert ops.loc[0, "cpu_s"] == 3.5e-5 and ops.loc[0, "cpu_source"] == "measured"
-    assert ops.loc[2, "cpu_source"] == "fitted"          # FC family fitted from the one entry
-    assert ops.loc[1, "cpu_source"] == "roofline"        # no elementwise entries on the host
+    assert costs.op_s.shape == (5, 3)
+    assert costs.op_s[0, 0] == 3.5e-5 and costs.op_source[0, 0] == "measured"
+    assert costs.op_source[2, 0] == "fitted"          # FC family fitted from the one entry
+    assert costs.op_source[1, 0] == "roofline"        # no elementwise entries on the host
     relu = ops.loc[1]
-    assert relu.gpu_source == "roofline"
-    assert relu.gpu_s == pytest.approx(5e-6 + max(relu.flops / (14e12 * DEFAULT_COMPUTE_EFFICIENCY["elementwise"]),
-                                                  (relu.bytes_read + relu.bytes_written)
-                                                  / (900e9 * DEFAULT_MEMORY_EFFICIENCY["elementwise"])))
+    assert costs.op_source[1, 1] == "roofline"
+    assert costs.op_s[1, 1] == pytest.approx(5e-6 + max(relu.flops / (14e12 * DEFAULT_COMPUTE_EFFICIENCY["elementwise"]),
+                                                        (relu.bytes_read + relu.bytes_written)
+                                                        / (900e9 * DEFAULT_MEMORY_EFFICIENCY["elementwise"])))
+    assert (costs.op_s[:, 1] == costs.op_s[:, 2]).all()   # two GPUs of one profile: priced once, the same
     assert ops.loc[0, "output_bytes"] == 4 * 16 * 4
     assert ops.loc[0, "param_bytes"] == (16 * 8 + 16) * 4
     assert ops.loc[0, "macs"] == 4 * 8 * 16
-    mystery = ops.loc[4]
-    assert (mystery.cpu_s, mystery.gpu_s, mystery.cpu_source, bool(mystery.known), bool(mystery.gpu_kernel)) == \
-        (2e-3, 2e-3, "unknown", False, False)
-    assert bool(ops.loc[0, "gpu_kernel"]) and bool(ops.loc[0, "known"])
+    assert tuple(costs.op_s[4]) == (2e-3, 2e-3, 2e-3) and costs.op_source[4, 0] == "unknown"
+    assert not ops.loc[4, "known"] and not costs.kernels[4].any()
+    assert costs.kernels[0].all() and bool(ops.loc[0, "known"])
 
-    assert list(tensors.columns) == TENSOR_COLUMNS
-    rows = {r.name: r for r in tensors.itertuples()}
+    rows = {}
+    for x, name in enumerate(t.names):
+        rows.setdefault(name, []).append(x)
     assert set(rows) == {"data", "w1", "b1", "h", "w2", "b2", "y", "p", "q"}
     # the in-place Relu starts a new version of h: two rows, each read by its own op
-    versions = {(r.name, r.producer): r.consumers for r in tensors.itertuples()}
+    versions = {(t.names[x], int(t.producer[x])): t.readers(x).tolist() for x in range(len(t))}
     assert versions[("h", 0)] == [1] and versions[("h", 1)] == [2]
-    assert (rows["data"].producer, rows["data"].consumers) == (-1, [0])
-    assert (rows["w1"].producer, rows["w2"].consumers) == (-2, [2])
-    assert (rows["h"].producer, rows["h"].consumers) == (1, [2])
-    assert (rows["p"].producer, rows["p"].consumers, bool(rows["p"].external_output)) == (3, [4], True)
-    assert (rows["q"].producer, rows["q"].consumers, rows["q"].bytes) == (4, [], 0.0)
-    assert not rows["h"].external_output
-    assert rows["data"].bytes == 4 * 8 * 4
-    assert rows["data"].h2d_s == pytest.approx(1e-5 + 128 / 12e9)
-    assert rows["y"].d2h_s == pytest.approx(1e-5 + 4 * 10 * 4 / 12e9)
+    assert versions[("data", -1)] == [0] and versions[("w2", -2)] == [2]
+    (p,), (q,), (data,) = rows["p"], rows["q"], rows["data"]
+    assert (int(t.producer[p]), t.readers(p).tolist(), bool(t.external_output[p])) == (3, [4], True)
+    assert (int(t.producer[q]), t.readers(q).tolist(), t.nbytes[q]) == (4, [], 0.0)
+    assert not t.external_output[rows["h"]].any()
+    assert t.nbytes[data] == 4 * 8 * 4
+    # copy times come from the machine's links: host -> cuda:0 at the V100's PCIe figure
+    tables = machine.link_classes()
+    secs = tables.class_seconds(t.nbytes)
+    assert secs[tables.link_class[0, 1], data] == pytest.approx(1e-5 + 128 / 12e9)
     assert costs.param_bytes == (16 * 8 + 16 + 10 * 16 + 10) * 4
-    assert costs.gpu_memory_bytes == 16 * 2 ** 30
     # data, h, y, p (q has no known shape): 4x8 + 4x16 + 4x10 + 4x10 floats
     assert costs.memory_footprint() == {"param_bytes": costs.param_bytes,
-                                        "activation_bytes": (32 + 64 + 40 + 40) * 4,
-                                        "gpu_capacity_bytes": 16 * 2 ** 30}
+                                        "activation_bytes": (32 + 64 + 40 + 40) * 4}
 
 
 def test_type_fit_wins_over_family_fit():

@@ -22,7 +22,7 @@ from conftest import CupyNames, require_cupy, require_torch
 from cupy_standin import DeviceArray, StrictCupy, check_gpu_kernel, run_strict
 from placer.errors import ArgumentError, InputError
 from placer.ops import registry
-from placer.ops.optimizers import ENFORCED_INPLACE, HOST_INPUTS, INDICES_AT, round_launches
+from placer.ops.optimizers import ENFORCED_INPLACE, INDICES_AT, round_launches
 from placer.types import Args, TensorType
 
 ALL = CASES + LR_CASES
@@ -81,10 +81,10 @@ def test_kernel_uses_only_names_cupy_has(case):
 
 def as_run_on_a_gpu(opdef, case):
     """``opdef`` as a GPU runs it: the inputs Caffe2 reads from host memory whatever the
-    device (``HOST_INPUTS``: iteration counters) reach the kernel as host arrays, and its
+    device (``OpDef.host_inputs``: iteration counters) reach the kernel as host arrays, and its
     launches are the declared count (unique indices: one round) plus one round's launches
     for every further time the most repeated index is listed."""
-    host = HOST_INPUTS.get(opdef.type, ())
+    host = opdef.host_inputs
 
     def kernel(xp, inputs, args):
         return opdef.kernel(xp, [x._a if i in host and isinstance(x, DeviceArray) else x   # the host copy

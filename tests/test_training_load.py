@@ -1,11 +1,9 @@
 """Generated train nets load through placer: every op type has a registry entry and shape
 inference types every blob (the init net is inferred first; its outputs feed the train net).
 
-These tests need the gradient and optimizer operators (FCGradient, MomentumSGDUpdate,
-LearningRate, AtomicIter, Adagrad, Adam, ...) in placer's op registry, which are added in
-``placer/ops`` separately; until they are there, the tests fail on the first check with the
-list of op types that have no entry, and are marked xfail (not strict) for that reason.
-Remove the mark once they pass.
+The gradient of a Concat is a Split that reads the Concat's split_info blob, and the
+gradient of a Reshape is a Reshape that reads the old shape: their output shapes come
+from those blobs' values, which inference knows from shapes alone (``TensorType.values``).
 """
 from __future__ import annotations
 
@@ -20,11 +18,6 @@ from placer.shapes import infer, require_complete
 from placer.types import TensorType
 
 DATA = Path(__file__).parent / "data" / "training"
-
-REGISTRY_PENDING = pytest.mark.xfail(
-    reason="gradient/optimizer op types (FCGradient, MomentumSGDUpdate, LearningRate, "
-           "AtomicIter, CreateMutex, Adagrad, Adam, ...) have no entry in placer's op registry "
-           "yet; they are added in placer/ops separately", strict=False)
 
 INPUTS = {
     "mlp": {"data": TensorType((4, 6)), "label": TensorType((4,), "int32")},
@@ -45,7 +38,6 @@ def typed_train_net(train_path: Path, init_path: Path, inputs: dict):
     return require_complete(infer(net, {**known, **inputs}))
 
 
-@REGISTRY_PENDING
 @pytest.mark.parametrize("model,opt", [("mlp", "sgd"), ("mlp", "nesterov"), ("dlrm", "rowwise-adagrad"),
                                        ("dlrm", "adam")])
 def test_train_nets_load_and_every_blob_gets_a_shape(tmp_path, model, opt):
@@ -58,9 +50,11 @@ def test_train_nets_load_and_every_blob_gets_a_shape(tmp_path, model, opt):
         grad = typed.blobs.get(f"{p}_grad")
         if grad is not None:
             assert grad.shape == typed.blobs[p].shape, p
+    if model == "dlrm":  # the Split of Concat's gradient: each part has its input's shape
+        for blob in ("pooled", "bot"):
+            assert typed.blobs[f"{blob}_grad"] == typed.blobs[blob] == TensorType((4, 4)), blob
 
 
-@REGISTRY_PENDING
 @pytest.mark.corpus
 def test_solver_train_net_loads(tmp_path, corpus):
     solver = tmp_path / "solver.prototxt"
@@ -81,3 +75,24 @@ def test_the_registry_check_names_the_missing_types(tmp_path):
     init.write_text('op { output: "x" type: "ConstantFill" arg { name: "shape" ints: 2 } }\n')
     with pytest.raises(AssertionError, match="registry: NoSuchGradientOp"):
         typed_train_net(net, init, {})
+
+
+def test_reshape_gradient_takes_its_shape_from_the_old_shape_blob(tmp_path):
+    """Reshape's gradient reshapes dY back with the forward op's old_shape output; both
+    Reshape's forms (shape argument, shape blob from a Concat's split_info) give it."""
+    net = tmp_path / "net.pbtxt"
+    net.write_text("""
+op { input: "a" input: "b" output: "ab" output: "ab_dims" type: "Concat" arg { name: "axis" i: 0 } }
+op { input: "x" input: "ab_dims" output: "y" output: "x_shape" type: "Reshape" }
+op { input: "y" output: "z" output: "y_shape" type: "Reshape" arg { name: "shape" ints: -1 } }
+op { input: "dz" input: "y_shape" output: "dy" output: "_dy_dims" type: "Reshape" }
+op { input: "dy" input: "x_shape" output: "dx" output: "_dx_dims" type: "Reshape" }
+op { input: "dab" input: "ab_dims" output: "da" output: "db" type: "Split" arg { name: "axis" i: 0 } }
+external_input: "a" external_input: "b" external_input: "x" external_input: "dz" external_input: "dab"
+""")
+    typed = require_complete(infer(net_from_netdef(load_netdef(net), path=str(net)), {
+        "a": TensorType((2,)), "b": TensorType((3,)), "x": TensorType((6,)), "dz": TensorType((6,)),
+        "dab": TensorType((5,))}))
+    assert typed.blobs["y"].shape == (2, 3)
+    assert typed.blobs["dy"].shape == (2, 3) and typed.blobs["dx"].shape == (6,)
+    assert typed.blobs["da"].shape == (2,) and typed.blobs["db"].shape == (3,)

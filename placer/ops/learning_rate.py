@@ -32,7 +32,8 @@ truncates, as in C++):
 
 The output is a 0-d float32 tensor (Caffe2 resizes it to no dims), computed on the host
 in float32 like the C++ (T = float) and moved to the op's device. The counter is read on
-the host: Caffe2 reads it from a CPU tensor on every device. Cost: a handful of scalar
+the host: Caffe2 reads it from a CPU tensor on every device (``host_inputs``), so a GPU
+LearningRate takes it from host memory. Cost: a handful of scalar
 flops; it is the launch that costs. Devices: CPU and CUDA (learning_rate_op_gpu.cc).
 """
 from __future__ import annotations

@@ -26,9 +26,13 @@ the second time from the first result: the kernels apply ``indices_in_rounds`` o
 after another (see placer/ops/scatter.py), exactly as the C++ loop does in place.
 
 In place (``ENFORCED_INPLACE`` lists the input -> output pairs Caffe2 enforces; the
-dense updates allow it and are written in place by Caffe2's optimizer): the kernels
-return new arrays and the executor stores them under the output names, which are the
-input names in a Caffe2 train net.
+dense updates allow it and are written in place by Caffe2's optimizer): each kernel
+declares the pairs it can update in place (``OpDef.inplace``). Every update is written
+as arithmetic on state arrays in place; a kernel first takes each state array as it is
+when the runner allows it (``args.inplace``, see placer/ops/registry.py), else a copy.
+So a sparse update on a runner-owned table touches only the looked-up rows, and without
+``args.inplace`` no input is ever written. The in-place forms do the same float
+operations in the same order as ``p + update``, so both give the same bits.
 
 Costs: flops per updated element as written in the formulas above (a sqrt or a divide
 counts 1); bytes: a dense update reads and writes every state tensor once; a sparse
@@ -42,7 +46,8 @@ ScatterWeightedSum (w0 must be 1 there), MomentumSGDUpdate, SparseMomentumSGDUpd
 Adagrad, SparseAdagrad, RowWiseSparseAdagrad, Adam and SparseAdam. RowWiseSparseAdam,
 AtomicIter and CreateMutex are CPU only. Iter has a CUDA registration, but its counter
 is a CPU tensor either way (as is the iteration LearningRate and Adam read), so Iter is
-registered for the CPU only here.
+registered for the CPU only here. Adam and SparseAdam on a GPU read the counter from
+host memory (``OpDef.host_inputs``), as Caffe2's CUDA kernels do.
 """
 from __future__ import annotations
 
@@ -72,9 +77,6 @@ ENFORCED_INPLACE = {
     "AtomicIter": ((1, 0),),
 }
 
-# Inputs Caffe2 reads from a CPU tensor whatever device the op runs on (the iteration
-# counter): a GPU Adam or LearningRate takes its ``iter`` from host memory.
-HOST_INPUTS = {"Adam": (5,), "SparseAdam": (6,), "RowWiseSparseAdam": (6,), "LearningRate": (0,)}
 
 
 # ---------------------------------------------------------------- GPU launches
@@ -169,6 +171,31 @@ def _host_scalar(x) -> float:
     return float(x.reshape(-1)[:1].tolist()[0])
 
 
+def _state(x, shape, writable: bool):
+    """``x`` seen as ``shape``, to be updated in place: ``x``'s own memory when the runner
+    allows it (a C-contiguous reshape is a view, on numpy and cupy), else a copy."""
+    if writable and x.flags.c_contiguous:
+        return x.reshape(shape), True
+    return x.reshape(shape).copy(), False
+
+
+def _result(x, updated, own: bool):
+    """The output for state input ``x``: ``x`` itself when it was updated in place."""
+    return x if own else updated.reshape(x.shape)
+
+
+def _update_rows(table, flat, positions, update, *row_arrays):
+    """Gather the rows ``flat[positions]`` (distinct within a round) of ``table`` and of
+    each array of ``row_arrays``, let ``update`` change the gathered copies in place,
+    and scatter them back: only the looked-up rows are read and written."""
+    rows = flat[positions]
+    gathered = [a[rows] for a in (table, *row_arrays)]
+    extra = update(positions, *gathered)
+    for a, g in zip((table, *row_arrays), gathered):
+        a[rows] = g
+    return extra
+
+
 def _indices(xp, indices, rows: int, args: Args, op_type: str):
     """Flat indices, checked against the parameter's rows (one host round trip)."""
     flat = indices.reshape(-1)
@@ -194,10 +221,11 @@ def _weighted_sum_infer(inputs, args):
 
 def _weighted_sum_kernel(xp, inputs, args):
     x0 = inputs[0]
-    out = x0 * inputs[1].reshape(()).astype(x0.dtype)
+    out, own = _state(x0, x0.shape, 0 in args.inplace)
+    out *= inputs[1].reshape(()).astype(x0.dtype)
     for i in range(2, len(inputs), 2):
         out += inputs[i].reshape(x0.shape) * inputs[i + 1].reshape(()).astype(x0.dtype)
-    return (out,)
+    return (_result(x0, out, own),)
 
 
 def _weighted_sum_cost(inputs, outputs, args) -> OpFeatures:
@@ -208,7 +236,7 @@ def _weighted_sum_cost(inputs, outputs, args) -> OpFeatures:
 
 
 register(OpDef("WeightedSum", _weighted_sum_infer, _weighted_sum_kernel, cost=_weighted_sum_cost,
-               min_inputs=2, launches=lambda inputs, args: 3 * (len(inputs) // 2) - 1,   # per pair: cast, *, +=
+               min_inputs=2, inplace=((0, 0),), launches=lambda inputs, args: 3 * (len(inputs) // 2) - 1,   # per pair: cast, *, +=
                doc="w0*X0 + w1*X1 + ...; SGD's param update and weight decay"))
 
 
@@ -229,33 +257,34 @@ def _scatter_weighted_sum_kernel(xp, inputs, args):
     each w_b * X_b row is added to its row (repeated rows add up)."""
     x0, w0, indices = inputs[:3]
     flat = _indices(xp, indices, x0.shape[0], args, "ScatterWeightedSum")
+    out, own = _state(x0, (x0.shape[0], -1), 0 in args.inplace)
     if flat.size == 0:
-        return (x0.copy(),)
-    table = x0.reshape(x0.shape[0], -1)
+        return (_result(x0, out, own),)
     scale = xp.power(w0.reshape(()).astype(x0.dtype), id_counts(xp, flat).astype(x0.dtype))
-    out = table.copy()
-    out[flat] = xp.take(table, flat, axis=0) * scale[:, None]   # a repeated row: equal writes
-    row_shape = (flat.size, table.shape[1])
+    out[flat] = xp.take(out, flat, axis=0) * scale[:, None]   # a repeated row: equal writes
+    row_shape = (flat.size, out.shape[1])
     update = inputs[3].reshape(row_shape) * inputs[4].reshape(()).astype(x0.dtype)
     for i in range(5, len(inputs), 2):
         update = update + inputs[i].reshape(row_shape) * inputs[i + 1].reshape(()).astype(x0.dtype)
-    return (add_rows_at(xp, out, flat, update).reshape(x0.shape),)
+    return (_result(x0, add_rows_at(xp, out, flat, update, inplace=True), own),)
 
 
 register(OpDef("ScatterWeightedSum", _scatter_weighted_sum_infer, _scatter_weighted_sum_kernel,
-               cost=_sparse_cost(3.0, 3, 2, 0, ()), min_inputs=5,
+               cost=_sparse_cost(3.0, 3, 2, 0, ()), min_inputs=5, inplace=((0, 0),),
                launches=lambda inputs, args: 15 + 3 * ((len(inputs) - 3) // 2),
                doc="X0[INDICES] = w0*X0[INDICES] + sum_b w_b*X_b, in place on X0 (sparse SGD)"))
 
 
 # ---------------------------------------------------------------- momentum SGD
-def _momentum_step(xp, g, m, lr, args: Args):
-    """(adjusted gradient, new momentum) of Caffe2's momentum_sgd_update."""
+def _momentum_update(xp, g, m, p, lr, args: Args):
+    """Caffe2's momentum_sgd_update on ``m`` and ``p`` in place; returns the adjusted
+    gradient (a new array): m' = mu*m + lr*g; g' = m' or (1+mu)*m' - mu*m; p -= g'."""
     mu = args.float("momentum", 0.0)
-    new_m = m * mu + g * lr
-    if not args.bool("nesterov", False):
-        return new_m.copy(), new_m
-    return new_m * (1 + mu) - m * mu, new_m
+    old = m * mu
+    xp.add(old, g * lr, out=m)
+    adjusted = m * (1 + mu) - old if args.bool("nesterov", False) else m.copy()
+    p -= adjusted
+    return adjusted
 
 
 def _momentum_infer(inputs, args):
@@ -269,8 +298,13 @@ def _momentum_infer(inputs, args):
 def _momentum_kernel(xp, inputs, args):
     g, m, lr, p = inputs
     lr = lr.reshape(()).astype(g.dtype)
-    new_g, new_m = _momentum_step(xp, g, m.reshape(g.shape), lr, args)
-    return new_g, new_m.reshape(m.shape), p - new_g.reshape(p.shape)
+    new_m, own_m = _state(m, g.shape, 1 in args.inplace)
+    new_p, own_p = _state(p, g.shape, 3 in args.inplace)
+    adjusted = _momentum_update(xp, g, new_m, new_p, lr, args)
+    if 0 in args.inplace and g.flags.c_contiguous:
+        xp.copyto(g, adjusted)
+        adjusted = g
+    return adjusted, _result(m, new_m, own_m), _result(p, new_p, own_p)
 
 
 def _sparse_momentum_infer(inputs, args):
@@ -288,36 +322,42 @@ def _sparse_momentum_kernel(xp, inputs, args):
     row_shape = (flat.size,) + tuple(p.shape[1:])
     grad_rows = g.reshape(row_shape)
     new_g = xp.empty_like(grad_rows)
-    new_m, new_p = m.reshape(p.shape).copy(), p.copy()
+    new_m, own_m = _state(m, p.shape, 1 in args.inplace)
+    new_p, own_p = _state(p, p.shape, 3 in args.inplace)
+
+    def update(positions, p_rows, m_rows):
+        new_g[positions] = _momentum_update(xp, grad_rows[positions], m_rows, p_rows, lr, args)
+
     for positions in rounds:
-        rows = flat[positions]
-        adjusted, moment = _momentum_step(xp, grad_rows[positions], new_m[rows], lr, args)
-        new_g[positions] = adjusted
-        new_m[rows] = moment
-        new_p[rows] = new_p[rows] - adjusted
-    return new_g.reshape(g.shape), new_m.reshape(m.shape), new_p
+        _update_rows(new_p, flat, positions, update, new_m)
+    return new_g.reshape(g.shape), _result(m, new_m, own_m), _result(p, new_p, own_p)
 
 
 register(OpDef("MomentumSGDUpdate", _momentum_infer, _momentum_kernel, cost=_dense_cost(4.0),
-               min_inputs=4, max_inputs=4, launches=lambda inputs, args: 8 if args.bool("nesterov", False) else 6,
+               min_inputs=4, max_inputs=4, inplace=((0, 0), (1, 1), (3, 2)), launches=lambda inputs, args: 8 if args.bool("nesterov", False) else 6,
                doc="(grad, moment, lr, param) -> (grad', moment', param): momentum / nesterov SGD, in place"))
 register(OpDef("SparseMomentumSGDUpdate", _sparse_momentum_infer, _sparse_momentum_kernel,
                cost=_sparse_cost(4.0, 0, 4, 3, (1,), grad_out=True), min_inputs=5, max_inputs=5,
+               inplace=((1, 1), (3, 2)),
                launches=_rounds_launches("SparseMomentumSGDUpdate"),
                doc="momentum SGD on the rows INDICES: (grad, moment, lr, param, indices) -> (grad', moment', param)"))
 
 
 # ---------------------------------------------------------------- Adagrad
-def _adagrad_step(xp, p, h, g, lr, args: Args, decay: float = 1.0):
-    """(new param, new moment, effective lr, update) of Caffe2's adagrad_update."""
+def _adagrad_update(xp, p, h, g, lr, args: Args, decay: float = 1.0):
+    """Caffe2's adagrad_update on ``p`` and ``h`` in place; returns (effective lr, update):
+    g += wd*p; h = decay*h + g^2; p += lr*g/(sqrt(h)+eps)."""
     eps = p.dtype.type(args.float("epsilon", 1e-5))
     wd = args.float("weight_decay", 0.0)
     if wd:
         g = g + p * p.dtype.type(wd)
-    new_h = h * p.dtype.type(decay) + g * g if decay != 1.0 else h + g * g
-    effective = lr / (xp.sqrt(new_h) + eps)
+    if decay != 1.0:
+        h *= p.dtype.type(decay)
+    h += g * g
+    effective = lr / (xp.sqrt(h) + eps)
     update = effective * g
-    return p + update, new_h, effective, update
+    p += update
+    return effective, update
 
 
 def _adagrad_infer(inputs, args):
@@ -332,9 +372,12 @@ def _adagrad_infer(inputs, args):
 def _adagrad_kernel(xp, inputs, args):
     p, h, g, lr = inputs
     lr = lr.reshape(()).astype(p.dtype)
-    new_p, new_h, effective, update = _adagrad_step(xp, p, h.reshape(p.shape), g.reshape(p.shape), lr,
-                                                    args, args.float("decay", 1.0))
-    outs = (new_p, new_h.reshape(h.shape), effective.reshape(g.shape), update.reshape(g.shape))
+    new_p, own_p = _state(p, p.shape, 0 in args.inplace)
+    new_h, own_h = _state(h, p.shape, 1 in args.inplace)
+    effective, update = _adagrad_update(xp, new_p, new_h, g.reshape(p.shape), lr, args,
+                                        args.float("decay", 1.0))
+    outs = (_result(p, new_p, own_p), _result(h, new_h, own_h), effective.reshape(g.shape),
+            update.reshape(g.shape))
     return outs[:max(args.n_outputs or 2, 2)]
 
 
@@ -360,40 +403,41 @@ def _sparse_adagrad_kernel(rowwise: bool):
         flat, rounds = indices_in_rounds(xp, indices, p.shape[0], f"op {args.op}: SparseAdagrad")
         lr = lr.reshape(()).astype(p.dtype)
         grad_rows = g.reshape((flat.size,) + tuple(p.shape[1:]))
-        new_p = p.copy()
-        new_h = h.reshape(p.shape[0]).copy() if rowwise else h.reshape(p.shape).copy()
-        for positions in rounds:
-            rows = flat[positions]
+        new_p, own_p = _state(p, p.shape, 0 in args.inplace)
+        new_h, own_h = _state(h, (p.shape[0],) if rowwise else p.shape, 1 in args.inplace)
+
+        def update(positions, p_rows, h_rows):
             if rowwise:
-                new_p[rows], new_h[rows] = _rowwise_adagrad_rows(xp, new_p[rows], new_h[rows],
-                                                                 grad_rows[positions], lr, args)
+                _rowwise_adagrad_update(xp, p_rows, h_rows, grad_rows[positions], lr, args)
             else:
-                new_p[rows], new_h[rows], _, _ = _adagrad_step(xp, new_p[rows], new_h[rows],
-                                                               grad_rows[positions], lr, args)
-        return new_p, new_h.reshape(h.shape)
+                _adagrad_update(xp, p_rows, h_rows, grad_rows[positions], lr, args)
+
+        for positions in rounds:
+            _update_rows(new_p, flat, positions, update, new_h)
+        return _result(p, new_p, own_p), _result(h, new_h, own_h)
     return kernel
 
 
-def _rowwise_adagrad_rows(xp, p_rows, h_rows, g_rows, lr, args: Args):
-    """One row per index: h += mean over the row of g^2; p += lr * g / (sqrt(h) + eps)."""
+def _rowwise_adagrad_update(xp, p_rows, h_rows, g_rows, lr, args: Args) -> None:
+    """One moment per row, in place: h += mean over the row of g^2; p += lr*g/(sqrt(h)+eps)."""
     eps = p_rows.dtype.type(args.float("epsilon", 1e-5))
     wd = args.float("weight_decay", 0.0)
     g = g_rows + p_rows * p_rows.dtype.type(wd) if wd else g_rows
     flat_g = g.reshape(g.shape[0], -1)
-    new_h = h_rows + (flat_g * flat_g).mean(axis=1, dtype=p_rows.dtype)
-    step = lr / (xp.sqrt(new_h) + eps)
-    return p_rows + g * step.reshape((-1,) + (1,) * (g.ndim - 1)), new_h
+    h_rows += (flat_g * flat_g).mean(axis=1, dtype=p_rows.dtype)
+    step = lr / (xp.sqrt(h_rows) + eps)
+    p_rows += g * step.reshape((-1,) + (1,) * (g.ndim - 1))
 
 
 register(OpDef("Adagrad", _adagrad_infer, _adagrad_kernel, cost=_dense_cost(6.0),
-               min_inputs=4, max_inputs=4, launches=_adagrad_launches,
+               min_inputs=4, max_inputs=4, inplace=((0, 0), (1, 1)), launches=_adagrad_launches,
                doc="(param, moment, grad, lr) -> (param, moment[, effective_lr[, update]]), in place"))
 register(OpDef("SparseAdagrad", _sparse_adagrad_infer(False), _sparse_adagrad_kernel(False),
-               cost=_sparse_cost(6.0, 3, 2, 0, (1,)), min_inputs=5, max_inputs=5,
+               cost=_sparse_cost(6.0, 3, 2, 0, (1,)), min_inputs=5, max_inputs=5, inplace=((0, 0), (1, 1)),
                launches=_rounds_launches("SparseAdagrad"),
                doc="Adagrad on the rows INDICES: (param, moment, indices, grad, lr) -> (param, moment)"))
 register(OpDef("RowWiseSparseAdagrad", _sparse_adagrad_infer(True), _sparse_adagrad_kernel(True),
-               cost=_sparse_cost(5.0, 3, 2, 0, (), (1,)), min_inputs=5, max_inputs=5,
+               cost=_sparse_cost(5.0, 3, 2, 0, (), (1,)), min_inputs=5, max_inputs=5, inplace=((0, 0), (1, 1)),
                launches=_rounds_launches("RowWiseSparseAdagrad"),
                doc="Adagrad with one moment per row (mean of g^2 over the row) on the rows INDICES"))
 
@@ -405,21 +449,26 @@ def _adam_correction(args: Args, iteration: int) -> float:
     return (1 - b2 ** t) ** 0.5 / (1 - b1 ** t)
 
 
-def _adam_step(xp, p, m1, m2, g, lr, correction, args: Args, rowwise: bool = False):
-    """(new param, new m1, new m2, effective gradient) of Caffe2's adam_compute."""
+def _adam_update(xp, p, m1, m2, g, lr, correction, args: Args, rowwise: bool = False):
+    """Caffe2's adam_compute on ``p``, ``m1``, ``m2`` in place; returns the effective
+    gradient: m1 = b1*m1 + (1-b1)*g; m2 = b2*m2 + (1-b2)*g^2 (its row mean when rowwise);
+    p += lr * correction * m1 / (sqrt(m2) + eps)."""
     dt = p.dtype.type
     b1, b2 = dt(args.float("beta1", 0.9)), dt(args.float("beta2", 0.999))
     eps = dt(args.float("epsilon", 1e-5))
-    new_m1 = m1 * b1 + g * (1 - b1)
+    m1 *= b1
+    m1 += g * (1 - b1)
+    m2 *= b2
     if rowwise:
         flat_g = g.reshape(g.shape[0], -1)
-        new_m2 = m2 * b2 + (flat_g * flat_g).mean(axis=1, dtype=p.dtype) * (1 - b2)
-        root = xp.sqrt(new_m2).reshape((-1,) + (1,) * (g.ndim - 1))
+        m2 += (flat_g * flat_g).mean(axis=1, dtype=p.dtype) * (1 - b2)
+        root = xp.sqrt(m2).reshape((-1,) + (1,) * (g.ndim - 1))
     else:
-        new_m2 = m2 * b2 + g * g * (1 - b2)
-        root = xp.sqrt(new_m2)
-    effective = new_m1 * dt(correction) / (root + eps)
-    return p + lr * effective, new_m1, new_m2, effective
+        m2 += g * g * (1 - b2)
+        root = xp.sqrt(m2)
+    effective = m1 * dt(correction) / (root + eps)
+    p += lr * effective
+    return effective
 
 
 def _adam_infer(inputs, args):
@@ -435,9 +484,11 @@ def _adam_kernel(xp, inputs, args):
     p, m1, m2, g, lr, it = inputs
     correction = _adam_correction(args, int(_host_scalar(it)))
     lr = lr.reshape(()).astype(p.dtype)
-    new_p, new_m1, new_m2, effective = _adam_step(xp, p, m1.reshape(p.shape), m2.reshape(p.shape),
-                                                  g.reshape(p.shape), lr, correction, args)
-    outs = (new_p, new_m1.reshape(m1.shape), new_m2.reshape(m2.shape), effective.reshape(g.shape))
+    (new_p, own_p), (new_m1, own_1), (new_m2, own_2) = (
+        _state(x, p.shape, i in args.inplace) for i, x in enumerate((p, m1, m2)))
+    effective = _adam_update(xp, new_p, new_m1, new_m2, g.reshape(p.shape), lr, correction, args)
+    outs = (_result(p, new_p, own_p), _result(m1, new_m1, own_1), _result(m2, new_m2, own_2),
+            effective.reshape(g.shape))
     return outs[:max(args.n_outputs or 3, 3)]
 
 
@@ -464,29 +515,34 @@ def _sparse_adam_kernel(rowwise: bool):
         correction = _adam_correction(args, int(_host_scalar(it)))
         lr = lr.reshape(()).astype(p.dtype)
         grad_rows = g.reshape((flat.size,) + tuple(p.shape[1:]))
-        new_p, new_m1 = p.copy(), m1.reshape(p.shape).copy()
-        new_m2 = m2.reshape(p.shape[0]).copy() if rowwise else m2.reshape(p.shape).copy()
+        new_p, own_p = _state(p, p.shape, 0 in args.inplace)
+        new_m1, own_1 = _state(m1, p.shape, 1 in args.inplace)
+        new_m2, own_2 = _state(m2, (p.shape[0],) if rowwise else p.shape, 2 in args.inplace)
         effective = xp.empty_like(grad_rows)
+
+        def update(positions, p_rows, m1_rows, m2_rows):
+            effective[positions] = _adam_update(xp, p_rows, m1_rows, m2_rows, grad_rows[positions], lr,
+                                                correction, args, rowwise)
+
         for positions in rounds:
-            rows = flat[positions]
-            new_p[rows], new_m1[rows], new_m2[rows], effective[positions] = _adam_step(
-                xp, new_p[rows], new_m1[rows], new_m2[rows], grad_rows[positions], lr, correction,
-                args, rowwise)
-        outs = (new_p, new_m1.reshape(m1.shape), new_m2.reshape(m2.shape), effective.reshape(g.shape))
+            _update_rows(new_p, flat, positions, update, new_m1, new_m2)
+        outs = (_result(p, new_p, own_p), _result(m1, new_m1, own_1), _result(m2, new_m2, own_2),
+                effective.reshape(g.shape))
         return outs[:max(args.n_outputs or 3, 3)]
     return kernel
 
 
 register(OpDef("Adam", _adam_infer, _adam_kernel, cost=_dense_cost(10.0), min_inputs=6, max_inputs=6, launches=14,
-               host_inputs=HOST_INPUTS["Adam"],
+               host_inputs=(5,), inplace=((0, 0), (1, 1), (2, 2)),
                doc="(param, m1, m2, grad, lr, iter) -> (param, m1, m2[, effective grad]), t = iter+1, in place"))
 register(OpDef("SparseAdam", _sparse_adam_infer(False), _sparse_adam_kernel(False),
                cost=_sparse_cost(10.0, 4, 3, 0, (1, 2)), min_inputs=7, max_inputs=7,
-               launches=_rounds_launches("SparseAdam"), host_inputs=HOST_INPUTS["SparseAdam"],
+               host_inputs=(6,), inplace=((0, 0), (1, 1), (2, 2)),
+               launches=_rounds_launches("SparseAdam"),
                doc="Adam on the rows INDICES: (param, m1, m2, indices, grad, lr, iter)"))
 register(OpDef("RowWiseSparseAdam", _sparse_adam_infer(True), _sparse_adam_kernel(True),
                cost=_sparse_cost(9.0, 4, 3, 0, (1,), (2,)), devices=CPU_ONLY, min_inputs=7, max_inputs=7,
-               host_inputs=HOST_INPUTS["RowWiseSparseAdam"],
+               host_inputs=(6,), inplace=((0, 0), (1, 1), (2, 2)),
                doc="Adam with one second moment per row on the rows INDICES. CPU only, as in Caffe2."))
 
 

@@ -9,8 +9,15 @@ An entry holds
 - ``kernel(xp, inputs, args) -> tuple``: one array-module-generic kernel that runs on
   numpy and cupy unchanged (``xp`` is the module); None until a kernel exists;
 - ``devices``: the device kinds it has kernels for ("cpu", "gpu");
-- ``host_inputs``: inputs the op reads from host memory whatever device it runs on (the
-  iteration counter a GPU LearningRate or Adam reads, as Caffe2's kernels do);
+- ``host_inputs``: input positions Caffe2 reads from a CPU tensor whatever device the op
+  runs on (the iteration counter of Adam and LearningRate): such an input must be on the
+  host, and the kernel gets it as a numpy array even when ``xp`` is cupy;
+- ``inplace``: (input, output) position pairs the kernel can update in place. When the op
+  writes input i's blob as output j (same name) and the runner owns that array (no other
+  blob and no caller's array shares its memory), the runner puts i in ``args.inplace``;
+  the kernel may then overwrite input i and return it as output j instead of copying it
+  (an optimizer update then touches only the rows it changes, not the whole table).
+  Without it in ``args.inplace`` a kernel never writes into its inputs;
 - ``launches``: how many kernels its GPU kernel launches, an int or a function
   ``(inputs, args) -> int`` when it depends on them (filter taps, input count, a flag).
   The cost model charges one launch overhead for each. It is counted, not guessed: the
@@ -121,8 +128,9 @@ class OpDef:
     min_inputs: int = 0
     max_inputs: int | None = None
     doc: str = ""
-    launches: int | LaunchFn = 1
     host_inputs: tuple[int, ...] = ()
+    inplace: tuple[tuple[int, int], ...] = ()
+    launches: int | LaunchFn = 1
 
     def launch_count(self, inputs: Sequence[TensorType], args: Mapping[str, Any]) -> int:
         """Kernel launches of one run of the GPU kernel on ``inputs`` (see ``launches``)."""
@@ -146,6 +154,17 @@ def register(opdef: OpDef) -> OpDef:
         raise ValueError(f"op type {opdef.type!r} registered twice")
     _REGISTRY[opdef.type] = opdef
     return opdef
+
+
+def override(opdef: OpDef) -> OpDef | None:
+    """Put ``opdef`` in place of its type's entry (or add it), in this process only, and
+    return the entry it replaces. Only for a process that runs one worker of a net split
+    over processes: the ops spanning processes get their cross-process kernels this way
+    (``ops/p2p.py``)."""
+    import placer.ops  # noqa: F401  (the families register first, so nothing replaces this entry)
+    previous = _REGISTRY.get(opdef.type)
+    _REGISTRY[opdef.type] = opdef
+    return previous
 
 
 def get(op_type: str) -> OpDef | None:

@@ -114,11 +114,12 @@ def sum_by_id(xp, rows, ids, n_ids: int):
     return xp.asarray(matrix @ rows)
 
 
-def add_rows_at(xp, table, ids, rows):
-    """A copy of the 2-D ``table`` with ``rows[i]`` added to row ``ids[i]`` (repeated ids add
-    up). numpy: the rows are summed per distinct id first, then added with one fancy-index
-    update over distinct rows; cupy: one scatter-add into the copy."""
-    out = table.copy()
+def add_rows_at(xp, table, ids, rows, inplace: bool = False):
+    """A copy of the 2-D ``table`` (``table`` itself when ``inplace``) with ``rows[i]`` added
+    to row ``ids[i]`` (repeated ids add up). numpy: the rows are summed per distinct id
+    first, then added with one fancy-index update over distinct rows; cupy: one
+    scatter-add into the copy."""
+    out = table if inplace else table.copy()
     if ids.shape[0] == 0:
         return out
     if not on_host(xp):

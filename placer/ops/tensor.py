@@ -7,7 +7,10 @@ Conventions of this family:
 - An output whose shape depends on the *values* of an input tensor (Reshape's shape
   blob, Split's split blob, Slice's starts/ends blobs, Tile's tiles blob) is returned as
   None by ``infer``: ``shapes.infer`` records it as unknown and the user can give it with
-  ``--input``. Such blobs are rare and usually small constants.
+  ``--input``. Such blobs are rare and usually small constants. The exception: values
+  that inference itself knows from shapes (``TensorType.values``: Concat's split_info,
+  Reshape's old shape), which is what the gradients of Concat (a Split reading
+  split_info) and of Reshape (a Reshape reading the old shape) take their sizes from.
 - Kernels return fresh arrays, never views of their inputs: Caffe2 copies when an op is
   not in place, and a later in-place op on the input must not change this op's output.
 - Gathers check their indices: an index out of range is an error naming the op
@@ -77,7 +80,8 @@ def infer_concat(inputs: Sequence[TensorType], args: Args) -> list[TensorType]:
         if any(o != off[0] for o in off):
             raise _fail(args, "Concat", inputs, f"inputs differ off axis {ax}")
         shape = first.shape[:ax] + (sum(t.shape[ax] for t in inputs),) + first.shape[ax + 1:]
-    return [TensorType(shape, first.dtype), TensorType((len(inputs),), "int32")]
+    sizes = [1] * len(inputs) if add_axis else [t.shape[ax] for t in inputs]
+    return [TensorType(shape, first.dtype), TensorType((len(inputs),), "int32", values=sizes)]
 
 
 def kernel_concat(xp, inputs, args: Args) -> tuple:
@@ -98,7 +102,8 @@ def _split_sizes(dim: int, n_inputs: int, args: Args, inputs) -> list[int] | Non
     if n_inputs == 2:
         if split:
             raise ArgumentError(f"op {args.op}: Split takes 'split' as an argument or as an input, not both")
-        return None
+        known = inputs[1].values if len(inputs) == 2 else None
+        return list(known) if known is not None else None
     if split:
         return split
     n = args.n_outputs
@@ -177,9 +182,13 @@ def infer_reshape(inputs: Sequence[TensorType], args: Args) -> list[TensorType |
                                 f"input, not both")
         if inputs[1].dtype not in INDEX_DTYPES or inputs[1].ndim != 1:
             raise _fail(args, "Reshape", inputs, "the shape input must be a 1-D int32/int64 tensor")
-        return [None, TensorType((x.ndim,), inputs[1].dtype)]  # new shape is in the blob's values
+        old_shape = TensorType((x.ndim,), inputs[1].dtype, values=x.shape)
+        if inputs[1].values is None:
+            return [None, old_shape]  # the new shape is in the blob's values
+        return [TensorType(reshaped(x.shape, inputs[1].values, args, inputs), x.dtype), old_shape]
     new = args.ints("shape")
-    return [TensorType(reshaped(x.shape, new, args, inputs), x.dtype), TensorType((x.ndim,), "int64")]
+    return [TensorType(reshaped(x.shape, new, args, inputs), x.dtype),
+            TensorType((x.ndim,), "int64", values=x.shape)]
 
 
 def kernel_reshape(xp, inputs, args: Args) -> tuple:

@@ -15,10 +15,15 @@ reads them, decided from that op's type and the input's position:
 
 A blob in one of those roles whose declared dtype is a float (``--input`` defaults to
 float32) is made int64 for indices and int32 for lengths and labels, as Caffe2 expects.
+
+Training feeds a batch per step: ``NpzBatches`` (one .npz per step, cycled; a folder
+gives its files in name order) or ``RandomBatches`` (step k drawn from (seed, k)).
 """
 from __future__ import annotations
 
-from typing import Mapping
+import os
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -64,8 +69,9 @@ def roles(net: Net) -> dict[str, tuple]:
 
 
 def random_inputs(net: Net, types: Mapping[str, TensorType | None], names: list[str],
-                  seed: int = 0) -> dict[str, np.ndarray]:
-    """Arrays for ``names`` at their ``types``; index-like blobs valid for their readers."""
+                  seed: int | tuple[int, ...] = 0) -> dict[str, np.ndarray]:
+    """Arrays for ``names`` at their ``types``; index-like blobs valid for their readers.
+    ``seed`` is an int or a sequence of ints (numpy's SeedSequence entropy)."""
     rng = np.random.default_rng(seed)
     # a table's rows bound the indices that read it; an unknown type (a train net whose
     # update op could not be typed) does not hide the table's shape from the init net
@@ -126,3 +132,48 @@ def _split(rng, total: int, parts: int) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     cuts = np.sort(rng.integers(0, total + 1, parts - 1))
     return np.diff(np.concatenate([[0], cuts, [total]]))
+
+
+# -- batches: one per step ---------------------------------------------------------------
+
+def npz_files(paths: Sequence[str | os.PathLike]) -> list[Path]:
+    """The .npz files named by ``paths`` in order; a folder gives its .npz files in name order."""
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.suffix == ".npz" and f.is_file())
+            if not found:
+                raise InputError(f"{p}: the folder holds no .npz file",
+                                 hint="one .npz per step, keyed by blob name (numpy.savez)")
+            files.extend(found)
+        else:
+            files.append(p)
+    return files
+
+
+class NpzBatches:
+    """Step k reads ``files[k % len(files)]`` with ``read`` (a single file is read once)."""
+
+    def __init__(self, files: Sequence[Path], read: Callable[[Path], dict[str, np.ndarray]]):
+        self.files, self.read = list(files), read
+        self._loaded: tuple[Path, dict] | None = None
+
+    def __call__(self, step: int) -> dict[str, np.ndarray]:
+        path = self.files[step % len(self.files)]
+        if self._loaded is None or self._loaded[0] != path:
+            self._loaded = (path, self.read(path))
+        return self._loaded[1]
+
+
+class RandomBatches:
+    """Step k's batch is ``random_inputs`` drawn from the seed sequence (seed, k): each step
+    a new batch, the same ones on every run with the same seed."""
+
+    def __init__(self, net: Net, types: Mapping[str, TensorType | None], names: list[str], seed: int):
+        self.net, self.types, self.names, self.seed = net, types, names, seed
+        self._last: tuple[int, dict] | None = None
+
+    def __call__(self, step: int) -> dict[str, np.ndarray]:
+        if self._last is None or self._last[0] != step:
+            self._last = (step, random_inputs(self.net, self.types, self.names, seed=(self.seed, step)))
+        return self._last[1]

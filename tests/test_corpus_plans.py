@@ -1,0 +1,31 @@
+"""On the CPU + one GPU machine, plans of the corpus nets are those of the two-device planner.
+
+tests/data/corpus_plans_cpu_gpu.json was written by bench/corpus_plans.py with the planner
+that placed over exactly one CPU and one GPU; the planner for any number of devices must
+give, on that machine, the same device kind for every op and the same serial total.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import corpus_dir
+
+from test_placed_corpus import CASES
+
+import sys
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from corpus_plans import plan_case  # noqa: E402
+
+REFERENCE = json.loads((Path(__file__).parent / "data" / "corpus_plans_cpu_gpu.json").read_text())
+
+pytestmark = [pytest.mark.corpus, pytest.mark.slow]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_two_device_plans_are_unchanged(name):
+    corpus_dir()
+    want, got = REFERENCE[name], plan_case(name)
+    assert got["kinds"] == want["kinds"]
+    assert got["total_s"] == pytest.approx(want["total_s"], rel=1e-9)
