@@ -256,7 +256,7 @@ def test_no_placement_fits_though_each_pin_does():
     ops = [(None, 1e-3, 1e-3)] * 3
     tensors = [(f"table{i}", -2, [i], (0, 0, 0), False, 6e9) for i in range(3)]
     arr = hand_arrays(ops, tensors, capacity=[np.inf, 8e9, 8e9])
-    with pytest.raises(InfeasiblePlanError, match="no placement fits every device's memory"):
+    with pytest.raises(InfeasiblePlanError, match="no placement satisfies the pins and the memory limits"):
         partition(arr)
     with pytest.raises(InfeasiblePlanError, match="no placement found that fits the memory of cuda:"):
         MemoryPartitioner(milp_time_limit=0).partition(arr)

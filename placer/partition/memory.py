@@ -118,8 +118,9 @@ class MemoryPartitioner:
                     and not over_limit(arr, res["x"]).any()):
                 dev = res["x"]
             if dev is None and res["status"] == "infeasible":
-                raise InfeasiblePlanError("no placement fits every device's memory: " + res["note"],
-                                          hint="give the devices more memory or unpin ops")
+                raise InfeasiblePlanError(f"no placement satisfies the pins and the memory limits: {res['note']}",
+                                          hint="unpin some ops, or give the devices more memory (--gpu-mem, "
+                                               "--gpu-reserve, the machine profile)")
             if res["bound"] is not None and dev is not None:
                 total = serial_cost(arr, dev).total_s
                 gap = max(0.0, (total - res["bound"]) / total) if total > 0 else 0.0

@@ -107,7 +107,7 @@ class _Program:
         cons = [LinearConstraint(a, np.array(self.lo, float), np.array(self.hi, float))] if self.n_rows else []
         return milp(cat(self.cost, float), integrality=cat(self.integer, np.int64),
                     bounds=Bounds(cat(self.lb, float), cat(self.ub, float)), constraints=cons,
-                    options={"time_limit": max(float(time_limit), 1e-3), "disp": False,
+                    options={"time_limit": max(float(time_limit), 0.0), "disp": False,
                              "mip_rel_gap": REL_GAP})
 
 
@@ -355,15 +355,23 @@ def milp_plan(arr: CostArrays, time_limit: float = 10.0):
     check_pinned_fit(arr)
     res = milp_partition(arr, time_limit, max_vars=10**9)
     if res["x"] is None:
-        if res["status"] == "infeasible":
-            raise InfeasiblePlanError("no placement fits every device's memory: " + res["note"],
-                                      hint="give the devices more memory or unpin ops")
-        raise PlacerError(f"the MILP found no placement within {time_limit:g} s: {res['note']}",
-                          hint="raise --time-limit, or use the default method")
+        raise _no_placement(res, time_limit)
     plan = make_plan(arr, res["x"], "milp", optimal=res["optimal"], notes=[res["note"]])
     if res["bound"] is not None and plan.total_s > 0:
         plan.gap = max(0.0, (plan.total_s - res["bound"]) / plan.total_s)
     return plan
+
+
+def _no_placement(res: dict, time_limit: float) -> PlacerError:
+    """Why the MILP returned no placement, as the error the user can act on."""
+    if res["status"] == "infeasible":
+        return InfeasiblePlanError(f"no placement satisfies the pins and the memory limits: {res['note']}",
+                                   hint="unpin some ops, or give the devices more memory (--gpu-mem, "
+                                        "--gpu-reserve, the machine profile)")
+    if res["status"] == "time limit":
+        return PlacerError(f"the MILP found no placement within its {time_limit:g} s time limit: {res['note']}",
+                           hint="raise --time-limit, or use --method auto")
+    return PlacerError(f"the MILP found no placement: {res['note']}", hint="use --method auto")
 
 
 __all__ = ["milp_partition", "milp_plan"]
