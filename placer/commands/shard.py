@@ -38,6 +38,7 @@ examples:
   placer shard --dlrm criteo-1tb --global-batch 16384 --machine 8x-a100-40gb-nvswitch
   placer shard --dlrm criteo-1tb --global-batch 65536 --gpu-profile v100-16gb-sxm2 --gpus 8 --gpu-link nvlink2
   placer shard --dlrm criteo-1tb --global-batch 2048 --gpu-profile a100-40gb-sxm4 --uvm-cache-hit-rate 0.9
+  placer shard --dlrm criteo-1tb --global-batch 32768 --cluster 2x-dgx-a100-200g
   placer shard train/train_net.pbtxt --init-net train/train_init_net.pbtxt --machine 4x-v100-sxm2-nvlink
 """
 
@@ -45,6 +46,7 @@ DLRM_CONFIGS = ("criteo-1tb", "small", "40gb")
 
 
 def add_arguments(p) -> None:
+    from placer.cluster import add_cluster_argument
     from placer.machine import add_machine_arguments
     from placer.profiling import add_profile_arguments
     p.add_argument("net", metavar="NET", nargs="?", help="the train net (Caffe2 NetDef); or give --dlrm")
@@ -57,6 +59,7 @@ def add_arguments(p) -> None:
                    help="optimizer of --dlrm's train net (placer train-net's names; default rowwise-adagrad)")
     add_profile_arguments(p)
     add_machine_arguments(p)
+    add_cluster_argument(p)
     g = p.add_argument_group("sharding")
     batch = g.add_mutually_exclusive_group()
     batch.add_argument("--global-batch", type=int, metavar="G",
@@ -99,7 +102,7 @@ def run(args) -> int:
         for path in train_net_paths(out) + [out / "train_net.value_info.json"]:
             refuse_overwrite(path, args.net, args.init_net)
     source = _source(args)
-    machine = machine_from_args(args)
+    machine = _machine(args, machine_from_args)
     global_batch, per_gpu = args.global_batch, args.batch_per_gpu
     for option, value in (("--global-batch", global_batch), ("--batch-per-gpu", per_gpu)):
         if value is not None and value < 1:
@@ -171,6 +174,16 @@ def write_sharded_net(result, source, out_dir) -> list:
     info = out / "train_net.value_info.json"
     atomic_write_text(info, json.dumps(shapes, indent=1) + "\n")
     return [str(p) for p in written] + [str(info)]
+
+
+def _machine(args, machine_from_args):
+    """``--cluster`` (several hosts), else the machine the other options describe."""
+    if getattr(args, "cluster", None):
+        if args.machine or args.gpu_profile or args.gpus is not None:
+            raise InputError("--cluster already names the hosts and GPUs; drop --machine / --gpu-profile / --gpus")
+        from placer.cluster import load_cluster
+        return load_cluster(args.cluster)
+    return machine_from_args(args)
 
 
 def _settings(args, parse_fraction, parse_size):
