@@ -26,8 +26,11 @@ GPU's memory (dense part + shards > usable) or the host's scores infinity.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
+import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -381,10 +384,31 @@ class _Program:
     def solve(self, time_limit_s: float, relax: bool = False):
         a = coo_matrix((self.v, (self.r, self.c)), shape=(len(self.lo), len(self.lb))).tocsr()
         integrality = np.zeros(len(self.lb)) if relax else np.array(self.integer)
-        return milp(np.array(self.cost), integrality=integrality,
-                    bounds=Bounds(np.array(self.lb), np.array(self.ub)),
-                    constraints=[LinearConstraint(a, np.array(self.lo), np.array(self.hi))],
-                    options={"time_limit": max(time_limit_s, 0.01), "disp": False, "mip_rel_gap": 1e-9})
+        with _quiet_stdout():
+            return milp(np.array(self.cost), integrality=integrality,
+                        bounds=Bounds(np.array(self.lb), np.array(self.ub)),
+                        constraints=[LinearConstraint(a, np.array(self.lo), np.array(self.hi))],
+                        options={"time_limit": max(time_limit_s, 0.01), "disp": False, "mip_rel_gap": 1e-9})
+
+
+@contextlib.contextmanager
+def _quiet_stdout():
+    """HiGHS's C++ writes notes on a cutoff-bound search to the process's stdout even with
+    ``disp`` off; they would land in the middle of ``placer shard``'s tables."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):   # a captured stdout has no descriptor
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(fd)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), fd)
+            yield
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
 
 
 def _add(expr: dict[int, float], terms: dict[int, float], scale: float = 1.0) -> dict[int, float]:
