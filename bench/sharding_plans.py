@@ -48,7 +48,7 @@ def dlrm_table(batches: list[int], machines: list[str], time_limit: float) -> No
     for name in machines:
         m, how = machine(name)
         for G in batches:
-            r = plan_sharding(source, m, global_batch=G, time_limit_s=time_limit)
+            r = plan_sharding(source, m, global_batch=G, time_limit_s=time_limit, budget_s=25.0)
             p = r.plan
             gap = "optimal" if p.optimal else (f"{p.gap:.1%}" if p.gap is not None else "-")
             cells = []

@@ -185,8 +185,9 @@ def compare(cfg: Config, time_limit: float) -> list[str]:
     search = Search(ShardEstimator(view, machine, ranks, G, settings))
     choices, _ = as_choices(search, options, cfg.local)
     theirs = search.score(choices)
-    ours = plan_sharding(source, machine, global_batch=G, settings=settings, degrees=[cfg.world], time_limit_s=time_limit)
-    free = plan_sharding(source, machine, global_batch=G, settings=settings, time_limit_s=time_limit)
+    ours = plan_sharding(source, machine, global_batch=G, settings=settings, degrees=[cfg.world], time_limit_s=time_limit,
+                         budget_s=25.0)
+    free = plan_sharding(source, machine, global_batch=G, settings=settings, time_limit_s=time_limit, budget_s=25.0)
     pl_terms = placer_rank_terms(search, choices, rank)
     kinds = {}
     for so in options:
@@ -236,7 +237,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configs", default=",".join(c.machine for c in CONFIGS),
                     help="which of: " + ", ".join(c.machine for c in CONFIGS))
-    ap.add_argument("--time-limit", type=float, default=10.0)
+    ap.add_argument("--time-limit", type=float, default=8.0)
     args = ap.parse_args()
     try:
         import torchrec  # noqa: F401

@@ -253,3 +253,14 @@ def test_pure_data_parallelism_of_the_terabyte_tables_names_the_bytes_that_do_no
     assert usable == pytest.approx(14.4, abs=0.05)                   # 16 GiB less 10%
     assert over == pytest.approx(need - usable, abs=0.06)
     assert all(s.memory_bytes <= s.capacity_bytes for s in result.plan.stats)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_search_loops_step_is_the_full_evaluations(seed):
+    """``StepModel.time`` (the inner loop's) equals ``evaluate`` on random assignments, host tables among them."""
+    search = _random_search(seed)
+    rng = np.random.default_rng(seed)
+    for _ in range(50):
+        assignment = [rng.choice(search.choices(t)) for t in range(len(search.layouts))]
+        load = search.total(assignment)
+        assert search.model.time(load) == pytest.approx(search.model.evaluate(load).total_s, rel=1e-12)

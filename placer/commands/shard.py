@@ -78,7 +78,8 @@ def add_arguments(p) -> None:
     g.add_argument("--kernels", metavar="K,K", help="kernels allowed: hbm, uvm, uvm_caching, host (default: all)")
     g.add_argument("--sharding-types", metavar="T,T", help="sharding types allowed: data_parallel, table_wise, "
                    "row_wise, column_wise (default: all)")
-    g.add_argument("--time-limit", type=float, default=8.0, metavar="S", help="seconds for the MILP (default 8)")
+    g.add_argument("--time-limit", type=float, metavar="S",
+                   help="seconds for the MILP (default: 8, or what is left of 25 s of planning)")
     g.add_argument("--search-time", type=float, default=1.5, metavar="S",
                    help="seconds of local search per degree (default 1.5)")
     o = p.add_argument_group("output")
@@ -111,10 +112,11 @@ def run(args) -> int:
         global_batch = source.batch
     degrees = _degrees(args.degrees)
     for option, value in (("--time-limit", args.time_limit), ("--search-time", args.search_time)):
-        if not math.isfinite(value) or value < 0:
+        if value is not None and (not math.isfinite(value) or value < 0):
             raise InputError(f"{option} {value}: must be a number of seconds >= 0")
+    limit = {"time_limit_s": 8.0, "budget_s": 25.0} if args.time_limit is None else {"time_limit_s": args.time_limit}
     result = plan_sharding(source, machine, global_batch=global_batch, per_gpu_batch=per_gpu, settings=settings,
-                           degrees=degrees, time_limit_s=args.time_limit, search_s=args.search_time)
+                           degrees=degrees, search_s=args.search_time, **limit)
     doc = result_json(result)
     written = write_sharded_net(result, source, args.output) if args.output else []
     if args.plan_out:

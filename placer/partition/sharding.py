@@ -74,9 +74,10 @@ def default_degrees(gpus: int, global_batch: int | None) -> list[int]:
 
 def plan_sharding(source, machine: Machine, global_batch: int | None = None, per_gpu_batch: int | None = None,
                   settings: ShardSettings = ShardSettings(), degrees: list[int] | None = None,
-                  time_limit_s: float = 8.0, search_s: float = 1.5) -> ShardingResult:
+                  time_limit_s: float = 8.0, search_s: float = 1.5, budget_s: float | None = None) -> ShardingResult:
     """The plan (module docstring). Exactly one of ``global_batch`` (strong scaling) and
-    ``per_gpu_batch`` (weak scaling) is given; ``source`` has ``typed_at_batch(b)``."""
+    ``per_gpu_batch`` (weak scaling) is given; ``source`` has ``typed_at_batch(b)``.
+    ``budget_s``: the MILP gets at most what is left of it after the degrees' searches."""
     start = time.monotonic()
     gpus = machine.gpus
     if not gpus:
@@ -95,6 +96,8 @@ def plan_sharding(source, machine: Machine, global_batch: int | None = None, per
                                   "; ".join(f"k={d.k}: {d.plan.notes[-1]}" for d in done),
                                   hint="add GPUs, allow host kernels (--kernels), or raise --host-mem")
     best = min(feasible, key=lambda d: (d.plan.total_s / d.plan.global_batch, d.k))
+    if budget_s is not None:
+        time_limit_s = min(time_limit_s, max(1.0, budget_s - (time.monotonic() - start)))
     _refine(best, time_limit_s)
     widest = done[-1]
     baselines = dict(widest.baselines)

@@ -42,7 +42,7 @@ from placer.partition.sharding_cost import Layout, Load, ShardEstimator
 from placer.partition.sharding_step import StepModel
 from placer.partition.sharding_types import HOST, ROW_WISE, TABLE_WISE
 
-MAX_POSITION_SETS = 64      # column-wise shards: rank sets tried per layout in local search
+MAX_POSITION_SETS = 24      # column-wise shards: rank sets tried per layout in local search
 MS, MIB, GIB = 1e3, 2.0 ** 20, 2.0 ** 30
 
 
@@ -329,11 +329,13 @@ def _partition(search: Search, proposal: list[int]) -> tuple[list[Choice], float
     if np.any(hbm_left < -1e-6):
         raise PartitionError("uniform layouts do not fit")
     placed.sort(key=lambda x: (_storage(x[2])[1], sum(_shard_perfs(x[2]))), reverse=True)
+    positions = np.arange(k)
     for t, i, lay in placed:
         used: list[int] = []
         for _ in range(lay.shards):
-            order = sorted((p for p in range(k) if p not in used), key=lambda p: (perf[p], p))
-            for p in order:
+            for p in np.lexsort((positions, perf)).tolist():   # least perf so far, then the lower rank
+                if p in used:
+                    continue
                 if lay.storage[p].hbm_bytes <= hbm_left[p] + 1e-6:
                     hbm_left[p] -= lay.storage[p].hbm_bytes
                     perf[p] += lay.perf[p].total

@@ -122,7 +122,23 @@ class StepModel:
         return self.h2d_lat + nbytes * self.h2d_coef, self.d2h_lat + nbytes * self.d2h_coef
 
     def time(self, load: Load) -> float:
-        return self.evaluate(load, path=False).total_s
+        """``evaluate(load).total_s`` without the phases and path (the search's inner loop)."""
+        q = self.queue
+        alpha, beta = self.est.a2a
+        send = float(load.send.max())
+        a_in = load.a2a_in * alpha + beta * float(load.idx.max())
+        a_ob = load.a2a_out * alpha + beta * send + load.ob_s
+        S = a_in + float(load.ef.max()) + load.a2a_out * alpha + beta * send + load.of_s
+        host = load.host_w > 0 or load.cpu_f > 0 or load.cpu_b > 0
+        if host:
+            h2d, d2h = self.host_copies(load)
+            S = max(S, load.cpu_f + float(h2d.max()))
+        t_ab = S + max(q.before_finish_s, q.exchange_ready_s) + a_ob
+        c_end = max(t_ab + q.after_s, S + q.after_finish_s)
+        total = float((np.maximum(np.maximum(S + self.DF + self.DB, t_ab) + load.eb, c_end) + self.DO).max())
+        if host:
+            total = max(total, float((S + self.DF + self.exchange_at + d2h).max()) + load.cpu_b)
+        return total
 
     def evaluate(self, load: Load, path: bool = True) -> StepTime:
         names = self.est.machine.names
