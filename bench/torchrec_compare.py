@@ -116,10 +116,10 @@ def torchrec_rank_terms(options) -> tuple[float, int, dict[str, float]]:
 
 # ------------------------------------------------------------------ into placer's plan
 
-def as_choices(search: Search, options, local: int) -> tuple[list[Choice], list[str]]:
+def as_choices(search: Search, options, local: int) -> list[Choice]:
     """TorchRec's options as choices of placer's layouts (table ti is placer's table i)."""
     by_table = {int(so.name[1:]): so for so in options}
-    choices, notes = [], []
+    choices = []
     for t in range(len(search.layouts)):
         so = by_table[t]
         kernel = KERNELS[so.compute_kernel]
@@ -141,14 +141,14 @@ def as_choices(search: Search, options, local: int) -> tuple[list[Choice], list[
             raise SystemExit(f"table t{t}: TorchRec's {so.sharding_type}/{so.compute_kernel} on {ranks} has no "
                              "placer layout")
         choices.append(match)
-    return choices, notes
+    return choices
 
 
 def placer_rank_terms(search: Search, choices: list[Choice], rank: int) -> dict[str, float]:
     """The same rank's summed shard perf under placer's estimator."""
     terms = {t: 0.0 for t in TERMS}
     for t, c in enumerate(choices):
-        lay = search.layouts[search.layouts.index(search.layouts[t])][c.layout]
+        lay = search.layouts[t][c.layout]
         on = rank in (c.positions if lay.shards else lay.group)
         if not on:
             continue
@@ -183,7 +183,7 @@ def compare(cfg: Config, time_limit: float) -> list[str]:
     ranks = tuple(machine.gpus[:cfg.world])
     view = train_view(source.typed_at_batch(PER_RANK_BATCH), machine)
     search = Search(ShardEstimator(view, machine, ranks, G, settings))
-    choices, _ = as_choices(search, options, cfg.local)
+    choices = as_choices(search, options, cfg.local)
     theirs = search.score(choices)
     ours = plan_sharding(source, machine, global_batch=G, settings=settings, degrees=[cfg.world], time_limit_s=time_limit,
                          budget_s=25.0)

@@ -16,7 +16,7 @@ from placer.machine import compose_machine, load_machine
 from placer.partition.sharding import plan_sharding
 from placer.partition.sharding_cost import Layout, Load, ShardEstimator, ShardSettings
 from placer.partition.sharding_net import DlrmTrainNet, find_tables, phases, train_view
-from placer.partition.sharding_search import (Choice, Search, _partition, brute_force, milp_assignment)
+from placer.partition.sharding_search import Search, _partition, brute_force, milp_assignment
 from placer.partition.sharding_step import CommsQueue, StepModel
 from placer.partition.sharding_types import HBM, TABLE_WISE, UVM, UVM_CACHING, Perf, Storage
 from placer.profiling import load_device_profile
@@ -264,3 +264,19 @@ def test_the_search_loops_step_is_the_full_evaluations(seed):
         assignment = [rng.choice(search.choices(t)) for t in range(len(search.layouts))]
         load = search.total(assignment)
         assert search.model.time(load) == pytest.approx(search.model.evaluate(load).total_s, rel=1e-12)
+
+
+def test_where_the_plan_differs_from_torchrecs_the_output_says_what_its_choice_costs():
+    """One A100 40 GB: TorchRec's greedy (re-implemented) caches the four largest tables in
+    HBM over host memory; placer's plan weighs the host CPU's lookups against them."""
+    machine = compose_machine(load_device_profile("host-ci-2core", "cpu"), load_device_profile("a100-40gb-sxm4", "gpu"))
+    result = plan_sharding(DlrmTrainNet(dlrm.criteo_1tb()), machine, global_batch=2048, time_limit_s=5, search_s=0.5)
+    torchrec = result.baselines["torchrec"]
+    assert sorted(o.kernel for o in torchrec.options).count("uvm_caching") == 4
+    assert result.plan.total_s < torchrec.total_s
+    lines = result.differences
+    assert lines and lines[-1].startswith("TorchRec rates a plan")
+    for line in lines[:-1]:
+        m = re.match(r"emb:::sls\d+_w: (.+) instead of (.+) \(TorchRec's choice alone: (.+)\)$", line)
+        assert m and m.group(1) != m.group(2), line
+        assert m.group(3) == "does not fit" or m.group(3).startswith("+")

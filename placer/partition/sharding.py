@@ -214,6 +214,8 @@ def explain_differences(best: Degree, widest: Degree, torchrec: ShardingPlan, li
     if rows:
         out.append("TorchRec rates a plan by its busiest rank's summed shard perf; placer's step adds the dense "
                    "part, overlaps the all-reduces with the backward pass and weighs the host CPU")
+    else:
+        out.append("none: the plan lays every table out as TorchRec's greedy does")
     return out
 
 
