@@ -13,7 +13,7 @@ import sys
 from placer.errors import PlacerError
 
 # Subcommands in the order `placer --help` lists them.
-COMMANDS = ["inspect", "convert", "train-net", "run", "profile", "plan", "report", "demo"]
+COMMANDS = ["inspect", "convert", "train-net", "run", "profile", "plan", "shard", "report", "demo"]
 # Control characters (a newline in an op type read from a damaged file) printed escaped: an error is one line.
 ONE_LINE = {c: repr(chr(c))[1:-1] for c in [*range(32), 127]}
 

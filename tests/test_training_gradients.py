@@ -228,8 +228,13 @@ def test_gradient_ops_equal_caffe2s(index, oracle_results):
     assert [list(g) if isinstance(g, GradientSlice) else g for g in g_in] == expected["g_in"]
 
 
+# Makers of placer's own ops, which Caffe2 lacks: checked elsewhere (AllToAll's by its
+# kernel's adjoint and a sharded training step, tests/test_sharding_run.py).
+PLACER_OPS = {"AllToAll"}
+
+
 def test_every_maker_is_checked_against_caffe2():
-    covered = {c[0] for c in CASES}
+    covered = {c[0] for c in CASES} | PLACER_OPS
     missing = sorted(t for t in MAKERS if t not in covered)
     assert not missing, f"gradient makers without an oracle case: {missing}"
 

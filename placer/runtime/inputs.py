@@ -73,7 +73,9 @@ def random_inputs(net: Net, types: Mapping[str, TensorType | None], names: list[
     """Arrays for ``names`` at their ``types``; index-like blobs valid for their readers.
     ``seed`` is an int or a sequence of ints (numpy's SeedSequence entropy)."""
     rng = np.random.default_rng(seed)
-    types = {**net.params, **types}  # a table's rows bound the indices that read it
+    # a table's rows bound the indices that read it; an unknown type (a train net whose
+    # update op could not be typed) does not hide the table's shape from the init net
+    types = {**net.params, **{k: v for k, v in types.items() if v is not None}}
     missing = [n for n in names if types.get(n) is None]
     if missing:
         shown = ", ".join(map(repr, missing[:5])) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")

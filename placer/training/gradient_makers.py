@@ -77,6 +77,14 @@ def _concat(ctx: MakerContext) -> list:
     return [make_op("Split", [ctx.GO(0), ctx.O(1)], grads)]
 
 
+@register("AllToAll", copy_args=False)
+def _alltoall(ctx: MakerContext) -> list:
+    """Block i of rank j's input became block j of rank i's output: the gradients go back
+    the same way, so the gradient of an all-to-all is the all-to-all of its gradients."""
+    return [make_op("AllToAll", [ctx.GO(i) for i in range(len(ctx.op.output))],
+                    [ctx.GI(i) for i in range(len(ctx.op.input))])]
+
+
 @register(["Split", "DepthSplit"])
 def _split(ctx: MakerContext) -> list:
     """Concat of the outputs that have a gradient (Caffe2 leaves the others out)."""

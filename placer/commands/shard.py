@@ -1,0 +1,384 @@
+"""`placer shard`: data parallelism and embedding-table sharding for a train net."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+from placer.errors import InputError
+from placer.fileio import atomic_write_text, refuse_overwrite
+from placer.units import fmt_bytes, fmt_time
+
+HELP = "plan data parallelism and embedding-table sharding of a train net over the GPUs"
+DESCRIPTION = """\
+Plans a training step of a train net (placer train-net's, or Caffe2's) or of a DLRM
+configuration over the GPUs of a machine: how many GPUs take part (data parallelism over
+k of them, the dense part replicated at the per-replica batch, its gradients all-reduced
+while the backward pass goes on), and for every embedding table its layout:
+  table_wise      whole on one GPU            row_wise     rows split over the GPUs
+  column_wise     columns split over GPUs     data_parallel  on every GPU
+with its kernel: in GPU memory (hbm), in host memory read over PCIe (uvm) or with a GPU
+cache of hot rows (uvm_caching, --uvm-cache-hit-rate), or on the host CPU with its
+sparse update (host). Memory per GPU counts the dense parameters, gradients, optimizer
+state and activations of a replica plus the shards; what does not fit is reported with
+the bytes that do not.
+
+The step is priced by placer's cost model (the ops of each shard re-typed for it) and
+collectives from the machine's links, then minimised: local search from several starts,
+then a MILP of the same step (HiGHS, --time-limit) that proves the optimum or reports the
+gap. Beside the plan: pure data parallelism, every table in host memory, and TorchRec's
+greedy planner re-implemented, all scored by the same model; where the plan differs from
+TorchRec's, the output says what TorchRec's choice would cost.
+
+Prints per table its layout, devices, bytes per device, lookup and all-to-all seconds;
+per GPU memory, compute, comms and imbalance; the step's critical path; --json for the
+same as JSON.
+
+examples:
+  placer shard --dlrm criteo-1tb --global-batch 16384 --machine 8x-a100-40gb-nvswitch
+  placer shard --dlrm criteo-1tb --global-batch 65536 --gpu-profile v100-16gb-sxm2 --gpus 8 --gpu-link nvlink2
+  placer shard --dlrm criteo-1tb --global-batch 2048 --gpu-profile a100-40gb-sxm4 --uvm-cache-hit-rate 0.9
+  placer shard --dlrm criteo-1tb --global-batch 32768 --cluster 2x-dgx-a100-200g
+  placer shard train/train_net.pbtxt --init-net train/train_init_net.pbtxt --machine 4x-v100-sxm2-nvlink
+"""
+
+DLRM_CONFIGS = ("criteo-1tb", "small", "40gb")
+
+
+def add_arguments(p) -> None:
+    from placer.cluster import add_cluster_argument
+    from placer.machine import add_machine_arguments
+    from placer.profiling import add_profile_arguments
+    p.add_argument("net", metavar="NET", nargs="?", help="the train net (Caffe2 NetDef); or give --dlrm")
+    p.add_argument("--init-net", metavar="INIT", dest="init_net", help="its init net (parameters, optimizer state)")
+    p.add_argument("--input", metavar="NAME=d0,d1,...[:dtype]", dest="inputs", action="append", default=[],
+                   help="shape of a fed blob the file does not give, at the global batch; repeatable")
+    p.add_argument("--dlrm", choices=DLRM_CONFIGS, help="plan a DLRM configuration instead of a file "
+                   "(criteo-1tb: MLPerf's 26 tables of dimension 128, 89.5 GiB)")
+    p.add_argument("--optimizer", default="rowwise-adagrad", metavar="NAME",
+                   help="optimizer of --dlrm's train net (placer train-net's names; default rowwise-adagrad)")
+    add_profile_arguments(p)
+    add_machine_arguments(p)
+    add_cluster_argument(p)
+    g = p.add_argument_group("sharding")
+    batch = g.add_mutually_exclusive_group()
+    batch.add_argument("--global-batch", type=int, metavar="G",
+                       help="samples per step over all GPUs (default: the net's batch)")
+    batch.add_argument("--batch-per-gpu", type=int, metavar="B",
+                       help="samples per GPU per step (weak scaling: k GPUs train k*B per step)")
+    g.add_argument("--degrees", metavar="K,K,...", help="data-parallel degrees to weigh (default 1, 2, 4, ... and all)")
+    g.add_argument("--gpu-mem", metavar="SIZE", help="memory of each GPU (default: its profile's)")
+    g.add_argument("--gpu-reserve", metavar="PCT", default="10%", help="GPU memory kept free (default 10%%)")
+    g.add_argument("--host-mem", metavar="SIZE", help="host memory for tables (default: not limited)")
+    g.add_argument("--uvm-cache-hit-rate", type=float, metavar="H",
+                   help="share of uvm_caching lookups served from the GPU cache (default 0.2, TorchRec's "
+                        "assumption: the cache ratio)")
+    g.add_argument("--uvm-cache-ratio", type=float, metavar="R", help="share of a uvm_caching table's rows the GPU "
+                   "cache holds (default 0.2, TorchRec's UVM_CACHING_RATIO)")
+    g.add_argument("--kernels", metavar="K,K", help="kernels allowed: hbm, uvm, uvm_caching, host (default: all)")
+    g.add_argument("--sharding-types", metavar="T,T", help="sharding types allowed: data_parallel, table_wise, "
+                   "row_wise, column_wise (default: all)")
+    g.add_argument("--time-limit", type=float, metavar="S",
+                   help="seconds for the MILP (default: 8, or what is left of 25 s of planning)")
+    g.add_argument("--search-time", type=float, default=1.5, metavar="S",
+                   help="seconds of local search per degree (default 1.5)")
+    o = p.add_argument_group("output")
+    o.add_argument("--json", action="store_true", help="print the plan as JSON instead of tables")
+    o.add_argument("--plan-out", metavar="PLAN.json", help="also write the JSON to a file")
+    o.add_argument("-o", "--output", metavar="OUTDIR", help="write the sharded train net, its init net and the fed "
+                   "blobs' shapes into OUTDIR (table-wise tables in GPU memory and data-parallel ones; run it with "
+                   "placer run OUTDIR/train_net.pbtxt --emulate-gpus K --random-inputs 0)")
+
+
+def run(args) -> int:
+    from placer.commands.plan import parse_fraction, parse_size
+    from placer.machine import machine_from_args
+    from placer.partition.sharding import plan_sharding
+    settings = _settings(args, parse_fraction, parse_size)
+    if args.plan_out:
+        refuse_overwrite(args.plan_out, args.net, args.init_net)
+    if args.output:
+        from placer.training.files import check_output_dir, train_net_paths
+        out = check_output_dir(args.output)
+        for path in train_net_paths(out) + [out / "train_net.value_info.json"]:
+            refuse_overwrite(path, args.net, args.init_net)
+    source = _source(args)
+    machine = _machine(args, machine_from_args)
+    global_batch, per_gpu = args.global_batch, args.batch_per_gpu
+    for option, value in (("--global-batch", global_batch), ("--batch-per-gpu", per_gpu)):
+        if value is not None and value < 1:
+            raise InputError(f"{option} {value}: must be a positive number of samples")
+    if global_batch is None and per_gpu is None:
+        global_batch = source.batch
+    degrees = _degrees(args.degrees)
+    for option, value in (("--time-limit", args.time_limit), ("--search-time", args.search_time)):
+        if value is not None and (not math.isfinite(value) or value < 0):
+            raise InputError(f"{option} {value}: must be a number of seconds >= 0")
+    limit = {"time_limit_s": 8.0, "budget_s": 25.0} if args.time_limit is None else {"time_limit_s": args.time_limit}
+    result = plan_sharding(source, machine, global_batch=global_batch, per_gpu_batch=per_gpu, settings=settings,
+                           degrees=degrees, search_s=args.search_time, **limit)
+    doc = result_json(result)
+    written = write_sharded_net(result, source, args.output) if args.output else []
+    if args.plan_out:
+        atomic_write_text(args.plan_out, json.dumps(doc, indent=1) + "\n")
+        written.append(args.plan_out)
+    if args.json:
+        json.dump(doc, sys.stdout, indent=1)
+        print()
+    else:
+        print_result(doc)
+        for path in written:
+            print(f"wrote {path}")
+    return 0
+
+
+def source_fed(typed) -> set:
+    from placer.partition.sharding_net import init_blobs
+    return set(typed.net.data_inputs) - init_blobs(typed.net)
+
+
+def write_sharded_net(result, source, out_dir) -> list:
+    """The plan's sharded train net (``placer.training.sharded``), init net and the shapes
+    of the blobs each GPU is fed, into ``out_dir``."""
+    from pathlib import Path
+
+    from placer.errors import PlacerError
+    from placer.partition.sharding_types import DATA_PARALLEL, HBM, TABLE_WISE
+    from placer.training.files import save_train_nets
+    from placer.training.sharded import sharded
+    from placer.types import DTYPE_TO_DATA_TYPE
+    plan = result.plan
+    owners, other = {}, []
+    for o in plan.options:
+        if o.sharding_type == TABLE_WISE and o.kernel == HBM:
+            owners[o.table] = plan.ranks.index(o.shards[0].rank)
+        elif o.sharding_type != DATA_PARALLEL:
+            other.append(f"{o.table} ({o.describe(result.machine.names)})")
+    if other:
+        raise PlacerError(f"-o writes table-wise tables in GPU memory and data-parallel ones; the plan has "
+                          f"{len(other)} other(s): {', '.join(other[:3])}",
+                          hint="plan with --sharding-types table_wise,data_parallel --kernels hbm to write it")
+    typed = source.typed_at_batch(plan.global_batch)
+    n = len(plan.ranks)
+    nets = sharded(typed.net.proto, typed.net.init_proto, owners, n, plan.global_batch)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = save_train_nets(out, nets.train, nets.init)
+    shapes = {}
+    owned = set(nets.table_inputs.values())
+    for blob in nets.train.external_input:
+        scope, _, one = blob.partition("/")
+        t = typed.blobs.get(one) if scope.startswith("gpu_") else None
+        if t is None or one not in source_fed(typed):
+            continue
+        dims = list(t.shape) if blob in owned or not t.ndim else [t.shape[0] // n] + list(t.shape[1:])
+        shapes[blob] = [DTYPE_TO_DATA_TYPE[t.dtype], dims]
+    info = out / "train_net.value_info.json"
+    atomic_write_text(info, json.dumps(shapes, indent=1) + "\n")
+    return [str(p) for p in written] + [str(info)]
+
+
+def _machine(args, machine_from_args):
+    """``--cluster`` (several hosts), else the machine the other options describe."""
+    if getattr(args, "cluster", None):
+        if args.machine or args.gpu_profile or args.gpus is not None:
+            raise InputError("--cluster already names the hosts and GPUs; drop --machine / --gpu-profile / --gpus")
+        from placer.cluster import load_cluster
+        return load_cluster(args.cluster)
+    return machine_from_args(args)
+
+
+def _settings(args, parse_fraction, parse_size):
+    from placer.partition.sharding_cost import ShardSettings
+    from placer.partition.sharding_types import KERNELS, SHARDING_TYPES
+    kw = {"reserve": parse_fraction(args.gpu_reserve), "gpu_mem_bytes": parse_size(args.gpu_mem)}
+    if args.host_mem:
+        kw["host_mem_bytes"] = parse_size(args.host_mem)
+    for option, name in (("--uvm-cache-hit-rate", "uvm_cache_hit_rate"), ("--uvm-cache-ratio", "uvm_cache_ratio")):
+        value = getattr(args, name)
+        if value is not None:
+            if not 0 <= value <= 1:
+                raise InputError(f"{option} {value}: must be between 0 and 1")
+            kw[name] = value
+    for option, name, known in (("--kernels", "kernels", KERNELS), ("--sharding-types", "sharding_types", SHARDING_TYPES)):
+        text = getattr(args, name)
+        if text:
+            values = tuple(v.strip() for v in text.split(",") if v.strip())
+            unknown = [v for v in values if v not in known]
+            if unknown or not values:
+                raise InputError(f"{option} {text}: unknown {unknown or 'empty list'}", hint=f"use {', '.join(known)}")
+            kw[name] = values
+    return ShardSettings(**kw)
+
+
+def _degrees(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        ks = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise InputError(f"--degrees {text}: expected numbers of GPUs like 1,2,4,8") from None
+    if not ks:
+        raise InputError(f"--degrees {text}: give at least one number of GPUs")
+    return ks
+
+
+def _source(args):
+    from placer.partition.sharding_net import DlrmTrainNet, ScaledTrainNet
+    if args.dlrm and args.net:
+        raise InputError("give a train net or --dlrm, not both")
+    if args.dlrm:
+        from placer.examples import dlrm
+        from placer.training.recipe import OPTIMIZERS
+        if args.optimizer not in OPTIMIZERS:
+            raise InputError(f"--optimizer {args.optimizer}: unknown", hint=f"use one of {', '.join(OPTIMIZERS)}")
+        config = {"criteo-1tb": dlrm.criteo_1tb, "small": dlrm.small, "40gb": dlrm.tables_40gb}[args.dlrm]()
+        return DlrmTrainNet(config, args.optimizer)
+    if not args.net:
+        raise InputError("give a train net (NET) or --dlrm CONFIG", hint="e.g. placer shard --dlrm criteo-1tb")
+    from placer.commands.common import parse_input_specs
+    from placer.formats import load_net
+    net = load_net(args.net, init_path=args.init_net, input_shapes=parse_input_specs(args.inputs))
+    if net.init_proto is None:
+        raise InputError(f"{args.net}: a train net needs its init net (parameters and optimizer state)",
+                         hint="give --init-net")
+    return ScaledTrainNet(net, parse_input_specs(args.inputs))
+
+
+# ------------------------------------------------------------------ JSON
+
+def result_json(result) -> dict:
+    from placer.partition.sharding_step import imbalance
+    plan, names = result.plan, result.machine.names
+    tables = {t.name: t for t in result.search.est.tables} if result.search else {}
+    return {
+        "version": 1, "net": result.name, "machine": {"name": result.machine.name,
+                                                      "description": result.machine.describe()},
+        "global_batch": plan.global_batch, "gpus": [names[r] for r in plan.ranks],
+        "per_replica_batch": plan.per_replica_batch, "step_s": plan.total_s,
+        "samples_per_s": plan.global_batch / plan.total_s, "method": plan.method,
+        "optimal": plan.optimal, "bound_s": plan.bound_s, "gap": plan.gap,
+        "settings": {k: v for k, v in vars(result.settings).items()},
+        "degrees": [_plan_summary(p, names, result.degrees[0]) for p in result.degrees],
+        "tables": [_table_row(o, tables.get(o.table), names) for o in plan.options],
+        "ranks": [{"device": s.device, "memory_bytes": s.memory_bytes, "capacity_bytes": _finite(s.capacity_bytes),
+                   "compute_s": s.compute_s, "comms_s": s.comms_s, "lookup_s": s.lookup_s} for s in plan.stats],
+        "imbalance": imbalance(plan.stats),
+        "phases": plan.step.phases,
+        "critical_path": [{"phase": s.phase, "device": s.device, "start_s": s.start_s, "seconds": s.seconds}
+                          for s in plan.step.critical_path],
+        "baselines": {name: _plan_summary(b, names, None) for name, b in result.baselines.items()},
+        "differences_from_torchrec": result.differences,
+        "notes": plan.notes, "planning_s": result.seconds,
+    }
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def _plan_summary(p, names, one) -> dict:
+    out = {"gpus": len(p.ranks), "devices": [names[r] for r in p.ranks], "global_batch": p.global_batch,
+           "method": p.method, "feasible": math.isfinite(p.total_s),
+           "step_s": p.total_s if math.isfinite(p.total_s) else None, "notes": p.notes}
+    if math.isfinite(p.total_s):
+        out["samples_per_s"] = p.global_batch / p.total_s
+        if one is not None and math.isfinite(one.total_s) and len(one.ranks):
+            single = one.global_batch / one.total_s / len(one.ranks)
+            out["scaling_efficiency"] = out["samples_per_s"] / (single * len(p.ranks))
+    return out
+
+
+def _table_row(o, table, names) -> dict:
+    per_device: dict[str, float] = {}
+    for s in o.shards:
+        key = names[s.rank]
+        per_device[key] = per_device.get(key, 0.0) + s.storage.hbm_bytes + s.storage.ddr_bytes
+    if o.host >= 0 and o.kernel != "host":
+        per_device = {**{k: v for k, v in ((names[s.rank], s.storage.hbm_bytes) for s in o.shards)},
+                      names[o.host]: sum(s.storage.ddr_bytes for s in o.shards)}
+    perf = o.perf
+    return {"table": o.table, "rows": table.rows if table else None, "dim": table.dim if table else None,
+            "bytes": table.nbytes if table else None, "sharding": o.sharding_type, "kernel": o.kernel,
+            "layout": o.describe(names), "devices": list(dict.fromkeys(names[s.rank] for s in o.shards)),
+            "bytes_per_device": per_device, "lookup_s": perf.compute_s, "comms_s": perf.comms_s,
+            "lookup_forward_s": perf.fwd_compute_s, "lookup_backward_s": perf.bwd_compute_s,
+            "alltoall_s": perf.comms_s}
+
+
+# ------------------------------------------------------------------ tables on stdout
+
+def print_result(doc: dict, out=None) -> None:
+    import pandas as pd
+    out = out or sys.stdout
+    print(f"net {doc['net']}: {len(doc['tables'])} embedding tables; machine: {doc['machine']['description']}",
+          file=out)
+    print(f"global batch {doc['global_batch']} over {len(doc['gpus'])} GPU(s) ({doc['per_replica_batch']} per GPU); "
+          f"step {fmt_time(doc['step_s'])}, {doc['samples_per_s']:,.0f} samples/s; {_optimality(doc)}", file=out)
+    with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_colwidth", 60):
+        print("\ndata-parallel degree (each with its best tables' layout):", file=out)
+        print(pd.DataFrame([{"GPUs": d["gpus"], "batch": d["global_batch"], "step": fmt_time(d["step_s"]),
+                             "samples/s": f"{d['samples_per_s']:,.0f}" if d["feasible"] else "-",
+                             "efficiency": f"{d['scaling_efficiency']:.0%}" if "scaling_efficiency" in d else "-",
+                             "note": "; ".join(d["notes"]) if not d["feasible"] else ""}
+                            for d in doc["degrees"]]).to_string(index=False), file=out)
+        print("\ntables:", file=out)
+        print(pd.DataFrame([{"table": t["table"], "rows": t["rows"], "dim": t["dim"], "sharding": t["sharding"],
+                             "kernel": t["kernel"], "devices": _devices_text(t["devices"]),
+                             "bytes/device": _bytes_text(t["bytes_per_device"]),
+                             "lookup fwd+bwd": fmt_time(t["lookup_s"]), "all-to-all": fmt_time(t["alltoall_s"])}
+                            for t in doc["tables"]]).to_string(index=False), file=out)
+        print("\nper device:", file=out)
+        gpu_totals = [r["compute_s"] + r["comms_s"] for r in doc["ranks"] if r["capacity_bytes"] is not None]
+        mean = sum(gpu_totals) / len(gpu_totals) if gpu_totals else 0.0
+        print(pd.DataFrame([{"device": r["device"], "memory": fmt_bytes(r["memory_bytes"]),
+                             "usable": fmt_bytes(r["capacity_bytes"]) if r["capacity_bytes"] is not None else "-",
+                             "compute": fmt_time(r["compute_s"]), "of which lookups": fmt_time(r["lookup_s"]),
+                             "comms": fmt_time(r["comms_s"]),
+                             "imbalance": f"{(r['compute_s'] + r['comms_s']) / mean - 1:+.1%}"
+                             if mean and r["capacity_bytes"] is not None else "-"}
+                            for r in doc["ranks"]]).to_string(index=False), file=out)
+    print(f"imbalance (busiest GPU over the mean): {doc['imbalance']:.1%}", file=out)
+    print("\ncritical path:", file=out)
+    for s in doc["critical_path"]:
+        print(f"  {fmt_time(s['start_s']):>9} + {fmt_time(s['seconds']):>9}  {s['phase']} ({s['device']})", file=out)
+    print(f"  = {fmt_time(doc['step_s'])}", file=out)
+    print("\nbaselines (placer's cost model):", file=out)
+    per_sample = doc["step_s"] / doc["global_batch"]
+    for name, b in doc["baselines"].items():
+        from placer.partition.sharding import BASELINES
+        label = f"  {BASELINES.get(name, name)} over {b['gpus']} GPU(s)"
+        if b["feasible"]:
+            ratio = b["step_s"] / b["global_batch"] / per_sample
+            print(f"{label:<82} {fmt_time(b['step_s']):>9}  ({ratio:.2f}x the plan)", file=out)
+        else:
+            print(f"{label:<82}  INFEASIBLE: {'; '.join(b['notes'])}", file=out)
+    if doc["differences_from_torchrec"]:
+        print("\nwhere the plan differs from TorchRec's greedy:", file=out)
+        for line in doc["differences_from_torchrec"]:
+            print(f"  {line}", file=out)
+    for note in doc["notes"]:
+        print(f"note: {note}", file=out)
+    print(f"planned in {doc['planning_s']:.1f} s", file=out)
+
+
+def _optimality(doc: dict) -> str:
+    if doc["optimal"]:
+        return "optimal for placer's step model (MILP)"
+    if doc["gap"] is not None:
+        return f"within {doc['gap']:.1%} of the optimum (MILP bound {fmt_time(doc['bound_s'])})"
+    return "no bound (MILP skipped)"
+
+
+def _devices_text(devices: list[str]) -> str:
+    return devices[0] if len(devices) == 1 else f"{devices[0]} .. {devices[-1]} ({len(devices)})"
+
+
+def _bytes_text(per_device: dict) -> str:
+    values = list(per_device.values())
+    if not values:
+        return "-"
+    if len(set(round(v) for v in values)) == 1:
+        return fmt_bytes(values[0]) + (f" x{len(values)}" if len(values) > 1 else "")
+    return ", ".join(f"{d}: {fmt_bytes(v)}" for d, v in per_device.items())
+
