@@ -81,18 +81,28 @@ _FAMILY_OVERRIDES = {
 _MODULE_FAMILY = {
     "conv": "conv", "pool": "pool", "norm": "norm", "fc": "fc", "elementwise": "elementwise",
     "loss": "loss", "embedding": "embedding", "tensor": "movement", "fill": "movement",
-    "copy": "movement",
+    "copy": "movement", "gradients_sparse": "embedding", "gradients_segment": "embedding",
+    "gradients_dense": "elementwise", "collective": "movement", "p2p": "movement",
 }
 
 
 def family_of(op_type: str) -> str:
-    """The family an op type is fitted with: an override, else its registry module."""
+    """The family an op type is fitted with: an override; a gradient op's forward op's
+    family (``ConvGradient`` runs the same GEMMs as ``Conv``, about twice the work: its
+    features count that work, the family sets the efficiency it runs at); else its
+    registry module's."""
     if op_type in _FAMILY_OVERRIDES:
         return _FAMILY_OVERRIDES[op_type]
     opdef = registry.get(op_type)
     if opdef is None:
         return "other"
+    for suffix in ("Gradient", "Grad"):
+        forward = op_type.removesuffix(suffix)
+        if forward != op_type and registry.get(forward) is not None:
+            return family_of(forward)
     module = getattr(opdef.infer, "__module__", "").rsplit(".", 1)[-1]
+    if module == "optimizers":   # dense updates stream their tensors; sparse ones gather rows
+        return "embedding" if op_type.startswith(("Sparse", "RowWise", "Scatter")) else "elementwise"
     return _MODULE_FAMILY.get(module, "other")
 
 
