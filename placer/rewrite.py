@@ -2,7 +2,8 @@
 
 What changes in the user's net, and nothing else:
 - every op gets a ``device_option`` (``device_type`` 1 and ``device_id`` N on GPU N, 0 on
-  the CPU; other DeviceOption fields the op had are kept);
+  the CPU; on a cluster, ``node_name`` = the device's host; other DeviceOption fields the
+  op had are kept);
 - a tensor read on another device than the one that made it is copied once per
   destination device, the way Caffe2's own ``core.InjectCrossDeviceCopies`` does it:
   ``CopyCPUToGPU`` under the destination GPU's device option, ``CopyGPUToCPU`` under the
@@ -53,11 +54,12 @@ class _Devices:
     names: tuple[str, ...]
     kinds: tuple[str, ...]
     ordinals: tuple[int, ...]
+    hosts: tuple[str, ...] = ()     # cluster host of each device ("" on one machine)
 
     @classmethod
     def of(cls, machine) -> "_Devices":
         return cls(tuple(d.name for d in machine.devices), tuple(d.kind for d in machine.devices),
-                   tuple(d.ordinal for d in machine.devices))
+                   tuple(d.ordinal for d in machine.devices), tuple(d.host for d in machine.devices))
 
     def suffix(self, d: int) -> str:
         """Caffe2's copy-name suffix for a blob on device d."""
@@ -67,10 +69,16 @@ class _Devices:
         gpu = self.kinds[d] == "gpu"
         op.device_option.device_type = pb.PROTO_CUDA if gpu else pb.PROTO_CPU
         op.device_option.device_id = self.ordinals[d] if gpu else 0
+        if self.hosts and self.hosts[d]:
+            op.device_option.node_name = self.hosts[d]
 
     def copy_op(self, src: int, dst: int, blob: str, out: str) -> pb.OperatorDef:
-        """The copy Caffe2 would insert from device src to device dst."""
-        if self.kinds[src] == "cpu" and self.kinds[dst] == "gpu":
+        """The copy Caffe2 would insert from device src to device dst (between two hosts of
+        a cluster: ``Copy`` on the destination, which the per-worker split turns into a
+        send and a receive)."""
+        if self.hosts and self.hosts[src] != self.hosts[dst]:
+            kind, where = "Copy", dst
+        elif self.kinds[src] == "cpu" and self.kinds[dst] == "gpu":
             kind, where = "CopyCPUToGPU", dst
         elif self.kinds[src] == "gpu" and self.kinds[dst] == "cpu":
             kind, where = "CopyGPUToCPU", src

@@ -13,6 +13,7 @@ import zlib
 import numpy as np
 import pytest
 
+import test_cluster
 import test_collectives_ops
 import test_ops_data
 import test_ops_dense
@@ -52,6 +53,7 @@ def covered_op_types() -> set[str]:
     ops |= {c[0] for c in test_ops_detection.KERNEL_CASES} | {c[0] for c in test_ops_resize.CASES}
     ops |= set(test_collectives_ops.STRICT_CHECKED + test_collectives_ops.GLOO_CHECKED)
     ops |= {"CreateCommonWorld", "CloneCommonWorld"}     # host blobs only (test_collectives_ops)
+    ops |= set(test_cluster.STRICT_CHECKED)             # SendTensor, ReceiveTensor
     return ops | {c[0] for c in EXTRA_CASES} | {"Dropout"}
 
 

@@ -16,6 +16,7 @@ from placer.planview import plan_json
 from placer.units import fmt_bytes, fmt_time
 from placer.machine import add_machine_arguments, machine_from_args
 from placer.profiling import add_profile_arguments
+from placer.cluster import add_cluster_argument, cluster_plan_from_args, host_summary
 
 HELP = "find the best placement over the CPU and GPUs and write the placed net"
 DESCRIPTION = """\
@@ -42,6 +43,7 @@ examples:
   placer plan dlrm.pbtxt --gpu-profile a100-40gb-pcie4 -o placed.pbtxt
   placer plan net.pbtxt --machine 4x-v100-sxm2-nvlink --pin 'emb*=cpu' --pin 'fc*=cuda:1'
   placer plan net.pbtxt --gpu-profile t4-pcie3 --gpus 2 --json > plan.json
+  placer plan net.pbtxt --cluster local-2hosts -o outdir/   (one net per host; placer run outdir/ --ray)
 """
 
 MAX_ROWS = 200
@@ -51,6 +53,7 @@ def add_arguments(p) -> None:
     add_net_arguments(p)
     add_profile_arguments(p)
     add_machine_arguments(p)
+    add_cluster_argument(p)
     g = p.add_argument_group("placement")
     g.add_argument("--method", choices=[m for m in METHODS if m not in ("all_cpu", "all_gpu")],
                    default="auto", help="partitioner (default: auto = mincut on the CPU and one GPU, "
@@ -118,20 +121,26 @@ def run(args) -> int:
     typed = load_typed_net(args, complete=True)
     if args.init_out and typed.net.init_proto is None:  # before anything is written
         raise PlacerError("--init-out: the net has no init net to place", hint="give --init-net")
-    machine = machine_from_args(args)
+    machine = None if args.cluster else machine_from_args(args)
     options = PlanOptions(method=args.method, gpu_mem_bytes=parse_size(args.gpu_mem),
                           reserve=parse_fraction(args.gpu_reserve), pins=tuple(args.pin),
                           keep_existing=args.keep_existing, outputs_on_host=args.outputs_on_host,
                           time_limit_s=args.time_limit, unknown_op_cost_s=args.unknown_op_cost)
-    result = plan(typed, machine, options)
+    result = cluster_plan_from_args(args, typed, options) if args.cluster else plan(typed, machine, options)
+    machine = result.machine
     doc = plan_json(result, _profiles(machine))
     _add_confidence(doc, result, args.stability_draws)
+    if args.cluster:
+        doc["hosts"] = host_summary(machine, result.plan.memory_bytes, result.plan.placement)
     written = _write_outputs(args, result, doc)
     if args.json:
         json.dump(doc, sys.stdout, indent=1)
         print()
     else:
         print_plan(doc, all_rows=args.all)
+        for h in doc.get("hosts", []):
+            print(f"host {h['host']}: {h['ops']} ops, {fmt_bytes(h['memory_bytes'])} of memory "
+                  f"(CPU {fmt_bytes(h['cpu_memory_bytes'])}, GPUs {fmt_bytes(h['gpu_memory_bytes'])})")
         for what, path in written:
             print(f"wrote {what}: {path}")
     return 0
@@ -194,7 +203,10 @@ def _write_outputs(args, result, doc) -> list[tuple[str, str]]:
     from placer.formats.caffe2 import save_netdef
     from placer.rewrite import place
     written = []
-    if args.output or args.init_out:
+    if args.cluster and args.output:
+        from placer.manifest import write_plan_dir
+        written += write_plan_dir(args.output, result, doc, outputs_on_host=args.outputs_on_host)
+    elif args.output or args.init_out:
         net = result.typed.net
         placed = place(net, result.plan.placement, result.machine, outputs_on_host=args.outputs_on_host)
         if args.output:

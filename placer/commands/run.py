@@ -57,6 +57,12 @@ fills; .pb binary, else text).
   placer run net.prototxt --iterations 10 --record run.json --outputs out.npz
   placer run train_net.pbtxt --init-net train_init_net.pbtxt --inputs batches/ \\
       --iterations 100 --print-every 10 --save-init trained_init.pb
+
+A cluster plan (placer plan NET --cluster C -o OUTDIR) runs on Ray, one worker per host:
+--ray alone starts a local Ray instance that stands in for the cluster; --ray auto joins
+the running cluster (ray start --head / ray start --address=...). See README "Many hosts".
+
+  placer run OUTDIR --ray --emulate-gpu --random-inputs 0 --outputs out.npz
 """
 
 
@@ -95,6 +101,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the state after the run (trained parameters, optimizer state, "
                              "iteration counter) as an init net: .pb binary, else text")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no table, no loss lines")
+    ray = parser.add_argument_group("cluster plans (NET is the OUTDIR of placer plan --cluster)")
+    ray.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                     help="run every worker as a Ray actor: no ADDRESS starts a local Ray instance, "
+                          "'auto' joins the running cluster")
+    ray.add_argument("--max-restarts", type=int, default=0, metavar="N",
+                     help="with --ray: after a worker dies, start every worker again, up to N times (default 0)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,6 +128,9 @@ def run(args: argparse.Namespace) -> int:
                   f"set OPENBLAS_NUM_THREADS={args.threads} before starting", file=sys.stderr)
     if args.random_inputs is not None and args.random_inputs < 0:
         raise InputError(f"--random-inputs {args.random_inputs}: the seed must be >= 0")
+    if args.ray is not None:
+        from placer.runtime.cluster_command import run_command
+        return run_command(args)
     typed = load_typed_net(args)
     net = typed.net
     init_netdef = _init_netdef(net) if args.save_init else None

@@ -156,6 +156,17 @@ def register(opdef: OpDef) -> OpDef:
     return opdef
 
 
+def override(opdef: OpDef) -> OpDef | None:
+    """Put ``opdef`` in place of its type's entry (or add it), in this process only, and
+    return the entry it replaces. Only for a process that runs one worker of a net split
+    over processes: the ops spanning processes get their cross-process kernels this way
+    (``ops/p2p.py``)."""
+    import placer.ops  # noqa: F401  (the families register first, so nothing replaces this entry)
+    previous = _REGISTRY.get(opdef.type)
+    _REGISTRY[opdef.type] = opdef
+    return previous
+
+
 def get(op_type: str) -> OpDef | None:
     """The entry for an op type, or None for an unknown type."""
     import placer.ops  # noqa: F401  (imports every family so that the registry is full)

@@ -11,6 +11,7 @@
   ``time_limit`` seconds);
 - "milp": the MILP alone (``milp``: exact when it finishes in ``time_limit``);
 - "makespan": overlap-aware placement (event simulator, HEFT, local search);
+- "hosts": over a cluster's HOST/DEVICE devices, hosts first, then devices (``hosts.py``);
 - "greedy", "all_cpu", "all_gpu", "pipeline", "m_topo", "m_etf": baselines
   (``baselines``).
 Every plan can be checked with ``check.check_plan``.
@@ -22,7 +23,7 @@ import numpy as np
 from placer.partition.check import check_plan
 
 METHODS = ("auto", "mincut", "expansion", "milp", "makespan", "greedy", "all_cpu", "all_gpu",
-           "pipeline", "m_topo", "m_etf")
+           "pipeline", "m_topo", "m_etf", "hosts")
 
 
 def partition(arr, method: str = "auto", time_limit: float = 10.0, **options):
@@ -45,6 +46,9 @@ def partition(arr, method: str = "auto", time_limit: float = 10.0, **options):
     if method == "milp":
         from placer.partition.milp import milp_plan
         return milp_plan(arr, time_limit)
+    if method == "hosts":
+        from placer.partition.hosts import hosts_first
+        return hosts_first(arr, time_limit)
     if method == "makespan":
         from placer.partition.schedule import MakespanPartitioner
         return MakespanPartitioner(**options).partition(arr)

@@ -106,6 +106,40 @@ def write_trace(plan: dict | None, path: str | os.PathLike, run: dict | None = N
     atomic_write_text(path, json.dumps(trace, allow_nan=False, default=_plain) + "\n")
 
 
+def cluster_trace(workers: dict, title: str = "measured") -> dict:
+    """One trace of several workers' measured runs (``runtime.cluster``): a process per
+    worker, a thread per device, each worker's ops end to end from the wall-clock start of
+    its step (``workers[host] = (run record dict, start_s)``), so that a receive waiting on
+    another worker lines up with that worker's send."""
+    origin = min((start for _, start in workers.values()), default=0.0)
+    events: list[dict] = []
+    for pid, (host, (run, start)) in enumerate(workers.items(), start=1):
+        events.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+                       "args": {"name": f"{title}: worker {host}"}})
+        tids = {d: k for k, d in enumerate(run.get("devices") or [], start=1)}
+        for d, tid in tids.items():
+            label = (run.get("timing_labels") or {}).get(d, d)
+            events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": label}})
+        t = start - origin
+        for o in run.get("ops") or []:
+            dur = float(o.get("time_s") or 0.0)
+            tid = tids.setdefault(o.get("device"), len(tids) + 1)
+            events.append({"name": o.get("name") or f"#{o.get('index')} {o.get('type')}", "cat": "op", "ph": "X",
+                           "ts": t * US, "dur": dur * US, "pid": pid, "tid": tid,
+                           "args": {"type": o.get("type"), "op": o.get("index"), "device": o.get("device")}})
+            t += dur
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"generator": "placer"}}
+
+
+def write_cluster_trace(workers: dict, path: str | os.PathLike) -> None:
+    """Write ``cluster_trace(workers)`` after validating it (a malformed one is a bug here)."""
+    trace = cluster_trace(workers)
+    problems = validate_trace(trace)
+    if problems:
+        raise AssertionError("trace failed validation: " + "; ".join(problems[:5]))
+    atomic_write_text(path, json.dumps(trace, allow_nan=False, default=_plain) + "\n")
+
+
 def _plain(value):
     """numpy scalars as JSON numbers (non-finite ones as null)."""
     if hasattr(value, "item"):

@@ -1,0 +1,347 @@
+"""A cluster: hosts, each a machine (``placer.machine``), and the network between them, as
+one ``Machine`` whose devices are named ``HOST/DEVICE`` (``h0/cpu``, ``h1/cuda:0``).
+
+Device indices follow the machine convention: index 0 is the first host's CPU
+(``h0/cpu``), the host that feeds inputs and reads outputs; the other hosts' CPUs are
+ordinary CPU devices. Each device keeps its host's CUDA ordinal (``h1/cuda:0`` is GPU 0 of
+host h1) and carries its host name (``MachineDevice.host``), which the placed net writes
+as Caffe2's ``DeviceOption.node_name``.
+
+Links:
+- within a host: that host's machine links (PCIe, NVLink, NVSwitch, staged), their lanes
+  prefixed with the host name, so two hosts' PCIe copies never queue on one lane;
+- between hosts, from device a on host A to device b on host B: the network hop (the
+  cluster's NIC figures, ``latency + bytes / bandwidth``, on the lane of A's NIC: copies
+  leaving one host share its NIC), plus, for a GPU end without GPUDirect RDMA, the GPU's
+  own PCIe hop to or from host memory on that host (a D2H before, an H2D after: staged
+  through host memory, as MPI without CUDA support does). With GPUDirect RDMA the NIC
+  reads and writes GPU memory itself: one hop at the slower of the network and that
+  GPU's PCIe rate.
+
+Cluster profiles (``profiles/clusters/*.json``, schema in profiles/README.md) name each
+host's machine profile (and optionally its CPU profile and memory) and the network, every
+figure with its source. On the command line: ``--cluster NAME|FILE``.
+
+``plan_cluster`` is ``planner.plan`` over a cluster: each host's CPU memory is a limit
+(parameters kept in several hosts' memory are what a cluster plan is for) and the default
+search goes hosts first (``partition/hosts.py``).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from placer import constants as K
+from placer.errors import ProfileError
+from placer.machine import HOST, Hop, Link, Machine, MachineDevice, load_machine
+from placer.profiling.schema import LinkCurve
+
+@dataclass(frozen=True)
+class Network:
+    """The network between any two hosts (a non-blocking switch: every pair at the NIC rate)."""
+
+    kind: str                   # "10gbe", "infiniband-hdr", "ethernet-100g", ...
+    bytes_per_s: float          # achieved per direction per host NIC
+    latency_s: float            # one message, NIC to NIC
+    gpudirect_rdma: bool        # the NIC reads/writes GPU memory directly
+    source: str = ""
+
+
+@dataclass
+class ClusterMachine(Machine):
+    """A ``Machine`` over several hosts (module docstring); ``host_of[d]`` is the host index
+    of device d, ``hosts`` the host names, ``host_machines`` each host's own machine."""
+
+    hosts: tuple[str, ...] = ()
+    host_machines: tuple[Machine, ...] = ()
+    network: Network | None = None
+    host_of: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def devices_of(self, host: int | str) -> list[int]:
+        """Device indices of one host (by index or name), its CPU first."""
+        h = self.hosts.index(host) if isinstance(host, str) else int(host)
+        return [int(d) for d in np.flatnonzero(self.host_of == h)]
+
+    def local_name(self, d: int) -> str:
+        """The device's name on its own host: ``cuda:0`` for ``h1/cuda:0``."""
+        return self.devices[d].name.partition("/")[2]
+
+    def network_to_local_ratio(self) -> float:
+        """How many times longer a 1 MiB copy takes between hosts (the cheapest such link)
+        than within a host (the cheapest such link): the spread of link costs that weakens
+        alpha-expansion's bound, and why planning goes hosts first."""
+        nb = float(2 ** 20)
+        local = [link.time_s(nb) for (a, b), link in self.links.items() if self.host_of[a] == self.host_of[b]]
+        across = [link.time_s(nb) for (a, b), link in self.links.items() if self.host_of[a] != self.host_of[b]]
+        if not across or not local:
+            return 1.0
+        return min(across) / max(min(local), 1e-12)
+
+    def describe(self) -> str:
+        net = self.network
+        per_host = "; ".join(f"{h}: {m.describe()}" for h, m in zip(self.hosts, self.host_machines))
+        rdma = "GPUDirect RDMA" if net.gpudirect_rdma else "GPU copies staged through host memory"
+        return (f"{len(self.hosts)} hosts over {net.kind} ({net.bytes_per_s / 1e9:.3g} GB/s, "
+                f"{net.latency_s * 1e6:.3g} us, {rdma}); {per_host}")
+
+
+# ------------------------------------------------------------------------ building
+
+def build_cluster(name: str, hosts: list[tuple[str, Machine]], network: Network, description: str = "",
+                  sources: Mapping[str, str] | None = None, path: str = "") -> ClusterMachine:
+    """One machine over ``hosts`` ((name, machine) pairs, the first one feeding the inputs)
+    joined by ``network`` (module docstring)."""
+    where = path or name
+    names = [h for h, _ in hosts]
+    if not hosts:
+        raise ProfileError(f"{where}: a cluster needs at least one host")
+    for h in names:
+        if not h or "/" in h or names.count(h) > 1:
+            raise ProfileError(f"{where}: host name {h!r} must be unique, non-empty and without '/'")
+    devices: list[MachineDevice] = []
+    host_of: list[int] = []
+    first: list[int] = []           # index of each host's CPU in the cluster
+    for h, (host, m) in enumerate(hosts):
+        first.append(len(devices))
+        for dev in m.devices:
+            devices.append(MachineDevice(f"{host}/{dev.name}", dev.profile, dev.ordinal, host))
+            host_of.append(h)
+    links: dict[tuple[int, int], Link] = {}
+    for h, (host, m) in enumerate(hosts):
+        for (a, b), link in m.links.items():
+            links[(first[h] + a, first[h] + b)] = _on_host(link, host)
+    for ha, (host_a, ma) in enumerate(hosts):
+        for hb, (host_b, mb) in enumerate(hosts):
+            if ha == hb:
+                continue
+            for a in range(ma.k):
+                for b in range(mb.k):
+                    links[(first[ha] + a, first[hb] + b)] = _across(network, host_a, ma, a, host_b, mb, b)
+    return ClusterMachine(name, tuple(devices), links, description, dict(sources or {}), path,
+                          hosts=tuple(names), host_machines=tuple(m for _, m in hosts), network=network,
+                          host_of=np.array(host_of, np.int64))
+
+
+def _on_host(link: Link, host: str) -> Link:
+    """A host's own link with its lanes named after the host."""
+    return Link(link.kind, tuple(Hop(h.curve, f"{host}/{h.lane}") for h in link.hops), link.source)
+
+
+def _across(net: Network, host_a: str, ma: Machine, a: int, host_b: str, mb: Machine, b: int) -> Link:
+    """Device a of host A to device b of host B (module docstring)."""
+    gpu_a, gpu_b = ma.devices[a].is_gpu, mb.devices[b].is_gpu
+    rate, latency = net.bytes_per_s, net.latency_s
+    before: tuple[Hop, ...] = ()
+    after: tuple[Hop, ...] = ()
+    if net.gpudirect_rdma:
+        if gpu_a:
+            rate = min(rate, ma.links[(a, HOST)].hops[0].curve.bytes_per_s)
+        if gpu_b:
+            rate = min(rate, mb.links[(HOST, b)].hops[0].curve.bytes_per_s)
+    else:
+        if gpu_a:
+            before = _on_host(ma.links[(a, HOST)], host_a).hops
+        if gpu_b:
+            after = _on_host(mb.links[(HOST, b)], host_b).hops
+    wire = Hop(LinkCurve(latency, rate, []), f"{host_a}/nic:send")
+    kind = "network" + ("-rdma" if net.gpudirect_rdma and (gpu_a or gpu_b) else
+                        "-staged" if before or after else "")
+    how = ("GPUDirect RDMA at the slower of the network and the GPU's PCIe" if kind == "network-rdma" else
+           "staged through host memory: the GPU's PCIe hop, then the network" if before or after else "")
+    return Link(kind, before + (wire,) + after, "; ".join(s for s in (net.source, how) if s))
+
+
+# ------------------------------------------------------------------------- loading
+
+def shipped_clusters_dir() -> Path:
+    from placer.profiling import shipped_profiles_dir
+    return shipped_profiles_dir() / "clusters"
+
+
+def shipped_cluster_names() -> list[str]:
+    return sorted(p.stem for p in shipped_clusters_dir().glob("*.json"))
+
+
+def find_cluster(name_or_path: str | Path) -> Path:
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    shipped = shipped_clusters_dir() / f"{path.stem}.json"
+    if shipped.exists() and path.parent == Path("."):
+        return shipped
+    raise ProfileError(f"cluster profile '{name_or_path}' not found",
+                       hint=f"give a file, or one of: {', '.join(shipped_cluster_names())}")
+
+
+def load_cluster(name_or_path: str | Path) -> ClusterMachine:
+    """A cluster profile file (or a shipped name) as a ``ClusterMachine``."""
+    path = find_cluster(name_or_path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ProfileError(f"{path}: cannot read cluster profile: {e.strerror or e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ProfileError(f"{path}: not a JSON cluster profile: {e}") from None
+    if not isinstance(data, Mapping) or data.get("kind") != "cluster":
+        raise ProfileError(f"{path}: not a cluster profile (expected \"kind\": \"cluster\")",
+                           hint="a machine profile goes to --machine")
+    if data.get("schema_version") != K.PROFILE_SCHEMA_VERSION:
+        raise ProfileError(f"{path}: schema_version {data.get('schema_version')!r} is not supported "
+                           f"(this placer reads version {K.PROFILE_SCHEMA_VERSION})")
+    try:
+        hosts = [(h["name"], _host_machine(h, path)) for h in _host_entries(data, path)]
+        return build_cluster(str(data["name"]), hosts, _network(data.get("network"), path),
+                             description=str(data.get("description", "")), sources=data.get("sources", {}),
+                             path=str(path))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ProfileError(f"{path}: malformed cluster profile ({type(e).__name__}: {e})") from None
+
+
+def _host_entries(data: Mapping, path: Path) -> list[dict]:
+    """``hosts`` as a list of entries, or ``{"count": N, ...}`` for N alike hosts h0..hN-1."""
+    hosts = data.get("hosts")
+    if isinstance(hosts, Mapping):
+        count = hosts.get("count")
+        if not isinstance(count, int) or count < 1:
+            raise ProfileError(f"{path}: hosts.count must be a positive integer")
+        return [{**hosts, "name": f"{hosts.get('prefix', 'h')}{i}"} for i in range(count)]
+    if not isinstance(hosts, list) or not hosts:
+        raise ProfileError(f"{path}: 'hosts' must be a non-empty list or {{\"count\": N, \"machine\": ...}}")
+    for j, h in enumerate(hosts):
+        if not isinstance(h, Mapping) or not isinstance(h.get("name"), str) or not isinstance(h.get("machine"), str):
+            raise ProfileError(f"{path}: hosts[{j}] needs a \"name\" and a \"machine\" (a machine profile)")
+    return [dict(h) for h in hosts]
+
+
+def _host_machine(entry: Mapping, path: Path) -> Machine:
+    """A host's machine: its machine profile, with the CPU profile and memory the entry gives."""
+    from placer.profiling import load_device_profile
+    base = path.parent.parent if path.parent.name == "clusters" else path.parent
+    ref = entry["machine"]
+    local = base / "machines" / f"{ref}.json"
+    cpu = entry.get("cpu")
+    cpu_profile = None
+    if cpu is not None:
+        cpu_file = base / f"{cpu}.json"
+        cpu_profile = load_device_profile(cpu_file if cpu_file.exists() else cpu, "cpu")
+    machine = load_machine(local if local.exists() else ref, cpu_profile)
+    memory = entry.get("memory_bytes")
+    if memory is not None:
+        if not isinstance(memory, (int, float)) or not memory > 0:
+            raise ProfileError(f"{path}: host {entry['name']}: memory_bytes must be a positive number")
+        cpu_dev = machine.devices[HOST]
+        profile = replace(cpu_dev.profile, memory_capacity_bytes=float(memory))
+        machine.devices = (replace(cpu_dev, profile=profile),) + machine.devices[1:]
+    return machine
+
+
+def _network(spec: Any, path: Path) -> Network:
+    if not isinstance(spec, Mapping):
+        raise ProfileError(f"{path}: 'network' must give kind, bytes_per_s, latency_s and gpudirect_rdma")
+    rate, latency = spec.get("bytes_per_s"), spec.get("latency_s")
+    if not isinstance(rate, (int, float)) or not rate > 0:
+        raise ProfileError(f"{path}: network.bytes_per_s must be a positive number")
+    if not isinstance(latency, (int, float)) or latency < 0:
+        raise ProfileError(f"{path}: network.latency_s must be a number >= 0")
+    rdma = spec.get("gpudirect_rdma", False)
+    if not isinstance(rdma, bool):
+        raise ProfileError(f"{path}: network.gpudirect_rdma must be true or false")
+    return Network(str(spec.get("kind", "network")), float(rate), float(latency), rdma, str(spec.get("source", "")))
+
+
+def add_cluster_argument(parser) -> None:
+    """--cluster NAME|FILE for plan (and the commands that take a machine)."""
+    parser.add_argument("--cluster", metavar="NAME|FILE",
+                        help="plan over several hosts: a cluster profile (hosts, their machines, the "
+                             "network; devices named HOST/DEVICE). Shipped: "
+                             + ", ".join(shipped_cluster_names()))
+
+
+
+# ------------------------------------------------------------------------ planning
+
+def cluster_memory_limits(cluster: ClusterMachine, options) -> tuple[np.ndarray, np.ndarray]:
+    """(capacity, usable) bytes per device: GPUs as on one machine (``planner.memory_limits``);
+    each host's CPU memory from its profile (or ``options.host_mem_bytes``), all of it
+    usable: parameters kept in several hosts' CPU memory are what a cluster plan is for."""
+    from placer.planner import memory_limits
+    capacity, usable = memory_limits(cluster, options)
+    for d, dev in enumerate(cluster.devices):
+        if not dev.is_gpu:
+            limit = options.host_mem_bytes if options.host_mem_bytes is not None else dev.profile.memory_capacity_bytes
+            capacity[d] = usable[d] = float(limit)
+    return capacity, usable
+
+
+def plan_cluster(typed, cluster: ClusterMachine, options=None):
+    """``planner.plan`` over a cluster: the same stages, per-host CPU memory limits, and
+    the hosts-first partitioner (``partition.hosts``) for the default method."""
+    from placer.costs import annotate
+    from placer.errors import PlacerError
+    from placer.graph import build_cost_graph
+    from placer.partition import baselines, partition
+    from placer.partition.check import check_plan
+    from placer.partition.problem import from_graph
+    from placer.planner import (PlanOptions, PlanResult, allowed_devices, inplace_pairs, overlapped,
+                                parameter_groups)
+    from placer.shapes import require_complete
+    options = options or PlanOptions()
+    net = require_complete(typed).net
+    if not net.ops:
+        raise PlacerError(f"{net.path or net.name or 'the net'}: the net has no ops; there is nothing to place")
+    # 1. price every op on every device of every host
+    costs = annotate(typed, cluster, unknown_op_cost_s=options.unknown_op_cost_s)
+    # 2. the cost graph, with per-host CPU memory limits
+    allowed, why = allowed_devices(net, costs, cluster, options.pins, options.keep_existing)
+    capacity, usable = cluster_memory_limits(cluster, options)
+    graph = build_cost_graph(costs, allowed, why, colocate=parameter_groups(net), inplace=inplace_pairs(net),
+                             outputs_on_host=options.outputs_on_host, capacity=usable)
+    arrays = from_graph(graph)
+    # 3. hosts first, then devices (other methods: flat over every device)
+    if options.method == "auto":
+        options = replace(options, method="hosts")      # what re-solves (stability) use too
+    chosen = partition(arrays, options.method, time_limit=options.time_limit_s)
+    if options.method == "hosts":
+        chosen.notes.append(f"network {cluster.network_to_local_ratio():.3g}x slower than the fastest link "
+                            f"within a host (1 MiB copies)")
+    check_plan(arrays, chosen)
+    # 4. baselines and the overlapped schedule
+    base = baselines.baselines(arrays, None)
+    return PlanResult(typed, costs, graph, chosen, base, cluster, capacity, usable,
+                      makespan=overlapped(arrays, chosen, base), options=options, arrays=arrays)
+
+
+def host_summary(cluster: ClusterMachine, memory_bytes, placement) -> list[dict]:
+    """Per host: its devices' memory use and how many ops it runs."""
+    memory_bytes = np.asarray(memory_bytes, float)
+    placement = np.asarray(placement, np.int64)
+    out = []
+    for h, host in enumerate(cluster.hosts):
+        devs = cluster.devices_of(h)
+        out.append({"host": host, "ops": int(np.isin(placement, devs).sum()),
+                    "memory_bytes": float(memory_bytes[devs].sum()),
+                    "cpu_memory_bytes": float(memory_bytes[devs[0]]),
+                    "gpu_memory_bytes": float(memory_bytes[devs[1:]].sum())})
+    return out
+
+
+
+def cluster_plan_from_args(args, typed, options):
+    """``placer plan --cluster``: the cluster, checked against the single-machine options,
+    planned; prints nothing (the plan command prints the plan and each host's share)."""
+    if getattr(args, "machine", None) or getattr(args, "gpus", None) is not None \
+            or getattr(args, "gpu_profile", None) or getattr(args, "cpu_profile", None):
+        raise ProfileError("--cluster already names every host's machine; drop --machine / --gpus / "
+                           "--gpu-profile / --cpu-profile")
+    if getattr(args, "init_out", None):
+        raise ProfileError("--init-out: with --cluster, -o OUTDIR holds every worker's nets and init nets")
+    return plan_cluster(typed, load_cluster(args.cluster), options)
+
+
+__all__ = ["Network", "ClusterMachine", "build_cluster", "load_cluster", "find_cluster", "plan_cluster",
+           "cluster_memory_limits", "host_summary", "cluster_plan_from_args",
+           "shipped_cluster_names", "add_cluster_argument"]

@@ -1,0 +1,169 @@
+"""The directory ``placer plan --cluster C -o OUTDIR`` writes, and its manifest.
+
+    OUTDIR/manifest.json                  what runs where (below)
+    OUTDIR/plan.json                      the plan document (docs/PLAN_JSON.md)
+    OUTDIR/placed.pbtxt                   the placed net: device_option.node_name = host
+    OUTDIR/placed_init.pbtxt
+    OUTDIR/one_process.pbtxt              the same placed net for one process (GPUs numbered
+    OUTDIR/one_process_init.pbtxt         across the cluster): `placer run` checks it anywhere
+    OUTDIR/one_process.value_info.json    its input shapes (placer run finds both beside it)
+    OUTDIR/workers/HOST.pbtxt             one Caffe2 net and init net per worker (rewrite_workers)
+    OUTDIR/workers/HOST_init.pbtxt
+
+manifest.json (``schema`` "placer.cluster_manifest", version 1): the cluster and its
+network; ``world`` (size, the common world blob, engine); per worker its rank, host,
+devices, GPU count, net, init net, the inputs the driver feeds it and the outputs it
+returns, and the plan's predicted seconds on its devices; every message (tag, phase, blob,
+source and destination device, bytes); the predicted step (serial and overlapped).
+
+The directory is written whole into a sibling temporary directory and renamed into place,
+so a failed plan leaves no half-written directory; an existing directory is replaced only
+when it holds a manifest (a previous plan), never a directory of other files.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from placer.errors import PlacerError
+
+SCHEMA = "placer.cluster_manifest"
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+def write_plan_dir(outdir: str | os.PathLike, result, doc: dict, outputs_on_host: bool = True) -> list[tuple[str, str]]:
+    """Write OUTDIR for a cluster plan (``cluster.plan_cluster``'s result, its plan JSON)."""
+    from placer.formats.caffe2 import net_from_netdef
+    from placer.rewrite import place
+    cluster, net = result.machine, result.typed.net
+    placed = place(net, result.plan.placement, cluster, outputs_on_host=outputs_on_host)
+    inputs = list(net.data_inputs)
+    types = placed_types(placed.predict, placed.init, result.typed.blobs, inputs, net_from_netdef)
+    predicted = {"serial_s": result.plan.cost.total_s, "makespan_s": result.makespan.get("makespan_s"),
+                 "by_device_s": _predicted_by_device(result)}
+    return write_placed_dir(outdir, placed.predict, placed.init, cluster, types, inputs, predicted, doc,
+                            net.name or Path(net.path).stem)
+
+
+def write_placed_dir(outdir: str | os.PathLike, predict, init, cluster, types: dict, inputs: list[str],
+                     predicted: dict | None = None, doc: dict | None = None, name: str = "") -> list[tuple[str, str]]:
+    """Write OUTDIR for a placed cluster net (``device_option.node_name`` on every op):
+    the per-worker split, the one-process net, the manifest (module docstring)."""
+    from placer.formats.caffe2 import save_netdef
+    from placer.rewrite_workers import ENGINE, WORLD, one_process, split_workers
+    out = Path(outdir)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST).exists())):
+        raise PlacerError(f"-o {out}: exists and is not a placer cluster output directory",
+                          hint="give a new or empty directory")
+    split = split_workers(predict, init, cluster, types, inputs)
+    predicted = predicted or {"serial_s": None, "makespan_s": None, "by_device_s": {}}
+    per_device = predicted.pop("by_device_s", {}) or {}
+    manifest = {
+        "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "net": name or predict.name,
+        "cluster": {"name": cluster.name, "description": cluster.describe(), "hosts": list(cluster.hosts),
+                    "network": vars(cluster.network)},
+        "world": {"size": len(split.workers), "blob": WORLD, "engine": ENGINE},
+        "inputs": {b: {"shape": list(types[b].shape), "dtype": types[b].dtype} for b in inputs if b in types},
+        "outputs": list(predict.external_output),
+        "placed_net": "placed.pbtxt", "placed_init_net": "placed_init.pbtxt" if init is not None else None,
+        "one_process_net": "one_process.pbtxt",
+        "one_process_init_net": "one_process_init.pbtxt" if init is not None else None,
+        "one_process_gpus": len(cluster.gpus),
+        "predicted": predicted,
+        "workers": [{"rank": w.rank, "host": w.host, "devices": list(w.devices), "gpus": w.gpus,
+                     "net": f"workers/{w.host}.pbtxt", "init_net": f"workers/{w.host}_init.pbtxt",
+                     "inputs": w.inputs, "outputs": w.outputs,
+                     "predicted_s": sum(per_device.get(d, 0.0) for d in w.devices)} for w in split.workers],
+        "messages": [vars(m) for m in split.messages],
+        "collectives": split.collectives,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        (tmp / "workers").mkdir()
+        save_netdef(predict, tmp / "placed.pbtxt")
+        save_netdef(one_process(predict, cluster), tmp / "one_process.pbtxt")
+        if init is not None:
+            save_netdef(init, tmp / "placed_init.pbtxt")
+            save_netdef(one_process(init, cluster), tmp / "one_process_init.pbtxt")
+        (tmp / "one_process.value_info.json").write_text(json.dumps(_value_info(types, inputs), indent=1) + "\n")
+        for w in split.workers:
+            save_netdef(w.predict, tmp / f"workers/{w.host}.pbtxt")
+            save_netdef(w.init, tmp / f"workers/{w.host}_init.pbtxt")
+        if doc is not None:
+            (tmp / "plan.json").write_text(json.dumps(doc, indent=1) + "\n")
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+        _replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return [("cluster plan directory", f"{out} ({len(split.workers)} workers, {len(split.messages)} messages)")]
+
+
+def placed_types(predict, init, known: dict, inputs: list[str], net_from_netdef) -> dict:
+    """The type of every blob of the placed nets: shape inference over the placed predict
+    net (``known``: the unplaced net's types), and a copy the init net makes typed like
+    what it copies."""
+    from placer.shapes import infer
+    pnet = net_from_netdef(predict, init)
+    types = {**pnet.params, **{b: t for b, t in known.items() if t is not None}}
+    if init is not None:
+        for op in init.op:
+            if op.type in ("Copy", "CopyCPUToGPU", "CopyGPUToCPU") and op.input[0] in types:
+                types[op.output[0]] = types[op.input[0]]
+                pnet.params.setdefault(op.output[0], types[op.input[0]])
+    found = infer(pnet, {b: known[b] for b in inputs if known.get(b) is not None})
+    types.update({b: t for b, t in found.blobs.items() if t is not None})
+    return types
+
+
+def _value_info(types: dict, inputs: list[str]) -> dict:
+    from placer.types import DTYPE_TO_DATA_TYPE
+    return {b: [DTYPE_TO_DATA_TYPE.get(types[b].dtype, 1), list(types[b].shape)] for b in inputs if b in types}
+
+
+def _predicted_by_device(result) -> dict[str, float]:
+    """Predicted op seconds per device name under the chosen plan."""
+    arr, dev = result.arrays, result.plan.placement
+    out: dict[str, float] = {}
+    for i, d in enumerate(dev.tolist()):
+        name = arr.devices[d]
+        out[name] = out.get(name, 0.0) + float(arr.op_s[i, d])
+    return out
+
+
+def _replace_dir(new: Path, out: Path) -> None:
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        out.rename(old)
+        new.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        new.rename(out)
+
+
+def read_manifest(outdir: str | os.PathLike) -> dict:
+    """The manifest of a cluster plan directory, checked."""
+    path = Path(outdir) / MANIFEST
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise PlacerError(f"{outdir}: no cluster plan here ({path}: {e.strerror or e})",
+                          hint="write one with: placer plan NET --cluster NAME -o OUTDIR") from None
+    except ValueError as e:
+        raise PlacerError(f"{path}: not JSON ({e})") from None
+    if data.get("schema") != SCHEMA or data.get("schema_version") != SCHEMA_VERSION:
+        raise PlacerError(f"{path}: not a placer cluster manifest of version {SCHEMA_VERSION}",
+                          hint="write it again with placer plan --cluster")
+    for w in data.get("workers", []):
+        for key in ("net", "init_net"):
+            if not (Path(outdir) / w[key]).is_file():
+                raise PlacerError(f"{path}: worker {w['host']}'s {key.replace('_', ' ')} {w[key]} is missing")
+    return data
+
+
+__all__ = ["write_plan_dir", "write_placed_dir", "read_manifest", "placed_types", "SCHEMA", "MANIFEST"]
