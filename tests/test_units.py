@@ -59,7 +59,7 @@ def test_plan_and_report_print_gpu_memory_alike(capsys, tmp_path):
                    "--report", str(report)])
     out, err = capsys.readouterr()
     assert rc == 0, err
-    line = next(x for x in out.splitlines() if x.startswith("GPU memory:"))
+    line = next(x for x in out.splitlines() if x.startswith("memory cuda:0:"))
     # 90% of 16 GiB is usable by default
     assert re.search(r"used of 14\.4 GiB usable \(capacity 16 GiB less the reserve\)", line), line
     page = re.sub(r"\s+", " ", report.read_text())
