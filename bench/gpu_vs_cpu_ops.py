@@ -113,14 +113,14 @@ def predict_gpu_s(net: Net, types: dict, profile_path: Path) -> tuple[list[float
 
 def error_stats(rows: list[dict], label: str) -> dict:
     """Per-op and per-net error of one profile's predictions over the ops run on the GPU."""
-    on_gpu = [r for r in rows if r["device"] != "cpu" and r["gpu_s"] > 0]
-    errors = [r[f"pred_{label}_s"] / r["gpu_s"] - 1 for r in on_gpu]
-    measured = sum(r["gpu_s"] for r in on_gpu)
-    predicted = sum(r[f"pred_{label}_s"] for r in on_gpu)
-    worst = sorted(on_gpu, key=lambda r: -abs(r[f"pred_{label}_s"] / r["gpu_s"] - 1))[:3]
+    gpu_rows = [r for r in rows if r["device"] != "cpu" and r["gpu_s"] > 0]
+    errors = [r[f"pred_{label}_s"] / r["gpu_s"] - 1 for r in gpu_rows]
+    measured = sum(r["gpu_s"] for r in gpu_rows)
+    predicted = sum(r[f"pred_{label}_s"] for r in gpu_rows)
+    worst = sorted(gpu_rows, key=lambda r: -abs(r[f"pred_{label}_s"] / r["gpu_s"] - 1))[:3]
     abs_pct = [100 * abs(e) for e in errors]
     return {
-        "ops": len(on_gpu), "measured_s": measured, "predicted_s": predicted,
+        "ops": len(gpu_rows), "measured_s": measured, "predicted_s": predicted,
         "net_error_pct": 100 * (predicted / measured - 1) if measured else None,
         "median_abs_op_error_pct": statistics.median(abs_pct) if abs_pct else None,
         "p90_abs_op_error_pct": float(np.percentile(abs_pct, 90)) if abs_pct else None,
