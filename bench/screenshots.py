@@ -30,9 +30,13 @@ WIDTH = 900
 
 # (file in docs/, report under the demo folder, sections shown, window height in pixels)
 SHOTS = [
-    ("report-summary.png", "dlrm_criteo_1tb/report-v100.html", ["summary"], 1800),
+    ("report-summary.png", "dlrm_criteo_1tb/report-v100.html", ["summary"], 2000),
     ("report-timeline.png", "dlrm_criteo_1tb/report-v100.html", ["timeline"], 1000),
-    ("report-measured.png", "dlrm_small/report.html", ["measured"], 1600),
+    ("report-measured.png", "dlrm_small/report.html", ["measured"], 1800),
+    # several GPUs: the 41 GB DLRM split over four V100s
+    ("report-gpus-memory.png", "dlrm_40gb/report.html", ["memory"], 1400),
+    ("report-gpus-timeline.png", "dlrm_40gb/report.html", ["timeline"], 1500),
+    ("report-gpus-links.png", "dlrm_40gb/report.html", ["links"], 1000),
 ]
 
 

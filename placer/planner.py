@@ -140,7 +140,8 @@ def allowed_devices(net: Net, costs: NetCosts, machine: Machine, specs, keep_exi
         for op in net.ops:
             if op.device is not None:
                 name = "cpu" if op.device.kind == "cpu" else f"cuda:{op.device.index}"
-                pins[op.index] = (_device_mask(machine, name, "--keep-existing"), f"pinned: the file's {name}")
+                pins[op.index] = (_device_mask(machine, name, "--keep-existing"),
+                                  f"pinned: the file's {name} (--keep-existing)")
     for spec in specs:
         pattern, eq, device = spec.rpartition("=")
         if not eq or not pattern or not device:
@@ -157,7 +158,7 @@ def allowed_devices(net: Net, costs: NetCosts, machine: Machine, specs, keep_exi
         if not narrowed.any():
             op = net.ops[i]
             raise InfeasiblePlanError(
-                f"op {op.label} is pinned to {reason.split()[-1]} but "
+                f"op {op.label} is {reason.removeprefix('pinned: ').join(('pinned to ', ''))} but "
                 f"{why[i].removeprefix('pinned: ') or 'has no kernel there'}",
                 hint="remove its pin or pin it to cpu")
         allowed[i] = narrowed

@@ -211,10 +211,15 @@ def serial_schedule(result: PlanResult) -> dict:
 
 
 def _event(result: PlanResult, e: dict) -> dict:
+    """A makespan event with the names the report shows: the op's, or a copy's tensor
+    (the simulator gives a copy's bytes)."""
     net, i = result.typed.net, e.get("op")
     out = dict(e)
-    out.setdefault("name", e.get("tensor") if i is None else _op_name(net, i))
-    out.setdefault("type", None if i is None else net.ops[i].type)
+    if e.get("kind") == "copy":
+        out["name"], out["type"] = e.get("tensor"), None
+        return out
+    out.setdefault("name", _op_name(net, i) if i is not None else None)
+    out.setdefault("type", net.ops[i].type if i is not None else None)
     out.setdefault("bytes", None)
     return out
 

@@ -71,8 +71,8 @@ def test_tables_that_do_not_fit_stay_on_the_cpu(plans, gpu):
     assert len(set(on_cpu.values()) & LARGEST) == (4 if gpu.startswith("v100") else 3)
     for i, n in on_cpu.items():
         assert mem["used_bytes"] + n * DIM * 4 > mem["usable_bytes"]   # it would not fit
-        assert "do not fit in GPU memory" in ops[i]["reason"]
-    on_gpu = [n for i, n in rows.items() if ops[i]["device"] == "gpu"]
+        assert ops[i]["reason"] == f"cpu: its {n * DIM * 4 / 2**30:.3g} GiB of parameters do not fit on cuda:0"
+    on_gpu = [n for i, n in rows.items() if ops[i]["device"] == "cuda:0"]
     assert sum(on_gpu) * DIM * 4 <= mem["param_bytes"] <= mem["usable_bytes"]
     assert len(on_gpu) >= 20            # the small tables do go to the GPU
     mlp = [o for o in ops if o["type"] in MLP_TYPES]
@@ -80,14 +80,14 @@ def test_tables_that_do_not_fit_stay_on_the_cpu(plans, gpu):
     # the FCs and Relus run on the GPU; the final Sigmoid, over a (batch, 1) output, launches
     # five kernels there (~25 us) against ~8 us on the host, and may go either way
     dense = [o for o in mlp if o["type"] != "Sigmoid"]
-    assert all(o["device"] == "gpu" for o in dense), [(o["index"], o["device"]) for o in dense]
+    assert all(o["device"] == "cuda:0" for o in dense), [(o["index"], o["device"]) for o in dense]
     for name in ("all_gpu", "greedy"):
         b = doc["baselines"][name]
         assert not b["feasible"] and b["gpu_memory_bytes"] > 95e9
         assert "89.6 GiB" in b["why_infeasible"] and "usable" in b["why_infeasible"]  # 96.2e9 B
     assert doc["baselines"]["all_cpu"]["feasible"]
     assert doc["baselines"]["all_cpu"]["total_s"] > 10 * doc["total_s"]
-    assert doc["optimal"] and doc["gap"] == 0.0 and doc["method"] == "mincut"
+    assert doc["optimal"] and doc["gap"] == 0.0 and doc["solver"].startswith("mincut")
     assert_consistent(doc)
     # a table on the CPU hands its pooled rows to the GPU: one H2D copy each
     copied = {c["tensor"] for c in doc["copies"] if c["direction"] == "h2d"}
@@ -109,7 +109,7 @@ def test_on_the_h200_everything_fits(plans):
     doc = plans["h200-141gb-pcie5"]
     # every table and every layer on the GPU; only the final Sigmoid may run on the host,
     # where its (batch, 1) input costs less than its five kernel launches (see above)
-    assert all(o["device"] == "gpu" for o in doc["ops"] if o["type"] != "Sigmoid")
+    assert all(o["device"] == "cuda:0" for o in doc["ops"] if o["type"] != "Sigmoid")
     assert doc["baselines"]["all_gpu"]["feasible"] and doc["baselines"]["greedy"]["feasible"]
     assert doc["total_s"] <= doc["baselines"]["all_gpu"]["total_s"] * (1 + 1e-9)
     assert doc["total_s"] == pytest.approx(doc["baselines"]["all_gpu"]["total_s"], rel=0.02)
@@ -133,7 +133,7 @@ def test_makespan_plan_is_never_worse_than_the_mincut_plan(plans):
 def test_without_the_milp_the_plan_says_optimality_is_not_proven(plans):
     doc = plan("--gpu-profile", "v100-16gb-pcie3", "--time-limit", "0")
     assert doc["optimal"] is False and doc["gap"] is None
-    assert "optimality not proven" in doc["optimality"] and "time limit 0" in doc["optimality"]
+    assert doc["optimality"] == "feasible within the memory limits; optimality not proven (no MILP bound was computed)"
     assert doc["total_s"] >= plans["v100-16gb-pcie3"]["total_s"] * (1 - 1e-9)   # never below the optimum
     assert doc["gpu_memory"]["used_bytes"] <= doc["gpu_memory"]["usable_bytes"]
     assert_consistent(doc)
@@ -152,8 +152,7 @@ def test_other_methods_on_the_v100(plans):
     assert rc == 2 and out.getvalue() == ""
     assert len(err.getvalue().strip().splitlines()) == 1
     # 96.2e9 B of tables against 90% of the V100's 16 GiB
-    assert "greedy placement needs 89.6 GiB of GPU memory; 14.4 GiB usable (16 GiB less the 10% reserve)" \
-        in err.getvalue()
+    assert "the greedy placement needs 89.6 GiB on cuda:0; 14.4 GiB usable" in err.getvalue()
 
 
 def test_a_huge_table_pinned_to_a_small_gpu_is_infeasible():
@@ -163,8 +162,8 @@ def test_a_huge_table_pinned_to_a_small_gpu_is_infeasible():
     lines = err.getvalue().strip().splitlines()
     assert rc == 2 and out.getvalue() == "" and len(lines) == 1
     # 39,884,406 rows x 128 x 4 B = 19,476 MiB for the table; 921.6 MiB usable
-    m = re.search(r"need ([0-9.]+) MiB of GPU memory, ([0-9.]+) MiB over the ([0-9.]+) MiB usable: "
-                  r"(#6 SparseLengthsSum)", lines[0])
+    m = re.search(r"the ops pinned to cuda:0 need ([0-9.]+) MiB of its memory, ([0-9.]+) MiB over the ([0-9.]+) MiB "
+                  r"usable: (#6 SparseLengthsSum)", lines[0])
     assert m, lines[0]
     need, over, usable = map(float, m.groups()[:3])
     assert need >= 39884406 * 128 * 4 / 2**20 and usable == pytest.approx(0.9 * 1024, abs=0.1)

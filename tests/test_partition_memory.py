@@ -12,7 +12,8 @@ from placer.partition.mincut import mincut_placement
 from placer.partition.problem import device_memory, memory_use, respecting_pins, serial_cost
 from placer.partition.synthetic import random_arrays, random_small
 
-from placement_reference import hand_arrays, memory_bytes, placements, serial_costs, two_device_net
+from placement_reference import (hand_arrays, memory_bytes, placements, random_constraints, serial_costs,
+                                 two_device_net)
 
 
 def test_memory_model_matches_the_step_by_step_reference():
@@ -22,7 +23,6 @@ def test_memory_model_matches_the_step_by_step_reference():
         arr.output_bytes = arr.output_bytes * rng.uniform(1.0, 1.5, arr.n_ops)
         every = placements(arr)
         some = every[:: max(1, len(every) // 16)]
-        params, peak, _ = device_memory(arr, some[0])
         expect = memory_bytes(arr, some)
         for row, want in zip(some, expect):
             params, peak, _ = device_memory(arr, row)
@@ -78,14 +78,21 @@ def test_several_gpus_heuristic_is_close_to_the_milp_optimum():
 def test_memory_partitioner_with_the_milp_reaches_the_brute_force_optimum():
     rng = np.random.default_rng(12)
     checked = 0
-    for _ in range(30):
+    for _ in range(40):
         arr = random_small(int(rng.integers(3, 8)), rng, gpus=int(rng.integers(2, 4)),
                            peer=str(rng.choice(["mixed", "nvlink", "staged"])), hetero=bool(rng.random() < 0.5))
+        arr = random_constraints(arr, rng, pin_p=0.15)
+        if not len(placements(arr)):
+            continue
         every = placements(arr)
         mem, cost = memory_bytes(arr, every), serial_costs(arr, every)
         arr.capacity = np.where(np.arange(arr.k) == arr.host, np.inf,
                                 np.quantile(mem, rng.uniform(0.1, 0.6), axis=0))
         fits = (mem <= arr.capacity * (1 + 1e-12)).all(axis=1)
+        if not fits.any():    # pins put more on a GPU than it holds
+            with pytest.raises(InfeasiblePlanError):
+                MemoryPartitioner(milp_time_limit=20, improve_time_s=0.3).partition(arr)
+            continue
         if fits[cost == cost.min()].any():
             continue      # the limit does not bind
         plan = MemoryPartitioner(milp_time_limit=20, improve_time_s=0.3).partition(arr)
@@ -223,3 +230,33 @@ def test_window_re_solve_holds_the_rest_and_is_exact_on_two_devices():
                 z[inside] = devs
                 best = min(best, serial_cost(arr, z).total_s)
             assert got == pytest.approx(best, rel=1e-9)
+
+
+def test_priced_expansion_keeps_colocated_ops_together():
+    """Every start of the relaxed solves, and so every plan, keeps colocation groups on
+    one device, whatever the per-device prices."""
+    rng = np.random.default_rng(30)
+    for _ in range(30):
+        arr = random_constraints(random_small(int(rng.integers(3, 9)), rng, gpus=int(rng.integers(2, 4)),
+                                              hetero=True), rng, pin_p=0.0, pairs=3)
+        extra = rng.exponential(1e-4, (arr.n_ops, arr.k))
+        for a, b in arr.colocate.tolist():     # times and prices that pull the two apart
+            arr.op_s[a], arr.op_s[b] = 1.0, 1.0
+            arr.op_s[a, 1], arr.op_s[b, 2] = 1e-6, 1e-6
+            extra[a], extra[b] = 1.0, 1.0
+            extra[a, 1], extra[b, 2] = 0.0, 0.0
+        dev, _ = expansion_placement(arr, extra=extra)
+        for a, b in arr.colocate.tolist():
+            assert dev[a] == dev[b]
+
+
+def test_no_placement_fits_though_each_pin_does():
+    """Three 6 GB tables whose lookups may run on either GPU only (8 GB each): no pin
+    alone is over, yet no placement fits; the MILP proves it, the heuristic says so."""
+    ops = [(None, 1e-3, 1e-3)] * 3
+    tensors = [(f"table{i}", -2, [i], (0, 0, 0), False, 6e9) for i in range(3)]
+    arr = hand_arrays(ops, tensors, capacity=[np.inf, 8e9, 8e9])
+    with pytest.raises(InfeasiblePlanError, match="no placement fits every device's memory"):
+        partition(arr)
+    with pytest.raises(InfeasiblePlanError, match="no placement found that fits the memory of cuda:"):
+        MemoryPartitioner(milp_time_limit=0).partition(arr)

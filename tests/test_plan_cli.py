@@ -44,43 +44,58 @@ def plan_doc(capsys, *argv) -> dict:
 
 
 def recompute(doc: dict, outputs_on_host: bool | None = None) -> dict:
-    """The plan's serial cost from the JSON alone: op times on their devices, plus each
-    tensor's copy once per direction (parameters, producer -2, are never copied)."""
+    """The plan's serial cost from the JSON alone: each op's time on its device
+    (``time_s``), and the copies the placement needs, each tensor once per device that
+    reads it away from where it is made (parameters, producer -2, are never copied; the
+    host reads external outputs). A copy between the host and the first GPU takes the
+    tensor's ``h2d_s`` / ``d2h_s``; any other, the document's own copy entry's time."""
     if outputs_on_host is None:
         outputs_on_host = doc.get("outputs_on_host", True)
     dev = {o["index"]: o["device"] for o in doc["ops"]}
-    compute = sum(o["gpu_s"] if o["device"] == "gpu" else o["cpu_s"] for o in doc["ops"])
-    copy_s, nbytes, copies = 0.0, {"h2d": 0.0, "d2h": 0.0}, set()
+    compute = sum(o["time_s"][o["device"]] for o in doc["ops"])
+    host = doc["devices"][0]
+    first_gpu = next((d["name"] for d in doc["machine"]["devices"] if d["kind"] == "gpu"), None)
+    given = {(c["tensor"], c["src"], c["dst"]): c for c in doc["copies"]}
+    copy_s, links, copies = 0.0, {}, set()
     for t in doc["tensors"]:
         p = t["producer"]
         if p == -2:
             continue
-        where = "cpu" if p == -1 else dev[p]
+        where = host if p == -1 else dev[p]
         readers = {dev[c] for c in t["consumers"] if c != p}
         if t["external_output"] and outputs_on_host:
-            readers.add("cpu")
-        if where == "cpu" and "gpu" in readers:
-            copy_s += t["h2d_s"]
-            nbytes["h2d"] += t["bytes"]
-            copies.add((t["name"], "h2d"))
-        if where == "gpu" and "cpu" in readers:
-            copy_s += t["d2h_s"]
-            nbytes["d2h"] += t["bytes"]
-            copies.add((t["name"], "d2h"))
-    return {"total_s": compute + copy_s, "compute_s": compute, "copy_s": copy_s,
-            "pcie_bytes": nbytes, "copies": copies}
+            readers.add(host)
+        for dst in sorted(readers - {where}):
+            key = (t["name"], where, dst)
+            copies.add(key)
+            if {where, dst} == {host, first_gpu}:
+                copy_s += t["h2d_s"] if where == host else t["d2h_s"]
+            else:
+                copy_s += given[key]["time_s"]
+            links[(where, dst)] = links.get((where, dst), 0.0) + t["bytes"]
+    kind = {d["name"]: d["kind"] for d in doc["machine"]["devices"]}
+    nbytes = {"h2d": 0.0, "d2h": 0.0, "d2d": 0.0}
+    for (a, b), n in links.items():
+        nbytes[{("cpu", "gpu"): "h2d", ("gpu", "cpu"): "d2h", ("gpu", "gpu"): "d2d"}[(kind[a], kind[b])]] += n
+    return {"total_s": compute + copy_s, "compute_s": compute, "copy_s": copy_s, "pcie_bytes": nbytes,
+            "copies": copies, "link_bytes": links}
 
 
 def assert_consistent(doc: dict, outputs_on_host: bool | None = None) -> dict:
-    """The JSON's totals, copies and PCIe bytes equal the recomputation; memory fits."""
+    """The JSON's totals, copies, bytes per link and direction equal the recomputation;
+    every device's memory fits."""
     mine = recompute(doc, outputs_on_host)
     assert doc["total_s"] == pytest.approx(mine["total_s"], rel=1e-9, abs=1e-15)
     assert doc["compute_s"] + doc["copy_s"] == pytest.approx(mine["total_s"], rel=1e-9, abs=1e-15)
-    assert {(c["tensor"], c["direction"]) for c in doc["copies"]} == mine["copies"]
-    for d in ("h2d", "d2h"):
+    assert {(c["tensor"], c["src"], c["dst"]) for c in doc["copies"]} == mine["copies"]
+    tensors = {t["name"]: t for t in doc["tensors"]}
+    assert all(c["bytes"] == tensors[c["tensor"]]["bytes"] for c in doc["copies"])
+    for d in ("h2d", "d2h", "d2d"):
         assert doc["pcie_bytes"][d] == pytest.approx(mine["pcie_bytes"][d], rel=1e-12)
-    mem = doc["gpu_memory"]
-    assert mem["used_bytes"] <= mem["usable_bytes"] * (1 + 1e-12)
+    assert {(x["src"], x["dst"]): x["bytes"] for x in doc["link_bytes"]} == pytest.approx(mine["link_bytes"], rel=1e-12)
+    for m in doc["memory"].values():
+        if m["usable_bytes"] is not None:
+            assert m["used_bytes"] <= m["usable_bytes"] * (1 + 1e-12)
     return mine
 
 
@@ -125,15 +140,18 @@ def plan_mixed(capsys, paths, *extra) -> dict:
 
 def test_json_layout_recomputes_to_the_reported_total(capsys, mixed):
     doc = plan_mixed(capsys, mixed)
-    for key in ("objective", "method", "total_s", "optimal", "gap", "ops", "tensors", "baselines",
-                "gpu_memory", "pcie_bytes"):
+    for key in ("schema_version", "objective", "method", "solver", "total_s", "optimal", "gap", "ops", "tensors",
+                "baselines", "gpu_memory", "pcie_bytes", "machine", "devices", "memory", "link_bytes"):
         assert key in doc
-    assert doc["objective"] == "serial" and doc["method"] == "mincut"
+    assert doc["schema_version"] == 2 and doc["devices"] == ["cpu", "cuda:0"]
+    assert doc["objective"] == "serial" and doc["method"] == "auto" and doc["solver"].startswith("mincut")
     assert doc["optimal"] is True and doc["gap"] == 0.0
     assert [o["index"] for o in doc["ops"]] == list(range(6))
-    for o in doc["ops"]:
-        assert set(o) >= {"index", "name", "type", "device", "cpu_s", "gpu_s", "reason"}
-        assert o["device"] in ("cpu", "gpu") and o["reason"]
+    for o in doc["ops"]:   # version-1 fields are still there: cpu_s, gpu_s (the first GPU's)
+        assert set(o) >= {"index", "name", "type", "device", "device_kind", "time_s", "cpu_s", "gpu_s", "reason"}
+        assert o["device"] in ("cpu", "cuda:0") and o["reason"]
+        assert o["time_s"] == {"cpu": o["cpu_s"], "cuda:0": o["gpu_s"]}
+        assert o["device_kind"] == ("cpu" if o["device"] == "cpu" else "gpu")
     for t in doc["tensors"]:
         assert set(t) >= {"name", "producer", "consumers", "bytes", "h2d_s", "d2h_s", "external_output"}
     tensors = {t["name"]: t for t in doc["tensors"]}
@@ -143,11 +161,12 @@ def test_json_layout_recomputes_to_the_reported_total(capsys, mixed):
     assert tensors["prob"]["external_output"] and tensors["prob"]["producer"] == 3
     mine = assert_consistent(doc)
     assert mine["copy_s"] > 0                      # x goes up, prob comes back
-    assert {"all_cpu", "all_gpu", "greedy", "lower_bound"} <= set(doc["baselines"])
+    assert {"all_cpu", "all_gpu", "greedy", "pipeline", "m_topo", "m_etf", "lower_bound"} <= set(doc["baselines"])
     assert "existing" not in doc["baselines"]
     # the exact optimum is never worse than a baseline, never better than the bound
-    for name in ("all_cpu", "all_gpu", "greedy"):
+    for name in ("all_cpu", "all_gpu", "greedy", "pipeline", "m_topo", "m_etf"):
         assert doc["total_s"] <= doc["baselines"][name]["total_s"] * (1 + 1e-9)
+        assert doc["baselines"][name]["feasible"] is True
     assert doc["total_s"] >= doc["baselines"]["lower_bound"]["total_s"] * (1 - 1e-9)
     # w1 read by two GPU ops is on the GPU once
     assert doc["gpu_memory"]["param_bytes"] == pytest.approx((1024 * 1024 + 1024) * 4)
@@ -157,36 +176,40 @@ def test_reasons_say_why(capsys, mixed):
     ops = by_name(plan_mixed(capsys, mixed))
     for name in ("fc1", "fc2"):
         o = ops[name]
-        assert o["device"] == "gpu"
-        m = re.fullmatch(r"GPU ([0-9.]+)x faster", o["reason"])
+        assert o["device"] == "cuda:0"
+        m = re.fullmatch(r"cuda:0 ([0-9.]+)x faster than cpu", o["reason"])
         assert m, o["reason"]
         assert float(m.group(1)) == pytest.approx(o["cpu_s"] / o["gpu_s"], rel=0.06)
     seg = ops["segments"]
-    assert seg["device"] == "cpu" and seg["reason"] == "pinned: no GPU kernel"
+    assert seg["device"] == "cpu" and seg["reason"] == "pinned: no GPU kernel" and seg["pinned"] == "cpu"
     side = ops["side_relu"]
     # alone the GPU is faster, but copying 'side' up and 'side_out' back costs more
     assert side["gpu_s"] < side["cpu_s"] and side["device"] == "cpu"
-    assert re.fullmatch(r"CPU: copy of '(side|side_out)' costs more than GPU saves", side["reason"])
+    assert re.fullmatch(r"cpu: copy of '(side|side_out)' costs more than cuda:0 saves", side["reason"])
 
 
 def test_table_output_names_baselines_memory_and_pcie(capsys, mixed):
     rc, out, err = cli_plan(capsys, mixed["predict"], "--init-net", mixed["init"])
     assert rc == 0, err
     assert "pinned: no GPU kernel" in out and "optimal for the serial objective" in out
-    assert "all on the CPU" in out and "lower bound" in out and "GPU memory:" in out
-    assert "PCIe per run:" in out and "your placement" not in out
+    for label in ("all on the CPU", "all on one GPU", "pipeline split", "Baechi m-TOPO", "Baechi m-ETF", "lower bound"):
+        assert label in out
+    assert "memory cuda:0: 6 MiB used of 14.4 GiB usable" in out       # w1 + b1 (4 MiB) and activations
+    assert "copies per run: 1 MiB cpu->cuda:0, 1 MiB cuda:0->cpu, in 2 copies" in out   # x up, prob back
+    assert "your placement" not in out
 
 
 # -- options ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("glob, op", [("fc1=cpu", "fc1"), ("h2=cpu", "fc2"), ("Sigmoid=cpu", "prob"),
-                                      ("side_*=gpu", "side_relu")])
-def test_pin_matches_op_names_output_blobs_and_types(capsys, mixed, glob, op):
+@pytest.mark.parametrize("glob, op, device", [("fc1=cpu", "fc1", "cpu"), ("h2=cpu", "fc2", "cpu"),
+                                              ("Sigmoid=cpu", "prob", "cpu"), ("side_*=gpu", "side_relu", "cuda:0"),
+                                              ("side_*=cuda:0", "side_relu", "cuda:0")])
+def test_pin_matches_op_names_output_blobs_and_types(capsys, mixed, glob, op, device):
     free = plan_mixed(capsys, mixed)
     doc = plan_mixed(capsys, mixed, "--pin", glob)
     o = by_name(doc)[op]
-    assert o["device"] == glob.rsplit("=", 1)[1] != by_name(free)[op]["device"]
-    assert o["reason"] == f"pinned: --pin {o['device']}" and o["pinned"] == o["device"]
+    assert o["device"] == device != by_name(free)[op]["device"]
+    assert o["reason"] == f"pinned: --pin {glob.rsplit('=', 1)[1]}" and o["pinned"] == device
     assert_consistent(doc)
     assert doc["total_s"] > free["total_s"]        # the free plan was optimal
 
@@ -195,13 +218,14 @@ def test_keep_existing_pins_the_files_placement_and_scores_it(capsys, tmp_path):
     paths = mixed_net(tmp_path, devices={"fc1": (0, 0), "relu1": (1, 0), "side_relu": (1, 0)})
     free = plan_mixed(capsys, paths)
     kept = plan_mixed(capsys, paths, "--keep-existing")
-    assert by_name(free)["fc1"]["device"] == "gpu" and by_name(free)["side_relu"]["device"] == "cpu"
+    assert by_name(free)["fc1"]["device"] == "cuda:0" and by_name(free)["side_relu"]["device"] == "cpu"
     assert by_name(kept)["fc1"]["device"] == "cpu"
-    assert by_name(kept)["relu1"]["device"] == "gpu" and by_name(kept)["side_relu"]["device"] == "gpu"
+    assert by_name(kept)["relu1"]["device"] == "cuda:0" and by_name(kept)["side_relu"]["device"] == "cuda:0"
+    assert by_name(kept)["relu1"]["reason"] == "pinned: the file's cuda:0 (--keep-existing)"
     assert_consistent(kept)
     # the existing placement: ops without a device_option run on the CPU, as Caffe2 does
     existing = {o["index"]: "cpu" for o in free["ops"]}
-    existing.update({1: "gpu", 4: "gpu"})
+    existing.update({1: "cuda:0", 4: "cuda:0"})
     scored = recompute({**free, "ops": [{**o, "device": existing[o["index"]]} for o in free["ops"]]})
     assert free["baselines"]["existing"]["total_s"] == pytest.approx(scored["total_s"], rel=1e-9)
     assert free["total_s"] < free["baselines"]["existing"]["total_s"]
@@ -217,6 +241,8 @@ def test_gpu_mem_and_reserve(capsys, mixed):
     assert plan_mixed(capsys, mixed, "--gpu-mem", "16gib")["gpu_memory"]["capacity_bytes"] == 16 * 2 ** 30
     none = plan_mixed(capsys, mixed, "--gpu-mem", "0")        # no GPU memory: nothing on the GPU
     assert none["gpu_memory"]["capacity_bytes"] == 0 and {o["device"] for o in none["ops"]} == {"cpu"}
+    assert none["memory"]["cuda:0"] == {"used_bytes": 0.0, "param_bytes": 0.0, "peak_activation_bytes": 0.0,
+                                        "capacity_bytes": 0.0, "usable_bytes": 0.0}
     doc = plan_mixed(capsys, mixed, "--gpu-mem", "2GB", "--gpu-reserve", "25%")
     assert doc["gpu_memory"]["usable_bytes"] == pytest.approx(1.5e9)
     # 4 MB of GPU memory cannot hold w1 (4.2 MB): both FCs go to the CPU, and say why
@@ -225,7 +251,7 @@ def test_gpu_mem_and_reserve(capsys, mixed):
     assert ops["fc1"]["device"] == ops["fc2"]["device"] == "cpu"
     assert any("fit" in ops[n]["reason"] for n in ("fc1", "fc2")), [ops[n]["reason"] for n in ops]
     assert not doc["baselines"]["all_gpu"]["feasible"]
-    assert "usable" in doc["baselines"]["all_gpu"]["why_infeasible"]
+    assert doc["baselines"]["all_gpu"]["why_infeasible"] == "needs 6 MiB on cuda:0; 3.81 MiB usable"
     assert_consistent(doc)
 
 
@@ -241,8 +267,8 @@ def test_methods_agree_where_they_should(capsys, mixed):
     assert span["objective"] == "makespan"
     ms = lambda d: d["schedules"]["makespan"]["makespan_s"]  # noqa: E731
     assert ms(span) <= ms(mincut) * (1 + 1e-9)
-    # the makespan plan says how it compares with the min-cut plan's own overlapped schedule
-    m = re.search(r"min-cut placement ([0-9.e+-]+) s", " ".join(span["notes"]))
+    # the makespan plan says how it compares with the serial (min-cut) plan's own overlapped schedule
+    m = re.search(r"serial plan ([0-9.e+-]+) s", " ".join(span["notes"]))
     assert m and float(m.group(1)) == pytest.approx(ms(mincut), rel=1e-5)
     assert all(b["makespan_s"] > 0 for k, b in span["baselines"].items() if k != "lower_bound")
     assert "makespan_s" not in mincut["baselines"]["all_cpu"]
@@ -284,7 +310,13 @@ def test_unknown_op_type_is_planned_on_the_cpu(capsys, tmp_path):
 def test_keep_existing_gpu_op_without_gpu_kernel_is_an_error(capsys, tmp_path):
     paths = mixed_net(tmp_path, devices={"segments": (1, 0)})
     err = one_line_error(capsys, paths["predict"], "--init-net", paths["init"], "--keep-existing")
-    assert "segments" in err and "LengthsToRanges" in err and "--keep-existing" in err
+    assert "segments" in err and "LengthsToRanges" in err and "cuda:0" in err and "no GPU kernel" in err
+
+
+def test_keep_existing_error_says_the_pin_came_from_the_file(capsys, tmp_path):
+    paths = mixed_net(tmp_path, devices={"segments": (1, 0)})
+    err = one_line_error(capsys, paths["predict"], "--init-net", paths["init"], "--keep-existing")
+    assert "--keep-existing" in err or "the file's" in err
 
 
 # -- errors ---------------------------------------------------------------------------------
@@ -313,7 +345,8 @@ def test_unknown_shapes_say_what_to_add(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("option, value, words", [
-    ("--pin", "fc1", "GLOB=cpu"), ("--pin", "fc1=tpu", "GLOB=cpu"), ("--pin", "nothing*=cpu", "no op name"),
+    ("--pin", "fc1", "GLOB=DEVICE"), ("--pin", "fc1=tpu", "no device 'tpu' (devices: cpu, cuda:0)"),
+    ("--pin", "fc1=cuda:1", "no device 'cuda:1'"), ("--pin", "nothing*=cpu", "no op name"),
     ("--gpu-mem", "lots", "16GiB"), ("--gpu-mem", "1.2.3GB", "16GiB"), ("--gpu-mem", "e", "16GiB"),
     ("--gpu-mem", "16XB", "16GiB"), ("--time-limit", "-1", ">= 0"), ("--unknown-op-cost", "nan", ">= 0"), ("--gpu-reserve", "150%", "below 100%"), ("--gpu-reserve", "x", "10%")])
 def test_bad_option_values(capsys, mixed, option, value, words):
@@ -328,12 +361,12 @@ def test_placed_net_keeps_the_users_file_and_adds_devices_and_copies(capsys, tmp
     out, init_out = tmp_path / "placed.pbtxt", tmp_path / "placed_init.pbtxt"
     doc = plan_mixed(capsys, paths, "--pin", "relu1=cpu", "-o", out, "--init-out", init_out)
     dev = {o["name"]: o["device"] for o in doc["ops"]}
-    assert dev["relu1"] == "cpu" and dev["fc1"] == dev["fc2"] == "gpu"
+    assert dev["relu1"] == "cpu" and dev["fc1"] == dev["fc2"] == "cuda:0"
     orig, placed = load_netdef(paths["predict"]), load_netdef(out)
     users = [op for op in placed.op if op.type not in COPY_TYPES]
     assert [op.type for op in users] == [op.type for op in orig.op]
     for a, b in zip(orig.op, users):
-        want = (1, 0) if dev[a.name] == "gpu" else (0, 0)
+        want = (1, 0) if dev[a.name] == "cuda:0" else (0, 0)
         assert b.HasField("device_option")
         assert (b.device_option.device_type, b.device_option.device_id) == want
         a2, b2 = pb.OperatorDef(), pb.OperatorDef()
@@ -343,13 +376,14 @@ def test_placed_net_keeps_the_users_file_and_adds_devices_and_copies(capsys, tmp
             m.ClearField("device_option")
         assert a2 == b2                      # name, type, arguments unchanged
     copies = [(op.type, op.input[0], op.output[0]) for op in placed.op if op.type in COPY_TYPES]
-    assert ("CopyCPUToGPU", "x", "x_gpu0") in copies
-    assert ("CopyGPUToCPU", "h1", "h1_cpu") in copies and ("CopyCPUToGPU", "r1", "r1_gpu0") in copies
-    assert ("CopyGPUToCPU", "prob_gpu0", "prob") in copies     # output back under its own name
-    assert {(c[1].removesuffix("_gpu0"), "d2h" if c[0] == "CopyGPUToCPU" else "h2d") for c in copies} == \
+    assert ("CopyCPUToGPU", "x", "x_gpu_0") in copies
+    assert ("CopyGPUToCPU", "h1", "h1_cpu") in copies and ("CopyCPUToGPU", "r1", "r1_gpu_0") in copies
+    assert ("CopyGPUToCPU", "prob_gpu_0", "prob") in copies     # output back under its own name
+    assert {(c[1].removesuffix("_gpu_0"), "d2h" if c[0] == "CopyGPUToCPU" else "h2d") for c in copies} == \
         {(c["tensor"], c["direction"]) for c in doc["copies"]}
+    assert {(c["src"], c["dst"]) for c in doc["copies"]} == {("cpu", "cuda:0"), ("cuda:0", "cpu")}
     assert all(op.device_option.device_type == 1 for op in placed.op if op.type in COPY_TYPES)
-    # non-op fields: unchanged (a parameter used on both devices would add '<w>_gpu0' inputs)
+    # non-op fields: unchanged (a parameter used on both devices would add '<w>_gpu_0' inputs)
     a, b = pb.NetDef(), pb.NetDef()
     a.CopyFrom(orig), b.CopyFrom(placed)
     del a.op[:], b.op[:]
@@ -417,16 +451,16 @@ def test_a_parameter_read_on_both_devices_is_copied_once_by_the_init_net(capsys,
     paths = mixed_net(tmp_path)
     out, init_out = tmp_path / "placed.pbtxt", tmp_path / "placed_init.pbtxt"
     doc = plan_mixed(capsys, paths, "--pin", "fc2=cpu", "-o", out, "--init-out", init_out)
-    assert by_name(doc)["fc1"]["device"] == "gpu" and by_name(doc)["fc2"]["device"] == "cpu"
+    assert by_name(doc)["fc1"]["device"] == "cuda:0" and by_name(doc)["fc2"]["device"] == "cpu"
     assert not {"w1", "b1"} & {c["tensor"] for c in doc["copies"]}     # no per-run copy
     orig, placed, init = load_netdef(paths["predict"]), load_netdef(out), load_netdef(init_out)
-    assert list(placed.external_input) == list(orig.external_input) + ["w1_gpu0", "b1_gpu0"]
+    assert list(placed.external_input) == list(orig.external_input) + ["w1_gpu_0", "b1_gpu_0"]
     assert [(op.type, op.output[0], op.device_option.device_type) for op in init.op] == [
-        ("XavierFill", "w1", 0), ("CopyCPUToGPU", "w1_gpu0", 1),
-        ("ConstantFill", "b1", 0), ("CopyCPUToGPU", "b1_gpu0", 1)]
+        ("XavierFill", "w1", 0), ("CopyCPUToGPU", "w1_gpu_0", 1),
+        ("ConstantFill", "b1", 0), ("CopyCPUToGPU", "b1_gpu_0", 1)]
     fc1 = next(op for op in placed.op if op.name == "fc1")
     fc2 = next(op for op in placed.op if op.name == "fc2")
-    assert list(fc1.input) == ["x_gpu0", "w1_gpu0", "b1_gpu0"] and list(fc2.input)[1:] == ["w1", "b1"]
+    assert list(fc1.input) == ["x_gpu_0", "w1_gpu_0", "b1_gpu_0"] and list(fc2.input)[1:] == ["w1", "b1"]
     assert doc["gpu_memory"]["param_bytes"] == pytest.approx((1024 * 1024 + 1024) * 4)
 
 
@@ -443,4 +477,43 @@ def test_long_nets_print_the_ops_that_matter_most_unless_all(capsys, tmp_path):
     assert rc == rc_all == 0
     rows = lambda text: [x for x in text.splitlines() if re.match(r"\s*\d+\s+op\d+\s", x)]  # noqa: E731
     assert len(rows(short)) == 200 and len(rows(full)) == 230
-    assert "(30 more ops with smaller CPU/GPU differences not shown; --all or --json)" in short
+    assert "(30 more ops with smaller differences between devices not shown; --all or --json)" in short
+
+
+# -- several GPUs ---------------------------------------------------------------------------
+
+def test_pins_name_devices_on_two_gpus_and_the_gpu_to_gpu_copy_is_staged(capsys, tmp_path):
+    paths = mixed_net(tmp_path)
+    out = tmp_path / "placed.pbtxt"
+    doc = plan_mixed(capsys, paths, "--machine", "2x-t4-pcie3", "--pin", "fc1=cuda:0", "--pin", "fc2=cuda:1",
+                     "-o", out)
+    assert doc["devices"] == ["cpu", "cuda:0", "cuda:1"] and doc["machine"]["name"] == "2x-t4-pcie3"
+    ops = by_name(doc)
+    assert ops["fc1"]["device"] == "cuda:0" and ops["fc2"]["device"] == "cuda:1"
+    assert ops["fc2"]["pinned"] == "cuda:1" and ops["fc2"]["reason"] == "pinned: --pin cuda:1"
+    mine = assert_consistent(doc)
+    # relu1 sits on one of the two GPUs: exactly one 1 MiB activation (256 x 1024 floats) crosses
+    gpu_to_gpu = [c for c in doc["copies"] if c["direction"] == "d2d"]
+    assert len(gpu_to_gpu) == 1 and gpu_to_gpu[0]["bytes"] == 2 ** 20 == mine["pcie_bytes"]["d2d"]
+    c = gpu_to_gpu[0]
+    t = next(t for t in doc["tensors"] if t["name"] == c["tensor"])
+    # no peer access on this machine: the copy goes down to the host and up again (two identical T4s)
+    assert c["time_s"] == pytest.approx(t["d2h_s"] + t["h2d_s"], rel=1e-12)
+    # as Caffe2 writes it: a Copy under the destination GPU's device option
+    placed = load_netdef(out)
+    copy = next(op for op in placed.op if op.type == "Copy")
+    assert (copy.device_option.device_type, copy.device_option.device_id) == (1, int(c["dst"][-1]))
+    assert copy.input[0].startswith(c["tensor"]) and copy.output[0] == f"{c['tensor']}_gpu_{c['dst'][-1]}"
+
+
+def test_gpus_and_gpu_link_compose_a_machine(capsys, mixed):
+    doc = plan_mixed(capsys, mixed, "--gpu-profile", "v100-16gb-sxm2", "--gpus", "4", "--gpu-link", "nvlink2",
+                     "--pin", "fc1=cuda:2", "--pin", "fc2=cuda:3")
+    assert doc["devices"] == ["cpu", "cuda:0", "cuda:1", "cuda:2", "cuda:3"]
+    assert [m["capacity_bytes"] for m in doc["memory"].values()] == [None] + [16 * 2 ** 30] * 4
+    assert_consistent(doc)
+    d2d = [c for c in doc["copies"] if c["direction"] == "d2d"]
+    assert len(d2d) == 1 and (d2d[0]["src"], d2d[0]["dst"]) in {("cuda:2", "cuda:3"), ("cuda:3", "cuda:2")}
+    # NVLink: far faster than down to the host and up again
+    t = next(t for t in doc["tensors"] if t["name"] == d2d[0]["tensor"])
+    assert d2d[0]["time_s"] < 0.5 * (t["d2h_s"] + t["h2d_s"])

@@ -1,5 +1,7 @@
 """The HTML report: every section, one table row per op, inline images that decode as SVG,
-no network references, missing plan parts said rather than crashed on, readable charts."""
+no network references, missing plan parts said rather than crashed on, readable charts.
+Plans of version 1 (the CPU and one GPU named ``gpu``: ``hand_plan``, ``synthetic_plan``)
+and of version 2 (a CPU and four GPUs: ``four_gpu_plan``) alike."""
 from __future__ import annotations
 
 import base64
@@ -10,14 +12,14 @@ from html.parser import HTMLParser
 
 import numpy as np
 import pytest
-from report_cases import hand_plan, run_record, synthetic_plan
+from report_cases import four_gpu_plan, four_gpu_run, hand_plan, run_record, synthetic_plan
 
 from placer import cli
 from placer.commands.report import write_report
-from placer.report import plots, tables
+from placer.report import doc, graph, plots, tables
 from placer.report.html import render
 
-SECTION_IDS = {"summary", "placement", "costs", "timeline", "memory", "ops", "measured"}
+SECTION_IDS = {"summary", "placement", "costs", "timeline", "memory", "links", "ops", "measured"}
 
 
 class Page(HTMLParser):
@@ -78,8 +80,8 @@ def test_every_section_one_row_per_op_and_images_decode(which, request):
     plan, page = request.getfixturevalue(which)
     assert SECTION_IDS <= set(page.sections)
     assert page.op_rows == len(plan["ops"])
-    # baselines, placement, costs, timeline, memory, scatter
-    assert len(page.images) == 6
+    # baselines, placement, costs, timeline, memory, links, scatter
+    assert len(page.images) == 7
     for src in page.images:
         root = ET.fromstring(decode_image(src))
         assert root.tag.endswith("svg")
@@ -107,6 +109,8 @@ def test_summary_figures_of_the_hand_plan(small_page):
     assert "588 KiB" in text and "3.06 MiB" in text             # H2D, D2H bytes per run
     assert "optimal for the serial objective" in text
     assert "V100-16GB" in text and "ci-host" in text
+    assert "the CPU and one GPU (a version-1 plan)" in text
+    assert "6.77 MiB" in text and "13.4 GiB" in text          # GPU memory used, capacity (version 1)
     for label in ("all-CPU", "all-GPU", "greedy", "your placement", "lower bound"):
         assert label in text
 
@@ -131,6 +135,7 @@ def test_old_plan_without_schedules_says_not_available():
     assert SECTION_IDS <= set(page.sections)
     assert "not available" in page.section_text("timeline")
     assert "not available" in page.section_text("memory")
+    assert "Memory per device: not available" in page.section_text("summary")
     assert "No run given" in page.section_text("measured")
     assert page.op_rows == 4
 
@@ -187,7 +192,8 @@ def test_charts_of_300_ops_have_no_overlapping_labels():
             "costs": plots.fig_cost_bars(*tables.top_savers(plan)),
             "timeline": plots.fig_gantt(plan["schedules"]),
             "memory": plots.fig_memory(plan["memory_timeline"], 36e9),
-            "placement": plots.fig_placement(plan),
+            "links": plots.fig_links(plan),
+            "placement": graph.fig_placement(plan),
             "scatter": plots.fig_pred_vs_measured(pairs, True)}
     for name, fig in figs.items():
         assert plots.text_overlaps(fig) == [], name
@@ -208,7 +214,7 @@ def test_overlap_check_finds_colliding_labels():
 def test_placement_layout_folds_a_long_chain():
     n = 300
     edges = [(i, i + 1, False) for i in range(n - 1)]
-    lay = plots.layered_layout(n, edges)
+    lay = graph.layered_layout(n, edges)
     assert lay["col"].max() >= 5                       # folded into columns
     assert len({tuple(p) for p in np.round(lay["xy"], 6)}) == n   # no two ops on one spot
     assert (lay["xy"][:, 0] > 0).all() and (lay["xy"][:, 0] < lay["width"]).all()
@@ -219,7 +225,7 @@ def test_placement_layout_folds_a_long_chain():
 
 
 def test_graph_edges_mark_copies_and_host_transfers():
-    edges, host_in, host_out = plots.graph_edges(hand_plan())
+    edges, host_in, host_out = graph.graph_edges(hand_plan())
     assert edges == [(0, 1, False), (1, 2, True), (2, 3, False)]
     assert host_in == {0} and host_out == set()
 
@@ -232,6 +238,11 @@ def test_cli_writes_report_and_trace(tmp_path, capsys):
                    "-o", str(tmp_path / "r.html"), "--trace", str(tmp_path / "t.json")])
     assert rc == 0
     assert Page((tmp_path / "r.html").read_text()).op_rows == 4
+    (tmp_path / "plan4.json").write_text(json.dumps(four_gpu_plan()))
+    (tmp_path / "run4.json").write_text(json.dumps(four_gpu_run(four_gpu_plan())))
+    assert cli.main(["report", str(tmp_path / "plan4.json"), "--run", str(tmp_path / "run4.json"),
+                     "-o", str(tmp_path / "r4.html"), "--trace", str(tmp_path / "t4.json")]) == 0
+    assert Page((tmp_path / "r4.html").read_text()).op_rows == 7
     trace = json.loads((tmp_path / "t.json").read_text())
     assert {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"} >= {"conv1", "prob"}
 
@@ -276,7 +287,7 @@ def test_op_without_a_gpu_kernel_and_sparse_old_ops():
 def test_placement_falls_back_to_matplotlib_without_graphviz(monkeypatch):
     import shutil
     monkeypatch.setattr(shutil, "which", lambda name: None)
-    svg, how = plots.placement_svg(hand_plan())
+    svg, how = graph.placement_svg(hand_plan())
     assert how.startswith("matplotlib")
     assert ET.fromstring(svg).tag.endswith("svg")
 
@@ -285,7 +296,7 @@ def test_placement_by_graphviz_marks_the_copy():
     import shutil
     if not shutil.which("dot"):
         pytest.skip("graphviz dot not installed (the matplotlib drawing is used instead)")
-    svg, how = plots.placement_svg(hand_plan())
+    svg, how = graph.placement_svg(hand_plan())
     assert how == "graphviz dot"
     root = ET.fromstring(svg)
     assert root.tag.endswith("svg")
@@ -294,7 +305,7 @@ def test_placement_by_graphviz_marks_the_copy():
 
 
 def test_a_long_net_is_folded_not_handed_to_graphviz():
-    svg, how = plots.placement_svg(synthetic_plan(300))
+    svg, how = graph.placement_svg(synthetic_plan(300))
     assert how == "matplotlib, longest-path layers, folded into columns"
 
 
@@ -311,7 +322,7 @@ def test_report_of_a_real_plan_from_placer_plan(tmp_path, capsys):
     page = Page(render(plan))
     assert SECTION_IDS <= set(page.sections)
     assert page.op_rows == len(plan["ops"]) > 0
-    assert len(page.images) == 5    # no run: no scatter
+    assert len(page.images) == 6    # no run: no scatter
     for src in page.images:
         assert ET.fromstring(decode_image(src)).tag.endswith("svg")
     assert "not available" not in " ".join(page.section_text(s) for s in SECTION_IDS)
@@ -327,10 +338,10 @@ def test_gantt_merges_only_items_closer_than_its_resolution():
 
 
 def test_a_net_too_big_to_draw_says_so(monkeypatch):
-    monkeypatch.setattr(plots, "MAX_DRAWN_OPS", 100)
+    monkeypatch.setattr(graph, "MAX_DRAWN_OPS", 100)
     page = Page(render(synthetic_plan(150)))
     assert "not drawn for 150 ops" in page.section_text("placement")
-    assert page.op_rows == 150 and len(page.images) == 4
+    assert page.op_rows == 150 and len(page.images) == 5
 
 
 @pytest.mark.corpus
@@ -339,9 +350,10 @@ def test_corpus_net_charts_have_no_overlapping_labels(name, corpus, capsys):
     assert cli.main(["plan", str(corpus / "caffe" / name), "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert len(plan["ops"]) > 150
+    limits = {m["device"]: (m["capacity_bytes"], m["usable_bytes"]) for m in doc.memory_rows(plan)}
     figs = {"baselines": plots.fig_baselines(plan), "costs": plots.fig_cost_bars(*tables.top_savers(plan)),
-            "timeline": plots.fig_gantt(plan["schedules"]), "placement": plots.fig_placement(plan),
-            "memory": plots.fig_memory(plan["memory_timeline"], plan["gpu_memory"]["capacity_bytes"])}
+            "timeline": plots.fig_gantt(plan["schedules"], plan["devices"]), "placement": graph.fig_placement(plan),
+            "memory": plots.fig_memory(doc.memory_timelines(plan), limits), "links": plots.fig_links(plan)}
     for key, fig in figs.items():
         assert plots.text_overlaps(fig) == [], key
 
@@ -358,9 +370,233 @@ def test_summary_says_how_much_overlap_saves():
 def test_memory_chart_keeps_small_curves_readable():
     plan = hand_plan()   # a few MiB live against a 14.4 GB GPU
     fig = plots.fig_memory(plan["memory_timeline"], 14.4e9)
-    ax = fig.axes[0]
+    ax = next(a for a in fig.axes if a.get_title() == "memory on gpu")
     assert ax.get_ylabel() == "live memory (MiB)"
     assert ax.get_ylim()[1] < 10          # scaled to the curves, not to the capacity
-    assert any("far above the curves" in t.get_text() for t in ax.get_legend().get_texts())
-    near = plots.fig_memory(plan["memory_timeline"], 8e6).axes[0]
+    assert any("far above the curve" in t.get_text() for t in ax.get_legend().get_texts())
+    near = plots.fig_memory(plan["memory_timeline"], {"gpu": (8e6, None)}).axes[1]
+    assert near.get_title() == "memory on gpu"
     assert near.get_ylim()[1] * 2**20 >= 8e6  # a limit close to the curves is drawn
+
+
+# --- a CPU and four GPUs (plan document version 2) ----------------------------------
+
+
+class Tables(HTMLParser):
+    """Every <table> of a page by id: its rows as lists of cell texts (header rows too)."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.tables: dict[str, list[list[str]]] = {}
+        self._rows, self._cell = None, None
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self._rows = self.tables.setdefault(dict(attrs).get("id") or f"table{len(self.tables)}", [])
+        elif tag == "tr" and self._rows is not None:
+            self._rows.append([])
+        elif tag in ("td", "th") and self._rows is not None:
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self._rows[-1].append(" ".join("".join(self._cell).split()))
+            self._cell = None
+        elif tag == "table":
+            self._rows = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+@pytest.fixture(scope="module")
+def four_gpu_page():
+    plan = four_gpu_plan()
+    text = render(plan, four_gpu_run(plan))
+    return plan, Page(text), Tables(text).tables
+
+
+def test_four_gpu_page_has_every_section_and_self_contained_images(four_gpu_page):
+    plan, page, _ = four_gpu_page
+    assert SECTION_IDS <= set(page.sections)
+    assert page.op_rows == 7 and len(page.images) == 7
+    for src in page.images:
+        assert ET.fromstring(decode_image(src)).tag.endswith("svg")
+    assert all(ref.startswith(("data:", "#")) for ref in page.refs)
+    assert "not available" not in " ".join(page.section_text(s) for s in SECTION_IDS)
+
+
+def test_plan_table_shows_each_ops_device_and_one_column_for_identical_gpus(four_gpu_page):
+    _, _, tables_ = four_gpu_page
+    header, *rows = tables_["op-table"]
+    assert header == ["#", "op", "type", "device", "cpu time", "cuda:0-3 time", "saved vs the CPU", "times from",
+                      "pinned", "measured", "reason"]
+    assert [r[3] for r in rows] == ["cuda:0", "cuda:1", "cuda:2", "cuda:3", "cuda:1", "cuda:1", "cuda:1"]
+    assert rows[5][4:7] == ["3 ms", "60 µs", "2.94 ms"]              # FC: 3 ms on the CPU, 60 µs on a V100
+    assert rows[0][7] == "cpu measured; cuda:0-3 roofline"
+
+
+def test_a_different_gpu_gets_its_own_time_column():
+    plan = four_gpu_plan(hetero=True)                                # cuda:3 three times slower
+    header = Tables(render(plan)).tables["op-table"][0]
+    assert header[4:7] == ["cpu time", "cuda:0-2 time", "cuda:3 time"]
+    cols = doc.time_columns(plan)
+    assert [c["devices"] for c in cols] == [["cpu"], ["cuda:0", "cuda:1", "cuda:2"], ["cuda:3"]]
+    rows = tables.op_rows(plan, columns=cols)
+    assert rows[3]["times"] == pytest.approx([700e-6, 13e-6, 39e-6]) and rows[3]["time_s"] == pytest.approx(39e-6)
+    summary = Page(render(plan)).section_text("summary")
+    assert "cuda:0-2 profile V100" in summary and "cuda:3 profile T4" in summary
+
+
+def test_memory_per_device_table_and_one_chart_panel_per_device_holding_memory(four_gpu_page):
+    plan, page, tables_ = four_gpu_page
+    header, *rows = tables_["memory-table"]
+    assert header[:6] == ["device", "used", "parameters", "peak activations", "capacity", "usable (less the reserve)"]
+    assert [r[:6] for r in rows] == [
+        ["cpu", "0 B", "0 B", "0 B", "no limit", "no limit"],
+        ["cuda:0", "4 GiB", "4 GiB", "1 MiB", "16 GiB", "14.4 GiB"],
+        ["cuda:1", "4.01 GiB", "4 GiB", "8 MiB", "16 GiB", "14.4 GiB"],
+        ["cuda:2", "4 GiB", "4 GiB", "1 MiB", "16 GiB", "14.4 GiB"],
+        ["cuda:3", "4 GiB", "4 GiB", "1 MiB", "16 GiB", "14.4 GiB"]]
+    assert "Nothing is held on cpu in this plan" in page.section_text("memory")
+    limits = {m["device"]: (m["capacity_bytes"], m["usable_bytes"]) for m in doc.memory_rows(plan)}
+    fig = plots.fig_memory(doc.memory_timelines(plan), limits)
+    assert [ax.get_title() for ax in fig.axes] == [f"memory on cuda:{k}" for k in range(4)]
+    for ax in fig.axes:   # 16 GiB capacity and 14.4 GiB usable drawn: within 8x of a 4 GiB curve
+        assert sorted(line.get_ydata()[0] for line in ax.lines[1:]) == pytest.approx([14.4, 16.0])
+        assert ax.get_ylabel() == "live memory (GiB)"
+    assert plots.text_overlaps(fig) == []
+
+
+def test_bytes_per_link_table_and_chart(four_gpu_page):
+    plan, page, tables_ = four_gpu_page
+    _, *rows = tables_["link-table"]
+    assert rows == [["cpu -> cuda:0", "h2d", "1", "4 KiB", "10 µs"], ["cpu -> cuda:1", "h2d", "1", "4 KiB", "10 µs"],
+                    ["cpu -> cuda:2", "h2d", "1", "4 KiB", "10 µs"], ["cpu -> cuda:3", "h2d", "1", "4 KiB", "10 µs"],
+                    ["cuda:0 -> cuda:1", "d2d", "1", "1 MiB", "60 µs"], ["cuda:1 -> cpu", "d2h", "1", "1 KiB", "10 µs"],
+                    ["cuda:2 -> cuda:1", "d2d", "1", "1 MiB", "120 µs"], ["cuda:3 -> cuda:1", "d2d", "1", "1 MiB", "60 µs"]]
+    assert "GPU to GPU 3 MiB" in page.section_text("summary")
+    fig = plots.fig_links(plan)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [r[0] for r in rows]      # top to bottom
+    assert [round(p.get_width(), 6) for p in ax.patches][4] == 1.0        # MiB on the axis: 1 MiB
+    assert plots.text_overlaps(fig) == []
+    assert plots.fig_links({**plan, "link_bytes": [], "copies": []}) is None
+
+
+def test_timeline_has_a_lane_per_device_and_per_copy_lane(four_gpu_page):
+    plan = four_gpu_page[0]
+    fig = plots.fig_gantt(plan["schedules"], plan["devices"])
+    lanes = [[t.get_text() for t in ax.get_yticklabels()][::-1] for ax in fig.axes]
+    devices = ["cpu", "cuda:0", "cuda:1", "cuda:2", "cuda:3"]
+    assert lanes[0] == devices + ["cpu->cuda:0", "cpu->cuda:1", "cpu->cuda:2", "cpu->cuda:3", "cuda:0->cuda:1",
+                                  "cuda:2->cuda:1", "cuda:3->cuda:1", "cuda:1->cpu"]
+    # the makespan schedule: GPUs 0-1 and 2-3 behind one PCIe switch each; emb2 staged through the host
+    assert lanes[1] == devices + ["pcie[switch0]:h2d", "pcie[switch1]:h2d", "cuda:0->cuda:1", "pcie[switch1]:d2h",
+                                  "cuda:3->cuda:1", "pcie[switch0]:d2h"]
+    assert [ax.get_title() for ax in fig.axes] == ["serial schedule: makespan 415 µs", "makespan schedule: makespan 226 µs"]
+    assert plots.text_overlaps(fig) == []
+
+
+def test_bars_of_a_lane_are_its_events():
+    plan = four_gpu_plan()
+    fig = plots.fig_gantt({"makespan": plan["schedules"]["makespan"]}, plan["devices"])
+    ax = fig.axes[0]
+    rows = {t.get_text(): t.get_position()[1] for t in ax.get_yticklabels()}
+    spans = {}
+    for coll in ax.collections:
+        for path in coll.get_paths():
+            (x0, y0), (x1, y1) = path.vertices.min(axis=0), path.vertices.max(axis=0)
+            spans.setdefault(round((y0 + y1) / 2), []).append((round(x0, 6), round(x1, 6)))
+    # two ids copies back to back (one bar, µs), then emb2's second hop
+    assert sorted(spans[rows["pcie[switch0]:h2d"]]) == [(0.0, 20.0), (83.0, 143.0)]
+    assert sorted(spans[rows["cuda:1"]]) == [(20.0, 33.0), (143.0, 216.0)]
+    assert rows["cpu"] not in spans                                   # nothing on the host
+
+
+def test_baselines_include_the_pipeline_split_and_baechi_with_feasibility(four_gpu_page):
+    _, _, tables_ = four_gpu_page
+    header, *rows = tables_["baselines"]
+    assert header == ["placement", "devices", "predicted time (serial)", "compared with the plan", "note"]
+    by_label = {r[0]: r for r in rows}
+    assert by_label["this plan (auto, serial objective)"][1:3] == ["cuda:0-3", "415 µs"]
+    assert by_label["pipeline split over the GPUs (balanced by compute)"][1:] == [
+        "cuda:0, cuda:1", "610 µs (if it fitted)", "cannot run: does not fit", "needs 16 GiB on cuda:0; 14.4 GiB usable"]
+    assert by_label["all on one GPU (CPU fallback)"][3] == "cannot run: does not fit"
+    assert by_label["Baechi m-TOPO"][1:4] == ["cuda:0-3", "520 µs", "plan is 1.25x faster"]   # 520 / 415
+    assert by_label["Baechi m-ETF"][1:4] == ["cuda:0-3", "450 µs", "plan is 1.08x faster"]
+    fig = plots.fig_baselines(four_gpu_plan())
+    assert fig.axes[0].get_xscale() == "log"            # all-CPU (11.6 ms) is 93x the bound
+    assert plots.text_overlaps(fig) == []
+
+
+def test_makespan_plans_compare_baselines_by_makespan():
+    plan = four_gpu_plan()
+    plan["objective"] = "makespan"
+    for key, ms in (("all_cpu", 11.6e-3), ("m_topo", 452e-6), ("m_etf", 226e-6)):
+        plan["baselines"][key]["makespan_s"] = ms
+    text = render(plan)
+    header, *rows = Tables(text).tables["baselines"]
+    assert header[3] == "overlapped makespan"
+    by_key = {r[0]: r for r in rows}
+    assert by_key["Baechi m-TOPO"][3:5] == ["452 µs", "plan is 2.00x faster"]     # 452 / 226 µs
+    assert by_key["all on the CPU"][3:5] == ["11.6 ms", "plan is 51.33x faster"]
+    assert "Predicted 226 µs per run with the devices and copies overlapped (415 µs" in \
+        Page(text).section_text("summary")
+
+
+def test_measured_run_per_device_times_and_per_link_bytes(four_gpu_page):
+    plan, _, tables_ = four_gpu_page
+    _, *devices = tables_["by-device"]
+    # predicted: the GPU times of the ops there; measured (emulated): 1.5 x their CPU times
+    assert devices == [["cpu", "0 s", "0 s", "0 B", "5 KiB"],
+                       ["cuda:0", "13 µs", "1.05 ms", "4 GiB", "4 GiB"],
+                       ["cuda:1", "86 µs", "5.64 ms", "4.01 GiB", "4 GiB"],
+                       ["cuda:2", "13 µs", "1.05 ms", "4 GiB", "4 GiB"],
+                       ["cuda:3", "13 µs", "1.05 ms", "4 GiB", "4 GiB"]]
+    _, *links = tables_["by-link"]
+    assert links[0] == ["cpu->cuda:0", "1 / 1", "4 KiB", "4 KiB", "10 µs", "20 µs"]
+    assert links[6] == ["cuda:2->cuda:1", "1 / 1", "1 MiB", "1 MiB", "120 µs", "240 µs"]
+    assert len(links) == 8
+    pairs = tables.match_run(plan, four_gpu_run(plan))
+    assert [p["index"] for p in pairs] == list(range(7))
+    assert [p["predicted_s"] for p in pairs] == [o["cpu_s"] for o in plan["ops"]]   # emulated: CPU times
+
+
+def test_a_real_gpu_run_is_held_to_the_time_on_its_own_gpu():
+    plan = four_gpu_plan(hetero=True)
+    run = four_gpu_run(plan)
+    for o in run["ops"]:
+        o["device"] = o["device"].removeprefix("emulated-")
+    run["emulated"] = False
+    pairs = tables.match_run(plan, run)
+    assert [p["predicted_s"] for p in pairs] == pytest.approx([13e-6, 13e-6, 13e-6, 39e-6, 8e-6, 60e-6, 5e-6])
+
+
+def test_placement_graph_colours_ops_by_device():
+    plan = four_gpu_plan()
+    edges, host_in, host_out = graph.graph_edges(plan)
+    assert sorted(e for e in edges if e[2]) == [(0, 4, True), (2, 4, True), (3, 4, True)]
+    assert host_in == {0, 1, 2, 3} and host_out == {6}
+    colors = plots.device_colors(plan["devices"], doc.device_kinds(plan))
+    assert len(set(colors.values())) == 5
+    src = graph.dot_source(plan, edges)
+    for d, n in (("cuda:0", 1), ("cuda:1", 4), ("cuda:2", 1), ("cuda:3", 1)):
+        assert src.count(f'fillcolor="{colors[d]}"') == n + 1       # its ops and its legend entry
+    assert "Placement of 7 ops: 1 on cuda:0, 4 on cuda:1, 1 on cuda:2, 1 on cuda:3; 3 edges crossing devices" in src
+    fig = graph.fig_placement(plan)
+    assert {t.get_text() for t in fig.legends[0].get_texts()} >= {f"op on cuda:{k}" for k in range(4)}
+    assert plots.text_overlaps(fig) == []
+
+
+def test_cost_bars_draw_one_bar_per_time_column():
+    plan = four_gpu_plan(hetero=True)
+    top, n = tables.top_savers(plan)
+    assert n == 7 and top[0]["name"] == "fc"          # 3 ms on the CPU, 60 µs on a V100: the widest spread
+    fig = plots.fig_cost_bars(top, n, doc.time_columns(plan))
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert sorted(labels) == ["chosen device", "cpu time", "cuda:0-2 time", "cuda:3 time"]
+    assert len(fig.axes[0].patches) == 3 * 7
+    assert plots.text_overlaps(fig) == []

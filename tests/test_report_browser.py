@@ -15,13 +15,13 @@ from html.parser import HTMLParser
 
 import pytest
 from conftest import IN_CI
-from report_cases import hand_plan, run_record, synthetic_plan
+from report_cases import four_gpu_plan, four_gpu_run, hand_plan, run_record, synthetic_plan
 
 from placer.commands.report import write_report
 
 pytestmark = pytest.mark.browser
 
-SECTION_IDS = {"summary", "placement", "costs", "timeline", "memory", "ops", "measured"}
+SECTION_IDS = {"summary", "placement", "costs", "timeline", "memory", "links", "ops", "measured"}
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--virtual-time-budget=5000", "--enable-logging=stderr", "--v=0"]
@@ -67,13 +67,15 @@ def console_lines(stderr: str) -> list[str]:
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
-    small, big = hand_plan(), synthetic_plan(300)
+    small, big, gpus4 = hand_plan(), synthetic_plan(300), four_gpu_plan()
     write_report(small, run_record(small, emulated=True), out / "small.html")
     write_report(big, run_record(big, emulated=False), out / "big.html")
-    return {"small": (out / "small.html", small), "big": (out / "big.html", big)}
+    write_report(gpus4, four_gpu_run(gpus4), out / "gpus4.html")
+    return {"small": (out / "small.html", small), "big": (out / "big.html", big),
+            "gpus4": (out / "gpus4.html", gpus4)}
 
 
-@pytest.mark.parametrize("which", ["small", "big"])
+@pytest.mark.parametrize("which", ["small", "big", "gpus4"])
 def test_dom_has_every_section_row_and_decoded_image(pages, which, tmp_path):
     page, plan = pages[which]
     res = browse(page, tmp_path, "--dump-dom")
@@ -81,7 +83,7 @@ def test_dom_has_every_section_row_and_decoded_image(pages, which, tmp_path):
     dom = Dom(res.stdout)
     assert SECTION_IDS <= dom.sections
     assert dom.op_rows == len(plan["ops"])
-    assert dom.body.get("data-images") == "6"
+    assert dom.body.get("data-images") == "7"   # baselines, graph, costs, timeline, memory, links, scatter
     assert dom.body.get("data-images-ok") == "yes"
     assert console_lines(res.stderr) == []
 

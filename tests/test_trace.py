@@ -6,7 +6,7 @@ import copy
 import json
 
 import pytest
-from report_cases import hand_plan, run_record, synthetic_plan
+from report_cases import MAKESPAN_EVENTS, four_gpu_plan, four_gpu_run, hand_plan, run_record, synthetic_plan
 
 from placer.report.trace import (build_trace, measured_events, predicted_events, validate_trace,
                                  write_trace)
@@ -30,7 +30,8 @@ def test_predicted_trace_validates_and_keeps_every_event(schedule):
     assert len(spans(trace)) == len(events)
     copies = [e for e in spans(trace) if e["cat"] == "copy"]
     assert len(copies) == sum(e["kind"] == "copy" for e in events) > 0
-    assert all(e["tid"] in (2, 3) for e in copies)     # H2D / D2H threads of the GPU process
+    threads = names_of(trace, "thread_name")
+    assert {threads[(e["pid"], e["tid"])] for e in copies} == {"H2D copies (PCIe)", "D2H copies (PCIe)"}
 
 
 def test_predicted_trace_of_the_hand_plan_in_microseconds():
@@ -38,16 +39,17 @@ def test_predicted_trace_of_the_hand_plan_in_microseconds():
     trace = build_trace(plan)
     assert validate_trace(trace) == []
     procs = names_of(trace, "process_name")
-    assert sorted(procs.values()) == ["predicted (serial schedule): CPU", "predicted (serial schedule): GPU"]
+    assert sorted(procs.values()) == ["predicted (serial schedule): copies", "predicted (serial schedule): cpu",
+                                      "predicted (serial schedule): gpu"]
     threads = set(names_of(trace, "thread_name").values())
-    assert threads == {"CPU ops", "GPU stream", "H2D copies (PCIe)", "D2H copies (PCIe)"}
+    assert threads == {"cpu ops", "gpu ops", "H2D copies (PCIe)", "D2H copies (PCIe)"}
     by_name = {e["name"]: e for e in spans(trace)}
     # the host-fed input goes first: 50 us of H2D, then conv1 (0.2 ms on the GPU)
     assert by_name["copy data"]["ts"] == 0 and by_name["copy data"]["dur"] == pytest.approx(50.0)
     assert by_name["copy data"]["args"] == {"type": "copy h2d", "tensor": "data", "bytes": 602112}
     assert by_name["conv1"]["ts"] == pytest.approx(50.0) and by_name["conv1"]["dur"] == pytest.approx(200.0)
     assert by_name["conv1"]["args"]["type"] == "Conv"
-    gpu_pid = next(p for (p, _), n in procs.items() if n.endswith("GPU"))
+    gpu_pid = next(p for (p, _), n in procs.items() if n.endswith(": gpu"))
     assert by_name["conv1"]["pid"] == gpu_pid and by_name["fc"]["pid"] != gpu_pid
 
 
@@ -63,7 +65,8 @@ def test_measured_trace_lays_ops_end_to_end():
     assert end == pytest.approx(sum(o["time_s"] for o in run["ops"]) * 1e6)
     copies = [e for e in ev if e["cat"] == "copy"]
     assert [e["args"]["bytes"] for e in copies] == [602112, 3211264]
-    assert {e["tid"] for e in copies} == {2, 3}
+    threads = names_of(trace, "thread_name")
+    assert [threads[(e["pid"], e["tid"])] for e in copies] == ["H2D copies (PCIe)", "D2H copies (PCIe)"]
     assert any("emulated GPU: CPU timings" in n for n in names_of(trace, "process_name").values())
 
 
@@ -74,10 +77,12 @@ def test_predicted_and_measured_share_a_file_in_separate_processes(tmp_path):
     trace = json.loads(out.read_text())
     assert validate_trace(trace) == []
     procs = names_of(trace, "process_name")
-    assert len(procs) == 4 and len(set(procs.values())) == 4
-    pred = {e["pid"] for e in predicted_events(plan) if e["ph"] == "X"}
-    meas = {e["pid"] for e in measured_events(run_record(plan)) if e["ph"] == "X"}
+    assert len(procs) == 6 and len(set(procs.values())) == 6      # cpu, gpu, copies: predicted and measured
+    pred = {e["pid"] for e in spans(trace) if procs[(e["pid"], 0)].startswith("predicted")}
+    meas = {e["pid"] for e in spans(trace) if procs[(e["pid"], 0)].startswith("measured")}
     assert pred and meas and not pred & meas
+    assert len(spans(trace)) == len(plan["schedules"]["makespan"]["events"]) + len(run_record(plan)["ops"])
+    assert len([e for e in measured_events(run_record(plan)) if e["ph"] == "X"]) == len(run_record(plan)["ops"])
 
 
 def test_a_run_alone_as_placer_run_writes_it(tmp_path):
@@ -85,7 +90,8 @@ def test_a_run_alone_as_placer_run_writes_it(tmp_path):
     write_trace(None, out, run=run_record(hand_plan(), emulated=False))
     trace = json.loads(out.read_text())
     assert validate_trace(trace) == []
-    assert sorted(names_of(trace, "process_name").values()) == ["measured: CPU", "measured: GPU [cuda:0]"]
+    assert sorted(names_of(trace, "process_name").values()) == ["measured: copies", "measured: cpu",
+                                                                "measured: cuda:0"]
     assert len(spans(trace)) == 6
 
 
@@ -93,6 +99,72 @@ def test_plan_without_schedules_gives_no_predicted_events():
     plan = {k: v for k, v in hand_plan().items() if k != "schedules"}
     assert predicted_events(plan) == []
     assert validate_trace(build_trace(plan)) == []
+
+
+# --- a CPU and four GPUs (plan document version 2) -----------------------------------
+
+
+def lane_of(trace, event):
+    """(process name, thread name) of an event."""
+    return (names_of(trace, "process_name")[(event["pid"], 0)],
+            names_of(trace, "thread_name")[(event["pid"], event["tid"])])
+
+
+def test_four_gpu_makespan_trace_has_a_lane_per_device_and_per_copy_lane():
+    plan = four_gpu_plan()
+    trace = build_trace(plan, schedule="makespan")
+    assert validate_trace(trace) == []
+    title = "predicted (makespan schedule)"
+    assert sorted(names_of(trace, "process_name").values()) == sorted(
+        [f"{title}: {d}" for d in ("cpu", "cuda:0", "cuda:1", "cuda:2", "cuda:3")] + [f"{title}: copies"])
+    got = sorted((lane_of(trace, e), round(e["ts"], 6), round(e["dur"], 6)) for e in spans(trace))
+    want = []
+    for lane, what, a, b in MAKESPAN_EVENTS:   # the schedule's own lanes and µs, written by hand
+        where = (f"{title}: {lane}", f"{lane} ops") if isinstance(what, int) else (f"{title}: copies", lane)
+        want.append((where, float(a), float(b - a)))
+    assert got == sorted(want)
+    by_name = {}
+    for e in spans(trace):
+        by_name.setdefault(e["name"], []).append(e)
+    # emb2 staged through the host: two hops on two lanes, named by the tensor, not its producer
+    hops = sorted(by_name["copy emb2"], key=lambda e: e["ts"])
+    assert [lane_of(trace, e)[1] for e in hops] == ["pcie[switch1]:d2h", "pcie[switch0]:h2d"]
+    assert hops[0]["args"] == {"type": "copy cuda:2->cuda:1", "tensor": "emb2", "src": "cuda:2", "dst": "cuda:1",
+                               "bytes": 1048576.0}
+    assert [e["args"]["op"] for e in by_name["emb2"]] == [2]
+
+
+def test_four_gpu_serial_trace_puts_copies_on_their_links():
+    plan = four_gpu_plan()
+    trace = build_trace(plan, schedule="serial")
+    assert validate_trace(trace) == []
+    lanes = {lane_of(trace, e)[1] for e in spans(trace) if e["cat"] == "copy"}
+    assert lanes == {"cpu->cuda:0", "cpu->cuda:1", "cpu->cuda:2", "cpu->cuda:3", "cuda:0->cuda:1", "cuda:2->cuda:1",
+                     "cuda:3->cuda:1", "cuda:1->cpu"}
+    end = max(e["ts"] + e["dur"] for e in spans(trace))
+    assert end == pytest.approx(415.0)      # µs: the plan's serial total
+
+
+def test_four_gpu_measured_trace_names_the_plans_devices_and_links(tmp_path):
+    plan = four_gpu_plan()
+    run = four_gpu_run(plan)
+    out = tmp_path / "trace.json"
+    write_trace(plan, out, run=run)
+    trace = json.loads(out.read_text())
+    assert validate_trace(trace) == []
+    measured = [e for e in spans(trace) if lane_of(trace, e)[0].startswith("measured")]
+    assert len(measured) == len(run["ops"]) == 15
+    copies = [lane_of(trace, e)[1] for e in sorted(measured, key=lambda e: e["ts"]) if e["cat"] == "copy"]
+    assert copies == ["cpu->cuda:0", "cpu->cuda:1", "cpu->cuda:2", "cpu->cuda:3", "cuda:0->cuda:1",
+                      "cuda:2->cuda:1", "cuda:3->cuda:1", "cuda:1->cpu"]
+    fc = next(e for e in measured if e["name"] == "fc")
+    assert lane_of(trace, fc) == ("measured (emulated GPU: CPU timings): cuda:1 [emulated-cuda:1 (CPU timing)]",
+                                  "cuda:1 ops")
+    predicted_pids = {e["pid"] for e in spans(trace) if e not in measured}
+    assert predicted_pids and not predicted_pids & {e["pid"] for e in measured}
+    alone = build_trace(run=run)    # placer run --trace: the run's own device names
+    assert {lane_of(alone, e)[0] for e in spans(alone) if e["name"] == "fc"} == {
+        "measured (emulated GPU: CPU timings): emulated-cuda:1 [emulated-cuda:1 (CPU timing)]"}
 
 
 # --- the validator catches what it promises to -------------------------------------

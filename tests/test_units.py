@@ -63,5 +63,7 @@ def test_plan_and_report_print_gpu_memory_alike(capsys, tmp_path):
     # 90% of 16 GiB is usable by default
     assert re.search(r"used of 14\.4 GiB usable \(capacity 16 GiB less the reserve\)", line), line
     page = re.sub(r"\s+", " ", report.read_text())
-    assert "used of 16 GiB (14.4 GiB usable after the reserve)" in page
+    # the report's memory table: device, used, parameters, peak activations, capacity, usable
+    row = re.search(r'id="memory-table">.*?cuda:0</td>(.*?)</tr>', page).group(1)
+    assert '<td class="num">16 GiB</td> <td class="num">14.4 GiB</td>' in row
     assert " GB" not in line and " MB" not in line and " KB" not in line

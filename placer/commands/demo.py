@@ -12,7 +12,12 @@ listed in ``OUT/commands.sh``, so that what it shows is what those commands do:
 3. write the placed nets and run them with the GPU emulated, run the originals on the
    CPU, and stop with exit code 1 unless the outputs agree;
 4. write the reports and the predicted and measured Chrome traces;
-5. print where the files are and a five-line summary.
+5. several GPUs, with the shipped machine profiles as they are (datasheet figures): plan
+   a 41 GB DLRM (``dlrm_40gb``, planning only) on four 16 GB V100s, where no single GPU
+   holds it, and a two-tower CNN on two T4s under the makespan objective (one tower per
+   GPU) and the serial one (both on one GPU); run the placed two-GPU net on two emulated
+   GPUs, at a small image so that it stays quick, against the original on the CPU;
+6. print where the files are and a seven-line summary.
 """
 from __future__ import annotations
 
@@ -33,7 +38,8 @@ from placer import examples
 from placer.errors import InputError
 from placer.fileio import atomic_write_bytes, atomic_write_text
 from placer.profiling import DEFAULT_GPU_PROFILE
-from placer.units import fmt_rate
+from placer.types import TensorType
+from placer.units import fmt_bytes, fmt_rate
 
 HELP = "profile this CPU, then plan, run and report the bundled example nets (no GPU needed)"
 DESCRIPTION = """\
@@ -44,6 +50,9 @@ Runs the whole job on nets that ship with placer, with no GPU:
   all-CPU run (exit status 1 if they do not);
 - plans the full-size MLPerf Criteo 1TB DLRM (about 96 GB of embedding tables, planning
   only) on a V100 16 GB, an A100 40 GB and an H200, where the answer changes;
+- several GPUs: plans a 41 GB DLRM on four V100 16 GB (4x-v100-sxm2-nvlink: it must be
+  split) and a two-tower CNN on two T4s (2x-t4-pcie3) with the makespan objective (one
+  tower per GPU) and the serial one, and runs the placed two-GPU net on two emulated GPUs;
 - writes HTML reports, plan JSON, run records and Chrome traces, and prints a summary.
 
 OUT/commands.sh lists the placer commands the demo ran, to repeat any step by hand.
@@ -55,6 +64,9 @@ OUT/commands.sh lists the placer commands the demo ran, to repeat any step by ha
 RUNNABLE = ("dlrm_small", "resnet_small")
 FULL_SIZE = "dlrm_criteo_1tb"
 FULL_SIZE_GPUS = ("v100-16gb-pcie3", "a100-40gb-pcie4", "h200-141gb-pcie5")
+SPLIT_NET, SPLIT_MACHINE = "dlrm_40gb", "4x-v100-sxm2-nvlink"     # does not fit one GPU
+TOWERS_NET, TOWERS_MACHINE = "two_tower", "2x-t4-pcie3"          # one tower per GPU under makespan
+TOWERS_RUN_SHAPE = (1, 3, 16, 16)   # the run's image: the planned 32x3x56x56 takes minutes on two cores
 RTOL, ATOL = 1e-4, 1e-5  # emulation runs the same numpy kernels: any real mismatch is far larger
 
 
@@ -106,15 +118,18 @@ class Demo:
         cpu_profile = self.profile_cpu()
         results = {name: self.plan_and_run(name, cpu_profile) for name in RUNNABLE}
         full_size = {gpu: self.plan_full_size(gpu, cpu_profile) for gpu in FULL_SIZE_GPUS}
+        several = self.several_gpus()
         self.save_text(self.out / "commands.sh", "#!/bin/sh\n# what `placer demo` ran\nset -e\n"
                        + "\n".join(self.commands) + "\n")
-        lines = summary_lines(results, full_size, cpu_profile, time.monotonic() - self.start)
+        lines = summary_lines(results, full_size, cpu_profile, time.monotonic() - self.start, several)
         self.save_text(self.out / "summary.txt", "\n".join(lines) + "\n")
         self.print_files()
         print("summary:")
         for line in lines:
             print("  " + line)
         mismatched = [n for n, r in results.items() if not r["match"]]
+        if several and not several["run"]["match"]:
+            mismatched.append(TOWERS_NET)
         if mismatched:
             print(f"placer demo: FAILED: the placed net's outputs differ from the all-CPU run for "
                   f"{', '.join(mismatched)} (see {self.out}/<net>/outputs_*.npz)", file=sys.stderr)
@@ -129,6 +144,8 @@ class Demo:
                 ("reports", f"{names}/report.html, {FULL_SIZE}/report-{gpus}.html (open in a browser)"),
                 ("traces", f"{names}/trace_{{predicted,measured}}.json (open in https://ui.perfetto.dev)"),
                 ("placed nets", f"{names}/placed_{{predict,init}}.pbtxt, plan.json, plan.txt, run_*.json"),
+                ("several GPUs", f"{SPLIT_NET}/report.html, {TOWERS_NET}/report.html (makespan plan and its run), "
+                                 f"{TOWERS_NET}/plan-{{makespan,serial}}.json"),
                 ("CPU profile", "profiles/cpu-measured.json; the commands run: commands.sh")):
             print(f"  {what:<12} {where}")
 
@@ -159,7 +176,7 @@ class Demo:
         d.mkdir(parents=True, exist_ok=True)
         net_path = examples.path(name)
         self.say(f"planning {name} against {DEFAULT_GPU_PROFILE}")
-        self.plan(net_path, cpu_profile, DEFAULT_GPU_PROFILE, d / "plan.json", d / "plan.txt",
+        self.plan(net_path, cpu_profile, ["--gpu-profile", DEFAULT_GPU_PROFILE], d / "plan.json", d / "plan.txt",
                   ["-o", str(d / "placed_predict.pbtxt"), "--init-out", str(d / "placed_init.pbtxt")])
         plan = json.loads((d / "plan.json").read_text())
         self.written += [d / "placed_predict.pbtxt", d / "placed_init.pbtxt"]
@@ -179,23 +196,64 @@ class Demo:
         d.mkdir(parents=True, exist_ok=True)
         self.say(f"planning {FULL_SIZE} (planning only) against {gpu}")
         stem = gpu.split("-")[0]
-        self.plan(examples.path(FULL_SIZE), cpu_profile, gpu, d / f"plan-{stem}.json", d / f"plan-{stem}.txt",
+        self.plan(examples.path(FULL_SIZE), cpu_profile, ["--gpu-profile", gpu], d / f"plan-{stem}.json",
+                  d / f"plan-{stem}.txt",
                   ["--report", str(d / f"report-{stem}.html")])
         self.written.append(d / f"report-{stem}.html")
         return json.loads((d / f"plan-{stem}.json").read_text())
 
-    def plan(self, net: Path, cpu_profile: Path, gpu: str, plan_out: Path, table: Path, extra: list) -> None:
+    def plan(self, net: Path, cpu_profile: Path | None, target: list, plan_out: Path, table: Path,
+             extra: list) -> None:
         """``placer plan ... --plan-out plan.json > plan.txt``: run with ``--json`` (its
         table goes to the real stdout whatever is redirected), the table printed from the
-        JSON by the command's own ``print_plan``."""
+        JSON by the command's own ``print_plan``. ``target``: the GPU options
+        (``--gpu-profile NAME`` or ``--machine NAME``); no ``cpu_profile``: the machine's own."""
         from placer.commands.plan import print_plan
-        argv = [str(net), "--cpu-profile", str(cpu_profile), "--gpu-profile", gpu,
+        host = ["--cpu-profile", str(cpu_profile)] if cpu_profile else []
+        argv = [str(net), *host, *target,
                 "--time-limit", str(self.effort.time_limit_s), "--plan-out", str(plan_out), *extra]
         self.command("plan", argv + ["--json"], io.StringIO(), shown=argv + [">", str(table)])
         self.written.append(plan_out)
         text = io.StringIO()
         print_plan(json.loads(plan_out.read_text()), out=text)
         self.save_text(table, text.getvalue())
+
+    # -- 5. several GPUs ------------------------------------------------------------------
+
+    def several_gpus(self) -> dict:
+        """The split that memory forces, and the one overlap pays for (module docstring).
+        Planned with the shipped machine profiles as they are (datasheet figures, the host
+        included), so that the figures are the ones README.md quotes, on any host."""
+        d = self.out / SPLIT_NET
+        d.mkdir(parents=True, exist_ok=True)
+        self.say(f"planning {SPLIT_NET} (planning only) on {SPLIT_MACHINE}")
+        self.plan(examples.path(SPLIT_NET), None, ["--machine", SPLIT_MACHINE], d / "plan.json",
+                  d / "plan.txt", ["--report", str(d / "report.html")])
+        self.written.append(d / "report.html")
+        split = json.loads((d / "plan.json").read_text())
+        d = self.out / TOWERS_NET
+        d.mkdir(parents=True, exist_ok=True)
+        net_path, target = examples.path(TOWERS_NET), ["--machine", TOWERS_MACHINE]
+        self.say(f"planning {TOWERS_NET} on {TOWERS_MACHINE}: makespan and serial objectives")
+        self.plan(net_path, None, target + ["--method", "makespan"], d / "plan-makespan.json",
+                  d / "plan-makespan.txt",
+                  ["-o", str(d / "placed_predict.pbtxt"), "--init-out", str(d / "placed_init.pbtxt")])
+        self.plan(net_path, None, target, d / "plan-serial.json", d / "plan-serial.txt", [])
+        self.written += [d / "placed_predict.pbtxt", d / "placed_init.pbtxt"]
+        towers = {k: json.loads((d / f"plan-{k}.json").read_text()) for k in ("makespan", "serial")}
+        shape = {"data": TensorType(TOWERS_RUN_SHAPE)}
+        self.save_bytes(d / "inputs.npz", _npz(random_feed(net_path, shapes=shape)))
+        gpus = sum(dev["kind"] == "gpu" for dev in towers["makespan"]["machine"]["devices"])
+        self.say(f"running {TOWERS_NET}: placed net on {gpus} emulated GPUs, and the original on the CPU")
+        at = ["--input", "data=" + ",".join(map(str, TOWERS_RUN_SHAPE))]
+        placed = self.run_net(d / "placed_predict.pbtxt", d, "placed", ["--emulate-gpus", str(gpus), *at])
+        original = self.run_net(net_path, d, "cpu", at)
+        match, diff = compare(original["outputs"], placed["outputs"])
+        self.say(f"{TOWERS_NET}: outputs {'match' if match else 'DIFFER'} (largest difference {diff:.3g})")
+        self.report(towers["makespan"], placed["record"], d / "report.html", d / "trace_predicted.json",
+                    d / "trace_measured.json")
+        return {"split": split, "towers": towers, "gpus": gpus,
+                "run": {"match": match, "max_diff": diff, "record": placed["record"]}}
 
     def run_net(self, net: Path, d: Path, tag: str, extra: list) -> dict:
         e, log = self.effort, io.StringIO()
@@ -247,14 +305,14 @@ class Demo:
         self.written.append(path)
 
 
-def random_feed(net_path: Path, seed: int = 0) -> dict[str, np.ndarray]:
+def random_feed(net_path: Path, seed: int = 0, shapes: dict | None = None) -> dict[str, np.ndarray]:
     """Inputs made from the original net (where index and lengths blobs have their
-    readers' roles), fed unchanged to both runs."""
+    readers' roles), fed unchanged to both runs; ``shapes`` replaces input shapes."""
     from placer.formats import load_net
     from placer.runtime.inputs import random_inputs
     from placer.shapes import infer
     net = load_net(str(net_path))
-    return random_inputs(net, infer(net).blobs, net.data_inputs, seed=seed)
+    return random_inputs(net, infer(net, shapes).blobs, net.data_inputs, seed=seed)
 
 
 def _npz(arrays: dict[str, np.ndarray]) -> bytes:
@@ -280,23 +338,31 @@ def compare(expected: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> tupl
 
 # ---------------------------------------------------------------------------- summary
 
-def summary_lines(results: dict, full_size: dict, cpu_profile: Path, elapsed_s: float) -> list[str]:
-    """Five lines: one per runnable net, the full-size DLRM on three GPUs, the profile, the time."""
+def summary_lines(results: dict, full_size: dict, cpu_profile: Path, elapsed_s: float,
+                  several: dict | None = None) -> list[str]:
+    """Seven lines: one per runnable net, the full-size DLRM on three GPUs, the DLRM that
+    must be split over four GPUs, the two towers on two GPUs, the profile, the time."""
     lines = [net_line(name, r) for name, r in results.items()]
     lines.append(full_size_line(full_size))
+    if several:
+        lines += [split_line(several["split"]), towers_line(several)]
     lines.append(profile_line(cpu_profile))
+    matched = all(r["match"] for r in results.values()) and (not several or several["run"]["match"])
     lines.append(f"demo took {elapsed_s:.1f} s; outputs of the placed nets "
-                 f"{'equal' if all(r['match'] for r in results.values()) else 'DIFFER from'} the all-CPU runs "
-                 f"(rtol {RTOL:g}, atol {ATOL:g})")
+                 f"{'equal' if matched else 'DIFFER from'} the all-CPU runs (rtol {RTOL:g}, atol {ATOL:g})")
     return lines
+
+
+def _on_gpu(ops: list[dict]) -> int:
+    """Ops placed on a GPU (any of them)."""
+    return sum(o.get("device_kind", "gpu" if o["device"] != "cpu" else "cpu") == "gpu" for o in ops)
 
 
 def net_line(name: str, r: dict) -> str:
     p, b = r["plan"], r["plan"]["baselines"]
-    gpu_ops = sum(o["device"] == "gpu" for o in p["ops"])
     return (f"{name}: plan {ms(p['total_s'])} vs all-CPU {ms(b['all_cpu']['total_s'])} vs all-GPU "
             f"{ms(b['all_gpu']['total_s'])} predicted on {_gpu_label(p)} (all-CPU measured here: "
-            f"{ms(r['cpu_run']['total_s'])}); {gpu_ops}/{len(p['ops'])} ops on the GPU; outputs "
+            f"{ms(r['cpu_run']['total_s'])}); {_on_gpu(p['ops'])}/{len(p['ops'])} ops on the GPU; outputs "
             f"{'match' if r['match'] else 'DIFFER'} (max diff {r['max_diff']:.2g})")
 
 
@@ -305,16 +371,48 @@ def full_size_line(plans: dict) -> str:
     parts = []
     for p in plans.values():
         tables = [o for o in p["ops"] if o["type"].startswith("SparseLengths")]
-        on_gpu = sum(o["device"] == "gpu" for o in tables)
         fits = "fits" if p["baselines"]["all_gpu"].get("feasible", True) else "does not fit"
-        parts.append(f"{_gpu_label(p)}: {on_gpu}/{len(tables)} tables on the GPU, plan {ms(p['total_s'])} "
+        parts.append(f"{_gpu_label(p)}: {_on_gpu(tables)}/{len(tables)} tables on the GPU, plan {ms(p['total_s'])} "
                      f"(all-GPU {fits})")
     return f"{FULL_SIZE} (planning only): " + "; ".join(parts)
 
 
+def split_line(p: dict) -> str:
+    """The net no one GPU holds: embedding tables per device, the plan against all-CPU,
+    and why all on one GPU cannot run."""
+    tables = [o for o in p["ops"] if o["type"].startswith("SparseLengths")]
+    per = {d: sum(o["device"] == d for o in tables) for d in p["devices"]}
+    params = sum(t["bytes"] for t in p["tensors"] if t["producer"] == -2)
+    one = p["baselines"]["all_gpu"]
+    fits = "fits" if one.get("feasible", True) else f"does not fit ({one.get('why_infeasible', '')})"
+    return (f"{SPLIT_NET} on {SPLIT_MACHINE} (planning only, {fmt_bytes(params)} of parameters, datasheet "
+            f"profiles): tables per device "
+            + ", ".join(f"{d} {n}" for d, n in per.items() if n)
+            + f"; plan {ms(p['total_s'])} vs all-CPU {ms(p['baselines']['all_cpu']['total_s'])}; all on one GPU {fits}")
+
+
+def towers_line(several: dict) -> str:
+    """Where each tower went under each objective, the overlapped makespans, the run."""
+    span, serial, run = several["towers"]["makespan"], several["towers"]["serial"], several["run"]
+
+    def towers(p):
+        name = [o["name"] or (o["outputs"] or [""])[0] for o in p["ops"]]
+        return ", ".join(f"{side} on " + "/".join(sorted({o["device"] for o, n in zip(p["ops"], name)
+                                                          if n.startswith(side + "_")}))
+                         for side in ("left", "right"))
+
+    shape = "x".join(map(str, TOWERS_RUN_SHAPE))
+    return (f"{TOWERS_NET} on {TOWERS_MACHINE} (datasheet profiles): makespan plan {ms(span['schedules']['makespan']['makespan_s'])} "
+            f"overlapped ({towers(span)}) vs serial plan {ms(serial['schedules']['makespan']['makespan_s'])} "
+            f"({towers(serial)}); placed net on {several['gpus']} emulated GPUs at data {shape}: outputs "
+            f"{'match' if run['match'] else 'DIFFER'} (max diff {run['max_diff']:.2g})")
+
+
 def ms(seconds: float) -> str:
-    """Milliseconds to 3 significant figures: one unit, so the figures compare at a glance."""
-    return f"{seconds * 1e3:.3g} ms"
+    """Milliseconds to 3 significant figures (whole ones from 1000 on): one unit, so the
+    figures compare at a glance."""
+    value = seconds * 1e3
+    return f"{value:.0f} ms" if abs(value) >= 1000 else f"{value:.3g} ms"
 
 
 def profile_line(path: Path) -> str:

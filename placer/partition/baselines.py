@@ -32,6 +32,7 @@ import heapq
 
 import numpy as np
 
+from placer.partition.expansion import colocated
 from placer.partition.explain import make_plan
 from placer.partition.problem import PARAM, CostArrays, as_placement, respecting_pins
 from placer.types import PlanCost
@@ -49,14 +50,6 @@ def _plan(arr: CostArrays, dev: np.ndarray, method: str, memory_aware: bool = Fa
 
 def gpus(arr: CostArrays) -> list[int]:
     return [d for d, kind in enumerate(arr.device_kinds) if kind == "gpu"]
-
-
-def _by_group(arr: CostArrays, dev: np.ndarray) -> np.ndarray:
-    """Each colocation group on the device its first member (in net order) chose."""
-    comp = arr.component
-    first = np.full(comp.max() + 1 if len(comp) else 0, -1, np.int64)
-    first[comp[::-1]] = np.arange(arr.n_ops)[::-1]
-    return dev[first[comp]]
 
 
 def all_cpu(arr: CostArrays):
@@ -105,7 +98,7 @@ def pipeline(arr: CostArrays):
     middle = np.cumsum(work) - 0.5 * work
     stage = np.minimum(np.searchsorted(ends, middle), len(g) - 1)
     dev = np.where(work > 0, np.asarray(g)[stage], arr.host)
-    return _plan(arr, respecting_pins(arr, _by_group(arr, dev)), "pipeline")
+    return _plan(arr, respecting_pins(arr, colocated(arr, dev)), "pipeline")
 
 
 class _Residency:

@@ -43,7 +43,8 @@ The search (``expand``): from each start placement, cycle alpha over the devices
 a move when it lowers the true cost, until a whole cycle changes nothing; devices that
 are interchangeable (same costs, links and capacity) and unused are tried once, not
 once each. Starts: everything on the host; the two-device optimum on each GPU kind
-(exact min-cut, lifted); each op on its own fastest device. The best result wins.
+(exact min-cut, lifted); each op (colocation group) on its own fastest device. The best
+result wins.
 """
 from __future__ import annotations
 
@@ -363,7 +364,7 @@ def expand(arr: CostArrays, start: np.ndarray, extra: np.ndarray | None = None,
            frozen: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
     """Alpha-expansion from ``start`` until a cycle over the devices changes nothing;
     ops in ``frozen`` (bool per op, whole colocation groups) keep their device."""
-    f = respecting_pins(arr, start)
+    f = colocated(arr, respecting_pins(arr, start))
     best = energy(arr, f, extra)
     label = interchangeable(arr, extra)
     stats = {"moves": 0, "accepted": 0, "truncated": 0, "cycles": 0, "resolution_s": 0.0}
@@ -406,9 +407,23 @@ def starts(arr: CostArrays) -> list[np.ndarray]:
         if d != arr.host and label[d] not in seen:
             seen.add(int(label[d]))
             out.append(two_device_placement(arr, arr.host, d))
-    cost = np.where(arr.feasible, arr.op_s, np.inf)
-    out.append(cost.argmin(axis=1))
+    comp = arr.component          # each colocation group on its fastest device, summed
+    m = int(comp.max()) + 1 if n else 0
+    summed = np.zeros((m, arr.k))
+    np.add.at(summed, comp, np.where(arr.feasible, arr.op_s, np.inf))
+    out.append(summed.argmin(axis=1)[comp])
     return out
+
+
+def colocated(arr: CostArrays, dev: np.ndarray) -> np.ndarray:
+    """``dev`` with every colocation group on the device of its first op (a move keeps a
+    group together but cannot join one that a start split)."""
+    if not len(arr.colocate):
+        return dev
+    comp = arr.component
+    first = np.full(int(comp.max()) + 1, -1, np.int64)
+    first[comp[::-1]] = np.arange(arr.n_ops)[::-1]
+    return dev[first[comp]]
 
 
 def expansion_placement(arr: CostArrays, extra: np.ndarray | None = None,

@@ -11,14 +11,16 @@ running on d, with w[i, d] the bytes it brings there (parameters it reads, blobs
 writes) priced over the steps where d is over its limit (see ``lagrangian``). The
 relaxed problem is the serial one plus these per-(op, device) prices, solved by the
 exact two-device min-cut (``FlowNetwork``) when k == 2 and by alpha-expansion
-(``expansion_placement(arr, extra=...)``) when k >= 3. Each device's price is bisected
-on its own (raised while the device is over its limit, lowered while it fits) until the
-cheapest plan that fits everywhere is found. A repair moves ops off each over-full
-device, cheapest cost increase per byte freed first, to their cheapest other device with
-room; then moves that lower the cost and keep every device within its limit are applied:
-single ops (colocation groups) to any device, runs of up to 4 ops, swaps between two
-devices, and (up to 20k ops, two devices) windows of 16 ops re-solved exactly by min-cut
-with the rest held. On a CPU + one GPU machine this is the single-GPU search unchanged.
+(``expansion_placement(arr, extra=...)``) when k >= 3. The prices are bisected (one
+multiplier, per-device relative prices adjusted between rounds) until the cheapest
+relaxed plan that fits everywhere is found. A repair moves ops off each over-full
+device, the smallest compute time added per byte freed first, to their cheapest other
+device with room; on several GPUs, the unconstrained plan cut into blocks that fit the
+GPUs (``spread``) is one more start. Then moves that lower the cost and keep every device
+within its limit are applied: single ops (colocation groups) to another device, runs of
+2-4 ops exchanged between two devices, swaps between two devices, and (small nets)
+windows of 16 ops re-solved with the rest held (exactly by min-cut on two devices). On a
+CPU + one GPU machine this is the single-GPU search unchanged.
 
 MILP (``milp``): one-hot x[i, d], copy variables per tensor and destination, and the
 liveness of every blob per device with monotone chains, exact at binary x.
@@ -69,7 +71,6 @@ class Relaxation:
         tried = [expand(arr, s, extra)[0] for s in warm + [np.full(arr.n_ops, arr.host)]]
         return min(tried, key=lambda f: energy(arr, f, extra))
 
-
     def window(self, x: np.ndarray, inside: slice, extra: np.ndarray) -> np.ndarray:
         """The relaxed problem with every op outside ``inside`` held where ``x`` puts it:
         exact by min-cut on two devices, alpha-expansion from ``x`` on more (a colocation
@@ -107,20 +108,7 @@ class MemoryPartitioner:
                              notes=["the unconstrained " + ("optimum" if exact else "alpha-expansion plan")
                                     + " fits in every device's memory"])
         check_pinned_fit(arr)
-        # each min-cut costs ~0.2 s at 100k ops and ~5 s at 1M: fewer of them on big nets
-        small = arr.n_ops <= 20_000   # window re-solves cost a whole min-cut each: small nets only
-        steps = 12 if small else 6 if arr.n_ops <= 200_000 else 4
-        starts, prices = lagrangian(arr, solver, free_opt, steps=steps, rounds=3 if small else 1)
-        starts = _distinct(arr, [x for x in starts if not over_limit(arr, x).any()])[:4]
-        if arr.k > 2:     # several GPUs: the unconstrained plan cut into blocks that fit
-            starts += [x for x in [spread(arr, free_opt)] if not over_limit(arr, x).any()]
-        share = self.improve_time_s / (2 * max(len(starts), 1) + 1)
-        tried = [improve(arr, x, share) for x in starts]
-        if small:
-            tried = [windows(arr, solver, x, prices[-1], share) for x in tried]
-        dev = min(tried, key=lambda x: serial_cost(arr, x).total_s) if tried else None
-        if dev is not None:
-            dev = improve(arr, dev, share)
+        dev = search(arr, solver, free_opt, self.improve_time_s)
         heur = serial_cost(arr, dev).total_s if dev is not None else np.inf
         notes, optimal, gap = [f"Lagrangian + repair: {heur:.6g} s"], False, None
         if self.milp_time_limit > 0:
@@ -142,6 +130,28 @@ class MemoryPartitioner:
             raise InfeasiblePlanError(f"no placement found that fits the memory of {names}",
                                       hint="give the devices more memory, unpin ops, or raise --time-limit")
         return make_plan(arr, dev, method, optimal=optimal, gap=gap, notes=notes)
+
+
+def search(arr: CostArrays, solver: Relaxation, free_opt: np.ndarray, improve_time_s: float):
+    """The heuristic (module docstring): the cheapest placement it finds that fits every
+    device, or None."""
+    # a relaxed solve is one min-cut on two devices, ~(k - 1) x a few on more: each
+    # costs ~0.2 s at 100k ops and ~5 s at 1M per cut, so fewer of them on big nets
+    work = arr.n_ops * max(arr.k - 1, 1)
+    small = work <= 20_000   # window re-solves cost a whole relaxed solve each: small nets only
+    steps = 12 if small else 6 if work <= 200_000 else 4
+    starts, prices = lagrangian(arr, solver, free_opt, steps=steps, rounds=3 if small else 1)
+    starts = _distinct(arr, [x for x in starts if not over_limit(arr, x).any()])[:4]
+    if arr.k > 2:     # several GPUs: the unconstrained plan cut into blocks that fit
+        starts += [x for x in [spread(arr, free_opt)] if not over_limit(arr, x).any()]
+    if not starts:
+        return None
+    share = improve_time_s / (2 * len(starts) + 1)
+    tried = [improve(arr, x, share) for x in starts]
+    if small:
+        tried = [windows(arr, solver, x, prices[-1], share) for x in tried]
+    best = min(tried, key=lambda x: serial_cost(arr, x).total_s)
+    return improve(arr, best, share)
 
 
 def check_pinned_fit(arr: CostArrays) -> None:
@@ -390,8 +400,9 @@ def repair(arr: CostArrays, dev: np.ndarray) -> np.ndarray:
 def _repair_device(arr: CostArrays, x: np.ndarray, d: int, closed: np.ndarray) -> np.ndarray:
     """Move ops off device d, each (with its colocation group) to the other device where
     moving it alone costs least among those open with room for its bytes, the smallest
-    compute time added per byte freed first. Moving ops off d never makes d's memory grow, so the shortest prefix of that
-    order that fits is found by bisection (log n memory evaluations)."""
+    compute time added per byte freed first. Moving ops off d never makes d's memory
+    grow, so the shortest prefix of that order that fits is found by bisection (log n
+    memory evaluations)."""
     k = arr.k
     bytes_ = arr.read_param_bytes + arr.written_bytes + 1.0
     room = arr.capacity - memory_use(arr, x)
@@ -547,5 +558,5 @@ def _swaps(arr, x, order, deadline, k: int = 25) -> bool:
     return moved
 
 
-__all__ = ["MemoryPartitioner", "Relaxation", "check_pinned_fit", "lagrangian", "repair", "improve",
-           "over_limit"]
+__all__ = ["MemoryPartitioner", "Relaxation", "search", "check_pinned_fit", "lagrangian", "repair",
+           "spread", "improve", "windows", "over_limit"]

@@ -32,11 +32,11 @@ Memory, per device d with a finite capacity: ``problem.device_memory``'s model, 
   x[p, d] in its segments, and a running sum K_i of such bytes past the last reader.
 - one row per step i: P_d + segment bytes at i + written_bytes_i x[i, d] + K_i
   <= capacity_d (rows in MiB).
+At binary x the least feasible G, F, B, S, K give exactly ``device_memory``'s bytes.
 Interchangeable devices (same op times, feasibility and links) without a memory limit
 are collapsed to the first of them (``_collapsed``), and those with one are used in
 order (``_symmetry_rows``): both keep the optimum and spare HiGHS the relabelled copies
 of every placement.
-At binary x the least feasible G, F, B, S, K give exactly ``device_memory``'s bytes.
 Without finite capacities this is the problem the min-cut (two devices) and
 alpha-expansion (more) solve, which makes it their independent exactness check.
 

@@ -319,7 +319,7 @@ def device_memory(arr: CostArrays, dev, curves: bool = False):
     first = np.ones(len(keys), bool)
     first[1:] = keys[1:] != keys[:-1]
     starts = np.flatnonzero(first)
-    ends = np.append(starts[1:], len(keys))[:len(starts)] - 1   # none when no blob is live
+    ends = np.append(starts[1:], len(keys))[:len(starts)] - 1   # (none when nothing is live)
     key, start, end = keys[starts], pos[starts], pos[ends]
     t, d = key // k, key % k
     if not arr.outputs_on_host:

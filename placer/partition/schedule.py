@@ -240,6 +240,7 @@ class _Run:
             out.append({"lane": names[q], "kind": "copy" if copy else "op",
                         "op": op if op >= 0 else None,
                         "tensor": arr.tensor_name(int(self.copy_t[c])) if copy else None,
+                        "bytes": float(arr.t_bytes[self.copy_t[c]]) if copy else None,
                         "src": arr.devices[self.copy_src[c]] if copy else None,
                         "dst": arr.devices[self.copy_dst[c]] if copy else None,
                         "start_s": start, "end_s": end, "waits_for": why if why >= 0 else None})

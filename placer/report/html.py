@@ -16,10 +16,10 @@ import jinja2
 
 from placer.fileio import atomic_write_text
 from placer import units
-from placer.report import plots, tables
+from placer.report import doc, graph, plots, tables
 
 TEMPLATES = Path(__file__).with_name("templates")
-SECTIONS = ("summary", "placement", "costs", "timeline", "memory", "ops", "measured")
+SECTIONS = ("summary", "placement", "costs", "timeline", "memory", "links", "ops", "measured")
 
 
 def _environment() -> jinja2.Environment:
@@ -61,25 +61,30 @@ def _svg(fig_builder):
 def render(plan: dict, run: dict | None = None) -> str:
     """The report page as a string (see the module docstring)."""
     top, n_costed = tables.top_savers(plan)
-    timeline = plan.get("memory_timeline")
+    devices, kinds = doc.plan_devices(plan), doc.device_kinds(plan)
+    colors = plots.device_colors(devices, kinds)
+    columns = doc.time_columns(plan)
+    timeline = doc.memory_timelines(plan)
     schedules = plan.get("schedules")
-    capacity = (plan.get("gpu_memory") or {}).get("capacity_bytes")
-    usable = (plan.get("gpu_memory") or {}).get("usable_bytes")
+    limits = {m["device"]: (m["capacity_bytes"], m["usable_bytes"]) for m in doc.memory_rows(plan)}
     images = {
         "baselines": _image("Plan vs baselines", _svg(lambda: plots.fig_baselines(plan))),
         "placement": _image("Placement on the graph", lambda: _placement(plan)),
         "costs": _image("Per-op cost", (lambda: None) if not top else
-                        _svg(lambda: plots.fig_cost_bars(top, n_costed))),
+                        _svg(lambda: plots.fig_cost_bars(top, n_costed, columns, colors))),
         "timeline": _image("Predicted timeline", (lambda: None) if not schedules else
-                           _svg(lambda: plots.fig_gantt(schedules))),
-        "memory": _image("Memory over the op sequence", (lambda: None) if not timeline else
-                         _svg(lambda: plots.fig_memory(timeline, capacity, usable))),
+                           _svg(lambda: plots.fig_gantt(schedules, devices, kinds))),
+        "memory": _image("Memory on each device", (lambda: None) if not timeline else
+                         _svg(lambda: plots.fig_memory(timeline, limits, colors))),
+        "links": _image("Copies per link", lambda: _links(plan)),
     }
     measured = _measured(plan, run) if run is not None else None
+    summary = tables.summary(plan)
     html = _environment().get_template("report.html.j2").render(
-        plan=plan, s=tables.summary(plan), baselines=tables.baseline_rows(plan), images=images,
-        top_shown=len(top), n_costed=n_costed,
-        rows=tables.op_rows(plan, measured and {p["index"]: p["measured_s"] for p in measured["pairs"]}),
+        plan=plan, s=summary, baselines=tables.baseline_rows(plan), images=images,
+        top_shown=len(top), n_costed=n_costed, columns=columns, colors=colors,
+        empty_devices=[d for d in devices if not any(v for v in timeline.get(d) or [])],
+        rows=tables.op_rows(plan, measured and {p["index"]: p["measured_s"] for p in measured["pairs"]}, columns),
         n_ops=len(plan.get("ops") or []), max_rows=tables.MAX_TABLE_ROWS,
         measured=measured, run=run, sections=SECTIONS)
     return html
@@ -88,9 +93,14 @@ def render(plan: dict, run: dict | None = None) -> str:
 def _placement(plan: dict):
     if not plan.get("ops"):
         return None
-    return plots.placement_svg(plan) or (
-        f"not drawn for {len(plan['ops'])} ops (more than {plots.MAX_DRAWN_OPS} cannot be read "
+    return graph.placement_svg(plan) or (
+        f"not drawn for {len(plan['ops'])} ops (more than {graph.MAX_DRAWN_OPS} cannot be read "
         "as a picture); the per-op table below has every op's device")
+
+
+def _links(plan: dict):
+    fig = plots.fig_links(plan)
+    return "no tensor is copied between devices in this plan" if fig is None else plots.to_svg(fig)
 
 
 def write_report(plan: dict, run: dict | None, path: str | os.PathLike) -> None:

@@ -1,6 +1,10 @@
 """The numbers a report shows, taken from a plan dict (``placer plan --json``) and a run
 record dict (``placer run --record``), with no drawing in them.
 
+Plans of both versions of the plan document are read through ``placer.report.doc``
+(devices, op times per device, memory and bytes per link), so everything here is written
+once, for N devices.
+
 Every function tolerates older plans that lack a key: it returns None (or an empty list)
 and the page says that part is not available, rather than failing.
 """
@@ -10,6 +14,8 @@ import math
 
 import numpy as np
 
+from placer.report.doc import (device_kind, device_kinds, direction, link_rows, memory_rows, op_source,
+                               op_time, plan_devices, span_label, time_columns)
 from placer.units import fmt_time
 
 BASELINE_LABELS = {
@@ -17,10 +23,14 @@ BASELINE_LABELS = {
     "all_gpu": "all-GPU (CPU fallback)",
     "greedy": "greedy (each op on its faster device)",
     "existing": "your placement (the file's device options)",
+    "pipeline": "pipeline split over the GPUs (balanced by compute)",
+    "m_topo": "Baechi m-TOPO",
+    "m_etf": "Baechi m-ETF",
     "lower_bound": "lower bound (sum of min(CPU, GPU))",
 }
 COPY_TYPES = ("CopyCPUToGPU", "CopyGPUToCPU", "EnsureCPUOutput", "Copy")
 MAX_TABLE_ROWS = 20000  # a bigger per-op table makes a page no browser scrolls happily
+EMULATED = "emulated-"        # a run's name for an emulated GPU: "emulated-cuda:1"
 
 
 def op_display_name(op: dict) -> str:
@@ -40,27 +50,39 @@ def op_label(op: dict, width: int = 34) -> str:
 
 
 def baseline_rows(plan: dict) -> list[dict]:
-    """The plan and every baseline: label, total, whether it fits, how the plan compares.
+    """The plan and every baseline: label, serial total, overlapped makespan where the
+    plan has them, whether it fits, the devices it uses and how the plan compares.
 
-    A baseline marked ``"feasible": false`` (it does not fit the GPU memory) keeps its time,
-    which is what it would cost with unlimited memory, and says why it cannot be run.
+    A baseline marked ``"feasible": false`` (it does not fit some device's memory) keeps
+    its time, which is what it would cost with unlimited memory, and says why it cannot
+    be run. Under the makespan objective the comparison is by makespan, where the
+    baseline has one.
     """
     plan_s = plan.get("total_s")
+    plan_ms = ((plan.get("schedules") or {}).get("makespan") or {}).get("makespan_s")
+    by_makespan = plan.get("objective") == "makespan" and plan_ms is not None
+    used = sorted({o.get("device") for o in plan.get("ops") or [] if isinstance(o.get("device"), str)},
+                  key=plan_devices(plan).index)
     rows = [{"key": "plan", "label": f"this plan ({plan.get('method', '?')}, "
                                      f"{plan.get('objective', 'serial')} objective)",
-             "total_s": plan_s, "feasible": True, "vs_plan": "—", "note": ""}]
+             "total_s": plan_s, "makespan_s": plan_ms if by_makespan else None, "feasible": True,
+             "devices": span_label(used), "vs_plan": "—", "note": ""}]
     for key, base in (plan.get("baselines") or {}).items():
         base = base if isinstance(base, dict) else {}
-        total = base.get("total_s")
+        total, span = base.get("total_s"), base.get("makespan_s")
         feasible = bool(base.get("feasible", True)) and (total is None or math.isfinite(total))
+        vs = (_ratio_text(span, plan_ms, key) if by_makespan and span is not None
+              else _ratio_text(total, plan_s, key))
         rows.append({"key": key, "label": base.get("label") or BASELINE_LABELS.get(key, key),
-                     "total_s": total, "feasible": feasible,
-                     "vs_plan": _ratio_text(total, plan_s, key) if feasible else "cannot run: does not fit",
+                     "total_s": total, "makespan_s": span, "feasible": feasible,
+                     "devices": span_label(list(base.get("devices_used") or [])),
+                     "vs_plan": vs if feasible else "cannot run: does not fit",
                      "note": _base_note(base)})
     for r in rows:
         total = r["total_s"]
         r["time_text"] = ("n/a" if total is None else "infeasible" if not math.isfinite(total)
                           else fmt_time(total) + ("" if r["feasible"] else " (if it fitted)"))
+        r["makespan_text"] = "" if r["makespan_s"] is None else fmt_time(r["makespan_s"])
     return rows
 
 
@@ -83,27 +105,55 @@ def _base_note(base: dict) -> str:
 
 
 def summary(plan: dict) -> dict:
-    """Headline figures: net, profiles, GPU memory, PCIe bytes, optimality."""
+    """Headline figures: net, machine, profiles, ops and memory per device, bytes per
+    link, optimality."""
     mem = plan.get("gpu_memory") or {}
     pcie = plan.get("pcie_bytes") or {}
     ops = plan.get("ops") or []
-    on_gpu = sum(1 for o in ops if o.get("device") == "gpu")
+    kinds = device_kinds(plan)
+    counts = {d: 0 for d in plan_devices(plan)}
+    for o in ops:
+        if isinstance(o.get("device"), str):
+            counts[o["device"]] += 1
+    on_gpu = sum(n for d, n in counts.items() if kinds[d] == "gpu")
     used, cap = mem.get("used_bytes"), mem.get("capacity_bytes")
     return {
         "net": plan.get("net", "?"), "path": plan.get("path", ""),
         "method": plan.get("method", "?"), "objective": plan.get("objective", "serial"),
         "total_s": plan.get("total_s"), "compute_s": plan.get("compute_s"), "copy_s": plan.get("copy_s"),
-        "n_ops": len(ops), "n_gpu": on_gpu,
-        "n_cpu": len(ops) - on_gpu, "n_copies": len(plan.get("copies") or []),
-        "profiles": plan.get("profiles") or {}, "notes": list(plan.get("notes") or []),
+        "machine": (plan.get("machine") or {}).get("description")
+        or ("the CPU and one GPU (a version-1 plan)" if not plan.get("devices") else "not recorded"),
+        "n_ops": len(ops), "n_gpu": on_gpu, "n_cpu": len(ops) - on_gpu,
+        "device_counts": [{"device": d, "kind": kinds[d], "ops": n} for d, n in counts.items()],
+        "n_copies": len(plan.get("copies") or []),
+        "profiles": profile_rows(plan), "notes": list(plan.get("notes") or []),
         "gpu_used": used, "gpu_capacity": cap, "gpu_usable": mem.get("usable_bytes"),
         "gpu_fraction": (used / cap) if used is not None and cap else None,
-        "gpu_params": mem.get("param_bytes"), "gpu_peak_activations": mem.get("peak_activation_bytes"),
-        "h2d_bytes": pcie.get("h2d"), "d2h_bytes": pcie.get("d2h"),
+        "memory": memory_rows(plan), "links": link_rows(plan),
+        "h2d_bytes": pcie.get("h2d"), "d2h_bytes": pcie.get("d2h"), "d2d_bytes": pcie.get("d2d"),
         "optimality": plan.get("optimality") or _optimality_text(plan),
         "makespans": {k: s.get("makespan_s") for k, s in (plan.get("schedules") or {}).items()},
         "overlap_gain_pct": _overlap_gain(plan.get("schedules") or {}),
     }
+
+
+def profile_rows(plan: dict) -> list[dict]:
+    """The host's profile, then one row per GPU profile naming the GPUs that use it; a
+    version-1 plan has ``cpu`` and ``gpu`` entries only."""
+    profiles = plan.get("profiles") or {}
+    kinds = device_kinds(plan)
+    gpus = [d for d in plan_devices(plan) if kinds[d] == "gpu" and isinstance(profiles.get(d), dict)]
+    rows = [{"label": "CPU", "profile": profiles["cpu"]}] if isinstance(profiles.get("cpu"), dict) else []
+    if not gpus:
+        if isinstance(profiles.get("gpu"), dict):
+            rows.append({"label": "GPU", "profile": profiles["gpu"]})
+        return rows
+    groups: dict[tuple, list[str]] = {}
+    for d in gpus:
+        groups.setdefault((profiles[d].get("name"), profiles[d].get("source")), []).append(d)
+    for names in groups.values():
+        rows.append({"label": span_label(names), "profile": profiles[names[0]]})
+    return rows
 
 
 def _overlap_gain(schedules: dict) -> float | None:
@@ -126,28 +176,60 @@ def _optimality_text(plan: dict) -> str:
 # --- per op --------------------------------------------------------------------------
 
 
-def op_rows(plan: dict, measured: dict[int, float] | None = None) -> list[dict]:
-    """One row per op for the sortable table (times in seconds, saved = cpu - gpu)."""
+def op_rows(plan: dict, measured: dict[int, float] | None = None,
+            columns: list[dict] | None = None) -> list[dict]:
+    """One row per op for the sortable table: its device, its time on every column of
+    ``time_columns`` (``times``), on its own device (``time_s``), and ``saved_s``: the
+    host's time less that (what placing it off the host saves; 0 on the host)."""
+    columns = time_columns(plan) if columns is None else columns
+    kinds = device_kinds(plan)
+    host = next((c["device"] for c in columns if c["kind"] == "cpu"), "cpu")
     rows = []
     for k, o in enumerate((plan.get("ops") or [])[:MAX_TABLE_ROWS]):
-        row = {"index": k, "name": "", "type": "?", "device": "?", "cpu_s": None, "gpu_s": None,
-               "cpu_source": "", "gpu_source": "", "reason": "", "pinned": None}
+        row = {"index": k, "name": "", "type": "?", "device": "?", "reason": "", "pinned": None}
         row.update({key: v for key, v in o.items() if v is not None})
         row["name"] = op_display_name(o)
-        cpu, gpu = row["cpu_s"], row["gpu_s"]
-        row["saved_s"] = (cpu - gpu) if cpu is not None and gpu is not None else None
+        dev = row["device"]
+        row["kind"] = kinds.get(dev) or device_kind(dev)
+        row["times"] = [op_time(o, c["device"], c["kind"]) for c in columns]
+        row["sources"] = _sources_text(o, columns)
+        row["time_s"] = op_time(o, dev, row["kind"]) if dev != "?" else None
+        here, cpu = row["time_s"], op_time(o, host, "cpu")
+        row["saved_s"] = (cpu - here) if _finite(cpu) and _finite(here) else None
+        row["pinned"] = _pinned_text(row["pinned"])
         row["measured_s"] = (measured or {}).get(row["index"])
         rows.append(row)
     return rows
 
 
+def _sources_text(op: dict, columns: list[dict]) -> str:
+    """``measured`` when every column says so, else ``cpu measured; cuda:0-3 roofline``."""
+    found = [(c["label"], op_source(op, c["device"], c["kind"])) for c in columns]
+    found = [(label, s) for label, s in found if s]
+    if len({s for _, s in found}) <= 1:
+        return found[0][1] if found else ""
+    return "; ".join(f"{label} {s}" for label, s in found)
+
+
+def _pinned_text(pinned) -> str:
+    if isinstance(pinned, (list, tuple)):
+        return span_label([str(p) for p in pinned])
+    return str(pinned or "")
+
+
 def top_savers(plan: dict, limit: int = 40) -> tuple[list[dict], int]:
-    """Ops sorted by |cpu_s - gpu_s| (time saved by the better device), the first ``limit``;
-    also how many ops have both times, so the page can say when it shows only some. An op
-    with an infinite time on one device (no kernel there) has no bar to draw."""
-    ops = [o for o in plan.get("ops") or [] if _finite(o.get("cpu_s")) and _finite(o.get("gpu_s"))]
-    ops.sort(key=lambda o: (-abs(o["cpu_s"] - o["gpu_s"]), o.get("index", 0)))
-    return ops[:limit], len(ops)
+    """Ops sorted by the spread of their times over the devices (slowest less fastest:
+    what choosing the device decides), the first ``limit``; also how many ops have at
+    least two finite times, so the page can say when it shows only some. An op with an
+    infinite time on a device (no kernel there) is ranked by its finite times."""
+    columns = time_columns(plan)
+    ranked = []
+    for o in plan.get("ops") or []:
+        times = [t for t in (op_time(o, c["device"], c["kind"]) for c in columns) if _finite(t)]
+        if len(times) >= 2:
+            ranked.append((max(times) - min(times), o))
+    ranked.sort(key=lambda x: (-x[0], x[1].get("index", 0)))
+    return [o for _, o in ranked[:limit]], len(ranked)
 
 
 def _finite(v) -> bool:
@@ -157,9 +239,24 @@ def _finite(v) -> bool:
 # --- predicted vs measured -----------------------------------------------------------
 
 
-def device_kind(name: str) -> str:
-    """"cpu" for the host, "gpu" for "cuda:0" / "emulated-cuda:0" / "gpu0"."""
-    return "cpu" if name in ("cpu", "") or name.startswith("cpu") else "gpu"
+def run_device(plan: dict, name: str) -> str:
+    """The plan's name for a device of a run: ``emulated-cuda:1`` ran as ``cuda:1``; a
+    version-1 plan's only GPU is ``gpu`` whatever the run called it."""
+    base = str(name).removeprefix(EMULATED)
+    devices = plan_devices(plan)
+    if base in devices:
+        return base
+    kinds = device_kinds(plan)
+    gpus = [d for d in devices if kinds[d] == "gpu"]
+    return gpus[0] if device_kind(base) == "gpu" and len(gpus) == 1 else base
+
+
+def _predicted_where_ran(op: dict, device: str, emulated: bool) -> float | None:
+    """The op's predicted time where it ran: on an emulated GPU it ran on the host, so
+    its host (CPU) time, which is what its measured time can be held to."""
+    if emulated or device_kind(device) == "cpu":
+        return op_time(op, "cpu", "cpu")
+    return op_time(op, device.removeprefix(EMULATED), "gpu")
 
 
 def match_run(plan: dict, run: dict) -> list[dict]:
@@ -183,11 +280,11 @@ def match_run(plan: dict, run: dict) -> list[dict]:
         if same:
             name = str(r.get("device", "cpu"))
             dev, emulated = device_kind(name), name.startswith("emulated")
-            predicted = p.get("gpu_s") if dev == "gpu" and not emulated else p.get("cpu_s")
-            ran_on = "cpu" if dev == "cpu" or emulated else "gpu"
+            predicted = _predicted_where_ran(p, name, emulated)
+            ran_on = "cpu" if dev == "cpu" or emulated else name.removeprefix(EMULATED)
             pairs.append({"index": p.get("index", j), "name": op_display_name(p), "type": p.get("type"),
                           "device": dev, "emulated": emulated, "predicted_s": predicted,
-                          "measured_s": r.get("time_s"), "source": p.get(f"{ran_on}_source") or ""})
+                          "measured_s": r.get("time_s"), "source": op_source(p, ran_on)})
             j += 1
     return pairs
 
@@ -229,38 +326,82 @@ def family_errors(pairs: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: -r["measured_s"])
 
 
+def run_links(plan: dict, run: dict) -> dict[tuple[str, str], dict]:
+    """Measured bytes, copies and seconds per (source, destination) plan device. A copy
+    op's ``links`` list its transfers; its time is shared among them by bytes. Run
+    records from before ``links`` give the direction only: h2d from the host to the op's
+    device, d2h back."""
+    out: dict[tuple[str, str], dict] = {}
+    for o in run.get("ops") or []:
+        links = [tuple(x) for x in o.get("links") or []]
+        if not links and o.get("copy_direction") in ("h2d", "d2h"):
+            dev = str(o.get("device", "cpu"))
+            links = [("cpu", dev, o.get("copy_bytes") or 0) if o["copy_direction"] == "h2d"
+                     else (dev, "cpu", o.get("copy_bytes") or 0)]
+        total = sum(float(n or 0) for _, _, n in links)
+        for src, dst, nbytes in links:
+            key = (run_device(plan, src), run_device(plan, dst))
+            row = out.setdefault(key, {"bytes": 0.0, "copies": 0, "time_s": 0.0})
+            share = float(nbytes or 0) / total if total > 0 else 1.0 / len(links)
+            row["bytes"] += float(nbytes or 0)
+            row["copies"] += 1
+            row["time_s"] += share * float(o.get("time_s") or 0.0)
+    return out
+
+
 def run_totals(plan: dict, run: dict) -> dict:
-    """Whole-net figures: predicted serial total vs measured sum of op times, by part."""
+    """Whole-net figures: predicted serial total vs measured sum of op times, per device
+    (ops, and memory: the plan's bytes used against the run's peak live bytes) and per
+    link (bytes, copies and seconds)."""
     ops = run.get("ops") or []
-    copies = [o for o in ops if o.get("copy_direction") in ("h2d", "d2h")]
+    is_copy = [bool(o.get("copy_direction")) or bool(o.get("links")) for o in ops]
     measured = sum(float(o.get("time_s") or 0.0) for o in ops)
     predicted = plan.get("total_s")
-    by_dev: dict[str, float] = {}
-    for o in ops:
-        if o.get("copy_direction") in ("h2d", "d2h"):
-            continue
-        kind = device_kind(str(o.get("device", "cpu")))
-        by_dev[kind] = by_dev.get(kind, 0.0) + float(o.get("time_s") or 0.0)
-    pred_copy = sum(float(c.get("time_s") or 0.0) for c in plan.get("copies") or [])
-    pred_dev = {"cpu": 0.0, "gpu": 0.0}
+    kinds = device_kinds(plan)
+    ran: dict[str, float] = {}
+    for o, copy in zip(ops, is_copy):
+        if not copy:
+            d = run_device(plan, str(o.get("device", "cpu")))
+            ran[d] = ran.get(d, 0.0) + float(o.get("time_s") or 0.0)
+    planned: dict[str, float] = {}
     for o in plan.get("ops") or []:
         d = o.get("device", "cpu")
-        pred_dev[d] = pred_dev.get(d, 0.0) + float(o.get(f"{d}_s") or 0.0)
+        planned[d] = planned.get(d, 0.0) + float(op_time(o, d, kinds.get(d)) or 0.0)
+    peaks = {run_device(plan, k): v for k, v in (run.get("peak_bytes") or {}).items()}
+    used = {m["device"]: m["used_bytes"] for m in memory_rows(plan)}
+    devices = [d for d in plan_devices(plan) if d in ran or planned.get(d) or d in peaks] + \
+        [d for d in ran if d not in plan_devices(plan)]
+    by_device = [{"device": d, "predicted_s": planned.get(d, 0.0), "measured_s": ran.get(d, 0.0),
+                  "predicted_bytes": used.get(d), "peak_bytes": peaks.get(d)} for d in devices]
+    links = _link_comparison(plan, run)
     pairs = match_run(plan, run)
     ops_measured = sum(float(p["measured_s"] or 0.0) for p in pairs)
     ops_reference = sum(float(p["predicted_s"] or 0.0) for p in pairs if _finite(p["predicted_s"]))
+    rows = [{"part": f"ops on {r['device']}", "predicted_s": r["predicted_s"], "measured_s": r["measured_s"]}
+            for r in by_device]
+    rows.append({"part": "copies between devices", "predicted_s": sum(x["predicted_s"] for x in links),
+                 "measured_s": sum(float(o.get("time_s") or 0.0) for o, c in zip(ops, is_copy) if c)})
     return {
         "predicted_s": predicted, "measured_s": measured,
         "ops_reference_s": ops_reference, "ops_measured_s": ops_measured,
         "ops_error_pct": (100 * abs(ops_reference - ops_measured) / ops_measured) if ops_measured > 0 else None,
         "error_pct": (100 * abs(predicted - measured) / measured) if predicted is not None and measured > 0 else None,
-        "rows": [
-            {"part": "CPU ops", "predicted_s": pred_dev.get("cpu", 0.0), "measured_s": by_dev.get("cpu", 0.0)},
-            {"part": "GPU ops", "predicted_s": pred_dev.get("gpu", 0.0), "measured_s": by_dev.get("gpu", 0.0)},
-            {"part": "PCIe copies", "predicted_s": pred_copy,
-             "measured_s": sum(float(o.get("time_s") or 0.0) for o in copies)},
-        ],
-        "copy_bytes": {d: sum(o.get("copy_bytes") or 0 for o in copies if o.get("copy_direction") == d)
-                       for d in ("h2d", "d2h")},
+        "rows": rows, "devices": by_device, "links": links,
+        "copy_bytes": {d: sum(o.get("copy_bytes") or 0 for o in ops if o.get("copy_direction") == d)
+                       for d in ("h2d", "d2h", "d2d")},
         "peak_bytes": run.get("peak_bytes") or {},
     }
+
+
+def _link_comparison(plan: dict, run: dict) -> list[dict]:
+    """Per link the plan or the run crossed: predicted and measured bytes, copies, seconds."""
+    predicted = {(r["src"], r["dst"]): r for r in link_rows(plan)}
+    measured = run_links(plan, run)
+    out = []
+    for key in list(predicted) + sorted(k for k in measured if k not in predicted):
+        p, m = predicted.get(key) or {}, measured.get(key) or {}
+        out.append({"link": f"{key[0]}->{key[1]}", "direction": direction(*key),
+                    "predicted_bytes": float(p.get("bytes") or 0.0), "measured_bytes": float(m.get("bytes") or 0.0),
+                    "predicted_copies": int(p.get("copies") or 0), "measured_copies": int(m.get("copies") or 0),
+                    "predicted_s": float(p.get("time_s") or 0.0), "measured_s": float(m.get("time_s") or 0.0)})
+    return out

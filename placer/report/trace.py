@@ -1,15 +1,19 @@
 """Chrome trace event files (open in Perfetto or chrome://tracing) of a predicted
 schedule and of a measured run, and a validator for them.
 
-Layout: one process per device ("CPU", "GPU"), one thread per lane: the CPU's ops; the
-GPU stream; the H2D and D2H copy engines (threads of the GPU process, since the copy
-engines sit on the GPU). Each op or copy is one complete event (``"ph": "X"``) with
-``ts``/``dur`` in microseconds and ``args`` holding the op type, op index and bytes.
-Processes and threads are named by metadata events (``process_name`` / ``thread_name``).
-A predicted and a measured timeline can share one file: they get separate processes.
+Layout: one process per device ("cpu", "cuda:0", ...), whose one thread is that device's
+ops, and one process "copies" with a thread per copy lane: a link (``cpu->cuda:0``), a
+PCIe switch's engine (``pcie[switch0]:h2d``), an NVLink pair. Each op or copy is one
+complete event (``"ph": "X"``) with ``ts``/``dur`` in microseconds and ``args`` holding
+the op type, op index, bytes and, for a copy, its source and destination devices.
+Processes and threads are named by metadata events (``process_name`` /
+``thread_name``). A predicted and a measured timeline can share one file: the measured
+one's processes are numbered after the predicted one's.
 
 A measured run is timed op by op (the executor runs one op at a time), so its events are
-laid end to end in execution order, each on its device's lane and copies on copy lanes.
+laid end to end in execution order, each op on its device's lane and each copy on the
+lane of its link (source -> destination). Plans of version 1 (lanes ``cpu``, ``gpu``,
+``h2d``, ``d2h``) and run records without per-copy links read the same way.
 """
 from __future__ import annotations
 
@@ -18,75 +22,155 @@ import math
 import os
 
 from placer.fileio import atomic_write_text
-from placer.report.tables import COPY_TYPES, device_kind
+from placer.report.doc import plan_devices
+from placer.report.tables import COPY_TYPES, run_device
 
-# lane -> (device process, thread id, thread name)
-LANES = {"cpu": ("cpu", 1, "CPU ops"), "gpu": ("gpu", 1, "GPU stream"),
-         "h2d": ("gpu", 2, "H2D copies (PCIe)"), "d2h": ("gpu", 3, "D2H copies (PCIe)")}
-DEVICES = ("cpu", "gpu")
 US = 1e6             # trace timestamps are microseconds
 TOLERANCE_US = 1e-3  # float rounding when seconds become microseconds
+COPY_LANE_NAMES = {"h2d": "H2D copies (PCIe)", "d2h": "D2H copies (PCIe)"}   # version-1 lanes
+
+
+class _Lanes:
+    """Process and thread ids of one timeline: a process per device, then one for the
+    copy lanes, numbered from ``pid_base``. Every device is named up front (the copies'
+    process comes after them); copy lanes are added as events name them."""
+
+    def __init__(self, title: str, devices: list[str], pid_base: int, suffix: dict | None = None):
+        self.title, self.pid_base, self.suffix = title, pid_base, suffix or {}
+        self.devices = list(dict.fromkeys(devices))
+        self.copy_lanes: list[str] = []
+
+    def device(self, name: str) -> tuple[int, int]:
+        return self.pid_base + self.devices.index(name), 1
+
+    def copy(self, lane: str) -> tuple[int, int]:
+        if lane not in self.copy_lanes:
+            self.copy_lanes.append(lane)
+        return self.copies_pid, 1 + self.copy_lanes.index(lane)
+
+    @property
+    def copies_pid(self) -> int:
+        return self.pid_base + len(self.devices)
+
+    @property
+    def next_pid(self) -> int:
+        return self.copies_pid + 1
+
+    def metadata(self) -> list[dict]:
+        """Names and sort order of every process and thread; the copies process is
+        numbered after the devices, all of which are known once the events are made."""
+        out = []
+        for k, dev in enumerate(self.devices):
+            pid = self.pid_base + k
+            out += _process(pid, f"{self.title}: {dev}{self.suffix.get(dev, '')}")
+            out.append(_thread(pid, 1, f"{dev} ops"))
+        if self.copy_lanes:
+            out += _process(self.copies_pid, f"{self.title}: copies")
+            out += [_thread(self.copies_pid, 1 + k, COPY_LANE_NAMES.get(lane, lane))
+                    for k, lane in enumerate(self.copy_lanes)]
+        return out
+
+
+def _process(pid: int, name: str) -> list[dict]:
+    return [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}},
+            {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}}]
+
+
+def _thread(pid: int, tid: int, name: str) -> dict:
+    return {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
 
 
 def predicted_events(plan: dict, schedule: str | None = None, pid_base: int = 1) -> list[dict]:
     """Events of one schedule of a plan dict (default: the one its objective names)."""
+    return _predicted(plan, schedule, pid_base)[0]
+
+
+def _predicted(plan: dict, schedule: str | None, pid_base: int) -> tuple[list[dict], int]:
     schedules = plan.get("schedules") or {}
     name = schedule or (plan.get("objective") if plan.get("objective") in schedules else None) \
         or next(iter(schedules), None)
     if name is None or name not in schedules:
-        return []
+        return [], pid_base
     ops = {o.get("index"): o for o in plan.get("ops") or []}
     tensors = {t.get("name"): t for t in plan.get("tensors") or []}
-    out = _metadata(f"predicted ({name} schedule)", pid_base, {})
-    for ev in schedules[name].get("events") or []:
-        op = ops.get(ev.get("op"))
+    events = schedules[name].get("events") or []
+    op_lanes = [_op_lane(ev, ops) for ev in events if ev.get("kind") != "copy"]
+    lanes = _Lanes(f"predicted ({name} schedule)", plan_devices(plan) + op_lanes, pid_base)
+    spans = []
+    for ev in events:
         is_copy = ev.get("kind") == "copy"
+        op = ops.get(ev.get("op"))
         tensor = ev.get("tensor")
         nbytes = ev.get("bytes")
         if nbytes is None:
             nbytes = (tensors.get(tensor) or {}).get("bytes") if is_copy else (op or {}).get("output_bytes")
-        label = ev.get("name") or (f"copy {tensor}" if is_copy else (op or {}).get("name")) \
-            or f"#{ev.get('op')} {(op or {}).get('type', '?')}"
-        if is_copy:
-            args = {"type": ev.get("type") or f"copy {ev.get('lane', '')}", "tensor": tensor}
+        if is_copy:   # a copy's "op" is its producer: its name is the tensor's
+            label = f"copy {tensor}" if tensor else ev.get("name") or "copy"
+            args = {"type": f"copy {ev.get('src', '')}->{ev.get('dst', '')}" if ev.get("src")
+                    else f"copy {ev.get('lane', '')}", "tensor": tensor, "src": ev.get("src"), "dst": ev.get("dst")}
+            pid, tid = lanes.copy(ev.get("lane") or f"{ev.get('src')}->{ev.get('dst')}")
         else:
+            label = ev.get("name") or (op or {}).get("name") or f"#{ev.get('op')} {(op or {}).get('type', '?')}"
             args = {"type": ev.get("type") or (op or {}).get("type"), "op": ev.get("op")}
+            pid, tid = lanes.device(_op_lane(ev, ops))
         args["bytes"] = nbytes
-        out.append(_complete(label, "copy" if is_copy else "op", ev.get("lane", "cpu"), pid_base,
-                             ev["start_s"], ev["end_s"] - ev["start_s"], args))
-    return out
+        spans.append(_complete(label, "copy" if is_copy else "op", pid, tid, ev["start_s"],
+                               ev["end_s"] - ev["start_s"], args))
+    return lanes.metadata() + spans, lanes.next_pid
 
 
-def measured_events(run: dict, pid_base: int = 3) -> list[dict]:
-    """Events of a RunRecord dict: ops end to end in execution order (module docstring)."""
-    labels = {device_kind(str(name)): label for name, label in (run.get("timing_labels") or {}).items()}
-    suffix = {d: f" [{labels[d]}]" for d in labels if labels[d] not in ("cpu",)}
+def _op_lane(ev: dict, ops: dict) -> str:
+    return str(ev.get("lane") or (ops.get(ev.get("op")) or {}).get("device") or "cpu")
+
+
+def measured_events(run: dict, pid_base: int = 1, plan: dict | None = None) -> list[dict]:
+    """Events of a RunRecord dict: ops end to end in execution order (module docstring).
+    Device names are the run's (``emulated-cuda:0``), or the plan's when it is given."""
+    name_of = (lambda d: run_device(plan, d)) if plan is not None else (lambda d: str(d))
+    devices = [name_of(d) for d in run.get("devices") or ["cpu"]] + \
+        [name_of(o.get("device", "cpu")) for o in run.get("ops") or []]
+    labels = {name_of(d): label for d, label in (run.get("timing_labels") or {}).items()}
+    suffix = {d: f" [{label}]" for d, label in labels.items() if label not in (d, "cpu")}
     title = "measured" + (" (emulated GPU: CPU timings)" if run.get("emulated") else "")
-    out = _metadata(title, pid_base, suffix)
-    t = 0.0
+    lanes = _Lanes(title, devices, pid_base, suffix)
+    spans, t = [], 0.0
     for o in run.get("ops") or []:
+        links = [tuple(x) for x in o.get("links") or []]
         direction = o.get("copy_direction") or ""
-        kind = device_kind(str(o.get("device", "cpu")))
-        lane = direction if direction in ("h2d", "d2h") else kind
+        is_copy = bool(direction) or bool(links) or o.get("type") in COPY_TYPES
         dur = float(o.get("time_s") or 0.0)
-        is_copy = bool(direction) or o.get("type") in COPY_TYPES
         args = {"type": o.get("type"), "op": o.get("index"), "device": o.get("device"),
                 "bytes": o.get("copy_bytes") if is_copy else None}
+        if is_copy:
+            pid, tid = lanes.copy(_measured_copy_lane(o, links, direction, name_of))
+        else:
+            pid, tid = lanes.device(name_of(o.get("device", "cpu")))
         name = o.get("name") or f"#{o.get('index')} {o.get('type')}"
-        out.append(_complete(name, "copy" if is_copy else "op", lane, pid_base, t, dur, args))
+        spans.append(_complete(name, "copy" if is_copy else "op", pid, tid, t, dur, args))
         t += dur
-    return out
+    return lanes.metadata() + spans
+
+
+def _measured_copy_lane(o: dict, links: list, direction: str, name_of) -> str:
+    """The link a copy op crossed (``cpu->cuda:1``); one whose transfers went several
+    ways is on its first link's lane; a record without links gives its direction."""
+    if links:
+        return f"{name_of(links[0][0])}->{name_of(links[0][1])}"
+    if direction in ("h2d", "d2h"):
+        return direction
+    return f"copies on {name_of(o.get('device', 'cpu'))}"
 
 
 def build_trace(plan: dict | None = None, run: dict | None = None,
                 schedule: str | None = None) -> dict:
     """One trace object with the predicted timeline (from ``plan``) and/or the measured
-    one (from ``run``), each in its own pair of processes."""
-    events = []
+    one (from ``run``), each in its own processes."""
+    events, pid = [], 1
     if plan is not None:
-        events += predicted_events(plan, schedule, pid_base=1)
+        predicted, pid = _predicted(plan, schedule, 1)
+        events += predicted
     if run is not None:
-        events += measured_events(run, pid_base=3 if plan is not None else 1)
+        events += measured_events(run, pid_base=pid, plan=plan)
     meta = [e for e in events if e["ph"] == "M"]
     spans = sorted((e for e in events if e["ph"] == "X"), key=lambda e: (e["pid"], e["tid"], e["ts"]))
     return {"traceEvents": meta + spans, "displayTimeUnit": "ms",
@@ -148,24 +232,9 @@ def _plain(value):
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-def _metadata(title: str, pid_base: int, suffix: dict) -> list[dict]:
-    out = []
-    for k, dev in enumerate(DEVICES):
-        pid = pid_base + k
-        out.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
-                    "args": {"name": f"{title}: {dev.upper()}{suffix.get(dev, '')}"}})
-        out.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0,
-                    "args": {"sort_index": pid}})
-    for lane, (dev, tid, name) in LANES.items():
-        out.append({"name": "thread_name", "ph": "M", "pid": pid_base + DEVICES.index(dev),
-                    "tid": tid, "args": {"name": name}})
-    return out
-
-
-def _complete(name, cat, lane, pid_base, start_s, dur_s, args) -> dict:
-    dev, tid, _ = LANES.get(lane, LANES["cpu"])
+def _complete(name, cat, pid, tid, start_s, dur_s, args) -> dict:
     return {"name": str(name), "cat": cat, "ph": "X", "ts": start_s * US, "dur": max(dur_s, 0.0) * US,
-            "pid": pid_base + DEVICES.index(dev), "tid": tid,
+            "pid": pid, "tid": tid,
             "args": {k: v for k, v in args.items() if v is not None
                      and not (isinstance(v, float) and not math.isfinite(v))}}
 

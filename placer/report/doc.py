@@ -1,0 +1,149 @@
+"""The plan document of either version, read the same way (docs/PLAN_JSON.md).
+
+Version 2 names the machine's devices (``cpu``, ``cuda:0``, ...) and gives each op a time
+per device, memory per device and bytes per link; version 1 knew one GPU, named ``gpu``,
+with ``cpu_s``/``gpu_s`` per op, one ``gpu_memory`` and PCIe bytes per direction. These
+functions answer the same questions for both (which devices, what kind, an op's time on
+one, memory and bytes per link), so that the report is written once, for N devices.
+"""
+from __future__ import annotations
+
+import re
+
+V1_DEVICES = ("cpu", "gpu")   # a version-1 plan's two devices
+
+
+def device_kind(name: str) -> str:
+    """"cpu" for the host, "gpu" for "cuda:0" / "emulated-cuda:0" / "gpu" / "h1/cuda:0"."""
+    base = str(name).rsplit("/", 1)[-1]
+    return "cpu" if base in ("cpu", "") or base.startswith("cpu") else "gpu"
+
+
+def plan_devices(plan: dict) -> list[str]:
+    """Device names in index order, the host first: version 2's ``devices``; a version-1
+    plan's ``cpu`` and ``gpu``; any other name an op carries is appended."""
+    names = list(plan.get("devices") or V1_DEVICES)
+    seen = set(names)
+    for o in plan.get("ops") or []:
+        d = o.get("device")
+        if isinstance(d, str) and d not in seen:
+            names.append(d)
+            seen.add(d)
+    return names
+
+
+def device_kinds(plan: dict) -> dict[str, str]:
+    """Device name -> "cpu" / "gpu": the plan's machine where it says, else by name."""
+    said = {d.get("name"): d.get("kind") for d in (plan.get("machine") or {}).get("devices") or []
+            if isinstance(d, dict)}
+    return {name: said.get(name) or device_kind(name) for name in plan_devices(plan)}
+
+
+def op_time(op: dict, device: str, kind: str | None = None) -> float | None:
+    """The op's predicted seconds on ``device``: version 2's ``time_s``, else version 1's
+    ``cpu_s`` / ``gpu_s`` by the device's kind."""
+    times = op.get("time_s")
+    if isinstance(times, dict) and times.get(device) is not None:
+        return times[device]
+    return op.get("cpu_s") if (kind or device_kind(device)) == "cpu" else op.get("gpu_s")
+
+
+def op_source(op: dict, device: str, kind: str | None = None) -> str:
+    """How the op's time on ``device`` was made (``measured``, ``fitted``, ...)."""
+    sources = op.get("source")
+    if isinstance(sources, dict) and sources.get(device):
+        return str(sources[device])
+    return str(op.get("cpu_source" if (kind or device_kind(device)) == "cpu" else "gpu_source") or "")
+
+
+def span_label(names: list[str]) -> str:
+    """``cuda:0-3`` for four consecutive GPUs, ``cuda:0, cuda:2`` otherwise, one name alone."""
+    if len(names) <= 1:
+        return "".join(names)
+    parts = [re.fullmatch(r"(.*?)(\d+)", n) for n in names]
+    if len(names) > 2 and all(parts) and len({p.group(1) for p in parts}) == 1:
+        nums = [int(p.group(2)) for p in parts]
+        if nums == list(range(nums[0], nums[0] + len(nums))):
+            return f"{parts[0].group(1)}{nums[0]}-{nums[-1]}"
+    return ", ".join(names)
+
+
+def time_columns(plan: dict) -> list[dict]:
+    """The per-op time columns: one for each host device, one per group of GPUs whose
+    predicted times are the same for every op (identical GPUs share a column). Each is
+    ``{"devices": [...], "device": the first of them, "kind", "label"}``."""
+    ops = plan.get("ops") or []
+    kinds = device_kinds(plan)
+    groups: dict[tuple, list[str]] = {}
+    for d in plan_devices(plan):
+        kind = kinds[d]
+        key = (kind, d if kind == "cpu" else "") + tuple(op_time(o, d, kind) for o in ops)
+        groups.setdefault(key, []).append(d)
+    return [{"devices": names, "device": names[0], "kind": kinds[names[0]], "label": span_label(names)}
+            for names in groups.values()]
+
+
+def memory_rows(plan: dict) -> list[dict]:
+    """Per device: used, parameter and peak activation bytes, capacity and what plans may
+    use (None: no limit), and the used fraction of the capacity. Version 1 had one GPU
+    entry (``gpu_memory``)."""
+    mem = plan.get("memory")
+    if not isinstance(mem, dict):
+        gpu = plan.get("gpu_memory")
+        mem = {"gpu": gpu} if isinstance(gpu, dict) else {}
+    kinds = device_kinds(plan)
+    rows = []
+    for device, m in mem.items():
+        if not isinstance(m, dict):
+            continue
+        used, cap = m.get("used_bytes"), m.get("capacity_bytes")
+        rows.append({"device": device, "kind": kinds.get(device) or device_kind(device), "used_bytes": used,
+                     "param_bytes": m.get("param_bytes"), "peak_activation_bytes": m.get("peak_activation_bytes"),
+                     "capacity_bytes": cap, "usable_bytes": m.get("usable_bytes"),
+                     "fraction": (used / cap) if used is not None and cap else None})
+    return rows
+
+
+def memory_timelines(plan: dict) -> dict[str, list]:
+    """Device -> live bytes after each op step; the version-1 alias ``gpu`` of a plan
+    whose GPU has a name is left out."""
+    timeline = plan.get("memory_timeline")
+    if not isinstance(timeline, dict):
+        return {}
+    devices = plan_devices(plan)
+    return {d: v for d, v in timeline.items() if d in devices or d != "gpu"}
+
+
+def copy_ends(plan: dict, c: dict) -> tuple[str, str]:
+    """(source, destination) device of a copy: version 2 names them; version 1's
+    direction is between ``cpu`` and ``gpu``."""
+    if c.get("src") and c.get("dst"):
+        return str(c["src"]), str(c["dst"])
+    return ("gpu", "cpu") if c.get("direction") == "d2h" else ("cpu", "gpu")
+
+
+def direction(src: str, dst: str) -> str:
+    """h2d, d2h, d2d or h2h from the two devices' kinds."""
+    a, b = device_kind(src), device_kind(dst)
+    return {("cpu", "gpu"): "h2d", ("gpu", "cpu"): "d2h", ("gpu", "gpu"): "d2d"}.get((a, b), "h2h")
+
+
+def link_rows(plan: dict) -> list[dict]:
+    """Per ordered pair of devices that copies cross: bytes, copies and predicted copy
+    seconds per run (``link_bytes``; summed from ``copies`` in a version-1 plan)."""
+    given = plan.get("link_bytes")
+    if isinstance(given, list):
+        rows = [{"src": x.get("src"), "dst": x.get("dst"), "bytes": x.get("bytes"), "copies": x.get("copies"),
+                 "time_s": x.get("time_s")} for x in given if isinstance(x, dict)]
+    else:
+        sums: dict[tuple[str, str], dict] = {}
+        for c in plan.get("copies") or []:
+            row = sums.setdefault(copy_ends(plan, c), {"bytes": 0.0, "copies": 0, "time_s": 0.0})
+            row["bytes"] += float(c.get("bytes") or 0.0)
+            row["copies"] += 1
+            row["time_s"] += float(c.get("time_s") or 0.0)
+        rows = [{"src": a, "dst": b, **v} for (a, b), v in sorted(sums.items())]
+    for r in rows:
+        r["direction"] = direction(r["src"], r["dst"])
+        r["link"] = f"{r['src']}->{r['dst']}"
+    return rows
