@@ -189,7 +189,7 @@ def test_ops_without_a_gpu_kernel_or_of_unknown_type_are_held_on_the_cpu():
     mask, why = allowed(typed)
     assert mask.tolist() == [only("cpu"), only("cpu"), only("cpu", "cuda:0")]
     assert why == ["pinned: no GPU kernel", "pinned: unknown op type", ""]
-    with pytest.raises(InfeasiblePlanError, match="'segments' is pinned to cuda:0 but no GPU kernel"):
+    with pytest.raises(InfeasiblePlanError, match="'segments' is pinned to --pin cuda:0 but no GPU kernel"):
         allowed(typed, ("segments=cuda:0",))
 
 
@@ -203,7 +203,8 @@ def test_keep_existing_reads_device_options():
     mask, why = allowed(typed, keep_existing=True)
     assert [i for i in range(7) if not mask[i].all()] == [1, 6]
     assert mask[1].tolist() == only("cuda:0") and mask[6].tolist() == only("cpu")
-    assert why[1] == "pinned: the file's cuda:0" and why[6] == "pinned: the file's cpu"
+    assert why[1] == "pinned: the file's cuda:0 (--keep-existing)"
+    assert why[6] == "pinned: the file's cpu (--keep-existing)"
     r = run_plan(typed, keep_existing=True)
     assert r.plan.placement[1] == GPU and r.plan.placement[6] == CPU
     assert "existing" in r.baselines
