@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import corpus_dir, corpus_files
-from plan_checks import assert_consistent, strict_json
+from test_plan_cli import assert_consistent, strict_json
 
 from placer import cli, examples
 from placer.commands.common import parse_input_specs

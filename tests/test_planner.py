@@ -9,7 +9,7 @@ import itertools
 
 import numpy as np
 import pytest
-from plan_checks import recompute
+from test_plan_cli import recompute
 
 from placer import planner
 from placer.costs import annotate
@@ -213,7 +213,7 @@ def test_keep_existing_reads_device_options():
 # -- optimality and the serial timeline ------------------------------------------------------
 
 def test_mincut_equals_brute_force_on_the_fanout_net(fan):
-    """Every placement priced from the plan JSON alone, by plan_checks.recompute."""
+    """Every placement priced from the plan JSON alone, by test_plan_cli.recompute."""
     r = run_plan(fan)
     doc = plan_json(r)
     best = float("inf")
