@@ -141,10 +141,10 @@ def plan_lines(folder: Path, steps: dict) -> list[str]:
     if doc is None:
         return [f"plan: none ({steps.get('plan', {}).get('status', 'not run')})"]
     base = doc["baselines"]
-    on_gpu = sum(o["device"] == "gpu" for o in doc["ops"])
+    gpu_ops = sum(o["device_kind"] == "gpu" for o in doc["ops"])
     gpu = doc["profiles"]["gpu"]
     return [f"plan of {doc['net']} with the {gpu['source']} GPU profile ({gpu['name']}): "
-            f"{doc['method']} {fmt_time(doc['total_s'])}, {on_gpu}/{len(doc['ops'])} ops on the GPU; "
+            f"{doc['solver']} {fmt_time(doc['total_s'])}, {gpu_ops}/{len(doc['ops'])} ops on the GPU; "
             f"all-CPU {fmt_time(base['all_cpu']['total_s'])}, all-GPU {fmt_time(base['all_gpu']['total_s'])}"]
 
 

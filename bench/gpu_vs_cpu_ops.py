@@ -46,12 +46,13 @@ from placer.errors import PlacerError  # noqa: E402
 from placer.examples import dlrm, resnet  # noqa: E402
 from placer.formats import load_net  # noqa: E402
 from placer.formats.caffe2 import net_from_netdef  # noqa: E402
+from placer.machine import compose_machine  # noqa: E402
 from placer.ops import registry  # noqa: E402
-from placer.profiling import find_profile, load_profile  # noqa: E402
+from placer.profiling import default_profiles, find_profile, load_profile  # noqa: E402
 from placer.runtime.executor import Executor  # noqa: E402
 from placer.runtime.inputs import random_inputs  # noqa: E402
 from placer.shapes import infer  # noqa: E402
-from placer.types import CPU, GPU0, Net, TensorType  # noqa: E402
+from placer.types import Net, TensorType  # noqa: E402
 from placer.units import fmt_bytes, fmt_time  # noqa: E402
 
 DEFAULT_GPU_PROFILE = "h200-141gb-pcie5"
@@ -85,9 +86,10 @@ def input_types(net: Net, batch: int | None, generated: bool) -> dict[str, Tenso
     return types
 
 
-def fallback_placement(net: Net) -> list:
-    """cuda:0 for every op with a GPU kernel, the CPU for the rest."""
-    return [GPU0 if "gpu" in registry.get(op.type).devices else CPU for op in net.ops]
+def fallback_placement(net: Net, machine) -> list[int]:
+    """cuda:0 for every op with a GPU kernel, the CPU for the rest (device indices of ``machine``)."""
+    cpu, gpu = machine.index("cpu"), machine.index("cuda:0")
+    return [gpu if "gpu" in registry.get(op.type).devices else cpu for op in net.ops]
 
 
 def timed_run(net: Net, types: dict, feed: dict, repeats: int, emulate: bool):
@@ -111,14 +113,14 @@ def predict_gpu_s(net: Net, types: dict, profile_path: Path) -> tuple[list[float
 
 def error_stats(rows: list[dict], label: str) -> dict:
     """Per-op and per-net error of one profile's predictions over the ops run on the GPU."""
-    on_gpu = [r for r in rows if r["device"] != "cpu" and r["gpu_s"] > 0]
-    errors = [r[f"pred_{label}_s"] / r["gpu_s"] - 1 for r in on_gpu]
-    measured = sum(r["gpu_s"] for r in on_gpu)
-    predicted = sum(r[f"pred_{label}_s"] for r in on_gpu)
-    worst = sorted(on_gpu, key=lambda r: -abs(r[f"pred_{label}_s"] / r["gpu_s"] - 1))[:3]
+    gpu_rows = [r for r in rows if r["device"] != "cpu" and r["gpu_s"] > 0]
+    errors = [r[f"pred_{label}_s"] / r["gpu_s"] - 1 for r in gpu_rows]
+    measured = sum(r["gpu_s"] for r in gpu_rows)
+    predicted = sum(r[f"pred_{label}_s"] for r in gpu_rows)
+    worst = sorted(gpu_rows, key=lambda r: -abs(r[f"pred_{label}_s"] / r["gpu_s"] - 1))[:3]
     abs_pct = [100 * abs(e) for e in errors]
     return {
-        "ops": len(on_gpu), "measured_s": measured, "predicted_s": predicted,
+        "ops": len(gpu_rows), "measured_s": measured, "predicted_s": predicted,
         "net_error_pct": 100 * (predicted / measured - 1) if measured else None,
         "median_abs_op_error_pct": statistics.median(abs_pct) if abs_pct else None,
         "p90_abs_op_error_pct": float(np.percentile(abs_pct, 90)) if abs_pct else None,
@@ -177,7 +179,8 @@ def run(a: argparse.Namespace) -> None:
         types = input_types(net, a.batch, a.net in GENERATED)
         feed = random_inputs(net, infer(net, types).blobs, net.data_inputs, seed=0)
         cpu_rec, out_c = timed_run(net, types, feed, a.repeats, a.emulate_gpu)
-        placed = rewrite.place(net, fallback_placement(net))
+        machine = compose_machine(*default_profiles())      # the host and cuda:0
+        placed = rewrite.place(net, fallback_placement(net, machine), machine)
         gpu_rec, out_g = timed_run(net_from_netdef(placed.predict, placed.init), types, feed,
                                    a.repeats, a.emulate_gpu)
     profiles = {Path(p).stem: find_profile(p) for p in (a.gpu_profile or [DEFAULT_GPU_PROFILE])}

@@ -1,10 +1,11 @@
-"""Exactness of the partitioners, printed as figures.
+"""Exactness of the partitioners on the host + one GPU, printed as figures (several GPUs:
+bench/expansion_vs_milp.py).
 
 1. min-cut vs brute-force enumeration on 1,000 random nets of 1-16 ops (random costs,
-   random pins and colocation): largest relative difference (target 1e-9).
+   random pins to the GPU and colocation): largest relative difference (target 1e-9).
 2. min-cut vs the MILP optimum without a memory limit on random nets up to 2,000 ops.
 3. memory-limited: the Lagrangian + repair + moves heuristic (MILP off) vs the MILP
-   optimum, over random nets of 40-250 ops and limits between the pinned floor and the
+   optimum, over random nets of 40-250 ops and GPU limits between the pinned floor and the
    unconstrained use: median and worst gap (targets: under 1% and under 5%).
 4. makespan plan vs the min-cut placement's simulated makespan (never worse).
 
@@ -23,11 +24,13 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from partition_cases import brute_force_costs  # noqa: E402
 from placer.partition import check_plan  # noqa: E402
-from placer.partition.memory import MemoryPartitioner, usage  # noqa: E402
+from placer.partition.memory import MemoryPartitioner  # noqa: E402
 from placer.partition.milp import milp_partition  # noqa: E402
 from placer.partition.mincut import MinCutPartitioner, mincut_placement  # noqa: E402
-from placer.partition.problem import PIN_GPU, PIN_NONE, serial_cost  # noqa: E402
+from placer.partition.problem import memory_use, serial_cost  # noqa: E402
 from placer.partition.synthetic import random_arrays, random_small  # noqa: E402
+
+CPU, GPU = 0, 1   # device indices of the host and the GPU in the synthetic arrays
 
 
 def brute_force(cases: int = 1000) -> None:
@@ -35,8 +38,8 @@ def brute_force(cases: int = 1000) -> None:
     worst, solved, t0 = 0.0, 0, time.perf_counter()
     while solved < cases:
         arr = random_small(int(rng.integers(1, 17)), rng)
-        for i in np.flatnonzero((arr.pin == PIN_NONE) & (rng.random(arr.n_ops) < 0.05)):
-            arr.pin[i] = PIN_GPU
+        free = arr.allowed.all(axis=1)
+        arr.allowed[free & (rng.random(arr.n_ops) < 0.05), CPU] = False   # pinned to the GPU
         if arr.n_ops > 1 and rng.random() < 0.3:
             pairs = rng.integers(0, arr.n_ops, (2, 2))
             arr.colocate = pairs[pairs[:, 0] != pairs[:, 1]].astype(np.int64)
@@ -59,7 +62,7 @@ def versus_milp(sizes=(100, 300, 1000, 2000)) -> None:
             x = mincut_placement(arr)
             t_cut = time.perf_counter() - t0
             t0 = time.perf_counter()
-            res = milp_partition(arr, None, time_limit=120)
+            res = milp_partition(arr, time_limit=120)
             t_milp = time.perf_counter() - t0
             cut = serial_cost(arr, x).total_s
             print(f"MILP vs min-cut, {n} ops seed {seed}: min-cut {cut:.9g} s, MILP "
@@ -74,15 +77,16 @@ def memory_gaps(cases: int = 100) -> None:
         rng = np.random.default_rng(k)
         arr = random_arrays(int(rng.integers(40, 250)), seed=100 + k,
                             tensor_bytes=float(rng.choice([5e5, 2e6, 8e6])))
-        free = usage(arr, mincut_placement(arr))
-        floor = usage(arr, arr.forced == PIN_GPU)
+        free = memory_use(arr, mincut_placement(arr))[GPU]
+        floor = memory_use(arr, np.where(arr.forced == GPU, GPU, CPU))[GPU]
         cap = floor + (free - floor) * rng.uniform(0.2, 0.9)
+        arr.capacity = np.array([np.inf, cap])
         t0 = time.perf_counter()
-        heur = MemoryPartitioner(cap, milp_time_limit=0).partition(arr)
+        heur = MemoryPartitioner(milp_time_limit=0).partition(arr)
         t_h += time.perf_counter() - t0
-        check_plan(arr, heur, capacity=cap)
+        check_plan(arr, heur)
         t0 = time.perf_counter()
-        res = milp_partition(arr, cap, time_limit=60)
+        res = milp_partition(arr, time_limit=60)
         t_m += time.perf_counter() - t0
         if not res["optimal"]:
             unproven += 1

@@ -1,9 +1,10 @@
 """Plan time and peak memory on synthetic layered DAG nets of 1k to 1M ops.
 
 Each case runs in a fresh process so that its peak RSS (getrusage ru_maxrss) is its own.
-Modes: "serial" (exact min-cut, Plan with copies and reasons), "memory" (GPU capacity at
-half of what the unconstrained optimum uses; Lagrangian + repair + moves, MILP off),
-"graph" (build the networkx cost graph from NetCosts-shaped tables, then plan from it).
+Modes, on the host + one GPU: "serial" (exact min-cut, Plan with copies and reasons),
+"memory" (GPU capacity at half of what the unconstrained optimum uses; Lagrangian +
+repair + moves, MILP off), "graph" (build the networkx cost graph from the cost tables
+``placer.costs`` writes, ``synthetic.to_net_costs``, then its arrays, then plan from them).
 Targets (issue): 100k ops under 5 s, 1M ops under 60 s.
 
     python bench/plan_scale.py              # every mode, 1k..1M (the 1M graph needs ~4 GB)
@@ -23,9 +24,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def one(n: int, mode: str) -> dict:
+    import numpy as np
+
     from placer.partition import partition
-    from placer.partition.memory import usage
     from placer.partition.mincut import mincut_placement
+    from placer.partition.problem import from_graph, memory_use
     from placer.partition.synthetic import random_arrays, to_net_costs
     t0 = time.perf_counter()
     arr = random_arrays(n, seed=n)
@@ -34,21 +37,22 @@ def one(n: int, mode: str) -> dict:
         from placer.graph import build_cost_graph
         costs = to_net_costs(arr)
         t0 = time.perf_counter()
-        g = build_cost_graph(costs)
+        g = build_cost_graph(costs, arr.allowed, arr.pin_reason)
         out["graph_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        plan = partition(g)
+        plan = partition(from_graph(g))
     elif mode == "memory":
-        cap = 0.5 * usage(arr, mincut_placement(arr))
+        cap = 0.5 * memory_use(arr, mincut_placement(arr))[1]
+        arr.capacity = np.array([np.inf, cap])
         t0 = time.perf_counter()
-        plan = partition(arr, capacity_bytes=cap, reserve=0.0, time_limit=0)
-        out["fits"] = plan.gpu_memory_bytes <= cap
+        plan = partition(arr, time_limit=0)
+        out["fits"] = bool(plan.gpu_memory_bytes <= cap)
     else:
         t0 = time.perf_counter()
         plan = partition(arr)
     out["plan_s"] = time.perf_counter() - t0
     out["total_s"] = plan.total_s
-    out["gpu_ops"] = sum(d.kind == "gpu" for d in plan.placement.values())
+    out["gpu_ops"] = int(sum(plan.device_kinds[d] == "gpu" for d in plan.placement.tolist()))
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
 

@@ -137,6 +137,17 @@ def test_a_worker_that_raises_is_one_cli_error_and_no_output_file(model_parallel
     assert not out.exists() and not list(tmp_path.glob("*.tmp*"))
 
 
+def test_a_ray_run_feeds_one_npz_and_refuses_several(model_parallel, tmp_path, capsys):
+    """--inputs takes several files for training steps; a --ray run feeds one batch."""
+    inputs = one_process_inputs(model_parallel, read_manifest(model_parallel), None, 0)
+    files = [tmp_path / "a.npz", tmp_path / "b.npz"]
+    for f in files:
+        np.savez(f, **inputs)
+    assert main(["run", str(model_parallel), "--ray", "--emulate-gpu", "--inputs", *map(str, files)]) == 2
+    err = capsys.readouterr().err
+    assert "--inputs: 2 .npz files; a --ray run feeds one batch every iteration" in err
+
+
 def test_data_parallel_model_layout_over_two_hosts_trains_like_one_device(local_ray, tmp_path):
     """data_parallel_model's layout of a LeNet SGD train net over the cluster's four GPUs
     (NCCLAllreduce of every gradient, parameters broadcast by the init net), put on the

@@ -218,7 +218,7 @@ def test_without_gpus_or_with_a_wrong_file_the_command_fails_in_one_line(tmp_pat
     other.write_text(json.dumps({"schema_version": 1, "kind": "device"}))
     with pytest.raises(PlacerError, match="not a collectives measurement file"):
         run_profile(["--collectives", "-o", str(other)])
-    with pytest.raises(PlacerError, match="exactly one of NET, --host, --link or --collectives"):
+    with pytest.raises(PlacerError, match="exactly one of NET, --calibrate, --host, --link or --collectives"):
         run_profile(["--collectives", "--host", "-o", str(tmp_path / "c.json")])
 
 

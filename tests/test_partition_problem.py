@@ -86,3 +86,16 @@ def test_respecting_pins_moves_ops_off_devices_they_may_not_take():
     arr = _hand_net()
     arr.allowed[2] = [True, False, False]
     assert respecting_pins(arr, [1, 1, 1, 2]).tolist() == [1, 1, 0, 2]
+
+
+def test_a_net_without_blobs_holds_only_what_its_ops_write():
+    """One op whose output nobody reads (an init net's fill planned as a net): no tensor
+    in the table, its 50 bytes live on its device during its step only."""
+    arr = CostArrays(op_s=np.array([[1.0, 0.5]]), allowed=np.ones((1, 2), bool), param_bytes=np.zeros(1),
+                     output_bytes=np.array([50.0]), t_producer=np.zeros(0, np.int64), t_ptr=np.zeros(1, np.int64),
+                     t_cons=np.zeros(0, np.int64), t_bytes=np.zeros(0), t_ext_out=np.zeros(0, bool),
+                     link_class=np.array([[-1, 0], [1, -1]]), class_s=np.zeros((2, 0)),
+                     devices=("cpu", "cuda:0"), device_kinds=("cpu", "gpu"))
+    params, peak, step = device_memory(arr, [1])
+    assert params.tolist() == [0.0, 0.0] and peak.tolist() == [0.0, 50.0] and step.tolist() == [0, 0]
+    assert serial_cost(arr, [1]).total_s == 0.5 and plan_copies(arr, [1]) == []

@@ -84,14 +84,16 @@ def plan(*argv) -> dict:
 
 
 def check_placed_file(original, placed_path: Path, doc: dict, source: Path) -> None:
-    """Same ops in the same order with a device_option each; copies named as documented;
-    for a Caffe2 source, nothing outside the ops changed but parameter copies' inputs."""
+    """Same ops in the same order with a device_option each (the GPU's ordinal as its
+    device_id); copies named as Caffe2 names them; for a Caffe2 source, nothing outside the
+    ops changed but parameter copies' inputs."""
     placed = load_netdef(placed_path)
     users = [op for op in placed.op if not op.type.startswith("Copy")]
     assert [op.type for op in users] == [op.type for op in original.ops]
     for op, o in zip(users, doc["ops"]):
         assert op.HasField("device_option")
-        assert op.device_option.device_type == (1 if o["device"] == "gpu" else 0)
+        assert op.device_option.device_type == (1 if o["device_kind"] == "gpu" else 0)
+        assert op.device_option.device_id == (int(o["device"].split(":")[1]) if o["device_kind"] == "gpu" else 0)
     copies = [op for op in placed.op if op.type.startswith("Copy")]
     assert len(copies) == len(doc["copies"])
     outputs = set(original.external_outputs)
@@ -99,9 +101,9 @@ def check_placed_file(original, placed_path: Path, doc: dict, source: Path) -> N
         assert op.type in ("CopyCPUToGPU", "CopyGPUToCPU") and op.device_option.device_type == 1
         src, dst = op.input[0], op.output[0]
         if op.type == "CopyCPUToGPU":
-            assert re.fullmatch(re.escape(src) + r"_gpu0(_\d+)?", dst), (src, dst)
+            assert re.fullmatch(re.escape(src) + r"_gpu_0(_\d+)?", dst), (src, dst)
         elif dst in outputs:
-            assert re.fullmatch(re.escape(dst) + r"_gpu0(_\d+)?", src), (src, dst)
+            assert re.fullmatch(re.escape(dst) + r"_gpu_0(_\d+)?", src), (src, dst)
         else:
             assert re.fullmatch(re.escape(src) + r"_cpu(_\d+)?", dst), (src, dst)
     if original.source_format.startswith("caffe2"):
@@ -111,7 +113,7 @@ def check_placed_file(original, placed_path: Path, doc: dict, source: Path) -> N
         b.CopyFrom(placed)
         del a.op[:], b.op[:]
         extra = [x for x in b.external_input if x not in a.external_input]
-        assert all(x.removesuffix("_gpu0") in original.params for x in extra)
+        assert all(x.removesuffix("_gpu_0") in original.params for x in extra)
         del b.external_input[:]
         b.external_input.extend(x for x in placed.external_input if x not in extra)
         assert a == b
@@ -170,7 +172,7 @@ def test_placed_net_runs_like_the_original(case, variant, tmp_path):
     check_placed_file(net, out, doc, path)
     if variant == "mixed":
         assert {c["direction"] for c in doc["copies"]} == {"h2d", "d2h"}, doc["copies"]
-        assert {o["device"] for o in doc["ops"]} == {"cpu", "gpu"}
+        assert {o["device"] for o in doc["ops"]} == {"cpu", "cuda:0"}
     placed = load_net(out, init_path=out_init)
     got = Executor(placed, emulate_gpu=True).run(feed)
     assert_same_outputs(got, ref)
@@ -215,7 +217,7 @@ def test_dlrm_small_within_a_small_gpu_runs_like_the_original(tmp_path):
                "-o", out, "--init-out", out_init)
     assert_consistent(doc)
     sls = [o for o in doc["ops"] if o["type"] == "SparseLengthsSum"]
-    assert {o["device"] for o in sls} == {"cpu", "gpu"}
+    assert {o["device"] for o in sls} == {"cpu", "cuda:0"}
     assert any("fit" in o["reason"] for o in sls if o["device"] == "cpu")
     assert doc["gpu_memory"]["used_bytes"] <= 100e6
     check_placed_file(net, out, doc, resolve(file))

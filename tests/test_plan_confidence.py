@@ -46,7 +46,7 @@ def test_a_clear_plan_is_stable_and_a_tie_flips(tmp_path, capsys):
     net = _net(tmp_path)
     doc = _plan(capsys, net, _cpu_profile(tmp_path / "far.json", [_fc(1e-3, 0.01)]))
     (op,) = doc["ops"]
-    assert op["device"] == "gpu" and op["stability"] == {"flips": 0, "draws": 8, "moves_to": None}
+    assert op["device"] == "cuda:0" and op["stability"] == {"flips": 0, "draws": 8, "moves_to": None}
     assert doc["stability"]["summary"] == "placement stable under measured noise: no op of 1 flips in 8 draws"
 
     # the CPU time that ties with the GPU time plus the copies the GPU placement pays
@@ -55,16 +55,23 @@ def test_a_clear_plan_is_stable_and_a_tie_flips(tmp_path, capsys):
     doc = _plan(capsys, net, _cpu_profile(tmp_path / "tie.json", [_fc(tie * 1.01, 0.6)]), "--stability-draws", "16")
     (op,) = doc["ops"]
     assert op["cpu_source"] == "measured" and 0 < op["stability"]["flips"] < 16
-    assert op["stability"]["moves_to"] != op["device"]
+    assert op["stability"]["moves_to"] in ("cpu", "cuda:0") and op["stability"]["moves_to"] != op["device"]
     assert doc["stability"]["summary"] == (f"placement stable under measured noise: 1 of 1 ops flip in "
                                            f"{op['stability']['flips']} of 16 draws")
+    capsys.readouterr()       # the table run prints the same, and names the op that flips
+    assert cli.main(["plan", str(net), "--cpu-profile", str(tmp_path / "tie.json"), "--gpu-profile",
+                     "v100-16gb-pcie3", "--stability-draws", "16"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert doc["stability"]["summary"] in lines
+    assert (f"  flips: #0 y (FC, on {op['device']}): to {op['stability']['moves_to']} in "
+            f"{op['stability']['flips']} of 16 draws") in lines
 
 
 def test_the_summary_line_is_printed_and_the_check_can_be_off(tmp_path, capsys):
     net, prof = _net(tmp_path), _cpu_profile(tmp_path / "p.json", [_fc(1e-3, 0.01)])
     capsys.readouterr()
     assert cli.main(["plan", str(net), "--cpu-profile", prof]) == 0
-    assert "placement stable under measured noise: no op of 1 flips in 8 draws" in capsys.readouterr().out
+    assert "placement stable under measured noise: no op of 1 flips in 8 draws" in capsys.readouterr().out.splitlines()
     doc = _plan(capsys, net, prof, "--stability-draws", "0")
     assert doc["stability"]["draws"] == 0 and doc["stability"]["summary"] == "placement stability not checked"
     assert cli.main(["plan", str(net), "--cpu-profile", prof, "--stability-draws", "-1"]) == 2

@@ -1,6 +1,7 @@
-"""planner.plan through its Python API: invariants checked on every plan (and a broken
-plan caught), colocation of in-place ops and parameter updates, the exact optimum against
-brute force, the serial timeline, and planned nets that run like the CPU original."""
+"""planner.plan through its Python API on the CPU + one GPU machine: invariants checked on
+every plan (and a broken plan caught), colocation of in-place ops and parameter updates,
+pins, the exact optimum against brute force, the serial timeline, and planned nets that
+run like the CPU original."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,9 +12,11 @@ import pytest
 from test_plan_cli import recompute
 
 from placer import planner
+from placer.costs import annotate
+from placer.errors import InfeasiblePlanError, PlacerError
 from placer.examples.builder import NetBuilder
-from placer.errors import InfeasiblePlanError
 from placer.formats.caffe2 import net_from_netdef
+from placer.machine import compose_machine
 from placer.partition.check import PlanInvariantError
 from placer.planner import PlanOptions, plan
 from placer.planview import plan_json, serial_schedule
@@ -21,9 +24,11 @@ from placer.profiling import default_profiles
 from placer.rewrite import place
 from placer.runtime.executor import Executor
 from placer.shapes import infer
-from placer.types import CPU, GPU0, PlanCopy, TensorType
+from placer.types import PlanCopy, TensorType
 
-PROFILES = default_profiles()
+MACHINE = compose_machine(*default_profiles())     # the host and one GPU
+CPU, GPU = MACHINE.index("cpu"), MACHINE.index("cuda:0")
+DIRECTION = {("cpu", "cuda:0"): "h2d", ("cuda:0", "cpu"): "d2h"}
 
 
 def typed_net(build, shapes):
@@ -55,7 +60,12 @@ FANOUT_SHAPES = {"x": (64, 256), "side": (100,)}
 
 
 def run_plan(typed, **options):
-    return plan(typed, *PROFILES, PlanOptions(**options))
+    return plan(typed, MACHINE, PlanOptions(**options))
+
+
+def allowed(typed, specs=(), keep_existing=False):
+    """The planner's restrictions: devices each op may take, and why."""
+    return planner.allowed_devices(typed.net, annotate(typed, MACHINE), MACHINE, specs, keep_existing)
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +76,8 @@ def fan():
 # -- invariants ---------------------------------------------------------------------------
 
 def flip_first(p):
-    placement = dict(p.placement)
-    placement[0] = CPU if placement[0].is_gpu else GPU0
+    placement = p.placement.copy()
+    placement[0] = CPU if placement[0] == GPU else GPU
     return dataclasses.replace(p, placement=placement)
 
 
@@ -77,7 +87,7 @@ def drop_a_copy(p):
 
 
 def extra_copy(p):
-    return dataclasses.replace(p, copies=p.copies + [PlanCopy("r", "d2h", 1.0, 0.0, 1, (3,))])
+    return dataclasses.replace(p, copies=p.copies + [PlanCopy("r", "cuda:0", "cpu", 1.0, 0.0, 1, (3,), "gpu", "cpu")])
 
 
 def cheaper(p):
@@ -85,14 +95,12 @@ def cheaper(p):
 
 
 def missing_op(p):
-    placement = dict(p.placement)
-    placement.pop(len(placement) - 1)
-    return dataclasses.replace(p, placement=placement)
+    return dataclasses.replace(p, placement=p.placement[:-1])
 
 
 def split_inplace(p):
-    placement = dict(p.placement)
-    placement[5] = CPU if placement[4].is_gpu else GPU0   # relu_inplace away from fc2
+    placement = p.placement.copy()
+    placement[5] = CPU if placement[4] == GPU else GPU   # relu_inplace away from fc2
     return dataclasses.replace(p, placement=placement)
 
 
@@ -107,8 +115,8 @@ def test_every_plan_is_checked_and_a_broken_one_is_caught(fan, monkeypatch, tamp
 def test_memory_over_capacity_is_caught(fan, monkeypatch):
     real = planner.partition
 
-    def unlimited(graph, method, capacity_bytes, reserve, time_limit):
-        return real(graph, method, capacity_bytes=None, reserve=reserve, time_limit=time_limit)
+    def unlimited(arrays, method, **options):      # a partitioner that forgets the limits
+        return real(dataclasses.replace(arrays, capacity=np.full(arrays.k, np.inf)), method, **options)
     monkeypatch.setattr(planner, "partition", unlimited)
     with pytest.raises(PlanInvariantError, match="exceeds capacity"):
         run_plan(fan, gpu_mem_bytes=100_000, reserve=0.0)   # w alone is 262 kB
@@ -118,13 +126,15 @@ def test_memory_over_capacity_is_caught(fan, monkeypatch):
 
 def test_inplace_op_follows_its_producer(fan):
     free = run_plan(fan)
-    assert free.plan.placement[4] == free.plan.placement[5] == GPU0
+    assert free.plan.placement[4] == free.plan.placement[5] == GPU
     pinned = run_plan(fan, pins=("relu_inplace=cpu",))
     assert pinned.plan.placement[4] == pinned.plan.placement[5] == CPU
     assert pinned.plan.reasons[5] == "pinned: --pin cpu"
     assert pinned.plan.reasons[4] == "colocated with an op pinned to cpu"
-    with pytest.raises(InfeasiblePlanError, match="must share a device"):
+    with pytest.raises(InfeasiblePlanError, match="must share a device have no device in common"):
         run_plan(fan, pins=("relu_inplace=cpu", "fc2=gpu"))
+    with pytest.raises(InfeasiblePlanError, match="must share a device have no device in common"):
+        run_plan(fan, pins=("relu_inplace=cpu", "fc2=cuda:0"))
 
 
 def test_a_parameter_and_the_op_updating_it_share_a_device():
@@ -136,19 +146,51 @@ def test_a_parameter_and_the_op_updating_it_share_a_device():
         b.output("y")
     typed = typed_net(build, {"x": (64, 256)})
     assert planner.parameter_groups(typed.net) == [{0, 1}]
-    for device in ("cpu", "gpu"):
+    for device in ("cpu", "cuda:0"):
         r = run_plan(typed, pins=(f"mm={device}",))
-        assert r.plan.placement[0].kind == r.plan.placement[1].kind == device
+        assert r.plan.device_of(0) == r.plan.device_of(1) == device
 
 
-def test_pins_spec_errors_name_the_option():
-    typed = typed_net(fanout, FANOUT_SHAPES)
-    for spec, words in (("fc1", "GLOB=cpu"), ("fc1=tpu", "GLOB=cpu"), ("=cpu", "GLOB=cpu"),
-                        ("zzz*=gpu", "no op name")):
-        with pytest.raises(Exception, match=words):
-            planner.resolve_pins(typed.net, (spec,), False)
-    assert planner.resolve_pins(typed.net, ("Relu=cpu",), False) == {1: "cpu", 5: "cpu", 6: "cpu"}
-    assert planner.resolve_pins(typed.net, ("s=gpu",), False) == {2: "gpu"}   # output blob
+def only(*devices):
+    """An allowed row: True on the named devices."""
+    return [name in devices for name in MACHINE.names]
+
+
+def test_pins_spec_errors_name_the_option(fan):
+    for spec, words in (("fc1", "expected GLOB=DEVICE"), ("fc1=tpu", "has no device 'tpu'"),
+                        ("=cpu", "expected GLOB=DEVICE"), ("zzz*=gpu", "no op name")):
+        with pytest.raises(PlacerError, match=words) as e:
+            allowed(fan, (spec,))
+        assert f"--pin '{spec}'" in str(e.value)
+    mask, why = allowed(fan, ("Relu=cpu",))            # an op type
+    assert [i for i in range(7) if mask[i].tolist() == only("cpu")] == [1, 5, 6]
+    assert why[1] == why[5] == why[6] == "pinned: --pin cpu"
+    for spec in ("s=gpu", "s=cuda:0"):                 # an output blob; "gpu" is the only GPU
+        mask, why = allowed(fan, (spec,))
+        assert [i for i in range(7) if not mask[i].all()] == [2] and mask[2].tolist() == only("cuda:0")
+    mask, _ = allowed(fan, ("Relu=cpu", "relu=gpu"))   # a later pin replaces an earlier one
+    assert mask[1].tolist() == only("cuda:0") and mask[5].tolist() == only("cpu")
+
+
+def test_ops_without_a_gpu_kernel_or_of_unknown_type_are_held_on_the_cpu():
+    def build(b):
+        b.input("lens", (4,), "int32")
+        b.input("x", (8, 64))
+        b.op("LengthsToRanges", ["lens"], "seg", name="segments")       # no GPU kernel
+        b.op("MysteryOp", ["x"], "y", name="mystery")                   # unknown to placer
+        b.op("Relu", ["x"], "r", name="relu")
+        for out in ("seg", "y", "r"):
+            b.output(out)
+    nb = NetBuilder("t")
+    build(nb)
+    shapes = {"lens": TensorType((4,), "int32"), "x": TensorType((8, 64), "float32"),
+              "y": TensorType((8, 64), "float32")}
+    typed = infer(net_from_netdef(nb.predict, nb.init), shapes)
+    mask, why = allowed(typed)
+    assert mask.tolist() == [only("cpu"), only("cpu"), only("cpu", "cuda:0")]
+    assert why == ["pinned: no GPU kernel", "pinned: unknown op type", ""]
+    with pytest.raises(InfeasiblePlanError, match="'segments' is pinned to --pin cuda:0 but no GPU kernel"):
+        allowed(typed, ("segments=cuda:0",))
 
 
 def test_keep_existing_reads_device_options():
@@ -157,10 +199,14 @@ def test_keep_existing_reads_device_options():
         b.predict.op[1].device_option.device_type = 1
         b.predict.op[6].device_option.device_type = 0
     typed = typed_net(build, FANOUT_SHAPES)
-    assert planner.existing_placement(typed.net) == {i: "gpu" if i == 1 else "cpu" for i in range(7)}
-    assert planner.resolve_pins(typed.net, (), True) == {1: "gpu", 6: "cpu"}
+    assert planner.existing_placement(typed.net, MACHINE).tolist() == [GPU if i == 1 else CPU for i in range(7)]
+    mask, why = allowed(typed, keep_existing=True)
+    assert [i for i in range(7) if not mask[i].all()] == [1, 6]
+    assert mask[1].tolist() == only("cuda:0") and mask[6].tolist() == only("cpu")
+    assert why[1] == "pinned: the file's cuda:0 (--keep-existing)"
+    assert why[6] == "pinned: the file's cpu (--keep-existing)"
     r = run_plan(typed, keep_existing=True)
-    assert r.plan.placement[1] == GPU0 and r.plan.placement[6] == CPU
+    assert r.plan.placement[1] == GPU and r.plan.placement[6] == CPU
     assert "existing" in r.baselines
 
 
@@ -171,7 +217,7 @@ def test_mincut_equals_brute_force_on_the_fanout_net(fan):
     r = run_plan(fan)
     doc = plan_json(r)
     best = float("inf")
-    for bits in itertools.product(["cpu", "gpu"], repeat=6):
+    for bits in itertools.product(["cpu", "cuda:0"], repeat=6):
         dev = bits[:5] + bits[4:]                  # relu_inplace (5) shares fc2's (4) device
         ops = [{**o, "device": dev[o["index"]]} for o in doc["ops"]]
         best = min(best, recompute({**doc, "ops": ops})["total_s"])
@@ -197,14 +243,14 @@ def test_serial_timeline_length_is_the_serial_objective(fan):
                                   ("h=gpu", "Relu=cpu")])
 def test_planned_fanout_net_runs_like_the_cpu_original(fan, pins):
     r = run_plan(fan, pins=pins)
-    devices = {r.plan.placement[i].kind for i in range(7)}
-    placed = place(fan.net, [r.plan.placement[i] for i in range(7)])
-    directions = {d for _, d, _ in placed.copies}
+    devices = {r.plan.device_of(i) for i in range(7)}
+    placed = place(fan.net, r.plan.placement, MACHINE)
+    directions = {DIRECTION[src, dst] for _, src, dst, _ in placed.copies}
     if pins:
-        assert devices == {"cpu", "gpu"} and directions == {"h2d", "d2h"}
-    assert len(placed.copies) == len(r.plan.copies)
+        assert devices == {"cpu", "cuda:0"} and directions == {"h2d", "d2h"}
+    assert sorted(c[:3] for c in placed.copies) == sorted((c.tensor, c.src, c.dst) for c in r.plan.copies)
     relu = next(op for op in placed.predict.op if op.name == "relu_inplace")
-    assert relu.input[0] == relu.output[0] == ("u_gpu0" if r.plan.placement[5].is_gpu else "u")  # still in place
+    assert relu.input[0] == relu.output[0] == ("u_gpu_0" if r.plan.placement[5] == GPU else "u")  # still in place
     rng = np.random.default_rng(3)
     inputs = {"x": rng.standard_normal((64, 256)).astype(np.float32),
               "side": rng.standard_normal(100).astype(np.float32)}
@@ -219,7 +265,7 @@ def test_the_emulated_run_catches_a_missing_copy(fan):
     """The comparison above can fail: a placed net without one of its copies is refused."""
     from placer.errors import DeviceError
     r = run_plan(fan, pins=("relu=cpu", "sum=cpu"))
-    placed = place(fan.net, [r.plan.placement[i] for i in range(7)])
+    placed = place(fan.net, r.plan.placement, MACHINE)
     k = next(i for i, op in enumerate(placed.predict.op) if op.type == "CopyGPUToCPU")
     src, dst = placed.predict.op[k].input[0], placed.predict.op[k].output[0]
     del placed.predict.op[k]
@@ -239,10 +285,10 @@ def test_a_parameter_whose_fill_has_no_gpu_kernel_is_made_on_the_cpu_and_copied_
         b.output("y")
     typed = typed_net(build, {"x": (4, 3)})
     r = run_plan(typed, pins=("cast=gpu",))
-    placed = place(typed.net, [r.plan.placement[i] for i in range(2)])
+    placed = place(typed.net, r.plan.placement, MACHINE)
     init = [(op.type, list(op.output), op.device_option.device_type) for op in placed.init.op]
-    assert init == [("GivenTensorInt16Fill", ["q"], 0), ("CopyCPUToGPU", ["q_gpu0"], 1)]
-    assert list(placed.predict.op[0].input) == ["q_gpu0"] and "q_gpu0" in placed.predict.external_input
+    assert init == [("GivenTensorInt16Fill", ["q"], 0), ("CopyCPUToGPU", ["q_gpu_0"], 1)]
+    assert list(placed.predict.op[0].input) == ["q_gpu_0"] and "q_gpu_0" in placed.predict.external_input
     x = np.arange(12, dtype=np.float32).reshape(4, 3)
     got = Executor(net_from_netdef(placed.predict, placed.init), emulate_gpu=True).run({"x": x})
     np.testing.assert_array_equal(np.asarray(got["y"]), x + np.arange(-6, 6).reshape(4, 3))
@@ -269,6 +315,7 @@ def test_a_file_placement_with_unknown_ops_on_the_gpu_is_flagged():
     doc = plan_json(run_plan(typed))
     existing = doc["baselines"]["existing"]
     assert doc["ops"][1]["device"] == "cpu" and doc["ops"][1]["pinned"] == "cpu"
-    assert existing["gpu_ops"] == 2
-    assert "places 1 op(s) on the GPU" in existing["note"] and "MysteryOp" in existing["note"]
+    assert existing["gpu_ops"] == 2 and existing["devices_used"] == ["cuda:0"]
+    assert "places 1 op(s) where this plan may not put them" in existing["note"]
+    assert "MysteryOp" in existing["note"]
     assert "note" not in doc["baselines"]["all_cpu"]

@@ -62,6 +62,17 @@ external_input: "x" external_output: "z"'''))
     assert list(e.value.reasons.values()) == ["unknown op type"]
 
 
+def test_an_op_without_a_gpu_kernel_keeps_the_net_off_the_gpu_only():
+    net = net_from_netdef(parse_text('''name: "r"
+op { type: "LengthsToRanges" input: "lens" output: "ranges" name: "ranges" }
+external_input: "lens" external_output: "ranges"'''))
+    typed = infer(net, {"lens": TensorType((3,), "int32")})
+    with pytest.raises(InNetworkUnavailable) as e:
+        profile_in_network(typed, device_name="cuda:0", progress=False)
+    assert list(e.value.reasons.values()) == ["no GPU kernel"] and "'ranges'" in str(e.value)
+    assert profile_in_network(typed, device_name="cpu", iterations=1, warmup=0, progress=False).ops_timed == 1
+
+
 def test_init_net_without_values_is_refused():
     b = NetBuilder("shapes_only")
     x = b.input("data", (2, 4))

@@ -314,6 +314,16 @@ def print_plan(doc: dict, all_rows: bool = False, out=None) -> None:
     print(f"with devices and copies overlapped (async executor): {fmt_time(ms)}", file=out)
     for note in doc.get("notes", []):
         print(f"note: {note}", file=out)
+    if "stability" in doc:
+        print(doc["stability"]["summary"], file=out)
+        flipping = [o for o in ops if o.get("stability", {}).get("flips")]
+        for o in sorted(flipping, key=lambda o: -o["stability"]["flips"])[:10]:
+            label = o["name"] or (o["outputs"][0] if o["outputs"] else "")   # as in the table
+            print(f"  flips: #{o['index']} {label} ({o['type']}, on {o['device']}): "
+                  f"to {o['stability']['moves_to']} in {o['stability']['flips']} of "
+                  f"{o['stability']['draws']} draws", file=out)
+        if len(flipping) > 10:
+            print(f"  ... and {len(flipping) - 10} more (see the plan JSON's per-op 'stability')", file=out)
 
 
 def _time_columns(devices: list[str], ops: list[dict]) -> list[str]:
@@ -324,12 +334,3 @@ def _time_columns(devices: list[str], ops: list[dict]) -> list[str]:
         key = tuple(o["time_s"][d] for o in ops[:200]) + (d == devices[0],)
         seen.setdefault(key, d)
     return list(seen.values())
-    if "stability" in doc:
-        print(doc["stability"]["summary"], file=out)
-        flipping = [o for o in ops if o.get("stability", {}).get("flips")]
-        for o in sorted(flipping, key=lambda o: -o["stability"]["flips"])[:10]:
-            print(f"  flips: #{o['index']} {o['name'] or o['type']} ({o['type']}, on the {o['device']}): "
-                  f"to {o['stability']['moves_to']} in {o['stability']['flips']} of "
-                  f"{o['stability']['draws']} draws", file=out)
-        if len(flipping) > 10:
-            print(f"  ... and {len(flipping) - 10} more (see the plan JSON's per-op 'stability')", file=out)

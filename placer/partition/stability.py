@@ -49,7 +49,7 @@ class Stability:
     moves_to: list                  # per op: the device it moved to most often, or None
     flipped_draws: int              # draws in which at least one op moved
     seconds: float
-    devices: Sequence[str] = ("cpu", "gpu")
+    devices: Sequence[str] = ()
     requested: int = 0              # draws asked for (0: the check was off)
 
     @property
@@ -93,11 +93,13 @@ def op_spreads(typed_net, model, devices: Sequence) -> np.ndarray:
 
 def check(arrays, solve: Callable, placement: np.ndarray, spreads: np.ndarray,
           draws: int = DEFAULT_DRAWS, seed: int = 0, budget_s: float = DEFAULT_BUDGET_S,
-          devices: Sequence[str] = ("cpu", "gpu")) -> Stability:
+          devices: Sequence[str] | None = None) -> Stability:
     """Re-solve with perturbed op times (module docstring); ``solve(arrays)`` returns one
-    device index per op, ``placement`` is the plan's."""
+    device index per op, ``placement`` is the plan's; ``devices`` names them (default:
+    the arrays' own device names)."""
     placement = np.asarray(placement, dtype=np.int64)
     times = _op_times(arrays)
+    devices = tuple(arrays.devices if devices is None else devices)
     if spreads.shape != times.shape:
         raise ValueError(f"spreads have shape {spreads.shape}, op times {times.shape}")
     sigma = np.log1p(np.maximum(spreads, 0.0)) / IQR_PER_SIGMA

@@ -2,6 +2,9 @@
 
 ``random_arrays(n, seed, gpus=1)`` builds ``CostArrays`` directly (vectorised: a million
 ops in a second or two) for a machine of the host CPU and ``gpus`` GPUs.
+``to_net_costs(arr)`` writes the same net as the cost tables ``placer.costs`` makes
+(``NetCosts`` on ``synthetic_machine``, whose links price every copy as the arrays do),
+so that the cost graph can be built from them as the planner builds it.
 
 Shape: op i reads 1-3 blobs made by the ``window`` ops before it (so readers fan out),
 some ops also read a host-fed input or a parameter; every op makes one blob; the
@@ -76,6 +79,11 @@ def random_arrays(n: int, seed: int = 0, window: int = 8, op_s: float = 1e-4,
         pin_reason=["pinned: no GPU kernel" if c else "" for c in cpu_only.tolist()])
 
 
+def _fast_peer(a: int, b: int, peer: str) -> bool:
+    """Whether devices a and b (GPUs) copy over the NVLink-like class, else staged."""
+    return {"nvlink": True, "staged": False}.get(peer, (a + b) % 2 == 1)
+
+
 def _links(k: int, peer: str, nbytes: np.ndarray):
     """Link classes (0 host -> GPU, 1 GPU -> host, 2 NVLink-like, 3 staged), copy lanes
     (each GPU's PCIe lanes per direction, one lane per NVLink pair and direction) and
@@ -97,7 +105,7 @@ def _links(k: int, peer: str, nbytes: np.ndarray):
     for a in range(1, k):
         for b in range(1, k):
             if a != b:
-                fast = {"nvlink": True, "staged": False}.get(peer, (a + b) % 2 == 1)
+                fast = _fast_peer(a, b, peer)
                 lc[a, b] = 2 if fast else 3
                 routes[(a, b)] = (((lane(f"peer{a}-{b}"), 2),) if fast
                                   else routes[(a, 0)] + routes[(0, b)])
@@ -111,3 +119,58 @@ def random_small(n: int, rng: np.random.Generator, gpus: int = 1, peer: str = "m
                          op_s=1e-4, tensor_bytes=float(rng.choice([1e5, 1e6, 4e6])),
                          no_kernel=0.1, outputs_on_host=bool(rng.random() < 0.7), gpus=gpus,
                          peer=peer, hetero=hetero)
+
+
+# ------------------------------------------------------------------ as cost tables
+
+def synthetic_machine(gpus: int = 1, peer: str = "mixed"):
+    """The machine ``random_arrays(..., gpus, peer)`` prices copies on: GPUs whose PCIe
+    curves are ``LATENCY_S + bytes / H2D_BPS`` (``D2H_BPS`` back), pairs on the fast
+    peer class joined by a ``LATENCY_S + bytes / PEER_BPS`` curve, the others staged
+    through the host. Op times come from the arrays, so the profiles carry no op figures."""
+    from placer.machine import build_machine
+    from placer.profiling.schema import DeviceProfile, LinkCurve
+
+    def profile(kind: str, link: dict) -> DeviceProfile:
+        return DeviceProfile(kind=kind, name=f"synthetic {kind}", source={"kind": "synthetic"},
+                             peak_flops={"float32": 1e12}, memory_bandwidth_bytes_per_s=1e11,
+                             memory_capacity_bytes=float("inf"), launch_overhead_s=LATENCY_S, link=link)
+    gpu = profile("gpu", {"h2d": {"pinned": LinkCurve(LATENCY_S, H2D_BPS)},
+                          "d2h": {"pinned": LinkCurve(LATENCY_S, D2H_BPS)}})
+    curves = [{"src": a, "dst": b, "latency_s": LATENCY_S, "bytes_per_s": PEER_BPS}
+              for a in range(gpus) for b in range(gpus) if a != b and _fast_peer(a + 1, b + 1, peer)]
+    return build_machine(f"synthetic {gpus} GPU(s), {peer} peers", profile("cpu", {}), [gpu] * gpus,
+                         peer_default="staged", peer_curves=curves)
+
+
+def to_net_costs(arr: CostArrays, peer: str = "mixed"):
+    """The ``NetCosts`` of arrays made by ``random_arrays`` with this ``peer``: op names
+    ``op<i>`` of type FC, op times as given (source "synthetic"), a kernel on every device
+    the op is allowed on, the tensor table as it is, and ``synthetic_machine`` (checked to
+    price every copy as ``arr`` does; ValueError if ``peer`` is not the one used).
+    ``model`` is None: nothing was priced by a cost model."""
+    import pandas as pd
+
+    from placer.costs import OP_COLUMNS, NetCosts, TensorTable
+    n, k = arr.op_s.shape
+    machine = synthetic_machine(k - 1, peer)
+    every = np.arange(arr.n_tensors)
+    for a in range(k):
+        for b in range(k):
+            if a != b and not np.allclose(machine.copy_time(arr.t_bytes, a, b), arr.copy_s(every, a, b),
+                                          rtol=1e-12, atol=0):
+                raise ValueError(f"copies {arr.devices[a]} -> {arr.devices[b]} are not priced as on "
+                                 f"synthetic_machine({k - 1}, {peer!r})")
+    ops = pd.DataFrame({"index": np.arange(n), "name": arr.names or [f"op{i}" for i in range(n)],
+                        "type": arr.types or ["FC"] * n, "flops": 0.0, "macs": 0.0, "bytes_read": 0.0,
+                        "bytes_written": arr.output_bytes, "param_bytes": arr.param_bytes,
+                        "output_bytes": arr.output_bytes, "known": True}, columns=OP_COLUMNS)
+    names = arr.t_names or [_tensor_name(int(p), t) for t, p in enumerate(arr.t_producer.tolist())]
+    tensors = TensorTable(list(names), arr.t_producer.copy(), arr.t_ptr.copy(), arr.t_cons.copy(),
+                          arr.t_bytes.copy(), arr.t_ext_out.copy())
+    return NetCosts(ops=ops, op_s=arr.op_s.copy(), op_source=np.full((n, k), "synthetic", dtype=object),
+                    kernels=arr.allowed.copy(), tensors=tensors, machine=machine, model=None)
+
+
+def _tensor_name(producer: int, t: int) -> str:
+    return {-1: f"data{t}", -2: f"w{t}"}.get(producer, f"x{t}")

@@ -50,7 +50,7 @@ def profile_in_network(typed_net: TypedNet, device_name: str = "cpu", iterations
         raise ValueError("iterations must be >= 1 and warmup >= 0")
     net = typed_net.net
     gpu = _gpu_index(device_name)
-    _check_runnable(typed_net, gpu is not None)
+    _check_runnable(typed_net, "cpu" if gpu is None else "gpu")
     device_map = None if gpu is None else {op.index: Device("gpu", gpu) for op in net.ops}
     try:
         executor = Executor(net, device_map=device_map, seed=seed)
@@ -75,15 +75,16 @@ def _gpu_index(device_name: str) -> int | None:
     raise ValueError(f"unknown device '{device_name}' (cpu or cuda:N)")
 
 
-def _check_runnable(typed_net: TypedNet, on_gpu: bool) -> None:
-    """InNetworkUnavailable naming every op that stops the net from running whole."""
+def _check_runnable(typed_net: TypedNet, device_kind: str) -> None:
+    """InNetworkUnavailable naming every op that stops the net from running whole on a
+    device of ``device_kind`` ("cpu" or "gpu")."""
     reasons: dict[str, str] = {}
     for op, feats in zip(typed_net.net.ops, typed_net.features):
         opdef = registry.get(op.type)
         if opdef is None or opdef.kernel is None:
             reasons[op.label] = "no kernel" if opdef else "unknown op type"
-        elif on_gpu and "gpu" not in opdef.devices:
-            reasons[op.label] = "no GPU kernel"
+        elif device_kind not in opdef.devices:
+            reasons[op.label] = f"no {device_kind.upper()} kernel"
         elif not feats.known:
             reasons[op.label] = "unknown input shapes"
     if reasons:

@@ -34,7 +34,7 @@ def run_command(args) -> int:
     if args.max_restarts < 0:
         raise InputError("--max-restarts must be >= 0")
     manifest = read_manifest(outdir)
-    inputs = one_process_inputs(outdir, manifest, args.inputs_npz, args.random_inputs or 0)
+    inputs = one_process_inputs(outdir, manifest, _one_npz(args.inputs_npz), args.random_inputs or 0)
     address = None if args.ray == "local" else args.ray
     run = run_on_ray(outdir, address, inputs, iterations=args.iterations, warmup=args.warmup,
                      emulate=bool(args.emulate_gpu or args.emulate_gpus), seed=args.seed, threads=args.threads,
@@ -58,7 +58,18 @@ def run_command(args) -> int:
     return 0
 
 
-def one_process_inputs(outdir: Path, manifest: dict, npz: str | None, seed: int) -> dict:
+def _one_npz(given) -> Path | None:
+    """The one .npz a Ray run feeds every iteration (``--inputs`` takes several for training
+    steps; a cluster plan runs inference on one batch)."""
+    from placer.runtime.inputs import npz_files
+    files = npz_files(given) if given else []
+    if len(files) > 1:
+        raise InputError(f"--inputs: {len(files)} .npz files; a --ray run feeds one batch every iteration",
+                         hint="give one .npz file")
+    return files[0] if files else None
+
+
+def one_process_inputs(outdir: Path, manifest: dict, npz: str | Path | None, seed: int) -> dict:
     """The arrays ``placer run OUTDIR/one_process.pbtxt`` would feed (module docstring)."""
     from placer.commands.run import _read_npz
     if npz:
