@@ -34,6 +34,7 @@ from placer.constants import DEFAULT_HALF_EFFICIENCY_ROWS, PEAK_GEMM_ROWS, defau
 from placer.errors import ProfileError
 from placer.ops import registry
 from placer.profiling.schema import DeviceProfile, FamilyFit, LinkCurve, OpTiming, op_key
+from placer.shapes import args_key
 from placer.types import OpFeatures, TensorType, TypedNet
 
 SOURCES = ("measured", "fitted", "roofline", "unknown")
@@ -415,66 +416,96 @@ class NetCosts:
 def annotate(typed_net: TypedNet, cpu_profile: DeviceProfile | None = None,
              gpu_profile: DeviceProfile | None = None, unknown_op_cost_s: float = 0.0,
              model: CostModel | None = None) -> NetCosts:
-    """Price every op on both devices and every tensor's copies."""
+    """Price every op on both devices and every tensor's copies.
+
+    The cost model is a function of an op's type, argument values, input types and
+    features, so ops that agree on all of them (the layers of a deep net) are priced
+    once; tables are built column by column. Both keep a million-op net to seconds."""
     model = model or CostModel(cpu_profile, gpu_profile, unknown_op_cost_s=unknown_op_cost_s)
     net = typed_net.net
+    priced: dict[tuple, tuple] = {}  # op signature -> the row's priced columns
     rows = []
     for op, feats in zip(net.ops, typed_net.features):
-        inputs = list(_op_types(typed_net, op, "inputs"))
-        cpu_s, cpu_src = model.op_time(op.type, inputs, op.args, feats, "cpu")
-        gpu_s, gpu_src = model.op_time(op.type, inputs, op.args, feats, "gpu")
-        opdef = registry.get(op.type)
+        inputs = _op_types(typed_net, op, "inputs")
         outs = _op_types(typed_net, op, "outputs")
-        rows.append({
-            "index": op.index, "name": op.name, "type": op.type, "cpu_s": cpu_s, "gpu_s": gpu_s,
-            "cpu_source": cpu_src, "gpu_source": gpu_src, "flops": feats.flops, "macs": feats.macs,
-            "bytes_read": feats.bytes_read, "bytes_written": feats.bytes_written,
-            "param_bytes": feats.param_bytes,
-            "output_bytes": float(sum(t.nbytes for t in outs if t is not None)),
-            "gpu_kernel": bool(opdef is not None and "gpu" in opdef.devices),
-            "known": bool(feats.known and opdef is not None)})
-    ops = pd.DataFrame(rows, columns=OP_COLUMNS)
-    tensors = pd.DataFrame(_tensor_rows(typed_net, model), columns=TENSOR_COLUMNS)
+        key = _signature(op, inputs, outs, feats)
+        row = priced.get(key) if key is not None else None
+        if row is None:
+            row = _priced_columns(model, op, inputs, outs, feats)
+            if key is not None:
+                priced[key] = row
+        rows.append((op.index, op.name, op.type) + row)
+    ops = _frame(dict(zip(OP_COLUMNS, zip(*rows))), OP_COLUMNS)
+    tensors = _frame(_tensor_columns(typed_net, model), TENSOR_COLUMNS)
     return NetCosts(ops=ops, tensors=tensors, model=model,
                     gpu_memory_bytes=gpu_memory_bytes(model.profile("gpu")),
                     fit_quality={k: model.fit_report(k) for k in ("cpu", "gpu")})
 
 
-def _tensor_rows(typed_net: TypedNet, model: CostModel) -> list[dict]:
+def _priced_columns(model: CostModel, op, inputs: tuple, outs: tuple, feats: OpFeatures) -> tuple:
+    """OP_COLUMNS from ``cpu_s`` on, for one op."""
+    cpu_s, cpu_src = model.op_time(op.type, list(inputs), op.args, feats, "cpu")
+    gpu_s, gpu_src = model.op_time(op.type, list(inputs), op.args, feats, "gpu")
+    opdef = registry.get(op.type)
+    return (cpu_s, gpu_s, cpu_src, gpu_src, feats.flops, feats.macs, feats.bytes_read,
+            feats.bytes_written, feats.param_bytes,
+            float(sum(t.nbytes for t in outs if t is not None)),
+            bool(opdef is not None and "gpu" in opdef.devices), bool(feats.known and opdef is not None))
+
+
+def _signature(op, inputs: tuple, outs: tuple, feats: OpFeatures) -> tuple | None:
+    """What an op's price depends on, hashable; None when an argument has no plain value
+    (a nested net): such an op is priced on its own."""
+    arguments = args_key(op.args)
+    return None if arguments is None else (op.type, inputs, outs, feats, arguments)
+
+
+def _frame(columns: dict[str, Sequence], names: list[str]) -> pd.DataFrame:
+    """A table from its columns (pandas infers each column's dtype as it does from rows);
+    with no rows, the empty table of object columns that rows would give."""
+    if not columns or not len(next(iter(columns.values()))):
+        return pd.DataFrame([], columns=names)
+    return pd.DataFrame({name: list(columns[name]) for name in names}, columns=names)
+
+
+def _tensor_columns(typed_net: TypedNet, model: CostModel) -> dict[str, list]:
     """One row per version of a blob: an in-place op's output is a new tensor (same name,
     its own producer), so a copy is priced for the version its reader actually reads."""
     net = typed_net.net
     current: dict[str, int] = {}           # blob -> producer of its live version
     made: dict[tuple[str, int], TensorType | None] = {}
-    rows: dict[tuple[str, int], dict] = {}
-
-    def version(b: str) -> int:
-        return current.get(b, PARAMETER if b in net.params else EXTERNAL_INPUT)
-
-    def row(b: str, producer: int, t: TensorType | None) -> dict:
-        key = (b, producer)
-        if key not in rows:
-            t = made.get(key, t)
-            rows[key] = {"name": b, "producer": producer, "consumers": [],
-                         "bytes": float(t.nbytes) if t is not None else 0.0, "external_output": False}
-        return rows[key]
-
+    rows: dict[tuple[str, int], list] = {}  # (blob, producer) -> [consumers, type, external output]
     for op in net.ops:
-        in_types = _op_types(typed_net, op, "inputs")
-        for b, t in zip(op.inputs, in_types):
-            users = row(b, version(b), t)["consumers"]
+        for b, t in zip(op.inputs, _op_types(typed_net, op, "inputs")):
+            producer = current.get(b, PARAMETER if b in net.params else EXTERNAL_INPUT)
+            row = rows.get((b, producer))
+            if row is None:
+                row = rows[(b, producer)] = [[], made.get((b, producer), t), False]
+            users = row[0]
             if not users or users[-1] != op.index:
                 users.append(op.index)
         for b, t in zip(op.outputs, _op_types(typed_net, op, "outputs")):
             current[b] = op.index
             made[(b, op.index)] = t
     for b in net.external_outputs:
-        row(b, version(b), typed_net.blobs.get(b))["external_output"] = True
-    out = list(rows.values())
-    for r in out:
-        r["h2d_s"] = model.copy_time(r["bytes"], "h2d")
-        r["d2h_s"] = model.copy_time(r["bytes"], "d2h")
-    return out
+        producer = current.get(b, PARAMETER if b in net.params else EXTERNAL_INPUT)
+        row = rows.get((b, producer))
+        if row is None:
+            row = rows[(b, producer)] = [[], made.get((b, producer), typed_net.blobs.get(b)), False]
+        row[2] = True
+    nbytes = [float(t.nbytes) if t is not None else 0.0 for _, t, _ in rows.values()]
+    h2d, d2h = _copy_times(model, nbytes)
+    return {"name": [b for b, _ in rows], "producer": [p for _, p in rows],
+            "consumers": [r[0] for r in rows.values()], "bytes": nbytes, "h2d_s": h2d, "d2h_s": d2h,
+            "external_output": [r[2] for r in rows.values()]}
+
+
+def _copy_times(model: CostModel, nbytes: list[float]) -> tuple[list[float], list[float]]:
+    """Copy times host->GPU and back of each size; each distinct size priced once."""
+    sizes = dict.fromkeys(nbytes)
+    h2d = {b: model.copy_time(b, "h2d") for b in sizes}
+    d2h = {b: model.copy_time(b, "d2h") for b in sizes}
+    return [h2d[b] for b in nbytes], [d2h[b] for b in nbytes]
 
 
 def _op_types(typed_net: TypedNet, op, which: str) -> tuple:

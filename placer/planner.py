@@ -2,21 +2,23 @@
 
 ``plan(typed_net, cpu_profile, gpu_profile, options)`` reads top to bottom; each stage is
 one call into the module that names it. What ``plan`` returns carries everything the
-command line, the JSON, the placed net and the report need.
+command line, the JSON, the placed net and the report need. Every helper here makes one
+pass over the ops (indexes built once), so planning stays linear in the size of the net.
 """
 from __future__ import annotations
 
 import fnmatch
+from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from placer.costs import NetCosts, annotate, gpu_memory_bytes
 from placer.errors import InfeasiblePlanError, PlacerError
 from placer.ops import registry
-from placer.graph import build_cost_graph
+from placer.graph import build_cost_graph, cost_arrays
 from placer.partition import baselines, check_plan, partition
 from placer.partition.schedule import Simulator
-from placer.partition.problem import from_graph
 from placer.shapes import require_complete
 from placer.types import Net, Plan, TypedNet
 
@@ -40,38 +42,51 @@ class PlanOptions:
 class PlanResult:
     typed: TypedNet
     costs: NetCosts
-    graph: Any
+    arrays: Any  # the cost graph as the partitioners' CostArrays
     plan: Plan
     baselines: dict
     capacity_bytes: float
     usable_bytes: float
     makespan: dict = field(default_factory=dict)  # simulated overlap of the chosen plan
     options: PlanOptions = field(default_factory=PlanOptions)  # what was asked for
-    arrays: Any = None  # the cost graph as the partitioners' CostArrays
+    graph_args: dict = field(default_factory=dict)  # pins, colocation, outputs_on_host
+
+    @cached_property
+    def graph(self):
+        """The networkx cost graph of the plan (``placer.graph``), built on first use: the
+        planner itself works on ``arrays``."""
+        return build_cost_graph(self.costs, **self.graph_args)
 
 
-def plan(typed: TypedNet, cpu_profile, gpu_profile, options: PlanOptions = PlanOptions()) -> PlanResult:
+def plan(typed: TypedNet, cpu_profile, gpu_profile, options: PlanOptions = PlanOptions(),
+         clock=lambda stage: nullcontext()) -> PlanResult:
+    """The plan of ``typed``; ``clock(stage)`` is entered around each stage (the command's
+    ``--timings`` passes a ``StageClock``)."""
     net = require_complete(typed).net   # an op of unknown shape would be priced at zero
     if not net.ops:
         raise PlacerError(f"{net.path or net.name or 'the net'}: the net has no ops; there is nothing to place")
-    # 1. price every op and tensor on both devices
-    costs = annotate(typed, cpu_profile, gpu_profile, unknown_op_cost_s=options.unknown_op_cost_s)
-    # 2. the cost graph with pins and colocation
-    graph = build_cost_graph(costs, pins=resolve_pins(net, options.pins, options.keep_existing),
-                             colocate=parameter_groups(net), inplace=inplace_pairs(net),
-                             outputs_on_host=options.outputs_on_host)
-    arrays = from_graph(graph)  # the partitioners' flat view, made once for every stage below
+    with clock("costs"):  # 1. price every op and tensor on both devices
+        costs = annotate(typed, cpu_profile, gpu_profile, unknown_op_cost_s=options.unknown_op_cost_s)
+    with clock("graph"):  # 2. the cost graph with pins and colocation, as arrays for every stage below
+        graph_args = dict(pins=resolve_pins(net, options.pins, options.keep_existing),
+                          colocate=parameter_groups(net), inplace=inplace_pairs(net),
+                          outputs_on_host=options.outputs_on_host)
+        arrays = cost_arrays(costs, **graph_args)
     # 3. partition within GPU memory, and check the result from scratch
     capacity = float(gpu_memory_bytes(gpu_profile) if options.gpu_mem_bytes is None else options.gpu_mem_bytes)
     usable = capacity * (1 - options.reserve)
-    chosen = partition(arrays, options.method, capacity_bytes=capacity, reserve=options.reserve,
-                       time_limit=options.time_limit_s)
+    with clock("partition"):
+        chosen = partition(arrays, options.method, capacity_bytes=capacity, reserve=options.reserve,
+                           time_limit=options.time_limit_s)
     _refuse_memory_blind(chosen, options, capacity, usable)
-    check_plan(arrays, chosen, usable)
-    # 4. baselines beside it, and the overlapped schedule of the chosen plan
-    base = baselines.baselines(arrays, existing_placement(net))
-    return PlanResult(typed, costs, graph, chosen, base, capacity, usable,
-                      makespan=overlapped(arrays, chosen, base), options=options, arrays=arrays)
+    with clock("check"):
+        check_plan(arrays, chosen, usable)
+    with clock("baselines"):  # 4. baselines beside it, and the overlapped schedule of the chosen plan
+        base = baselines.baselines(arrays, existing_placement(net))
+    with clock("makespan"):
+        makespan = overlapped(arrays, chosen, base)
+    return PlanResult(typed, costs, arrays, chosen, base, capacity, usable,
+                      makespan=makespan, options=options, graph_args=graph_args)
 
 
 def overlapped(graph, chosen: Plan, base: dict) -> dict:
@@ -133,13 +148,20 @@ def inplace_pairs(net: Net) -> list[tuple[int, int]]:
 
 
 def parameter_groups(net: Net) -> list[set[int]]:
-    """Ops that update a parameter in place, with every op that reads it (one device)."""
-    groups = []
-    for param in net.params:
-        writers = {op.index for op in net.ops if param in op.outputs}
-        if writers:
-            groups.append(writers | {op.index for op in net.ops if param in op.inputs})
-    return groups
+    """Ops that update a parameter in place, with every op that reads it (one device).
+
+    One pass over the ops indexes each parameter's writers and readers, so the groups
+    cost O(ops + parameters), not O(ops x parameters)."""
+    writers: dict[str, set[int]] = {}
+    readers: dict[str, set[int]] = {}
+    for op in net.ops:
+        for name in op.outputs:
+            if name in net.params:
+                writers.setdefault(name, set()).add(op.index)
+        for name in op.inputs:
+            if name in net.params:
+                readers.setdefault(name, set()).add(op.index)
+    return [writers[p] | readers.get(p, set()) for p in net.params if p in writers]
 
 
 def existing_placement(net: Net) -> dict | None:

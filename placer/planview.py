@@ -4,13 +4,14 @@
 reads: enough to recompute the plan's cost by hand (every op's two times and device,
 every tensor's bytes, copy times, producer and consumers, and ``outputs_on_host``: whether
 external outputs made on the GPU pay their copy back), plus baselines, memory and the
-predicted schedules.
+predicted schedules. ``json_text(doc)`` is how it is written out.
 """
 from __future__ import annotations
 
+import json
 import math
 
-from placer.partition.problem import from_graph, gpu_memory, placement_array
+from placer.partition.problem import PIN_CPU, from_graph, gpu_memory, placement_array
 from placer.planner import PlanResult
 from placer.types import Plan
 
@@ -34,24 +35,9 @@ def optimality(plan: Plan) -> str:
 
 
 def plan_json(result: PlanResult, profiles: dict | None = None) -> dict:
-    net, plan, costs = result.typed.net, result.plan, result.costs
+    net, plan = result.typed.net, result.plan
     arr = result.arrays if result.arrays is not None else from_graph(result.graph)
     on_gpu = placement_array(plan.placement, len(net.ops))
-    copies_in, copies_out = _copies_per_op(plan)
-    ops = []
-    for row in costs.ops.itertuples(index=False):
-        i = int(row.index)
-        ops.append({
-            "index": i, "name": row.name, "type": row.type, "device": "gpu" if on_gpu[i] else "cpu",
-            "cpu_s": float(row.cpu_s), "gpu_s": float(row.gpu_s), "cpu_source": row.cpu_source,
-            "gpu_source": row.gpu_source, "reason": plan.reasons.get(i, ""), "flops": float(row.flops),
-            "param_bytes": float(row.param_bytes), "output_bytes": float(row.output_bytes),
-            "outputs": list(net.ops[i].outputs), "pinned": result.graph.nodes[i].get("pin"),
-            "copies_in": copies_in.get(i, []), "copies_out": copies_out.get(i, [])})
-    tensors = [{"name": t.name, "producer": int(t.producer), "consumers": [int(c) for c in t.consumers],
-                "bytes": float(t.bytes), "h2d_s": float(t.h2d_s), "d2h_s": float(t.d2h_s),
-                "external_output": bool(t.external_output)}
-               for t in costs.tensors.itertuples(index=False)]
     params, gpu_curve, _ = gpu_memory(arr, on_gpu, curve_only=True)
     cpu_params, cpu_curve, _ = gpu_memory(arr, ~on_gpu, curve_only=True)
     h2d = sum(c.nbytes for c in plan.copies if c.direction == "h2d")
@@ -61,22 +47,51 @@ def plan_json(result: PlanResult, profiles: dict | None = None) -> dict:
         "method": result.options.method, "solver": plan.method,
         "total_s": plan.cost.total_s, "compute_s": plan.cost.compute_s, "copy_s": plan.cost.copy_s,
         "optimal": bool(plan.optimal), "gap": _gap(plan), "optimality": optimality(plan),
-        "outputs_on_host": bool(result.graph.graph.get("outputs_on_host", True)),
+        "outputs_on_host": bool(arr.outputs_on_host),
         "notes": list(plan.notes), "profiles": profiles or {},
-        "ops": ops, "tensors": tensors,
+        "ops": _op_records(result, arr, on_gpu), "tensors": _tensor_records(result.costs.tensors),
         "copies": [{"tensor": c.tensor, "direction": c.direction, "bytes": c.nbytes, "time_s": c.time_s,
                     "producer": c.producer, "consumers": list(c.consumers)} for c in plan.copies],
         "baselines": _baselines(result),
         "gpu_memory": {"used_bytes": plan.gpu_memory_bytes, "capacity_bytes": result.capacity_bytes,
                        "usable_bytes": result.usable_bytes, "param_bytes": params,
                        "peak_activation_bytes": float(gpu_curve.max()) if len(gpu_curve) else 0.0},
-        "memory_timeline": {"gpu": [params + float(x) for x in gpu_curve],
-                            "cpu": [cpu_params + float(x) for x in cpu_curve]},
+        "memory_timeline": {"gpu": (params + gpu_curve).tolist(), "cpu": (cpu_params + cpu_curve).tolist()},
         "pcie_bytes": {"h2d": h2d, "d2h": d2h},
         "schedules": {"serial": serial_schedule(result),
                       "makespan": {"makespan_s": result.makespan["makespan_s"],
                                    "events": [_event(result, e) for e in result.makespan["events"]]}},
     }
+
+
+def _op_records(result: PlanResult, arr, on_gpu) -> list[dict]:
+    """One record per op, made from whole table columns (a million ops in seconds)."""
+    ops, net, reasons = result.costs.ops, result.typed.net, result.plan.reasons
+    copies_in, copies_out = _copies_per_op(result.plan)
+    cols = {c: ops[c].tolist() for c in ("index", "name", "type", "cpu_s", "gpu_s", "cpu_source",
+                                         "gpu_source", "flops", "param_bytes", "output_bytes")}
+    pins = [(None, "cpu", "gpu")[p + 1] for p in arr.pin.tolist()]
+    device = ["gpu" if g else "cpu" for g in on_gpu.tolist()]
+    out = []
+    for k, i in enumerate(cols["index"]):
+        i = int(i)
+        out.append({
+            "index": i, "name": cols["name"][k], "type": cols["type"][k], "device": device[i],
+            "cpu_s": float(cols["cpu_s"][k]), "gpu_s": float(cols["gpu_s"][k]),
+            "cpu_source": cols["cpu_source"][k], "gpu_source": cols["gpu_source"][k],
+            "reason": reasons.get(i, ""), "flops": float(cols["flops"][k]),
+            "param_bytes": float(cols["param_bytes"][k]), "output_bytes": float(cols["output_bytes"][k]),
+            "outputs": list(net.ops[i].outputs), "pinned": pins[i],
+            "copies_in": copies_in.get(i, []), "copies_out": copies_out.get(i, [])})
+    return out
+
+
+def _tensor_records(tensors) -> list[dict]:
+    cols = [tensors[c].tolist() for c in ("name", "producer", "consumers", "bytes", "h2d_s", "d2h_s",
+                                          "external_output")]
+    return [{"name": name, "producer": int(producer), "consumers": [int(c) for c in consumers],
+             "bytes": float(nbytes), "h2d_s": float(h2d), "d2h_s": float(d2h), "external_output": bool(ext)}
+            for name, producer, consumers, nbytes, h2d, d2h, ext in zip(*cols)]
 
 
 def _gap(plan: Plan) -> float | None:
@@ -112,11 +127,11 @@ def _existing_caveat(result: PlanResult, existing: Plan) -> dict:
     """The file's own placement may put on the GPU ops that placer must keep on the CPU (no
     GPU kernel it knows of, or an unknown type priced at --unknown-op-cost): say so, since
     that is how it can look cheaper than an optimal plan."""
-    nodes = result.graph.nodes
-    forced = [i for i, d in existing.placement.items() if d.is_gpu and nodes[i].get("pin") == "cpu"]
+    arr = result.arrays if result.arrays is not None else from_graph(result.graph)
+    forced = [i for i, d in existing.placement.items() if d.is_gpu and arr.pin[i] == PIN_CPU]
     if not forced:
         return {}
-    types = sorted({nodes[i]["type"] for i in forced})
+    types = sorted({arr.types[i] for i in forced})
     return {"note": f"places {len(forced)} op(s) on the GPU that this plan must keep on the CPU "
                     f"({', '.join(types)}: no GPU kernel known to placer; their GPU time is a guess)"}
 
@@ -174,6 +189,34 @@ def _op_name(net, i: int) -> str:
     return op.name or (op.outputs[0] if op.outputs else f"#{i}")
 
 
+def json_text(doc) -> str:
+    """``doc`` as JSON text laid out for people and diff tools alike: a dict one key a line
+    (indented one space a level), a list of records one record a line, a list of numbers
+    on one line.
+
+    Python's json module encodes in C only without ``indent`` (its indented encoder is
+    pure Python: about 6 s for the plan of a 100k-op net), so each record is encoded whole
+    by the C encoder and only the few enclosing dicts and lists are laid out here."""
+    out: list[str] = []
+    _lay_out(doc, 0, out)
+    return "".join(out)
+
+
+def _lay_out(value, depth: int, out: list[str]) -> None:
+    pad, inner = " " * depth, " " * (depth + 1)
+    if isinstance(value, dict) and value:
+        out.append("{\n")
+        for k, (key, item) in enumerate(value.items()):
+            out.append(f"{inner}{json.dumps(str(key))}: ")
+            _lay_out(item, depth + 1, out)
+            out.append(",\n" if k < len(value) - 1 else "\n")
+        out.append(pad + "}")
+    elif isinstance(value, list) and any(isinstance(item, (dict, list)) for item in value):
+        out.append("[\n" + ",\n".join(inner + json.dumps(item) for item in value) + "\n" + pad + "]")
+    else:
+        out.append(json.dumps(value))
+
+
 def fmt_bytes(n: float) -> str:
     if n is None or not math.isfinite(n):
         return "?"
@@ -191,4 +234,4 @@ def fmt_time(s: float) -> str:
     return f"{s * 1e6:.3g} us"
 
 
-__all__ = ["plan_json", "serial_schedule", "optimality", "fmt_bytes", "fmt_time"]
+__all__ = ["plan_json", "json_text", "serial_schedule", "optimality", "fmt_bytes", "fmt_time"]

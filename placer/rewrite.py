@@ -45,138 +45,176 @@ def _kind(dev: Device) -> str:
 
 
 def _set_device(op: pb.OperatorDef, dev: Device) -> None:
-    op.device_option.device_type = pb.PROTO_CUDA if dev.is_gpu else pb.PROTO_CPU
-    op.device_option.device_id = dev.index if dev.is_gpu else 0
+    option = op.device_option
+    option.device_type = pb.PROTO_CUDA if dev.is_gpu else pb.PROTO_CPU
+    option.device_id = dev.index if dev.is_gpu else 0
 
 
 def place(net: Net, placement: Sequence[Device], outputs_on_host: bool = True) -> PlacedNet:
-    """Write ``net`` with op ``i`` on ``placement[i]`` (see the module docstring)."""
+    """Write ``net`` with op ``i`` on ``placement[i]`` (see the module docstring).
+
+    Each step below is one pass over the ops or blobs (dicts and sets, no scans of
+    protobuf lists), so a placed net of a million ops takes seconds."""
     if len(placement) != len(net.ops):
         raise PlacerError(f"placement has {len(placement)} entries for {len(net.ops)} ops")
     gpus = {d.index for d in placement if d.is_gpu}
-    gpu = Device("gpu", min(gpus) if gpus else 0)
-    taken = _all_blob_names(net)
+    names = _Names(net, placement, Device("gpu", min(gpus) if gpus else 0), outputs_on_host)
+    predict, copies = _placed_predict(net, placement, names)
+    init = _placed_init(net, names) if net.init_proto is not None else None
+    return PlacedNet(predict, init, copies)
 
-    def fresh(base: str) -> str:
-        name = base
-        k = 1
-        while name in taken:
+
+class _Names:
+    """Which version of a blob each op reads, and what each version is called on each device.
+
+    1. versions: the producer of the version each op input reads (EXTERNAL, PARAM or an op);
+    2. names: a version made on one device and read on the other gets a copy named
+       ``<blob>_gpu<N>`` / ``<blob>_cpu``; an external output made on the GPU keeps the user's
+       name for its host copy (and its in-place chain on the GPU gets the GPU name); a
+       parameter read on both devices (or on the GPU but filled by a CPU-only op) gets a
+       GPU twin ``<blob>_gpu<N>``."""
+
+    def __init__(self, net: Net, placement: Sequence[Device], gpu: Device, outputs_on_host: bool):
+        self.net, self.gpu = net, gpu
+        self.kinds = [_kind(d) for d in placement]
+        self.taken = _all_blob_names(net)
+        self.reads, consumers, final_version = self._versions(net)
+        self.home: dict[tuple[str, int], str] = {}   # name of a version on its producer's device
+        self.other: dict[tuple[str, int], str] = {}  # name of its copy on the other device
+        if outputs_on_host:
+            self._outputs_come_home(final_version)
+        self.param_devices: dict[str, set[str]] = {}
+        self._crossings(consumers)
+        self.cpu_only = _cpu_only_fills(net)
+        self.param_name: dict[tuple[str, str], str] = {}  # (param, device kind) -> blob name
+        for name, kinds in self.param_devices.items():
+            if kinds == {"cpu", "gpu"} or (kinds == {"gpu"} and name in self.cpu_only):
+                self.param_name[(name, "cpu")] = name
+                self.param_name[(name, "gpu")] = self.fresh(f"{name}_gpu{gpu.index}")
+            else:
+                self.param_name[(name, next(iter(kinds)))] = name
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.taken:
             name, k = f"{base}_{k}", k + 1
-        taken.add(name)
+        self.taken.add(name)
         return name
 
-    # 1. versions: which producer made the blob each op input reads.
-    producer_of: dict[str, int] = {b: (PARAM if b in net.params else EXTERNAL) for b in net.external_inputs}
-    reads: list[list[int]] = []
-    consumers: dict[tuple[str, int], list[int]] = {}
-    for op in net.ops:
-        row = []
-        for name in op.inputs:
-            p = producer_of.get(name, EXTERNAL)
-            row.append(p)
-            consumers.setdefault((name, p), []).append(op.index)
-        reads.append(row)
-        for name in op.outputs:
-            producer_of[name] = op.index
-    final_version = dict(producer_of)
+    @staticmethod
+    def _versions(net: Net):
+        producer_of: dict[str, int] = {b: (PARAM if b in net.params else EXTERNAL) for b in net.external_inputs}
+        reads: list[list[int]] = []
+        consumers: dict[tuple[str, int], list[int]] = {}
+        for op in net.ops:
+            row = [producer_of.get(name, EXTERNAL) for name in op.inputs]
+            for name, p in zip(op.inputs, row):
+                consumers.setdefault((name, p), []).append(op.index)
+            reads.append(row)
+            for name in op.outputs:
+                producer_of[name] = op.index
+        return reads, consumers, producer_of
 
-    def dev_of(p: int) -> str:
-        return "cpu" if p == EXTERNAL else _kind(placement[p])
+    def dev_of(self, p: int) -> str:
+        return "cpu" if p == EXTERNAL else self.kinds[p]
 
-    # 2. names: where each version lives on each device.
-    home: dict[tuple[str, int], str] = {}  # name of the version on its producer's device
-    other: dict[tuple[str, int], str] = {}  # name of its copy on the other device
-    for out in net.external_outputs:
-        p = final_version.get(out)
-        if outputs_on_host and p is not None and p >= 0 and placement[p].is_gpu:
-            home[(out, p)] = fresh(f"{out}_gpu{gpu.index}")
-            other[(out, p)] = out
-            # the in-place chain that made it keeps one (GPU) name, so it stays in place
-            while out in net.ops[p].inputs:
-                prev = reads[p][net.ops[p].inputs.index(out)]
-                if prev < 0 or not placement[prev].is_gpu:
-                    break
-                home[(out, prev)] = home[(out, p)]
-                p = prev
-    param_devices: dict[str, set[str]] = {}
-    for (name, p), users in consumers.items():
+    def _outputs_come_home(self, final_version: dict[str, int]) -> None:
+        ops, kinds = self.net.ops, self.kinds
+        for out in self.net.external_outputs:
+            p = final_version.get(out)
+            if p is not None and p >= 0 and kinds[p] == "gpu":
+                self.home[(out, p)] = self.fresh(f"{out}_gpu{self.gpu.index}")
+                self.other[(out, p)] = out
+                # the in-place chain that made it keeps one (GPU) name, so it stays in place
+                while out in ops[p].inputs:
+                    prev = self.reads[p][ops[p].inputs.index(out)]
+                    if prev < 0 or kinds[prev] != "gpu":
+                        break
+                    self.home[(out, prev)] = self.home[(out, p)]
+                    p = prev
+
+    def _crossings(self, consumers: dict[tuple[str, int], list[int]]) -> None:
+        kinds = self.kinds
+        for (name, p), users in consumers.items():
+            if p == PARAM:
+                self.param_devices.setdefault(name, set()).update(kinds[u] for u in users)
+                continue
+            where = self.dev_of(p)
+            if (name, p) not in self.other and any(kinds[u] != where for u in users):
+                suffix = "_cpu" if where == "gpu" else f"_gpu{self.gpu.index}"
+                self.other[(name, p)] = self.fresh(name + suffix)
+
+    def on(self, name: str, p: int, kind: str) -> str:
+        """The name of version ``(name, p)`` on device kind ``kind``."""
         if p == PARAM:
-            param_devices.setdefault(name, set()).update(_kind(placement[u]) for u in users)
-            continue
-        if any(dev_of(p) != _kind(placement[u]) for u in users) and (name, p) not in other:
-            suffix = "_cpu" if dev_of(p) == "gpu" else f"_gpu{gpu.index}"
-            other[(name, p)] = fresh(name + suffix)
-    param_name = {}  # (param, device kind) -> blob name
-    cpu_only = _cpu_only_fills(net)
-    for name, kinds in param_devices.items():
-        if kinds == {"cpu", "gpu"} or (kinds == {"gpu"} and name in cpu_only):
-            param_name[(name, "cpu")] = name
-            param_name[(name, "gpu")] = fresh(f"{name}_gpu{gpu.index}")
-        else:
-            param_name[(name, next(iter(kinds)))] = name
+            return self.param_name.get((name, kind), name)
+        if self.dev_of(p) == kind:
+            return self.home.get((name, p), name)
+        return self.other[(name, p)]
 
-    def name_on(name: str, p: int, kind: str) -> str:
-        if p == PARAM:
-            return param_name.get((name, kind), name)
-        if dev_of(p) == kind:
-            return home.get((name, p), name)
-        return other[(name, p)]
 
-    # 3. the placed predict net: ops in order, copies right after their producers.
+def _placed_predict(net: Net, placement: Sequence[Device], names: _Names):
+    """Ops in order, each copy right after its producer (external inputs' at the top)."""
     out_net = pb.NetDef()
     out_net.CopyFrom(net.proto)
     del out_net.op[:]
     copies: list[tuple[str, str, str]] = []
+    gpu, other, home = names.gpu, names.other, names.home
 
-    def emit_copies(versions: list[tuple[str, int]]) -> None:
-        for name, p in versions:
-            if (name, p) not in other:
-                continue
-            src, dst = name_on(name, p, dev_of(p)), other[(name, p)]
-            to_gpu = dev_of(p) == "cpu"
-            copy = pb.OperatorDef(type="CopyCPUToGPU" if to_gpu else "CopyGPUToCPU", input=[src], output=[dst])
-            _set_device(copy, gpu)
-            out_net.op.append(copy)
-            copies.append((name, "h2d" if to_gpu else "d2h", dst))
+    def emit_copy(name: str, p: int) -> None:
+        src, dst = names.on(name, p, names.dev_of(p)), other[(name, p)]
+        to_gpu = names.dev_of(p) == "cpu"
+        copy = out_net.op.add(type="CopyCPUToGPU" if to_gpu else "CopyGPUToCPU", input=[src], output=[dst])
+        _set_device(copy, gpu)
+        copies.append((name, "h2d" if to_gpu else "d2h", dst))
 
-    emit_copies([key for key in other if key[1] == EXTERNAL])
-    for op in net.ops:
-        dev = placement[op.index]
-        new = pb.OperatorDef()
+    for name, p in [key for key in other if key[1] == EXTERNAL]:
+        emit_copy(name, p)
+    for op, dev, kind, reads in zip(net.ops, placement, names.kinds, names.reads):
+        new = out_net.op.add()
         new.CopyFrom(op.proto)
-        for k, (name, p) in enumerate(zip(op.inputs, reads[op.index])):
-            new.input[k] = name_on(name, p, _kind(dev))
+        for k, (name, p) in enumerate(zip(op.inputs, reads)):
+            renamed = names.on(name, p, kind)
+            if renamed != name:
+                new.input[k] = renamed
         for k, name in enumerate(op.outputs):
-            new.output[k] = home.get((name, op.index), name)
+            renamed = home.get((name, op.index), name)
+            if renamed != name:
+                new.output[k] = renamed
         _set_device(new, dev)
-        out_net.op.append(new)
-        emit_copies([(name, op.index) for name in dict.fromkeys(op.outputs)])
-    for (name, kind), blob in param_name.items():
-        if blob != name and blob not in out_net.external_input:
+        for name in dict.fromkeys(op.outputs):
+            if (name, op.index) in other:
+                emit_copy(name, op.index)
+    listed = set(out_net.external_input)
+    for (name, kind), blob in names.param_name.items():
+        if blob != name and blob not in listed:
             out_net.external_input.append(blob)
+            listed.add(blob)
+    return out_net, copies
 
-    # 4. the placed init net: each fill op on the device of its parameter's consumers; a
-    #    parameter used on both devices is filled on the CPU and copied once, at init time
-    #    (a second fill would draw other random values).
-    init = None
-    if net.init_proto is not None:
-        init = pb.NetDef()
-        init.CopyFrom(net.init_proto)
-        del init.op[:]
-        for fill in net.init_proto.op:
-            kinds = set().union(*(param_devices.get(o, set()) for o in fill.output)) or {"cpu"}
-            new = pb.OperatorDef()
-            new.CopyFrom(fill)
-            on_gpu = kinds == {"gpu"} and not cpu_only.intersection(fill.output)
-            _set_device(new, gpu if on_gpu else Device("cpu"))
-            init.op.append(new)
-            for o in fill.output:
-                if param_name.get((o, "gpu"), o) != o:
-                    copy = pb.OperatorDef(type="CopyCPUToGPU", input=[o], output=[param_name[(o, "gpu")]])
-                    _set_device(copy, gpu)
-                    init.op.append(copy)
-                    init.external_output.append(param_name[(o, "gpu")])
-    return PlacedNet(out_net, init, copies)
+
+def _placed_init(net: Net, names: _Names) -> pb.NetDef:
+    """Each fill op on the device of its parameter's consumers; a parameter used on both
+    devices is filled on the CPU and copied once, at init time (a second fill would draw
+    other random values)."""
+    init = pb.NetDef()
+    init.CopyFrom(net.init_proto)
+    del init.op[:]
+    gpu, param_devices, param_name, cpu_only = names.gpu, names.param_devices, names.param_name, names.cpu_only
+    cpu = Device("cpu")
+    for fill in net.init_proto.op:
+        kinds = set().union(*(param_devices.get(o, ()) for o in fill.output)) or {"cpu"}
+        new = init.op.add()
+        new.CopyFrom(fill)
+        on_gpu = kinds == {"gpu"} and not cpu_only.intersection(fill.output)
+        _set_device(new, gpu if on_gpu else cpu)
+        for o in fill.output:
+            twin = param_name.get((o, "gpu"), o)
+            if twin != o:
+                copy = init.op.add(type="CopyCPUToGPU", input=[o], output=[twin])
+                _set_device(copy, gpu)
+                init.external_output.append(twin)
+    return init
 
 
 def _cpu_only_fills(net: Net) -> set[str]:

@@ -7,12 +7,12 @@ import math
 import re
 import sys
 
-from placer.commands.common import add_net_arguments, load_typed_net
+from placer.commands.common import StageClock, add_net_arguments, load_typed_net
 from placer.errors import PlacerError
 from placer.fileio import atomic_write_text, refuse_overwrite
 from placer.partition import METHODS
 from placer.planner import PlanOptions, plan
-from placer.planview import fmt_bytes, fmt_time, plan_json
+from placer.planview import fmt_bytes, fmt_time, json_text, plan_json
 from placer.profiling import add_profile_arguments, profiles_from_args
 
 HELP = "find the best CPU/GPU placement and write the placed net"
@@ -59,6 +59,7 @@ def add_arguments(p) -> None:
     o.add_argument("--json", action="store_true", help="print the plan as JSON instead of tables")
     o.add_argument("--plan-out", metavar="PLAN.json", help="also write the plan JSON to a file")
     o.add_argument("--all", action="store_true", help=f"print every op (default: at most {MAX_ROWS} rows)")
+    o.add_argument("--timings", action="store_true", help="print the seconds each stage took on stderr")
     _add_report_arguments(o)
 
 
@@ -98,7 +99,8 @@ def run(args) -> int:
     for option, value in (("--time-limit", args.time_limit), ("--unknown-op-cost", args.unknown_op_cost)):
         if not math.isfinite(value) or value < 0:
             raise PlacerError(f"{option} {value}: must be a number of seconds >= 0")
-    typed = load_typed_net(args, complete=True)
+    clock = StageClock()
+    typed = load_typed_net(args, complete=True, clock=clock)
     if args.init_out and typed.net.init_proto is None:  # before anything is written
         raise PlacerError("--init-out: the net has no init net to place", hint="give --init-net")
     cpu, gpu = profiles_from_args(args)
@@ -106,17 +108,20 @@ def run(args) -> int:
                           reserve=parse_fraction(args.gpu_reserve), pins=tuple(args.pin),
                           keep_existing=args.keep_existing, outputs_on_host=args.outputs_on_host,
                           time_limit_s=args.time_limit, unknown_op_cost_s=args.unknown_op_cost)
-    result = plan(typed, cpu, gpu, options)
-    doc = plan_json(result, {"cpu": {"name": cpu.name, "source": _source(cpu)},
-                             "gpu": {"name": gpu.name, "source": _source(gpu)}})
-    written = _write_outputs(args, result, doc)
-    if args.json:
-        json.dump(doc, sys.stdout, indent=1)
-        print()
-    else:
-        print_plan(doc, all_rows=args.all)
-        for what, path in written:
-            print(f"wrote {what}: {path}")
+    result = plan(typed, cpu, gpu, options, clock=clock)
+    with clock("json"):
+        doc = plan_json(result, {"cpu": {"name": cpu.name, "source": _source(cpu)},
+                                 "gpu": {"name": gpu.name, "source": _source(gpu)}})
+    written = _write_outputs(args, result, doc, clock)
+    with clock("print"):
+        if args.json:
+            print(json_text(doc))
+        else:
+            print_plan(doc, all_rows=args.all)
+            for what, path in written:
+                print(f"wrote {what}: {path}")
+    if args.timings:
+        clock.print()
     return 0
 
 
@@ -141,14 +146,34 @@ def _source(profile) -> str:
     return str(src.get("kind", "")) + (f" ({src['host']})" if src.get("host") else "")
 
 
-def _write_outputs(args, result, doc) -> list[tuple[str, str]]:
+def _write_outputs(args, result, doc, clock) -> list[tuple[str, str]]:
+    written = _write_placed(args, result, clock) if args.output or args.init_out else []
+    if args.plan_out:
+        with clock("plan-out"):
+            atomic_write_text(args.plan_out, json_text(doc) + "\n")
+        written.append(("plan JSON", args.plan_out))
+    if getattr(args, "report", None):
+        from placer.report.html import write_report
+        with clock("report"):
+            write_report(doc, None, args.report)
+        written.append(("report", args.report))
+    if getattr(args, "trace", None):
+        from placer.report.trace import write_trace
+        with clock("report"):
+            write_trace(doc, args.trace)
+        written.append(("predicted trace", args.trace))
+    return written
+
+
+def _write_placed(args, result, clock) -> list[tuple[str, str]]:
     from placer.formats.caffe2 import save_netdef
     from placer.rewrite import place
     written = []
-    if args.output or args.init_out:
-        net = result.typed.net
+    net = result.typed.net
+    with clock("rewrite"):
         placed = place(net, [result.plan.placement[i] for i in range(len(net.ops))],
                        outputs_on_host=args.outputs_on_host)
+    with clock("write"):
         if args.output:
             save_netdef(placed.predict, args.output)
             written.append(("placed net", args.output))
@@ -158,17 +183,6 @@ def _write_outputs(args, result, doc) -> list[tuple[str, str]]:
         if args.init_out:
             save_netdef(placed.init, args.init_out)
             written.append(("placed init net", args.init_out))
-    if args.plan_out:
-        atomic_write_text(args.plan_out, json.dumps(doc, indent=1) + "\n")
-        written.append(("plan JSON", args.plan_out))
-    if getattr(args, "report", None):
-        from placer.report.html import write_report
-        write_report(doc, None, args.report)
-        written.append(("report", args.report))
-    if getattr(args, "trace", None):
-        from placer.report.trace import write_trace
-        write_trace(doc, args.trace)
-        written.append(("predicted trace", args.trace))
     return written
 
 
