@@ -131,8 +131,8 @@ def generate(kind: str, n_ops: int, folder: Path) -> dict[str, Path]:
 
 # ---------------------------------------------------------------- runs
 
-def run_child(cmd: list[str], cwd: Path, log: Path) -> tuple[int, str, float, float]:
-    """(returncode, stderr, wall s, peak RSS MB) of one fresh process; stdout goes to ``log``."""
+def run_child(cmd: list[str], cwd: Path, log: Path) -> tuple[int, str, float, float, float]:
+    """(returncode, stderr, wall s, CPU s, peak RSS MB) of one fresh process; stdout goes to ``log``."""
     t0 = time.perf_counter()
     with open(log, "w") as out, open(log.with_suffix(".err"), "w+") as err:
         proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err,
@@ -141,7 +141,7 @@ def run_child(cmd: list[str], cwd: Path, log: Path) -> tuple[int, str, float, fl
         proc.returncode = os.waitstatus_to_exitcode(status)
         wall = time.perf_counter() - t0
         err.seek(0)
-        return proc.returncode, err.read(), wall, usage.ru_maxrss / 1024
+        return proc.returncode, err.read(), wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def plan_command(paths: tuple[Path, Path], kind: str, out: Path) -> list[str]:
@@ -182,13 +182,17 @@ def main(argv=None) -> None:
     ap.add_argument("--encoding", action="append", choices=("text", "binary"),
                     help="net file encoding (repeatable; default both)")
     ap.add_argument("--dir", type=Path, default=Path("/tmp/placer-cli-scale"), help="where nets are generated")
-    ap.add_argument("--profile", type=int, metavar="N", help="cProfile one run of the fc net of N ops instead")
+    ap.add_argument("--cpu", action="store_true", help="stage columns in CPU seconds (steadier on a busy host)")
+    ap.add_argument("--profile", type=int, metavar="N", help="cProfile one run of a net of N ops instead")
     args = ap.parse_args(argv)
     if args.profile:
         return profile(args.kind[0] if args.kind else "fc", args.profile, args.dir,
                        (args.encoding or ["binary"])[0])
-    header = f"{'kind':>6} {'ops':>9} {'enc':>6} {'pb parse':>8} " + " ".join(f"{s:>9}" for s in STAGES)
-    print(header + f" {'total s':>8} {'peak MB':>8}", flush=True)
+    which = 1 if args.cpu else 0
+    print(f"stage columns: {'CPU' if args.cpu else 'wall'} seconds; 'start' is the rest of the run "
+          "(interpreter, imports, profiles); 'pb parse': protobuf alone on the same files")
+    print(f"{'kind':>6} {'ops':>9} {'enc':>6} {'pb parse':>8} " + " ".join(f"{s:>9}" for s in STAGES)
+          + f" {'start':>6} {'wall s':>8} {'cpu s':>8} {'peak MB':>8}", flush=True)
     for kind in args.kind or ["fc"]:
         for n in args.sizes:
             paths = generate(kind, n, args.dir)
@@ -196,14 +200,15 @@ def main(argv=None) -> None:
                 out = args.dir / f"out_{kind}_{n}_{enc}"
                 out.mkdir(parents=True, exist_ok=True)
                 pb_s = protobuf_parse_s(paths[enc])
-                rc, err, wall, rss = run_child(plan_command(paths[enc], kind, out), ROOT, out / "stdout.txt")
+                rc, err, wall, cpu, rss = run_child(plan_command(paths[enc], kind, out), ROOT, out / "stdout.txt")
                 if rc:
                     print(f"{kind:>6} {n:>9} {enc:>6} failed: {err.strip().splitlines()[-1:]}", flush=True)
                     continue
-                t = stage_times(err)
+                t = stage_times(err, which)
+                rest = (cpu if args.cpu else wall) - t.get("total", 0.0)
                 print(f"{kind:>6} {n:>9} {enc:>6} {pb_s:>8.2f} "
                       + " ".join(f"{t.get(s, float('nan')):>9.2f}" for s in STAGES)
-                      + f" {wall:>8.2f} {rss:>8.0f}", flush=True)
+                      + f" {rest:>6.2f} {wall:>8.2f} {cpu:>8.2f} {rss:>8.0f}", flush=True)
 
 
 def profile(kind: str, n: int, folder: Path, encoding: str = "binary", top: int = 40) -> None:

@@ -64,9 +64,10 @@ def add_arguments(p) -> None:
 
 
 def _add_report_arguments(o) -> None:
-    try:
-        import placer.report.html  # noqa: F401
-    except ImportError:
+    # looked up, not imported: matplotlib takes about a second to import, which every
+    # plan would pay whether it writes a report or not
+    from importlib.util import find_spec
+    if not all(find_spec(m) for m in ("jinja2", "matplotlib")):
         return
     o.add_argument("--report", metavar="OUT.html", help="write the self-contained HTML report")
     o.add_argument("--trace", metavar="OUT.json", help="write the predicted timeline as a Chrome trace")
