@@ -472,28 +472,31 @@ def _tensor_columns(typed_net: TypedNet, model: CostModel) -> dict[str, list]:
     """One row per version of a blob: an in-place op's output is a new tensor (same name,
     its own producer), so a copy is priced for the version its reader actually reads."""
     net = typed_net.net
+    params = net.params
     current: dict[str, int] = {}           # blob -> producer of its live version
     made: dict[tuple[str, int], TensorType | None] = {}
     rows: dict[tuple[str, int], list] = {}  # (blob, producer) -> [consumers, type, external output]
     for op in net.ops:
+        i = op.index
         for b, t in zip(op.inputs, _op_types(typed_net, op, "inputs")):
-            producer = current.get(b, PARAMETER if b in net.params else EXTERNAL_INPUT)
-            row = rows.get((b, producer))
+            producer = current.get(b)
+            key = (b, producer if producer is not None else PARAMETER if b in params else EXTERNAL_INPUT)
+            row = rows.get(key)
             if row is None:
-                row = rows[(b, producer)] = [[], made.get((b, producer), t), False]
-            users = row[0]
-            if not users or users[-1] != op.index:
-                users.append(op.index)
+                rows[key] = [[i], made.get(key, t), False]
+            elif row[0][-1] != i:
+                row[0].append(i)
         for b, t in zip(op.outputs, _op_types(typed_net, op, "outputs")):
-            current[b] = op.index
-            made[(b, op.index)] = t
+            current[b] = i
+            made[(b, i)] = t
     for b in net.external_outputs:
-        producer = current.get(b, PARAMETER if b in net.params else EXTERNAL_INPUT)
-        row = rows.get((b, producer))
+        key = (b, current.get(b, PARAMETER if b in params else EXTERNAL_INPUT))
+        row = rows.get(key)
         if row is None:
-            row = rows[(b, producer)] = [[], made.get((b, producer), typed_net.blobs.get(b)), False]
+            row = rows[key] = [[], made.get(key, typed_net.blobs.get(b)), False]
         row[2] = True
-    nbytes = [float(t.nbytes) if t is not None else 0.0 for _, t, _ in rows.values()]
+    sizes = {t: float(t.nbytes) for t in {t for _, t, _ in rows.values() if t is not None}}
+    nbytes = [sizes[t] if t is not None else 0.0 for _, t, _ in rows.values()]
     h2d, d2h = _copy_times(model, nbytes)
     return {"name": [b for b, _ in rows], "producer": [p for _, p in rows],
             "consumers": [r[0] for r in rows.values()], "bytes": nbytes, "h2d_s": h2d, "d2h_s": d2h,

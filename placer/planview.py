@@ -158,16 +158,17 @@ def serial_schedule(result: PlanResult) -> dict:
         when = c.producer + 1 if c.direction == "d2h" else first_reader  # before step `when`
         pending.setdefault(when, []).append(c)
     t, events = 0.0, []
-    cpu_s, gpu_s = result.costs.ops["cpu_s"].to_numpy(), result.costs.ops["gpu_s"].to_numpy()
+    cpu_s, gpu_s = result.costs.ops["cpu_s"].tolist(), result.costs.ops["gpu_s"].tolist()
+    on_gpu = placement_array(plan.placement, len(net.ops)).tolist()
     for i in range(len(net.ops) + 1):
-        for c in pending.get(i, []):
+        for c in pending.get(i, ()):
             events.append({"lane": c.direction, "kind": "copy", "name": c.tensor, "op": None,
                            "tensor": c.tensor, "type": None, "bytes": c.nbytes,
                            "start_s": t, "end_s": t + c.time_s})
             t += c.time_s
         if i == len(net.ops):
             break
-        gpu = plan.placement[i].is_gpu
+        gpu = on_gpu[i]
         dur = float(gpu_s[i] if gpu else cpu_s[i])
         events.append({"lane": "gpu" if gpu else "cpu", "kind": "op", "name": _op_name(net, i), "op": i,
                        "tensor": None, "type": net.ops[i].type, "bytes": None, "start_s": t, "end_s": t + dur})
@@ -178,8 +179,10 @@ def serial_schedule(result: PlanResult) -> dict:
 def _event(result: PlanResult, e: dict) -> dict:
     net, i = result.typed.net, e.get("op")
     out = dict(e)
-    out.setdefault("name", e.get("tensor") if i is None else _op_name(net, i))
-    out.setdefault("type", None if i is None else net.ops[i].type)
+    if "name" not in out:
+        out["name"] = e.get("tensor") if i is None else _op_name(net, i)
+    if "type" not in out:
+        out["type"] = None if i is None else net.ops[i].type
     out.setdefault("bytes", None)
     return out
 

@@ -107,12 +107,17 @@ class _Names:
         reads: list[list[int]] = []
         consumers: dict[tuple[str, int], list[int]] = {}
         for op in net.ops:
+            i = op.index
             row = [producer_of.get(name, EXTERNAL) for name in op.inputs]
-            for name, p in zip(op.inputs, row):
-                consumers.setdefault((name, p), []).append(op.index)
+            for key in zip(op.inputs, row):
+                users = consumers.get(key)
+                if users is None:
+                    consumers[key] = [i]
+                else:
+                    users.append(i)
             reads.append(row)
             for name in op.outputs:
-                producer_of[name] = op.index
+                producer_of[name] = i
         return reads, consumers, producer_of
 
     def dev_of(self, p: int) -> str:
@@ -134,15 +139,20 @@ class _Names:
                     p = prev
 
     def _crossings(self, consumers: dict[tuple[str, int], list[int]]) -> None:
-        kinds = self.kinds
-        for (name, p), users in consumers.items():
+        kind_of = self.kinds.__getitem__
+        for key, users in consumers.items():
+            name, p = key
             if p == PARAM:
-                self.param_devices.setdefault(name, set()).update(kinds[u] for u in users)
+                self.param_devices.setdefault(name, set()).update(map(kind_of, users))
                 continue
-            where = self.dev_of(p)
-            if (name, p) not in self.other and any(kinds[u] != where for u in users):
-                suffix = "_cpu" if where == "gpu" else f"_gpu{self.gpu.index}"
-                self.other[(name, p)] = self.fresh(name + suffix)
+            if key in self.other:
+                continue
+            where = "cpu" if p == EXTERNAL else kind_of(p)
+            for u in users:
+                if kind_of(u) != where:
+                    suffix = "_cpu" if where == "gpu" else f"_gpu{self.gpu.index}"
+                    self.other[key] = self.fresh(name + suffix)
+                    break
 
     def on(self, name: str, p: int, kind: str) -> str:
         """The name of version ``(name, p)`` on device kind ``kind``."""
@@ -170,21 +180,24 @@ def _placed_predict(net: Net, placement: Sequence[Device], names: _Names):
 
     for name, p in [key for key in other if key[1] == EXTERNAL]:
         emit_copy(name, p)
+    renamed_versions = home.keys() | other.keys()
     for op, dev, kind, reads in zip(net.ops, placement, names.kinds, names.reads):
         new = out_net.op.add()
         new.CopyFrom(op.proto)
-        for k, (name, p) in enumerate(zip(op.inputs, reads)):
-            renamed = names.on(name, p, kind)
-            if renamed != name:
-                new.input[k] = renamed
-        for k, name in enumerate(op.outputs):
-            renamed = home.get((name, op.index), name)
-            if renamed != name:
-                new.output[k] = renamed
+        for k, key in enumerate(zip(op.inputs, reads)):
+            if key in renamed_versions or key[1] == PARAM:  # else read under its own name
+                renamed = names.on(*key, kind)
+                if renamed != key[0]:
+                    new.input[k] = renamed
         _set_device(new, dev)
-        for name in dict.fromkeys(op.outputs):
-            if (name, op.index) in other:
-                emit_copy(name, op.index)
+        i = op.index
+        for k, name in enumerate(op.outputs):
+            if (name, i) in renamed_versions:
+                if (name, i) in home:
+                    new.output[k] = home[(name, i)]
+        for name in (dict.fromkeys(op.outputs) if len(op.outputs) > 1 else op.outputs):
+            if (name, i) in other:
+                emit_copy(name, i)
     listed = set(out_net.external_input)
     for (name, kind), blob in names.param_name.items():
         if blob != name and blob not in listed:

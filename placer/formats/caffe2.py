@@ -311,10 +311,13 @@ def decode_device(option) -> Device:
     return Device("cpu", 0)
 
 
+_NO_ARGS = Args()  # stands in until an op's own arguments are decoded (they need its label)
+
+
 def op_from_proto(index: int, proto, default_option=None) -> Op:
     option = proto.device_option if proto.HasField("device_option") else default_option
     op = Op(index=index, type=proto.type, inputs=tuple(proto.input), outputs=tuple(proto.output),
-            args=Args(), name=proto.name, engine=proto.engine,
+            args=_NO_ARGS, name=proto.name, engine=proto.engine,
             device=decode_device(option) if option is not None else None,
             control_inputs=tuple(proto.control_input), proto=proto)
     seed = int(option.random_seed) if option is not None and option.HasField("random_seed") else 0
