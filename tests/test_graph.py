@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from placer.errors import InfeasiblePlanError
-from placer.graph import build_cost_graph
+from placer.graph import build_cost_graph, cost_arrays
 from placer.partition.problem import from_graph, serial_cost
 from placer.partition.synthetic import random_arrays, to_net_costs
 
@@ -74,3 +74,42 @@ def test_missing_columns_are_named():
     costs.ops = costs.ops.drop(columns=["gpu_s"])
     with pytest.raises(ValueError, match="gpu_s"):
         build_cost_graph(costs)
+
+
+def _same_arrays(a, b):
+    """Every field of two CostArrays equal, dtypes included."""
+    import dataclasses
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and np.array_equal(x, y), f.name
+        else:
+            assert x == y, f.name
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_cost_arrays_equal_the_arrays_of_the_networkx_graph(seed):
+    """The planner's bulk build is the graph's array form: same pins, readers, colocation."""
+    rng = np.random.default_rng(seed)
+    costs = to_net_costs(random_arrays(150, seed=seed))
+    # readers listed twice and producers reading their own blob (in place) are dropped alike
+    t = costs.tensors
+    t["consumers"] = [list(cs) + list(cs[:1]) + ([p] if p >= 0 and k % 3 == 0 else [])
+                      for k, (cs, p) in enumerate(zip(t["consumers"], t["producer"]))]
+    free = np.flatnonzero(costs.ops["gpu_kernel"].to_numpy())
+    pins = {int(i): str(rng.choice(["cpu", "gpu"])) for i in rng.choice(free, 6)}
+    colocate = [set(rng.choice(150, 3).tolist()) for _ in range(4)]
+    inplace = [tuple(rng.choice(150, 2).tolist()) for _ in range(4)]
+    for outputs_on_host in (True, False):
+        args = dict(pins=pins, colocate=colocate, inplace=inplace, outputs_on_host=outputs_on_host)
+        _same_arrays(cost_arrays(costs, **args), from_graph(build_cost_graph(costs, **args)))
+
+
+def test_cost_arrays_refuse_what_the_graph_refuses():
+    costs = hand_net([(1, 0.1), (1, 0.1, False), (1, 0.1, False)], [("a", 0, [1], 0.1, 0.1)])
+    for build in (cost_arrays, build_cost_graph):
+        # the first conflicting op in net order is named, whatever order the pins come in
+        with pytest.raises(InfeasiblePlanError, match="op #1 FC 'op1' is pinned to the GPU"):
+            build(costs, pins={2: "gpu", 1: "gpu"})
+        with pytest.raises(ValueError, match="must be 'cpu' or 'gpu'"):
+            build(costs, pins={0: "tpu"})

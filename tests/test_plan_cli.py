@@ -444,3 +444,16 @@ def test_long_nets_print_the_ops_that_matter_most_unless_all(capsys, tmp_path):
     rows = lambda text: [x for x in text.splitlines() if re.match(r"\s*\d+\s+op\d+\s", x)]  # noqa: E731
     assert len(rows(short)) == 200 and len(rows(full)) == 230
     assert "(30 more ops with smaller CPU/GPU differences not shown; --all or --json)" in short
+
+
+def test_timings_name_every_stage_on_stderr_and_leave_stdout_alone(capsys, mixed, tmp_path):
+    args = (mixed["predict"], "--init-net", mixed["init"], "-o", tmp_path / "placed.pbtxt",
+            "--plan-out", tmp_path / "plan.json")
+    rc, out, err = cli_plan(capsys, *args)
+    rc_timed, out_timed, err_timed = cli_plan(capsys, *args, "--timings")
+    assert rc == rc_timed == 0 and out == out_timed and "timing" not in err
+    rows = re.findall(r"^timing: (\S+) +([\d.]+) s wall +([\d.]+) s cpu$", err_timed, re.M)
+    assert [r[0] for r in rows] == ["parse", "shapes", "costs", "graph", "partition", "check", "baselines",
+                                    "makespan", "json", "rewrite", "write", "plan-out", "print", "total"]
+    wall = {stage: float(w) for stage, w, _ in rows}
+    assert wall["total"] == pytest.approx(sum(w for s, w in wall.items() if s != "total"), abs=0.01)

@@ -272,3 +272,57 @@ def test_a_file_placement_with_unknown_ops_on_the_gpu_is_flagged():
     assert existing["gpu_ops"] == 2
     assert "places 1 op(s) on the GPU" in existing["note"] and "MysteryOp" in existing["note"]
     assert "note" not in doc["baselines"]["all_cpu"]
+
+
+def _random_layers(rng, n_ops: int) -> NetBuilder:
+    """Ops reading random earlier blobs and parameters, some writing a parameter or their
+    own input in place: every shape the colocation rules meet."""
+    b = NetBuilder("r")
+    blobs = [b.input("x", (4, 4))]
+    params = [b.param(f"p{k}", (4, 4), "XavierFill") for k in range(6)]
+    for i in range(n_ops):
+        ins = [blobs[j] for j in rng.integers(0, len(blobs), rng.integers(1, 3))]
+        ins += [params[j] for j in rng.integers(0, len(params), rng.integers(0, 3))]
+        roll = rng.random()
+        out = (params[rng.integers(len(params))] if roll < 0.15 else ins[0] if roll < 0.35 else f"b{i}")
+        b.op("Sum", ins, out)
+        blobs.append(out)
+    return b
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_colocation_groups_equal_their_definitions_by_brute_force(seed):
+    """parameter_groups and inplace_pairs, built from one index, against a scan of every
+    op for every parameter and blob (the definitions, written out)."""
+    rng = np.random.default_rng(seed)
+    b = _random_layers(rng, 60)
+    net = net_from_netdef(b.predict, b.init)
+    expected = []
+    for p in net.params:
+        writers = {op.index for op in net.ops if p in op.outputs}
+        if writers:
+            expected.append(writers | {op.index for op in net.ops if p in op.inputs})
+    assert planner.parameter_groups(net) == expected and expected
+    pairs = set()
+    for op in net.ops:
+        for name in set(op.inputs) & set(op.outputs):
+            earlier = [o.index for o in net.ops[:op.index] if name in o.outputs]
+            if earlier:
+                pairs.add((op.index, earlier[-1]))
+    assert set(planner.inplace_pairs(net)) == pairs and pairs
+
+
+def test_plan_json_text_is_the_same_document_one_record_a_line(fan):
+    """The written plan parses to the document (the json module is the oracle), with
+    each op, tensor and event on a line of its own."""
+    import json
+
+    from placer.planview import json_text
+    doc = plan_json(run_plan(fan))
+    text = json_text(doc)
+    assert json.loads(text) == json.loads(json.dumps(doc))
+    lines = text.splitlines()
+    for op in doc["ops"]:
+        assert sum(line.strip().rstrip(",") == json.dumps(op) for line in lines) == 1
+    assert lines[0] == "{" and lines[1].startswith(' "net": ') and lines[-1] == "}"
+    assert len(lines) < 200  # records whole, not a field a line
