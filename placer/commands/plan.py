@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import re
 import sys
+from contextlib import contextmanager
 
 from placer.commands.common import StageClock, add_net_arguments, load_typed_net
 from placer.errors import PlacerError
@@ -96,6 +98,26 @@ def parse_fraction(text: str) -> float:
 
 
 def run(args) -> int:
+    with _no_cycle_collection():
+        return _run(args)
+
+
+@contextmanager
+def _no_cycle_collection():
+    """Python's cycle collector off while planning: a plan makes millions of small objects
+    (ops, rows, records) and almost no reference cycles, and the collector would walk them
+    all again each time they grow by a quarter: about a quarter of the CPU time of a
+    100k-op plan, for no memory back (reference counting frees what the plan drops)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _run(args) -> int:
     _check_outputs(args)
     for option, value in (("--time-limit", args.time_limit), ("--unknown-op-cost", args.unknown_op_cost)):
         if not math.isfinite(value) or value < 0:
