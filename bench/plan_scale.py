@@ -3,7 +3,9 @@
 Each case runs in a fresh process so that its peak RSS (getrusage ru_maxrss) is its own.
 Modes: "serial" (exact min-cut, Plan with copies and reasons), "memory" (GPU capacity at
 half of what the unconstrained optimum uses; Lagrangian + repair + moves, MILP off),
-"graph" (build the networkx cost graph from NetCosts-shaped tables, then plan from it).
+"graph" (build the networkx cost graph from NetCosts-shaped tables, then plan from it; and,
+for comparison, the same arrays built from the tables in bulk, as the planner does).
+bench/plan_cli_scale.py times the whole command line instead.
 Targets (issue): 100k ops under 5 s, 1M ops under 60 s.
 
     python bench/plan_scale.py              # every mode, 1k..1M (the 1M graph needs ~4 GB)
@@ -35,6 +37,10 @@ def one(n: int, mode: str) -> dict:
         t0 = time.perf_counter()
         g = build_cost_graph(costs)
         out["graph_s"] = time.perf_counter() - t0
+        from placer.graph import cost_arrays
+        t0 = time.perf_counter()
+        cost_arrays(costs)
+        out["arrays_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         plan = partition(g)
     elif mode == "memory":
@@ -53,7 +59,7 @@ def one(n: int, mode: str) -> dict:
 
 
 def main(sizes: list[int]) -> None:
-    print(f"{'ops':>9} {'mode':>7} {'plan s':>8} {'graph s':>8} {'peak MB':>8}  note")
+    print(f"{'ops':>9} {'mode':>7} {'plan s':>8} {'graph s':>8} {'arrays s':>8} {'peak MB':>8}  note")
     for n in sizes:
         for mode in ("serial", "memory", "graph"):
             r = subprocess.run([sys.executable, __file__, "--one", str(n), mode], cwd=ROOT,
@@ -64,7 +70,8 @@ def main(sizes: list[int]) -> None:
             d = json.loads(r.stdout)
             note = f"{d['gpu_ops']} ops on GPU" + (f", fits: {d['fits']}" if "fits" in d else "")
             graph = f"{d['graph_s']:.2f}" if "graph_s" in d else "-"
-            print(f"{n:>9} {mode:>7} {d['plan_s']:>8.2f} {graph:>8} {d['peak_rss_mb']:>8.0f}  {note}",
+            arrays = f"{d['arrays_s']:.2f}" if "arrays_s" in d else "-"
+            print(f"{n:>9} {mode:>7} {d['plan_s']:>8.2f} {graph:>8} {arrays:>8} {d['peak_rss_mb']:>8.0f}  {note}",
                   flush=True)
 
 
