@@ -42,14 +42,16 @@ Graph attributes (``G.graph``):
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-import networkx as nx
 import numpy as np
 import pandas as pd
 
 from placer.errors import InfeasiblePlanError
 from placer.partition.problem import PIN_CPU, PIN_GPU, PIN_NONE, CostArrays
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 OP_COLUMNS = ("index", "name", "type", "cpu_s", "gpu_s", "param_bytes", "output_bytes",
               "gpu_kernel", "known")
@@ -66,6 +68,7 @@ def build_cost_graph(net_costs, pins: dict[int, str] | None = None,
     must share a device; ``inplace`` lists (op, producer of the blob it overwrites) pairs,
     which are colocated too.
     """
+    import networkx as nx  # here: the planner itself never needs it, and it takes 0.2 s to import
     ops, tensors = net_costs.ops, net_costs.tensors
     _check_tables(ops, tensors)
     g = nx.DiGraph()
