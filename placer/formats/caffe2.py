@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
@@ -366,7 +367,14 @@ def fill_output_type(proto) -> TensorType | None:
         shape = []  # no shape argument: Caffe2 fills a scalar
     if "extra_shape" in args:
         shape += list(args["extra_shape"].ints)
-    return TensorType(tuple(shape), dtype)
+    return _tensor_type(tuple(shape), dtype)
+
+
+@lru_cache(maxsize=4096)
+def _tensor_type(shape: tuple[int, ...], dtype: str) -> TensorType:
+    """One shared (immutable) TensorType per shape and dtype: an init net fills thousands
+    of parameters of a few shapes."""
+    return TensorType(shape, dtype)
 
 
 def params_from_init(init_netdef) -> dict[str, TensorType]:
