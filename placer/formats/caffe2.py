@@ -193,7 +193,8 @@ def _text_from_upb(message, indent: int, as_one_line: bool) -> str | None:
         text = _floats_as_text_format(message, text)
         if text is None:
             return None
-    return text.rstrip("\n").replace("\n", "\n" + " " * indent)
+    text = text.rstrip("\n")
+    return text.replace("\n", "\n" + " " * indent) if indent else text
 
 
 def _floats_as_text_format(message, text: str) -> str | None:
