@@ -17,6 +17,7 @@ Net kinds (predict net + init net, written as text .pbtxt and binary .pb):
           10 ops, 8 parameters and 9 fed inputs a tower
 
     python bench/plan_cli_scale.py                          # fc nets, 1k..1M, text and binary
+    python bench/plan_cli_scale.py --cpu                    # stages in CPU seconds (busy hosts)
     python bench/plan_cli_scale.py --kind resnet --kind dlrm --sizes 1000 10000 100000
     python bench/plan_cli_scale.py --profile 30000          # cProfile of one run: top functions
     python bench/plan_cli_scale.py --dir /big/disk          # where nets are generated (reused)
@@ -28,7 +29,6 @@ RSS is the child's ru_maxrss (os.wait4).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -162,10 +162,11 @@ def stage_times(stderr: str, which: int = 0) -> dict[str, float]:
     return {m[0]: float(m[1 + which]) for m in _TIMING.findall(stderr)}
 
 
-def protobuf_parse_s(paths: tuple[Path, Path]) -> float:
-    """Seconds protobuf alone takes to parse the two files, in a fresh process."""
+def protobuf_parse_s(paths: tuple[Path, Path], cpu: bool = False) -> float:
+    """Wall (or CPU) seconds protobuf alone takes to read the two files, in a fresh process."""
+    clock = "process_time" if cpu else "perf_counter"
     code = ("import sys,time;sys.path.insert(0,sys.argv[1]);from placer.formats.caffe2 import read_netdef;"
-            "t=time.perf_counter();[read_netdef(p) for p in sys.argv[2:]];print(time.perf_counter()-t)")
+            f"t=time.{clock}();[read_netdef(p) for p in sys.argv[2:]];print(time.{clock}()-t)")
     r = subprocess.run([sys.executable, "-c", code, str(ROOT), *map(str, paths)],
                        capture_output=True, text=True)
     return float(r.stdout) if r.returncode == 0 else float("nan")
@@ -189,8 +190,8 @@ def main(argv=None) -> None:
         return profile(args.kind[0] if args.kind else "fc", args.profile, args.dir,
                        (args.encoding or ["binary"])[0])
     which = 1 if args.cpu else 0
-    print(f"stage columns: {'CPU' if args.cpu else 'wall'} seconds; 'start' is the rest of the run "
-          "(interpreter, imports, profiles); 'pb parse': protobuf alone on the same files")
+    print(f"{'CPU' if args.cpu else 'wall'} seconds; 'start' is the rest of the run (interpreter, imports, "
+          "profiles, exit); 'pb parse': protobuf alone on the same files, in another process")
     print(f"{'kind':>6} {'ops':>9} {'enc':>6} {'pb parse':>8} " + " ".join(f"{s:>9}" for s in STAGES)
           + f" {'start':>6} {'wall s':>8} {'cpu s':>8} {'peak MB':>8}", flush=True)
     for kind in args.kind or ["fc"]:
@@ -199,7 +200,7 @@ def main(argv=None) -> None:
             for enc in args.encoding or ["text", "binary"]:
                 out = args.dir / f"out_{kind}_{n}_{enc}"
                 out.mkdir(parents=True, exist_ok=True)
-                pb_s = protobuf_parse_s(paths[enc])
+                pb_s = protobuf_parse_s(paths[enc], cpu=args.cpu)
                 rc, err, wall, cpu, rss = run_child(plan_command(paths[enc], kind, out), ROOT, out / "stdout.txt")
                 if rc:
                     print(f"{kind:>6} {n:>9} {enc:>6} failed: {err.strip().splitlines()[-1:]}", flush=True)
