@@ -173,7 +173,7 @@ def protobuf_parse_s(paths: tuple[Path, Path], cpu: bool = False) -> float:
 
 
 STAGES = ("parse", "shapes", "costs", "graph", "partition", "check", "baselines", "makespan",
-          "json", "rewrite", "write", "plan-out", "print")
+          "json", "stability", "rewrite", "write", "plan-out", "print")
 
 
 def main(argv=None) -> None:

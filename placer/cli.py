@@ -13,18 +13,14 @@ import sys
 from placer.errors import PlacerError
 
 # Subcommands in the order `placer --help` lists them.
-COMMANDS = ["inspect", "convert", "run", "profile", "plan", "report", "demo"]
+COMMANDS = ["inspect", "convert", "train-net", "run", "profile", "plan", "report", "demo"]
+# Control characters (a newline in an op type read from a damaged file) printed escaped: an error is one line.
+ONE_LINE = {c: repr(chr(c))[1:-1] for c in [*range(32), 127]}
 
 
-def _available_commands() -> dict:
-    modules = {}
-    for name in COMMANDS:
-        try:
-            modules[name] = importlib.import_module(f"placer.commands.{name}")
-        except ModuleNotFoundError as e:  # a command not written yet is not offered
-            if e.name != f"placer.commands.{name}":
-                raise
-    return modules
+def _command_modules() -> dict:
+    # a command's module name is the command with "-" as "_" (train-net -> train_net.py)
+    return {name: importlib.import_module(f"placer.commands.{name.replace('-', '_')}") for name in COMMANDS}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true",
                         help="show the full traceback of an error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module in _available_commands().items():
+    for name, module in _command_modules().items():
         p = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
@@ -56,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     except PlacerError as e:
         if args.debug:
             raise
-        print(f"placer: error: {e}", file=sys.stderr)
+        print(f"placer: error: {str(e).translate(ONE_LINE)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("placer: interrupted", file=sys.stderr)

@@ -4,14 +4,18 @@ Order of trust for an op on a device (``CostModel.op_time``):
 
 1. ``measured``: the device profile has an entry for the same key (op type, input
    shapes and dtypes, the arguments that change cost); its median is the answer.
-2. ``fitted``: the profile has measured entries of the op's type (at least
-   ``MIN_TYPE_POINTS``) or else of its *family* (conv, fc, pool, ...); a roofline ``overhead + max(flops / (peak * eff_c), bytes / (bw * eff_m))``
+2. ``fitted``: the profile has measured entries of the op's variant (``variant_of``)
+   or type (at least ``MIN_TYPE_POINTS``) or else of its *family* (conv, fc, pool,
+   ...); a roofline ``overhead + max(flops / (peak * eff_c), bytes / (bw * eff_m))``
    whose overhead and efficiencies were fitted to those entries by least squares on the
    log of time (relative error, so that a 10 us op counts as much as a 10 ms one).
    Matrix products (the fc family) get a compute efficiency that grows with the rows M
    of the product, ``eff_c * M / (M + M0)`` (see ``gemm_dims``), with M0 fitted and the
    large-M limit anchored on the device's peak: a fit on batch-8 FCs then predicts
-   batch-64 ones.
+   batch-64 ones. The finest group whose fit covers its points (median error at most
+   ``FIT_MAX_MEDIAN_ERROR_PCT``) answers; where no fit of the op's groups covers its
+   points, the finest one still answers but the source is ``poor-fit``: one roofline
+   does not describe that group, and the estimate says so instead of passing for a fit.
 3. ``roofline``: the same formula with the datasheet peak and bandwidth and the default
    efficiencies of ``placer.constants``.
 4. ``unknown``: an op type with no registry entry or with unknown shapes costs
@@ -30,14 +34,15 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from placer.constants import DEFAULT_HALF_EFFICIENCY_ROWS, PEAK_GEMM_ROWS, default_efficiency
+from placer.constants import (DEFAULT_HALF_EFFICIENCY_ROWS, FIT_MAX_MEDIAN_ERROR_PCT, PEAK_GEMM_ROWS,
+                               default_efficiency)
 from placer.errors import ProfileError
 from placer.ops import registry
 from placer.profiling.schema import DeviceProfile, FamilyFit, LinkCurve, OpTiming, op_key
 from placer.shapes import args_key
 from placer.types import OpFeatures, TensorType, TypedNet
 
-SOURCES = ("measured", "fitted", "roofline", "unknown")
+SOURCES = ("measured", "fitted", "poor-fit", "roofline", "unknown")
 # Weight of the pull toward default efficiencies, in log units: being a factor e off the
 # default costs as much as a 20% error on one point.
 PRIOR_WEIGHT = 0.2
@@ -46,6 +51,7 @@ PRIOR_WEIGHT = 0.2
 OVERHEAD_PRIOR_WEIGHT = 0.02
 MAX_OVERHEAD_LAUNCHES = 100  # a fitted overhead is at most this many launch overheads
 MIN_TYPE_POINTS = 2  # measured entries an op type needs for a fit of its own
+CONCAT_FEW_INPUTS = 8  # a Concat of more inputs is fitted as "many" (see variant_of)
 # Matrix products: the pull of the efficiency at PEAK_GEMM_ROWS toward the peak anchor
 # (points at one batch size cannot split eff_c from M0 without it; points at several
 # batch sizes outweigh it), a weak pull of M0 toward its default for points that never
@@ -57,16 +63,20 @@ PEAK_ANCHOR_WEIGHT = 0.5
 GEMM_MEMORY_PRIOR_WEIGHT = 1.0
 ROWS_PRIOR_WEIGHT = 0.02
 GEMM_FAMILY = "fc"
+# Version of the fitting code (groups, model, priors): stored fits made by another version
+# are refitted. Raise it whenever a change here would fit the same entries differently.
+FIT_VERSION = 2
 
 # Op type -> family where the registry module's name is not the right grouping.
 _FAMILY_OVERRIDES = {
     "Softmax": "loss", "SoftmaxWithLoss": "loss", "Dropout": "elementwise",
     "MatMul": "fc", "BatchMatMul": "fc", "FCTransposed": "fc",
     "Gather": "embedding", "BatchGather": "embedding",
-    # Views: numpy and cupy reshape a contiguous array without touching its data, so
-    # these cost a call, not the bytes their features count.
-    "Reshape": "view", "Flatten": "view", "FlattenToVec": "view", "ExpandDims": "view",
-    "Squeeze": "view", "Alias": "view",
+    # Views: Alias hands its input on (no bytes move, no kernel on a GPU). Reshape, Flatten,
+    # FlattenToVec, Squeeze and ExpandDims are not views: their kernels copy on both
+    # devices, as Caffe2's do (an output never aliases its input), so they stay in their
+    # module's family (movement) and pay for their bytes.
+    "Alias": "view",
 }
 # Registry module (placer/ops/<module>.py) -> family.
 _MODULE_FAMILY = {
@@ -92,9 +102,16 @@ def variant_of(op_type: str, inputs: Sequence[TensorType | None], args: Mapping[
 
     Convolutions run as one GEMM per filter tap (or a broadcast multiply-add when each
     group has one channel), so memory traffic grows with the tap count while the
-    features count each input once: 1x1, 3x3, larger and depthwise convs are fitted
-    apart. None for every other op type.
+    features count each input once: 1x1, 3x3, larger, grouped and depthwise convs are
+    fitted apart. A depthwise conv (one channel per group) is elementwise work, a
+    multiply-add pass over the image per tap, bound by bytes rather than flops; a grouped
+    one runs a batch of small GEMMs (one per group), far below the efficiency of one
+    large GEMM. A Concat pays a call per input: one of many small inputs (DLRM's
+    interaction stacks 27 vectors) costs far more per byte than one of a few large ones
+    (Inception's four branches), so the two are fitted apart. None for every other op type.
     """
+    if op_type == "Concat":
+        return f"Concat/{'many' if len(inputs) > CONCAT_FEW_INPUTS else 'few'}"
     if op_type not in ("Conv", "ConvTranspose") or len(inputs) < 2 or inputs[1] is None:
         return None
     w = inputs[1].shape
@@ -105,8 +122,15 @@ def variant_of(op_type: str, inputs: Sequence[TensorType | None], args: Mapping[
     kh, kw, cg = (w[2], w[3], w[1]) if order != "NHWC" else (w[1], w[2], w[3])
     if cg == 1 and op_type == "Conv":
         return f"{op_type}/depthwise"
+    if _group(args) > 1:
+        return f"{op_type}/grouped"
     taps = kh * kw
     return f"{op_type}/{'k1' if taps == 1 else 'k3' if taps <= 9 else 'k5+'}"
+
+
+def _group(args: Mapping[str, Any]) -> int:
+    value = args.get("group", 1)
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 1
 
 
 def gemm_dims(op_type: str, inputs: Sequence[TensorType | None], args: Mapping[str, Any]) -> tuple[int, int] | None:
@@ -233,11 +257,35 @@ def fit_family(points: Sequence[OpTiming], peak: float, bandwidth: float,
             if best is None or res.cost < best.cost:
                 best = res
     o, ec, em = np.exp(best.x[:3])
-    err = np.abs(predict(best.x) - t) / t
+    err_pct = np.abs(predict(best.x) - t) / t * 100
+    median_err = float(np.median(err_pct))
     return FamilyFit(overhead_s=float(o), compute_efficiency=float(ec), memory_efficiency=float(em),
-                     points=len(points), median_abs_pct_error=float(np.median(err) * 100),
-                     half_efficiency_rows=float(math.exp(best.x[3])) if by_rows else None)
+                     points=len(points), median_abs_pct_error=median_err,
+                     half_efficiency_rows=float(math.exp(best.x[3])) if by_rows else None,
+                     p90_abs_pct_error=float(np.percentile(err_pct, 90)),
+                     spread_pct=float(np.median([p.spread for p in points]) * 100),
+                     covered=median_err <= FIT_MAX_MEDIAN_ERROR_PCT)
 
+
+def fit_groups(timing: OpTiming) -> list[str]:
+    """The fit groups a measured entry belongs to, finest first: its variant
+    (``type:Conv/k3``), its op type (``type:Conv``), its family (``conv``)."""
+    variant = variant_of(timing.type, timing.inputs, timing.args)
+    return ([f"type:{variant}"] if variant else []) + [f"type:{timing.type}", family_of(timing.type)]
+
+
+def choose_fit(fits: Mapping[str, FamilyFit], op_type: str, inputs: Sequence[TensorType | None],
+               args: Mapping[str, Any]) -> FamilyFit | None:
+    """The fit that prices an op: the finest of its groups whose fit covers its points,
+    else the finest fit it has (the caller labels that estimate ``poor-fit``), else None."""
+    variant = variant_of(op_type, inputs, args)
+    names = ([f"type:{variant}"] if variant else []) + [f"type:{op_type}", family_of(op_type)]
+    present = [fits[n] for n in names if n in fits]
+    return next((f for f in present if f.covered), present[0] if present else None)
+
+
+FIT_REPORT_COLUMNS = ["group", "overhead_s", "compute_efficiency", "memory_efficiency", "half_efficiency_rows",
+                      "points", "median_abs_pct_error", "p90_abs_pct_error", "spread_pct", "covered"]
 
 # ---------------------------------------------------------------------- the model
 
@@ -271,17 +319,20 @@ class CostModel:
 
         A type or variant gets its own fit once it has ``MIN_TYPE_POINTS`` measured entries
         (op types of one family can differ in fixed cost by 5x: a Gather vs a
-        SparseLengthsSum); every family with entries gets one. The finest fit wins. Without measured entries, the fits stored in the file.
+        SparseLengthsSum); every family with entries gets one. ``choose_fit`` picks the
+        one that prices an op. Without measured entries, the fits stored in the file; the
+        stored fits also when they were made from exactly the file's entries by this
+        fitting code (``fits_digest``), which saves refitting on every plan.
         """
         if device_kind not in self._fits:
             prof = self.profile(device_kind)
+            if prof.fits_are_current(FIT_VERSION):  # fitted by `placer profile` from these entries
+                self._fits[device_kind] = dict(prof.fits)
+                return self._fits[device_kind]
             groups: dict[str, list[OpTiming]] = {}
             for timing in prof.ops.values():
-                groups.setdefault(family_of(timing.type), []).append(timing)
-                groups.setdefault(f"type:{timing.type}", []).append(timing)
-                variant = variant_of(timing.type, timing.inputs, timing.args)
-                if variant:
-                    groups.setdefault(f"type:{variant}", []).append(timing)
+                for name in fit_groups(timing):
+                    groups.setdefault(name, []).append(timing)
             fits = dict(prof.fits)
             for name, points in groups.items():
                 if name.startswith("type:") and len(points) < MIN_TYPE_POINTS:
@@ -305,10 +356,26 @@ class CostModel:
 
     def fit_report(self, device_kind: str) -> pd.DataFrame:
         """One row per fit (family or ``type:X``): points, overhead, efficiencies, M0 of
-        matrix products, median |error| %."""
+        matrix products, and the fit's quality: median and p90 |error| %, the run-to-run
+        spread of its points (IQR / median, %), and whether it covers them."""
         rows = [{"group": name, **vars(fit)} for name, fit in sorted(self.fits(device_kind).items())]
-        return pd.DataFrame(rows, columns=["group", "overhead_s", "compute_efficiency", "memory_efficiency",
-                                           "half_efficiency_rows", "points", "median_abs_pct_error"])
+        return pd.DataFrame(rows, columns=FIT_REPORT_COLUMNS)
+
+    def op_spread(self, op_type: str, inputs: Sequence[TensorType | None], args: Mapping[str, Any],
+                  features: OpFeatures, device_kind: str) -> float:
+        """Run-to-run spread of ``op_time``'s answer as a fraction of it (IQR / median).
+
+        A measured entry's own spread; a fitted estimate's, the median spread of the points
+        of its fit; 0 for a datasheet roofline or an unknown op, which were never measured.
+        """
+        if not features.known or registry.get(op_type) is None or any(t is None for t in inputs):
+            return 0.0
+        if self.use_measured:
+            hit = self.profile(device_kind).ops.get(op_key(op_type, inputs, args))
+            if hit is not None:
+                return hit.spread
+        fit = choose_fit(self.fits(device_kind), op_type, inputs, args)
+        return (fit.spread_pct or 0.0) / 100 if fit is not None else 0.0
 
     def op_time(self, op_type: str, inputs: Sequence[TensorType | None], args: Mapping[str, Any],
                 features: OpFeatures, device_kind: str) -> tuple[float, str]:
@@ -323,17 +390,27 @@ class CostModel:
         dtype = inputs[0].dtype if inputs else "float32"
         nbytes = features.bytes_read + features.bytes_written
         fam = family_of(op_type)
-        fits = self.fits(device_kind)
-        variant = variant_of(op_type, inputs, args)
-        fit = (variant and fits.get(f"type:{variant}")) or fits.get(f"type:{op_type}") or fits.get(fam)
+        fit = choose_fit(self.fits(device_kind), op_type, inputs, args)
         if fit is not None:
             eff_c = fit.compute_efficiency
             if fit.half_efficiency_rows is not None:
                 eff_c *= row_efficiency(gemm_dims(op_type, inputs, args), fit.half_efficiency_rows)
             return roofline_s(features.flops, nbytes, prof.peak(dtype), prof.memory_bandwidth_bytes_per_s,
-                              fit.overhead_s, eff_c, fit.memory_efficiency), "fitted"
+                              fit.overhead_s, eff_c, fit.memory_efficiency), \
+                "fitted" if fit.covered else "poor-fit"
         return roofline_s(features.flops, nbytes, prof.peak(dtype), prof.memory_bandwidth_bytes_per_s,
-                          prof.launch_overhead_s, *default_efficiency(fam, device_kind)), "roofline"
+                          self._fixed_cost_s(prof, op_type, inputs, args),
+                          *default_efficiency(fam, device_kind)), "roofline"
+
+    @staticmethod
+    def _fixed_cost_s(prof: DeviceProfile, op_type: str, inputs: Sequence[TensorType],
+                      args: Mapping[str, Any]) -> float:
+        """The roofline's overhead: on the host one call; on a GPU one launch overhead per
+        kernel the op's GPU kernel launches (``OpDef.launches``: a cupy Sigmoid is 5, a
+        3x3 convolution ~20), since each launch costs host time that tiny kernels cannot hide."""
+        if prof.kind != "gpu":
+            return prof.launch_overhead_s
+        return registry.get(op_type).launch_count(inputs, args) * prof.launch_overhead_s
 
     def copy_time(self, nbytes: float, direction: str, pinned: bool = True) -> float:
         """Seconds to copy ``nbytes`` host->GPU ("h2d") or GPU->host ("d2h")."""

@@ -13,7 +13,19 @@ from placer.errors import PlacerError
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically; a path that cannot be written (a folder, a
+    parent that is a file, no permission, a read-only or full disk) is a PlacerError."""
     path = Path(path)
+    try:
+        return _atomic_write(path, data)
+    except OSError as e:
+        raise PlacerError(f"{path}: cannot write: {e.strerror or e}",
+                          hint="give an output path in a folder you can write to") from e
+
+
+def _atomic_write(path: Path, data: bytes) -> Path:
+    if path.is_dir():
+        raise IsADirectoryError(21, "is a folder, not a file name")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

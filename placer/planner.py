@@ -21,6 +21,7 @@ from placer.partition import baselines, check_plan, partition
 from placer.partition.schedule import Simulator
 from placer.shapes import require_complete
 from placer.types import Net, Plan, TypedNet
+from placer.units import fmt_bytes
 
 
 MEMORY_BLIND = ("greedy",)  # methods that place without looking at GPU memory
@@ -105,8 +106,8 @@ def _refuse_memory_blind(chosen: Plan, options: PlanOptions, capacity: float, us
     """A method that ignores GPU memory may pick a placement that does not fit: say so."""
     if options.method in MEMORY_BLIND and chosen.gpu_memory_bytes > usable:
         raise InfeasiblePlanError(
-            f"the {options.method} placement needs {chosen.gpu_memory_bytes / 1e9:.3g} GB of GPU memory; "
-            f"{usable / 1e9:.3g} GB usable ({capacity / 1e9:.3g} GB less the {options.reserve:.0%} reserve)",
+            f"the {options.method} placement needs {fmt_bytes(chosen.gpu_memory_bytes)} of GPU memory; "
+            f"{fmt_bytes(usable)} usable ({fmt_bytes(capacity)} less the {options.reserve:.0%} reserve)",
             hint="--method mincut places within the limit; or raise --gpu-mem")
 
 

@@ -9,11 +9,11 @@ predicted schedules. ``json_text(doc)`` is how it is written out.
 from __future__ import annotations
 
 import json
-import math
 
 from placer.partition.problem import PIN_CPU, from_graph, gpu_memory, placement_array
 from placer.planner import PlanResult
 from placer.types import Plan
+from placer.units import fmt_bytes, fmt_time
 
 BASELINE_LABELS = {"all_cpu": "all on the CPU", "all_gpu": "all on the GPU (CPU fallback)",
                    "greedy": "greedy (each op on its faster device)", "existing": "your placement",
@@ -218,23 +218,6 @@ def _lay_out(value, depth: int, out: list[str]) -> None:
         out.append("[\n" + ",\n".join(inner + json.dumps(item) for item in value) + "\n" + pad + "]")
     else:
         out.append(json.dumps(value))
-
-
-def fmt_bytes(n: float) -> str:
-    if n is None or not math.isfinite(n):
-        return "?"
-    for unit, k in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if abs(n) >= k:
-            return f"{n / k:.3g} {unit}"
-    return f"{n:.0f} B"
-
-
-def fmt_time(s: float) -> str:
-    if s >= 1:
-        return f"{s:.3g} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3g} ms"
-    return f"{s * 1e6:.3g} us"
 
 
 __all__ = ["plan_json", "json_text", "serial_schedule", "optimality", "fmt_bytes", "fmt_time"]

@@ -17,7 +17,8 @@ What changes in the user's net, and nothing else:
   predict-net external input (the only names added to those lists).
 
 Blobs written more than once (in-place ops) are handled per version: a copy copies the
-version its consumer reads.
+version its consumer reads. An input an op reads from host memory on any device
+(``OpDef.host_inputs``: the iteration counter of Adam and LearningRate) is read on the CPU.
 """
 from __future__ import annotations
 
@@ -78,6 +79,7 @@ class _Names:
         self.net, self.gpu = net, gpu
         self.kinds = [_kind(d) for d in placement]
         self.taken = _all_blob_names(net)
+        self._host_inputs_of: dict[str, frozenset] = {}
         self.reads, consumers, final_version = self._versions(net)
         self.home: dict[tuple[str, int], str] = {}   # name of a version on its producer's device
         self.other: dict[tuple[str, int], str] = {}  # name of its copy on the other device
@@ -101,23 +103,35 @@ class _Names:
         self.taken.add(name)
         return name
 
-    @staticmethod
-    def _versions(net: Net):
+    def read_kind(self, op, k: int) -> str:
+        """The device kind ``op`` reads input ``k`` on: its own, or the CPU for a host input."""
+        return "cpu" if k in self._host_inputs(op.type) else self.kinds[op.index]
+
+    def _host_inputs(self, op_type: str):
+        """Inputs an op type reads from host memory on any device (``OpDef.host_inputs``)."""
+        if op_type not in self._host_inputs_of:
+            opdef = registry.get(op_type)
+            self._host_inputs_of[op_type] = frozenset(opdef.host_inputs) if opdef is not None else frozenset()
+        return self._host_inputs_of[op_type]
+
+    def _versions(self, net: Net):
+        """Each op's row of versions read, each version's read kinds, the last versions."""
         producer_of: dict[str, int] = {b: (PARAM if b in net.params else EXTERNAL) for b in net.external_inputs}
         reads: list[list[int]] = []
-        consumers: dict[tuple[str, int], list[int]] = {}
-        for op in net.ops:
-            i = op.index
+        consumers: dict[tuple[str, int], list[str]] = {}  # version -> device kind of each read
+        for op, kind in zip(net.ops, self.kinds):
             row = [producer_of.get(name, EXTERNAL) for name in op.inputs]
-            for key in zip(op.inputs, row):
+            host = self._host_inputs(op.type)
+            for k, key in enumerate(zip(op.inputs, row)):
+                read = "cpu" if host and k in host else kind
                 users = consumers.get(key)
                 if users is None:
-                    consumers[key] = [i]
+                    consumers[key] = [read]
                 else:
-                    users.append(i)
+                    users.append(read)
             reads.append(row)
             for name in op.outputs:
-                producer_of[name] = i
+                producer_of[name] = op.index
         return reads, consumers, producer_of
 
     def dev_of(self, p: int) -> str:
@@ -138,21 +152,16 @@ class _Names:
                     self.home[(out, prev)] = self.home[(out, p)]
                     p = prev
 
-    def _crossings(self, consumers: dict[tuple[str, int], list[int]]) -> None:
-        kind_of = self.kinds.__getitem__
-        for key, users in consumers.items():
+    def _crossings(self, consumers: dict[tuple[str, int], list[str]]) -> None:
+        for key, kinds in consumers.items():
             name, p = key
             if p == PARAM:
-                self.param_devices.setdefault(name, set()).update(map(kind_of, users))
+                self.param_devices.setdefault(name, set()).update(kinds)
                 continue
-            if key in self.other:
-                continue
-            where = "cpu" if p == EXTERNAL else kind_of(p)
-            for u in users:
-                if kind_of(u) != where:
-                    suffix = "_cpu" if where == "gpu" else f"_gpu{self.gpu.index}"
-                    self.other[key] = self.fresh(name + suffix)
-                    break
+            where = "cpu" if p == EXTERNAL else self.kinds[p]
+            if key not in self.other and kinds.count(where) != len(kinds):  # read on the other device
+                suffix = "_cpu" if where == "gpu" else f"_gpu{self.gpu.index}"
+                self.other[key] = self.fresh(name + suffix)
 
     def on(self, name: str, p: int, kind: str) -> str:
         """The name of version ``(name, p)`` on device kind ``kind``."""
@@ -186,7 +195,7 @@ def _placed_predict(net: Net, placement: Sequence[Device], names: _Names):
         new.CopyFrom(op.proto)
         for k, key in enumerate(zip(op.inputs, reads)):
             if key in renamed_versions or key[1] == PARAM:  # else read under its own name
-                renamed = names.on(*key, kind)
+                renamed = names.on(*key, names.read_kind(op, k))
                 if renamed != key[0]:
                     new.input[k] = renamed
         _set_device(new, dev)

@@ -27,13 +27,23 @@ DTYPE_TO_DATA_TYPE = {
 
 @dataclass(frozen=True)
 class TensorType:
-    """Shape and numpy dtype name of a blob. ``shape`` is a tuple of ints (no unknown dims)."""
+    """Shape and numpy dtype name of a blob. ``shape`` is a tuple of ints (no unknown dims).
+
+    ``values`` holds the flat values of a small integer tensor when inference knows them
+    from shapes alone (Concat's split_info, Reshape's old shape), so that an op that
+    takes its sizes from such a tensor (Split, Reshape: the gradients of Concat and
+    Reshape) still gets a shape. It is not part of the type: two TensorTypes that differ
+    only in ``values`` compare equal.
+    """
 
     shape: tuple[int, ...]
     dtype: str = "float32"
+    values: tuple[int, ...] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        if self.values is not None:
+            object.__setattr__(self, "values", tuple(int(v) for v in self.values))
 
     @property
     def size(self) -> int:
@@ -86,15 +96,18 @@ class Args(Mapping[str, Any]):
     ``op`` is the label of the op the arguments belong to (for messages); ``seed`` is the
     random seed a kernel with randomness must use. ``n_outputs`` is the number of outputs
     the op declares (None when unknown): Split without a ``split`` argument divides its
-    input equally among them, so its inference and kernel need the count.
+    input equally among them, so its inference and kernel need the count. ``inplace``
+    holds the input positions the kernel may overwrite (see ``OpDef.inplace``); empty
+    unless a runner that owns those arrays says so.
     """
 
     def __init__(self, values: Mapping[str, Any] | None = None, op: str = "?", seed: int = 0,
-                 n_outputs: int | None = None):
+                 n_outputs: int | None = None, inplace: frozenset = frozenset()):
         self._values = dict(values or {})
         self.op = op
         self.seed = seed
         self.n_outputs = n_outputs
+        self.inplace = inplace
 
     def __getitem__(self, name: str) -> Any:
         return self._values[name]

@@ -53,9 +53,25 @@ def require_torch():
         pytest.skip("torch not installed: pip install -e .[test]")
 
 
+def require_cupy():
+    """Import cupy (for its names and signatures; no GPU needed), or skip (fail under
+    CI=true, where cupy is a test dependency and the strict stand-in must run)."""
+    try:
+        import cupy
+        return cupy
+    except ImportError:
+        if IN_CI:
+            pytest.fail("CI=true but cupy (the stand-in's source of cupy's API) is not installed")
+        pytest.skip("cupy not installed: pip install -e .[test]")
+
+
 class CupyNames:
     """numpy restricted to the names cupy also has: a kernel that reaches for a numpy-only
-    function fails here, on machines without a GPU (kernels are written once for both)."""
+    function fails here, on machines without a GPU (kernels are written once for both).
+
+    Names only. Kernels of GPU ops are held to cupy's full rules (signatures, ufunc
+    methods, no implicit host reads, launch counts) by ``cupy_standin.check_gpu_kernel``
+    (tests/cupy_standin.py); run a new op's conformance cases through that."""
 
     def __init__(self, np_module, cp_module):
         self._np, self._cp = np_module, cp_module

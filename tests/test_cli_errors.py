@@ -114,3 +114,88 @@ def test_errors_are_placer_errors_not_crashes(tmp_path):
     p = _file(tmp_path, "bad.pbtxt", "op {")
     with pytest.raises(PlacerError):
         main(["--debug", "inspect", p])
+
+
+# ---------------------------------------------------------------- outputs that cannot be written
+
+def _mlp_args(tmp_path):
+    return [_file(tmp_path, "mlp.pbtxt", FC_NET), "--init-net", _file(tmp_path, "init.pbtxt", FC_INIT),
+            "--input", "data=4,99"]
+
+
+@pytest.mark.parametrize("where, words", [
+    ("a-file/sub/placed.pbtxt", "Not a directory"),
+    ("/proc/placer-no-such-dir/placed.pbtxt", "No such file or directory"),
+    (".", "is a folder"),
+])
+def test_an_output_path_that_cannot_be_written_is_one_line(capsys, tmp_path, monkeypatch, where, words):
+    monkeypatch.chdir(tmp_path)
+    _file(tmp_path, "a-file", "x")
+    line = _fails(capsys, ["plan", *_mlp_args(tmp_path), "-o", where])
+    assert f"{where}: cannot write: {words}" in line
+
+
+def test_a_read_only_folder_is_one_line(capsys, tmp_path):
+    import os
+    if os.geteuid() == 0:
+        pytest.skip("root writes into read-only folders")
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        line = _fails(capsys, ["plan", *_mlp_args(tmp_path), "--plan-out", str(folder / "plan.json")])
+    finally:
+        folder.chmod(0o700)
+    assert "cannot write: Permission denied" in line
+
+
+def test_control_characters_in_a_damaged_file_stay_on_one_line(capsys, tmp_path):
+    p = _file(tmp_path, "bad.pbtxt", 'op { type: "Relu\\nX" input: "a" output: "b" }\n')
+    line = _fails(capsys, ["inspect", p])
+    assert "Relu\\nX" in line  # escaped, as two characters
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("data=4,99:complex64", "not a Caffe2 tensor type"),
+    ("data=4,99:U3", "not a Caffe2 tensor type"),
+    ("data=1099511627776,1099511627776", "more than int64 can count"),
+])
+def test_inputs_no_caffe2_tensor_can_have(capsys, tmp_path, spec, words):
+    net = _file(tmp_path, "mlp.pbtxt", FC_NET)
+    assert words in _fails(capsys, ["inspect", net, "--input", spec])
+
+
+def test_a_blob_past_int64_names_the_op_that_makes_it(capsys, tmp_path):
+    net = _file(tmp_path, "mlp.pbtxt", FC_NET)
+    init = _file(tmp_path, "init.pbtxt", FC_INIT.replace("ints: 10 ints: 99", "ints: 4294967296 ints: 99")
+                 .replace("ints: 10 }", "ints: 4294967296 }"))
+    line = _fails(capsys, ["inspect", net, "--init-net", init, "--input", "data=4294967296,99"])
+    assert "blob 'fc' (made by op #0 FC -> 'fc')" in line and "more than int64 can count" in line
+
+
+@pytest.mark.parametrize("text, words", [
+    ('[1, [1, 2]]', "found a JSON list"),
+    ('{"data": [1, [-4, 99]]}', "negative dimension"),
+    ('{"data": [99, [4, 99]]}', "unknown TensorProto data type 99"),
+    ('{"data": [1, [4.5, 99]]}', "with integers"),
+    ('{"data": [1, [true, 99]]}', "with integers"),
+    ('[' * 50000 + ']' * 50000, "nested too deeply"),
+])
+def test_a_bad_value_info_json_is_one_line(capsys, tmp_path, text, words):
+    _file(tmp_path, "value_info.json", text)
+    line = _fails(capsys, ["inspect", _file(tmp_path, "mlp.pbtxt", FC_NET)])
+    assert "value_info.json" in line and words in line
+
+
+def test_a_binary_string_that_is_not_utf8_names_the_op(capsys, tmp_path):
+    from fuzz_cases import FC_NET as FC_RELU_NET, text_to_binary
+    p = _file(tmp_path, "n.pb", text_to_binary(FC_RELU_NET).replace(b"Relu", b"R\xfflu"))
+    line = _fails(capsys, ["inspect", p])
+    assert "op #1: type b'R\\xfflu' is not UTF-8 text" in line
+
+
+def test_an_init_net_fill_of_negative_shape_is_named(capsys, tmp_path):
+    net = _file(tmp_path, "mlp.pbtxt", FC_NET)
+    init = _file(tmp_path, "init.pbtxt", FC_INIT.replace("ints: 10 ints: 99", "ints: -10 ints: 99"))
+    line = _fails(capsys, ["run", net, "--init-net", init, "--input", "data=4,99", "--quiet"])
+    assert f"{init}: the init net's fill of 'fc_w': shape -10x99 has a negative dimension" in line

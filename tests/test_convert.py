@@ -564,7 +564,7 @@ def test_big_init_nets_are_written_binary_only(tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     assert main(["convert", str(proto), "--weights", str(tmp_path / "w.caffemodel"), "-o", str(out)]) == 0
     assert "980 weight values: written binary only" in capsys.readouterr().out
-    assert sorted(p.name for p in out.iterdir()) == ["init_net.pb", "predict_net.pbtxt"]
+    assert sorted(p.name for p in out.iterdir()) == ["init_net.pb", "predict_net.pbtxt", "value_info.json"]
     fill = next(op for op in load_netdef(out / "init_net.pb").op if op.output[0] == "ip_w")
     np.testing.assert_allclose(_args(fill)["values"], np.linspace(-1, 1, 980), atol=1e-6)
 
@@ -674,3 +674,149 @@ layer { name: "loss" type: "SoftmaxWithLoss" bottom: "score" bottom: "label" top
     assert (squeeze.type, _args(squeeze)) == ("Squeeze", {"dims": [1]})
     assert loss.type == "SpatialSoftmaxWithLoss" and list(loss.input) == ["score", "_loss_label"]
     assert r.shapes["_loss_label"] == (2, 8, 8)
+
+
+# ---------------------------------------------------------------- input shapes travel with the net
+
+def _convert_and_read_value_info(tmp_path, proto, *extra):
+    import json
+    out = tmp_path / "out"
+    assert main(["convert", str(proto), "-o", str(out), *extra]) == 0
+    return out, json.loads((out / "value_info.json").read_text())
+
+
+def _plans_and_runs(capsys, out, run=True):
+    """`placer plan` and `placer run` on the converted net, with no --input."""
+    capsys.readouterr()
+    assert main(["plan", str(out / "predict_net.pbtxt")]) == 0, capsys.readouterr().err
+    if run:
+        assert main(["run", str(out / "predict_net.pbtxt"), "--quiet"]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.corpus
+def test_input_layer_shape_goes_to_value_info(tmp_path, capsys):
+    """mnist_lenet.prototxt: `Input` layer with input_param { shape { dim: 64 1 28 28 } }."""
+    out, info = _convert_and_read_value_info(tmp_path, _net("mnist_lenet"))
+    assert info == {"data": [1, [64, 1, 28, 28]]}  # [TensorProto.FLOAT, shape], as in the model zoo
+    assert "input shapes: data float32[64,1,28,28]" in capsys.readouterr().out
+    _plans_and_runs(capsys, out)
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name, shape", [
+    ("v1_caffenet_deploy", [10, 3, 227, 227]),       # V1 `layers`, input + 4 x input_dim
+    ("squeezenet_v1.0_deploy", [10, 3, 227, 227]),   # input + input_shape { dim ... }
+])
+def test_input_dim_and_input_shape_go_to_value_info(tmp_path, capsys, name, shape):
+    out, info = _convert_and_read_value_info(tmp_path, _net(name))
+    assert info == {"data": [1, shape]}
+    _plans_and_runs(capsys, out, run=False)
+
+
+def test_v0_net_input_dims_go_to_value_info(tmp_path, capsys):
+    from test_formats_caffe import V0_NET
+    out, info = _convert_and_read_value_info(tmp_path, _write(tmp_path, V0_NET, "v0.prototxt"))
+    assert info == {"data": [1, [2, 3, 32, 32]]}
+    _plans_and_runs(capsys, out)
+
+
+@pytest.mark.corpus
+def test_data_layer_completed_by_input_goes_to_value_info(tmp_path, capsys):
+    """V1 train_test with a DATA layer: the batch (100) and the int32 label come from the
+    file, the channels and size from --input."""
+    out, info = _convert_and_read_value_info(tmp_path, _net("v1_mnist_lenet_train_test"),
+                                             "--input", "data=100,1,28,28")
+    assert info == {"data": [1, [100, 1, 28, 28]], "label": [2, [100]]}  # 2 = TensorProto.INT32
+    _plans_and_runs(capsys, out)
+
+
+@pytest.mark.corpus
+def test_input_given_to_convert_replaces_the_files_shape(tmp_path, capsys):
+    out, info = _convert_and_read_value_info(tmp_path, _net("mnist_lenet"), "--input", "data=3,1,28,28")
+    assert info == {"data": [1, [3, 1, 28, 28]]}
+    capsys.readouterr()
+    assert main(["run", str(out / "predict_net.pbtxt"), "--quiet", "--outputs", str(tmp_path / "o.npz")]) == 0
+    assert np.load(tmp_path / "o.npz")["prob"].shape == (3, 10)
+
+
+def test_a_later_conversion_without_shapes_leaves_no_stale_value_info(tmp_path, capsys):
+    from test_formats_caffe import V0_NET
+    out, info = _convert_and_read_value_info(tmp_path, _write(tmp_path, V0_NET, "v0.prototxt"))
+    assert info
+    open_input = 'name: "open"\ninput: "data"\nlayer { name: "r" type: "ReLU" bottom: "data" top: "r" }\n'
+    out, info = _convert_and_read_value_info(tmp_path, _write(tmp_path, open_input, "open.prototxt"))
+    assert info == {}
+    capsys.readouterr()
+    assert main(["plan", str(out / "predict_net.pbtxt")]) == 2
+    assert "'data'" in capsys.readouterr().err
+
+
+def test_convert_refuses_an_input_the_net_does_not_have(tmp_path, capsys):
+    from test_formats_caffe import V0_NET
+    proto = _write(tmp_path, V0_NET, "v0.prototxt")
+    assert main(["convert", str(proto), "-o", str(tmp_path / "out"), "--input", "dta=2,3,32,32"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no input blob 'dta'" in err and "(its inputs: data)" in err
+
+
+# ---------------------------------------------------------------- broken layers end in one line
+
+def _line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def _refused(capsys, argv) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("placer: error: ") and "Traceback" not in err
+    return err
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name, layer, field_, words", [
+    ("resnet50_ResNet-50-deploy", "bn_conv1", "top", "layer 'bn_conv1' (BatchNorm) has 0 top(s); a BatchNorm layer takes exactly 1"),
+    ("resnet50_ResNet-50-deploy", "scale_conv1", "bottom", "layer 'scale_conv1' (Scale) has 0 bottom(s); a Scale layer takes 1 to 2"),
+    ("v1_mnist_lenet_train_test", "ip1", "bottom", "layer 'ip1' (InnerProduct) has 0 bottom(s)"),
+    ("bvlc_alexnet_train_val", "accuracy", "bottom", "layer 'accuracy' (Accuracy) has 1 bottom(s)"),
+])
+def test_a_layer_that_lost_a_top_or_bottom_is_named_at_its_line(tmp_path, capsys, name, layer, field_, words):
+    from fuzz_cases import drop_wiring_line
+    text = drop_wiring_line(_net(name).read_text(), layer, field_)
+    proto = _write(tmp_path, text, "net.prototxt")
+    err = _refused(capsys, ["convert", str(proto), "-o", str(tmp_path / "out")])
+    line = _line_of(text, 'name: "%s"' % layer)
+    assert f"{proto}:{line}: " in err
+    assert words in err and f"`{field_}:` line" in err
+
+
+@pytest.mark.parametrize("param, words", [
+    ("convolution_param { num_output: 4 kernel_size: 3 stride: 0 }", "stride [0, 0]"),
+    ("convolution_param { num_output: 4 kernel_size: 0 }", "kernel [0, 0]"),
+    ("convolution_param { num_output: 4 kernel_size: 3 group: 3 }", "group 3"),
+    ("convolution_param { num_output: 4 kernel_size: 9 }", "output 'c': shape 1x4x-1x-1 has a negative dimension"),
+])
+def test_convolution_parameters_caffe_refuses_are_refused_at_the_layer(tmp_path, capsys, param, words):
+    text = ('name: "n"\ninput: "x"\ninput_dim: 1 input_dim: 2 input_dim: 7 input_dim: 7\n'
+            f'layer {{\n  name: "conv"\n  type: "Convolution" bottom: "x" top: "c"\n  {param}\n}}\n')
+    proto = _write(tmp_path, text)
+    err = _refused(capsys, ["convert", str(proto), "-o", str(tmp_path / "out")])
+    assert f"{proto}:5: layer 'conv' (Convolution)" in err and words in err
+
+
+def test_pooling_with_zero_stride_or_pad_past_the_kernel_is_refused(tmp_path, capsys):
+    for param in ("kernel_size: 2 stride: 0", "kernel_size: 2 pad: 2"):
+        text = ('input: "x"\ninput_dim: 1 input_dim: 2 input_dim: 7 input_dim: 7\n'
+                f'layer {{ name: "pool" type: "Pooling" bottom: "x" top: "p" pooling_param {{ {param} }} }}\n')
+        err = _refused(capsys, ["inspect", str(_write(tmp_path, text))])
+        assert "layer 'pool' (Pooling)" in err and "kernel and stride must be at least 1" in err
+
+
+@pytest.mark.parametrize("header", [
+    'input: "x"\ninput_dim: 1 input_dim: -3 input_dim: 7 input_dim: 7\n',
+    'layer { name: "x" type: "Input" top: "x" input_param { shape { dim: 1 dim: 3 dim: -7 dim: 7 } } }\n',
+    'input: "x"\ninput_shape { dim: 1099511627776 dim: 1099511627776 }\n',
+])
+def test_input_shapes_that_cannot_exist_are_refused(tmp_path, capsys, header):
+    text = header + 'layer { name: "r" type: "ReLU" bottom: "x" top: "r" }\n'
+    err = _refused(capsys, ["convert", str(_write(tmp_path, text)), "-o", str(tmp_path / "out")])
+    assert "negative dimension" in err or "more than int64 can count" in err

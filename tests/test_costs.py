@@ -102,16 +102,51 @@ def test_families():
     assert family_of("FC") == family_of("MatMul") == "fc"
     assert family_of("Relu") == "elementwise"
     assert family_of("NoSuchOp") == "other"
-    assert family_of("Reshape") == family_of("Flatten") == "view"
+    assert family_of("Alias") == "view"
+    # their kernels copy (Caffe2's outputs never alias their inputs): priced by their bytes
+    for op_type in ("Reshape", "Flatten", "FlattenToVec", "Squeeze", "ExpandDims"):
+        assert family_of(op_type) == "movement", op_type
 
 
-def test_views_cost_a_call():
+def test_reshape_like_ops_pay_for_the_copy_their_kernels_make():
     model = CostModel(_cpu(), default_profiles()[1])
-    big = OpFeatures(bytes_read=1e9, bytes_written=1e9)  # a 1 GB reshape moves nothing
+    big = OpFeatures(bytes_read=1e9, bytes_written=1e9)  # a 1 GB Flatten copies 1 GB
     t, src = model.op_time("Flatten", (TensorType((1000, 250000)),), {}, big, "gpu")
-    assert src == "roofline" and t == pytest.approx(5e-6 + 2e9 / (900e9 * 100))
-    copy_like, _ = model.op_time("Concat", (TensorType((1000, 250000)),), {}, big, "gpu")
-    assert copy_like > 100 * t  # a real copy of the same bytes is memory-bound
+    eff_m = DEFAULT_MEMORY_EFFICIENCY["movement"]
+    assert src == "roofline" and t == pytest.approx(5e-6 + 2e9 / (900e9 * eff_m))
+    copy_like, _ = model.op_time("Copy", (TensorType((1000, 250000)),), {}, big, "gpu")
+    assert copy_like == pytest.approx(t)
+    cpu_t, _ = model.op_time("Flatten", (TensorType((1000, 250000)),), {}, big, "cpu")
+    assert cpu_t == pytest.approx(2e-6 + 2e9 / (BW * default_efficiency("movement", "cpu")[1]))
+
+
+def test_an_alias_launches_nothing_on_the_gpu_and_costs_a_call_on_the_host():
+    model = CostModel(_cpu(), default_profiles()[1])
+    x = (TensorType((1000, 250000)),)
+    assert model.op_time("Alias", x, {}, OpFeatures(), "gpu") == (0.0, "roofline")
+    assert model.op_time("Alias", x, {}, OpFeatures(), "cpu") == (2e-6, "roofline")
+
+
+@pytest.mark.parametrize("op_type,args,inputs,launches", [
+    ("Relu", {}, [(8, 16)], 1),
+    ("Sigmoid", {}, [(8, 16)], 5),
+    ("SpatialBN", {"is_test": 1}, [(2, 4, 8, 8), (4,), (4,), (4,), (4,)], 8),
+    ("Conv", {"kernel": 3, "pad": 1}, [(2, 64, 8, 8), (64, 64, 3, 3), (64,)], 20),
+    ("Conv", {"kernel": 1}, [(2, 64, 8, 8), (64, 64, 1, 1), (64,)], 2),
+    ("SparseLengthsSum", {}, [(1000, 16), (64,), (8,)], 11),
+])
+def test_gpu_roofline_pays_one_launch_overhead_per_kernel_launch(op_type, args, inputs, launches):
+    """Tiny ops: the GPU time is launches x the profile's launch overhead (5 us on the
+    shipped profiles), the host time one call; the counts are the registry's, held to
+    what the kernels launch by the stand-in tests (tests/test_ops_gpu_rules.py)."""
+    gpu = default_profiles()[1]
+    model = CostModel(_cpu(), gpu)
+    dtypes = {"SparseLengthsSum": ["float32", "int64", "int32"]}.get(op_type, ["float32"] * len(inputs))
+    types = tuple(TensorType(s, d) for s, d in zip(inputs, dtypes))
+    tiny = OpFeatures(flops=1.0, bytes_read=4.0, bytes_written=4.0)
+    t, src = model.op_time(op_type, types, Args(args), tiny, "gpu")
+    assert src == "roofline" and t == pytest.approx(launches * gpu.launch_overhead_s, rel=1e-3)
+    assert model.op_time(op_type, types, Args(args), tiny, "cpu")[0] == pytest.approx(2e-6, rel=1e-2)
 
 
 def _small_net() -> Net:
@@ -283,3 +318,124 @@ def test_gemm_fit_survives_a_profile_round_trip():
     assert flat == pytest.approx(fit.overhead_s + max(fc.flops / (PEAK * fit.compute_efficiency),
                                                       fc.bytes_read / (GEMM_BW * fit.memory_efficiency)))
     assert with_rows == pytest.approx(_gemm_truth(64, 512, 256, 1.0, 9.0).median_s, rel=0.1) and with_rows != flat
+
+
+# ----------------------------------------------------------------- fit quality
+
+def test_variants_separate_what_runs_differently():
+    from placer.costs import variant_of
+    x = TensorType((1, 32, 28, 28))
+
+    def conv(cout, cin_per_group, k, **args):
+        return variant_of("Conv", (x, TensorType((cout, cin_per_group, k, k))), args)
+    assert conv(64, 32, 1) == "Conv/k1" and conv(64, 32, 3) == "Conv/k3" and conv(64, 32, 5) == "Conv/k5+"
+    assert conv(32, 1, 3, group=32) == "Conv/depthwise"
+    assert conv(32, 8, 3, group=4) == "Conv/grouped"
+    nhwc = variant_of("Conv", (TensorType((1, 28, 28, 32)), TensorType((32, 3, 3, 1))), {"order": "NHWC"})
+    assert nhwc == "Conv/depthwise"
+    parts = [TensorType((8, 16))]
+    assert variant_of("Concat", parts * 4, {}) == "Concat/few"
+    assert variant_of("Concat", parts * 27, {"add_axis": 1}) == "Concat/many"
+    assert variant_of("Relu", parts, {}) is None
+
+
+def _relu_points(spread=0.1):
+    """Relu timings that follow one roofline exactly (iqr = spread x median)."""
+    out = []
+    for n in (8, 64, 512, 4096, 32768):
+        t = _truth(n, 8.0 * n, o=2e-6, ec=0.2, em=0.8)
+        out.append(OpTiming("Relu", (TensorType((n, 16)),), {}, 5, t, spread * t, float(n), 8.0 * n))
+    return out
+
+
+def _two_kernel_fc_points():
+    """FC timings from two kernels behind one op type: every other point 4x slower."""
+    pts = []
+    for i, (m, k, n) in enumerate([(8, 256, 256), (64, 1024, 512), (4, 4096, 1024), (256, 512, 1024),
+                                   (16, 128, 64), (32, 2048, 2048), (128, 256, 128), (2, 1024, 4096)]):
+        p = _fc_point(m, k, n)
+        p.median_s *= 4.0 if i % 2 else 1.0
+        pts.append(p)
+    return pts
+
+
+def test_fit_quality_is_measured_on_its_points():
+    """The stored median / p90 error are the model's own errors on the fit's points, and the
+    spread is the points' median IQR / median."""
+    pts = _relu_points(spread=0.1)
+    pts[0].iqr_s = 0.5 * pts[0].median_s
+    model = CostModel(_cpu(pts), default_profiles()[1], use_measured=False)
+    fit = model.fits("cpu")["type:Relu"]
+    errs = []
+    for p in pts:
+        t, src = model.op_time("Relu", p.inputs, {}, OpFeatures(flops=p.flops, bytes_read=p.bytes), "cpu")
+        errs.append(abs(t - p.median_s) / p.median_s * 100)
+        assert src == "fitted"
+    assert fit.median_abs_pct_error == pytest.approx(np.median(errs), abs=1e-6)
+    assert fit.p90_abs_pct_error == pytest.approx(np.percentile(errs, 90), abs=1e-6)
+    assert fit.spread_pct == pytest.approx(10.0) and fit.covered
+
+
+def test_a_family_one_roofline_cannot_cover_is_labelled():
+    from placer.constants import FIT_MAX_MEDIAN_ERROR_PCT
+    model = CostModel(_cpu(_two_kernel_fc_points() + _relu_points()), default_profiles()[1], use_measured=False)
+    fits = model.fits("cpu")
+    assert fits["type:FC"].median_abs_pct_error > FIT_MAX_MEDIAN_ERROR_PCT and not fits["type:FC"].covered
+    assert not fits["fc"].covered and fits["type:Relu"].covered
+    new = _fc_point(48, 768, 384)
+    t, src = model.op_time("FC", new.inputs, {}, OpFeatures(flops=new.flops, bytes_read=new.bytes), "cpu")
+    assert src == "poor-fit" and t > 0
+    relu = OpFeatures(flops=100.0, bytes_read=800.0)
+    assert model.op_time("Relu", (TensorType((100, 1)),), {}, relu, "cpu")[1] == "fitted"
+    report = model.fit_report("cpu").set_index("group")
+    assert not report.loc["type:FC", "covered"] and report.loc["type:Relu", "covered"]
+
+
+def test_the_finest_covering_fit_prices_an_op():
+    from placer.costs import choose_fit
+    from placer.profiling.schema import FamilyFit
+
+    def fit(covered, overhead):
+        return FamilyFit(overhead, 0.5, 0.5, 5, 1.0 if covered else 60.0, covered=covered)
+    k3_poor, conv_type, conv_family = fit(False, 1.0), fit(True, 2.0), fit(True, 3.0)
+    ins = (TensorType((1, 8, 8, 8)), TensorType((8, 8, 3, 3)))
+    fits = {"type:Conv/k3": k3_poor, "type:Conv": conv_type, "conv": conv_family}
+    assert choose_fit(fits, "Conv", ins, {}) is conv_type
+    assert choose_fit({"type:Conv/k3": k3_poor, "conv": fit(False, 3.0)}, "Conv", ins, {}) is k3_poor
+    assert choose_fit({"conv": conv_family}, "Conv", ins, {}) is conv_family
+    assert choose_fit({}, "Conv", ins, {}) is None
+
+
+def test_op_spread_follows_the_source_of_the_time():
+    pts = _relu_points(spread=0.2)
+    pts[2].iqr_s = 0.05 * pts[2].median_s
+    model = CostModel(_cpu(pts), default_profiles()[1])
+    p = pts[2]
+    feats = OpFeatures(flops=p.flops, bytes_read=p.bytes)
+    assert model.op_spread("Relu", p.inputs, {}, feats, "cpu") == pytest.approx(0.05)       # measured entry
+    other = (TensorType((100, 16)),)
+    assert model.op_spread("Relu", other, {}, feats, "cpu") == pytest.approx(0.2)          # the fit's points
+    conv = (TensorType((1, 3, 8, 8)), TensorType((4, 3, 3, 3)))
+    assert model.op_spread("Conv", conv, {"kernel": 3}, OpFeatures(flops=1e6), "cpu") == 0.0  # roofline
+    assert model.op_spread("Relu", other, {}, feats, "gpu") == 0.0                           # datasheet GPU
+
+
+def test_stored_fits_of_the_same_entries_are_not_fitted_again(monkeypatch):
+    import placer.costs as costs
+    from placer.profiling.schema import Profile, profile_from_dict, profile_to_dict
+    prof = _cpu(_relu_points() + _two_kernel_fc_points())
+    prof.fits = CostModel(prof, default_profiles()[1]).fits("cpu")
+    prof.fits_digest = prof.fit_inputs_digest(costs.FIT_VERSION)
+    loaded = profile_from_dict(profile_to_dict(Profile("p", {"cpu": prof}))).device("cpu")
+    calls = []
+    real = costs.fit_family
+    monkeypatch.setattr(costs, "fit_family", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert CostModel(loaded, default_profiles()[1]).fits("cpu") == prof.fits and not calls
+    loaded.peak_flops["float32"] *= 2          # fits are relative to the peak: refit
+    CostModel(loaded, default_profiles()[1]).fits("cpu")
+    assert calls
+    calls.clear()
+    loaded.peak_flops["float32"] /= 2
+    next(iter(loaded.ops.values())).median_s *= 1.5   # another entry: refit
+    CostModel(loaded, default_profiles()[1]).fits("cpu")
+    assert calls

@@ -70,8 +70,8 @@ def test_cpu_profile_is_measured_and_used_by_every_plan(done):
         ops = load(out / net / "plan.json")["ops"]
         assert {o["cpu_source"] for o in ops} == {"measured"}, net  # every op of a profiled net
     for gpu in GPUS:  # the full-size net has other shapes: fitted from the measured entries
-        plan = load(out / demo.FULL_SIZE / f"plan-{gpu}.json")
-        assert {o["cpu_source"] for o in plan["ops"]} <= {"measured", "fitted"}
+        plan = load(out / demo.FULL_SIZE / f"plan-{gpu}.json")    # (poor-fit: a fit that does not
+        assert {o["cpu_source"] for o in plan["ops"]} <= {"measured", "fitted", "poor-fit"}  # cover its points)
         assert plan["profiles"]["cpu"]["source"].startswith("measured")
 
 

@@ -77,11 +77,14 @@ def test_tables_that_do_not_fit_stay_on_the_cpu(plans, gpu):
     assert len(on_gpu) >= 20            # the small tables do go to the GPU
     mlp = [o for o in ops if o["type"] in MLP_TYPES]
     assert len(mlp) == 3 * 2 + 5 * 2 - 1 + 1    # bottom 3 FC+Relu, top 5 FC + 4 Relu, Sigmoid
-    assert all(o["device"] == "gpu" for o in mlp), [(o["index"], o["device"]) for o in mlp]
+    # the FCs and Relus run on the GPU; the final Sigmoid, over a (batch, 1) output, launches
+    # five kernels there (~25 us) against ~8 us on the host, and may go either way
+    dense = [o for o in mlp if o["type"] != "Sigmoid"]
+    assert all(o["device"] == "gpu" for o in dense), [(o["index"], o["device"]) for o in dense]
     for name in ("all_gpu", "greedy"):
         b = doc["baselines"][name]
         assert not b["feasible"] and b["gpu_memory_bytes"] > 95e9
-        assert "96.2 GB" in b["why_infeasible"] and "usable" in b["why_infeasible"]
+        assert "89.6 GiB" in b["why_infeasible"] and "usable" in b["why_infeasible"]  # 96.2e9 B
     assert doc["baselines"]["all_cpu"]["feasible"]
     assert doc["baselines"]["all_cpu"]["total_s"] > 10 * doc["total_s"]
     assert doc["optimal"] and doc["gap"] == 0.0 and doc["method"] == "mincut"
@@ -104,11 +107,16 @@ def test_the_larger_gpu_keeps_more_tables(plans):
 
 def test_on_the_h200_everything_fits(plans):
     doc = plans["h200-141gb-pcie5"]
-    assert all(o["device"] == "gpu" for o in doc["ops"])
+    # every table and every layer on the GPU; only the final Sigmoid may run on the host,
+    # where its (batch, 1) input costs less than its five kernel launches (see above)
+    assert all(o["device"] == "gpu" for o in doc["ops"] if o["type"] != "Sigmoid")
     assert doc["baselines"]["all_gpu"]["feasible"] and doc["baselines"]["greedy"]["feasible"]
-    assert doc["total_s"] == pytest.approx(doc["baselines"]["all_gpu"]["total_s"], rel=1e-9)
+    assert doc["total_s"] <= doc["baselines"]["all_gpu"]["total_s"] * (1 + 1e-9)
+    assert doc["total_s"] == pytest.approx(doc["baselines"]["all_gpu"]["total_s"], rel=0.02)
     assert 95e9 < doc["gpu_memory"]["used_bytes"] <= doc["gpu_memory"]["usable_bytes"]
-    assert doc["baselines"]["all_cpu"]["total_s"] > 50 * doc["total_s"]
+    # ~40x: each of the 26 lookups launches 11 kernels on the GPU (its index checks, the
+    # gather, the segment ids, the scatter-add), ~55 us of launch overhead apiece
+    assert doc["baselines"]["all_cpu"]["total_s"] > 30 * doc["total_s"]
     assert_consistent(doc)
 
 
@@ -143,7 +151,9 @@ def test_other_methods_on_the_v100(plans):
                        "--method", "greedy"])
     assert rc == 2 and out.getvalue() == ""
     assert len(err.getvalue().strip().splitlines()) == 1
-    assert "greedy placement needs 96.2 GB of GPU memory; 15.5 GB usable" in err.getvalue()
+    # 96.2e9 B of tables against 90% of the V100's 16 GiB
+    assert "greedy placement needs 89.6 GiB of GPU memory; 14.4 GiB usable (16 GiB less the 10% reserve)" \
+        in err.getvalue()
 
 
 def test_a_huge_table_pinned_to_a_small_gpu_is_infeasible():

@@ -366,6 +366,46 @@ def test_caffe2_refuses_weights(tmp_path):
         load_net(p, weights="x.caffemodel")
 
 
+# ---------------------------------------------------------------- nesting depth
+
+def _nested_if(depth: int) -> str:
+    from fuzz_cases import nested_if
+    return nested_if(depth)
+
+
+@pytest.mark.parametrize("suffix", [".pbtxt", ".pb"])
+def test_nested_nets_up_to_protobufs_depth_load_and_deeper_ones_are_refused(tmp_path, suffix):
+    """protobuf's binary decoder stops at 100 message levels (33 levels of nested nets, each
+    NetDef > OperatorDef > Argument); text files are held to the same bound."""
+    from fuzz_cases import text_to_binary
+    for depth, ok in ((33, True), (34, False)):
+        text = _nested_if(depth)
+        path = tmp_path / f"deep{depth}{suffix}"
+        path.write_bytes(text.encode() if suffix == ".pbtxt" else text_to_binary(text))
+        if ok:
+            netdef = load_netdef(path)
+            for _ in range(depth):  # walk down the then_nets to the innermost Relu
+                netdef = netdef.op[0].arg[0].n
+            assert netdef.op[0].type == "Relu"
+        else:
+            with pytest.raises(NetParseError, match="nested more than 33 levels"):
+                load_netdef(path)
+
+
+def test_nesting_past_pythons_stack_is_a_parse_error_not_a_recursion_error(tmp_path):
+    path = tmp_path / "deep.pbtxt"
+    path.write_text(_nested_if(2000))
+    with pytest.raises(NetParseError, match="nested more than 33 levels"):
+        load_netdef(path)
+
+
+def test_message_depth_counts_message_levels():
+    from placer.formats.caffe2 import message_depth, parse_text
+    assert message_depth(parse_text('op { type: "Relu" input: "x" output: "y" }')) == 1
+    assert message_depth(parse_text(_nested_if(1))) == 4
+    assert message_depth(parse_text(_nested_if(20))) == 61
+
+
 # ---------------------------------------------------------------- text written fast, as text_format writes it
 
 def _random_netdef(rng, depth: int = 0):

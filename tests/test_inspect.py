@@ -52,7 +52,8 @@ def test_table_and_totals(capsys, mlp):
     row0 = lines[2].split()
     assert row0[:4] == ["0", "fc", "FC", "4x10"]
     assert "ops: 2   unknown op types: none" in out
-    assert "parameters: 0.004 MB" in out  # (10*99 + 10) float32
+    # (10*99 + 10) float32 = 4000 B = 3.906 KiB; the activation 'fc' is 4x10 float32 = 160 B
+    assert "parameters: 3.91 KiB   activations: 160 B" in out
     assert "1 MAC = one multiply-add = 2 FLOPs" in out
 
 

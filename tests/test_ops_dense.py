@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from cases.dense import CASES, SHAPE_ERRORS
-from conftest import CupyNames, require_torch
+from conftest import require_cupy, require_torch
+from cupy_standin import check_gpu_kernel
 from placer.errors import ArgumentError, InputError, ShapeError
 from placer.ops import registry
 from placer.types import Args, TensorType
@@ -232,14 +233,10 @@ def test_cupy_kernel_matches_torch(case):
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_kernel_uses_only_names_cupy_has(case):
-    cupy = pytest.importorskip("cupy")
-    inputs = case_inputs(case)
-    opdef = registry.get(case["op"])
-    outs = opdef.kernel(CupyNames(np, cupy), inputs, case_args(case))
-    want = opdef.kernel(np, inputs, case_args(case))
-    for got, ref in zip(outs, want):
-        np.testing.assert_array_equal(got, ref)
+def test_gpu_kernel_keeps_to_cupy_rules(case):
+    """On the strict cupy stand-in (tests/cupy_standin.py): see ``check_gpu_kernel``."""
+    require_cupy()
+    check_gpu_kernel(registry.get(case["op"]), case_inputs(case), case_args(case))
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import CupyNames, gpu_available, require_torch
+from conftest import gpu_available, require_cupy, require_torch
+from cupy_standin import check_gpu_kernel
 
 from placer.errors import ShapeError
 from placer.ops import registry
@@ -62,11 +63,9 @@ def test_bad_inputs_name_the_op():
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[2]}-{c[1]}")
-def test_kernels_use_only_names_cupy_has(case):
-    cupy = pytest.importorskip("cupy")
+def test_gpu_kernels_keep_to_cupy_rules(case):
+    """On the strict cupy stand-in (tests/cupy_standin.py): see ``check_gpu_kernel``."""
+    require_cupy()
     op_type, args, shape, _, _ = case
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
-    a = Args(args, op=f"#0 {op_type}")
-    (got,) = registry.get(op_type).kernel(CupyNames(np, cupy), [x], a)
-    (want,) = registry.get(op_type).kernel(np, [x], a)
-    np.testing.assert_array_equal(got, want)
+    check_gpu_kernel(registry.get(op_type), [x], Args(args, op=f"#0 {op_type}"))

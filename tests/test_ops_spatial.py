@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from cases.spatial import CASES, SHAPE_ERRORS
-from conftest import CupyNames, require_torch
+from conftest import require_cupy, require_torch
+from cupy_standin import check_gpu_kernel
 from placer.errors import ArgumentError, ShapeError
 from placer.ops import registry
 from placer.types import Args, TensorType
@@ -136,15 +137,10 @@ def run_kernel(case, inputs, device="numpy"):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
-def test_kernels_use_only_names_cupy_has(case):
-    cupy = pytest.importorskip("cupy")
-    inputs = make_inputs(case)
-    opdef = registry.get(case["op"])
-    args = Args(case["args"], op=case["id"])
-    got = opdef.kernel(CupyNames(np, cupy), inputs, args)
-    want = opdef.kernel(np, inputs, args)
-    for g, w in zip(got, want):
-        np.testing.assert_array_equal(g, w)
+def test_gpu_kernels_keep_to_cupy_rules(case):
+    """On the strict cupy stand-in (tests/cupy_standin.py): see ``check_gpu_kernel``."""
+    require_cupy()
+    check_gpu_kernel(registry.get(case["op"]), make_inputs(case), Args(case["args"], op=case["id"]))
 
 
 # ---------------------------------------------------------------- conformance

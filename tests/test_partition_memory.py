@@ -93,7 +93,7 @@ def test_tight_limit_moves_the_big_table_to_the_cpu():
     plan = partition(g, capacity_bytes=4e9, reserve=0.1)
     check_plan(g, plan, capacity=3.6e9)
     assert plan.device_of(0) == "cpu" and plan.device_of(1) == "gpu"
-    assert plan.reasons[0] == "CPU: its 6 GB of parameters do not fit in GPU memory"
+    assert plan.reasons[0] == "CPU: its 5.59 GiB of parameters do not fit in GPU memory"  # 6e9 B
     assert plan.optimal
 
 

@@ -454,6 +454,6 @@ def test_timings_name_every_stage_on_stderr_and_leave_stdout_alone(capsys, mixed
     assert rc == rc_timed == 0 and out == out_timed and "timing" not in err
     rows = re.findall(r"^timing: (\S+) +([\d.]+) s wall +([\d.]+) s cpu$", err_timed, re.M)
     assert [r[0] for r in rows] == ["parse", "shapes", "costs", "graph", "partition", "check", "baselines",
-                                    "makespan", "json", "rewrite", "write", "plan-out", "print", "total"]
+                                    "makespan", "json", "stability", "rewrite", "write", "plan-out", "print", "total"]
     wall = {stage: float(w) for stage, w, _ in rows}
     assert wall["total"] == pytest.approx(sum(w for s, w in wall.items() if s != "total"), abs=0.01)

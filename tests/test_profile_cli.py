@@ -43,9 +43,12 @@ def _profile(tiny, batch, out):
 
 
 def test_profile_cpu_writes_then_merges(tiny, capsys):
+    """The init net gives shapes only, so the net cannot run whole: ops are timed alone."""
     out = tiny / "prof.json"
     assert _profile(tiny, 4, out) == 0
+    assert "timing each op alone instead" in capsys.readouterr().err
     cpu = load_profile(out).device("cpu")
+    assert {t.method for t in cpu.ops.values()} == {"isolated"}
     assert cpu.source["kind"] == "measured" and cpu.source["date"]
     # 5 ops, but the two Relu at [4,16] share a key: 4 distinct timings
     assert len(cpu.ops) == 4
@@ -56,7 +59,6 @@ def test_profile_cpu_writes_then_merges(tiny, capsys):
     assert relu.iqr_s >= 0 and relu.bytes == 2 * 4 * 16 * 4
     assert {"fc", "elementwise"} <= set(cpu.fits)
     first = {k: t.median_s for k, t in cpu.ops.items()}
-    assert "timed 4 distinct ops of 5" in capsys.readouterr().out
 
     assert _profile(tiny, 32, out) == 0  # another batch: new keys added, old ones kept
     cpu = load_profile(out).device("cpu")
@@ -64,6 +66,41 @@ def test_profile_cpu_writes_then_merges(tiny, capsys):
     assert all(cpu.ops[k].median_s == v for k, v in first.items())
     assert cpu.fits["fc"].points == 4
     json.loads(out.read_text())  # still plain JSON
+
+
+RUNNABLE_INIT = INIT.replace('type: "GivenTensorFill"', 'type: "XavierFill"')
+
+
+def test_profile_times_ops_in_a_run_of_the_whole_net_by_default(tiny, capsys):
+    (tiny / "init.pbtxt").write_text(RUNNABLE_INIT)
+    out = tiny / "prof.json"
+    assert _profile(tiny, 4, out) == 0
+    printed = capsys.readouterr().out
+    assert "timed 4 distinct ops of 5 in-network" in printed
+    assert "covered" in printed and "median err %" in printed          # the fit table with its quality
+    cpu = load_profile(out).device("cpu")
+    assert {t.method for t in cpu.ops.values()} == {"in-network"}
+    relu = next(t for t in cpu.ops.values() if t.type == "Relu")
+    assert relu.samples == 2 * 3                                       # two Relus at [4,16] x three runs
+    assert all(f.spread_pct is not None and f.p90_abs_pct_error is not None for f in cpu.fits.values())
+
+    assert main(["profile", str(tiny / "net.pbtxt"), "--init-net", str(tiny / "init.pbtxt"), "--input",
+                 "data=4,8", "--isolated", "--repeats", "3", "--quiet", "-o", str(out)]) == 0
+    cpu = load_profile(out).device("cpu")
+    assert {t.method for t in cpu.ops.values()} == {"isolated"}        # the same keys, timed again alone
+    assert next(t for t in cpu.ops.values() if t.type == "Relu").samples == 3
+
+
+def test_profile_calibrate_covers_depthwise_and_grouped_convs(tmp_path, capsys):
+    out = tmp_path / "cal.json"
+    assert main(["profile", "--calibrate", "--threads", "1", "--repeats", "1", "--warmup", "0", "--quiet",
+                 "-o", str(out)]) == 0
+    cpu = load_profile(out).device("cpu")
+    assert {t.method for t in cpu.ops.values()} == {"in-network"}
+    for group in ("type:Conv/depthwise", "type:Conv/grouped", "type:Conv/k1", "type:Conv/k3", "type:FC",
+                  "type:SparseLengthsSum", "type:Concat/few", "type:Concat/many", "type:MaxPool", "type:Relu"):
+        assert cpu.fits[group].points >= 2, group
+    assert "calibration_b4: timed" in capsys.readouterr().out
 
 
 def test_profile_host(tmp_path, capsys):

@@ -177,3 +177,75 @@ def test_default_pair_and_overrides(tmp_path):
     assert cpu.name == "test cpu" and gpu.name == "NVIDIA T4 16 GB"
     with pytest.raises(ProfileError, match="not found"):
         default_profiles(gpu="no-such-gpu")
+
+
+@pytest.mark.parametrize("text, words", [
+    (b"\x80\x81 not utf-8", "not UTF-8"),
+    (b"[" * 100000 + b"]" * 100000, "nested too deeply"),
+    (b'{"schema_version": ' + b"9" * 5000 + b"}", "not a JSON profile"),  # past Python's int digit limit
+    (b'{"schema_version": 1, "name": "t", "devices": [', "not a JSON profile"),  # truncated
+])
+def test_unreadable_json_is_a_profile_error(tmp_path, text, words):
+    path = tmp_path / "p.json"
+    path.write_bytes(text)
+    with pytest.raises(ProfileError) as e:
+        load_profile(path)
+    assert words in str(e.value) and str(path) in str(e.value)
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("memory_bandwidth_bytes_per_s", 10 ** 400, "finite"),   # too large for a float
+    ("memory_bandwidth_bytes_per_s", float("nan"), "finite"),
+    ("memory_bandwidth_bytes_per_s", -1.0, "positive"),
+    ("launch_overhead_s", float("inf"), "finite"),
+])
+def test_absurd_figures_name_the_field(tmp_path, field, value, words):
+    data = _valid()
+    data["devices"][0][field] = value
+    message = _error(tmp_path, json.dumps(data, allow_nan=True))
+    assert f"devices[0].{field}" in message and words in message
+
+
+def test_op_timing_inputs_need_a_dtype_and_an_addressable_shape(tmp_path):
+    data = _valid()
+    data["devices"][0]["ops"][0]["inputs"][0]["dtype"] = "nonsense"
+    assert "devices[0].ops[0].inputs[0].dtype" in _error(tmp_path, data)
+    data = _valid()
+    data["devices"][0]["ops"][0]["inputs"][0]["shape"] = [2 ** 62, 2 ** 62]
+    assert "more than int64 can count" in _error(tmp_path, data)
+def test_timing_method_and_fit_quality_round_trip(tmp_path):
+    data = _valid()
+    data["devices"][0]["ops"][0]["method"] = "in-network"
+    data["devices"][0]["fits"] = {
+        "old": {"overhead_s": 1e-6, "compute_efficiency": 0.5, "memory_efficiency": 0.5, "points": 3,
+                "median_abs_pct_error": 4.0},
+        "new": {"overhead_s": 1e-6, "compute_efficiency": 0.5, "memory_efficiency": 0.5, "points": 9,
+                "median_abs_pct_error": 40.0, "p90_abs_pct_error": 90.0, "spread_pct": 12.5, "covered": False}}
+    prof = load_profile(_write(tmp_path, data))
+    cpu = prof.device("cpu")
+    assert next(iter(cpu.ops.values())).method == "in-network"
+    old, new = cpu.fits["old"], cpu.fits["new"]
+    assert old.covered is True and old.p90_abs_pct_error is None and old.spread_pct is None
+    assert new.covered is False and new.p90_abs_pct_error == 90.0 and new.spread_pct == 12.5
+    again = load_profile(save_profile(prof, tmp_path / "again.json"))
+    assert profile_to_dict(again) == profile_to_dict(prof)
+
+
+def test_entries_written_before_the_method_field_read_as_isolated(tmp_path):
+    (timing,) = load_profile(_write(tmp_path, _valid())).device("cpu").ops.values()
+    assert timing.method == "isolated"
+    assert timing.spread == pytest.approx(1e-6 / 1e-5)          # iqr / median
+
+
+def test_unknown_timing_method_names_the_field(tmp_path):
+    data = _valid()
+    data["devices"][0]["ops"][0]["method"] = "guessed"
+    msg = _error(tmp_path, data)
+    assert "devices[0].ops[0].method" in msg and "in-network" in msg
+
+
+def test_fit_covered_must_be_true_or_false(tmp_path):
+    data = _valid()
+    data["devices"][0]["fits"] = {"conv": {"overhead_s": 1e-6, "compute_efficiency": 0.5, "memory_efficiency": 0.5,
+                                           "points": 3, "median_abs_pct_error": 4.0, "covered": "yes"}}
+    assert "devices[0].fits.conv.covered" in _error(tmp_path, data)

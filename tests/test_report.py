@@ -104,7 +104,7 @@ def test_summary_figures_of_the_hand_plan(small_page):
     text = page.section_text("summary")
     # 4.41 ms all-CPU against 0.65 ms for the plan (0.33 ms of ops + 0.32 ms of copies)
     assert "650 µs" in text and "6.78x faster" in text
-    assert "588.00 KiB" in text and "3.06 MiB" in text          # H2D, D2H bytes per run
+    assert "588 KiB" in text and "3.06 MiB" in text             # H2D, D2H bytes per run
     assert "optimal for the serial objective" in text
     assert "V100-16GB" in text and "ci-host" in text
     for label in ("all-CPU", "all-GPU", "greedy", "your placement", "lower bound"):
@@ -141,6 +141,28 @@ def test_error_statistics_by_hand():
     assert stats["n"] == 3
     assert stats["median_pct"] == pytest.approx(20.0)
     assert stats["p90_pct"] == pytest.approx(84.0)   # 20 + 0.8 * (100 - 20)
+
+
+def test_errors_by_family_by_hand():
+    pairs = [{"type": "Conv", "predicted_s": 9.0, "measured_s": 10.0, "source": "fitted"},
+             {"type": "Conv", "predicted_s": 12.0, "measured_s": 10.0, "source": "measured"},
+             {"type": "Relu", "predicted_s": 1.0, "measured_s": 2.0, "source": "poor-fit"},
+             {"type": "Sum", "predicted_s": 3.0, "measured_s": 2.0, "source": "fitted"},
+             {"type": "Relu", "predicted_s": None, "measured_s": 2.0, "source": ""}]   # not timed: left out
+    conv, elementwise = tables.family_errors(pairs)
+    assert conv == {"family": "conv", "ops": 2, "share_pct": pytest.approx(100 * 20 / 24),
+                    "predicted_s": 21.0, "measured_s": 20.0, "sum_error_pct": pytest.approx(5.0),
+                    "median_pct": pytest.approx(15.0), "sources": "fitted 1, measured 1"}
+    assert elementwise["ops"] == 2 and elementwise["sum_error_pct"] == pytest.approx(0.0)
+    assert elementwise["median_pct"] == pytest.approx(50.0) and elementwise["sources"] == "fitted 1, poor-fit 1"
+
+
+def test_measured_section_shows_where_the_model_is_off_by_family(small_page):
+    plan, page = small_page
+    text = page.section_text("measured")
+    assert "Where the model is off, by op family" in text
+    families = {row["family"] for row in tables.family_errors(tables.match_run(plan, run_record(plan, emulated=True)))}
+    assert families and all(f in text for f in families)
 
 
 def test_run_is_matched_past_inserted_copies():

@@ -10,7 +10,6 @@ import pytest
 from placer import cli
 from placer.formats import caffe2_pb as pb
 from placer.formats.caffe2 import save_netdef
-from placer.ops import registry
 from placer.progress import Progress
 
 from conftest import gpu_available
@@ -30,13 +29,6 @@ def write_net(path, device=None):
             o.device_option.device_type = device
     save_netdef(net, path)
     return path
-
-
-@pytest.fixture(autouse=True)
-def kernels():
-    for t in ("FC", "Relu"):
-        if registry.get(t) is None or registry.get(t).kernel is None:
-            pytest.skip(f"no kernel yet for {t}")
 
 
 @pytest.fixture
@@ -190,3 +182,75 @@ def test_trace_of_a_measured_run_is_a_valid_chrome_trace(tmp_path):
     ops = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
     assert [e["args"].get("type") for e in ops] == ["FC", "Relu"]
     assert all(e["dur"] >= 0 for e in ops)
+
+
+# ---------------------------------------------------------------- memory, priced before allocating
+
+def _mlp(tmp_path, rows=4, cols=100):
+    from fuzz_cases import FC_NET, fc_init
+    (tmp_path / "mlp.pbtxt").write_text(FC_NET)
+    (tmp_path / "init.pbtxt").write_text(fc_init(rows, cols))
+    return tmp_path / "mlp.pbtxt", tmp_path / "init.pbtxt"
+
+
+def _tib(n: float) -> str:
+    from placer.runtime.footprint import format_bytes
+    return format_bytes(n)
+
+
+@pytest.mark.parametrize("seed", [[], ["--random-inputs", "3"]])
+def test_a_run_that_cannot_fit_is_refused_with_both_figures(tmp_path, capsys, seed):
+    """data 1e10 x 100 float32 through FC(4) and Relu: numpy would have asked for 7.28 TiB
+    (the float64 draw) and failed. Counted by hand: weights 4x100 + 4 and the input 4e12 B
+    held throughout, then the larger of the draw (8e12 B, float64) and the activations
+    alive at the Relu (FC and Relu outputs, 1e10 x 4 float32 each)."""
+    net, init = _mlp(tmp_path)
+    code, out, err = run_cli(capsys, net, "--init-net", init, "--input", "data=10000000000,100", "--quiet", *seed)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    params, inputs, draw, activations = (4 * 100 + 4) * 4, 4e12, 8e12, 2 * 1e10 * 4 * 4
+    assert f"needs {_tib(params + inputs + max(draw, activations))} of memory" in err
+    assert (f"(parameters {_tib(params)} + inputs 3.64 TiB + the larger of peak activations "
+            f"{_tib(activations)} and random draw 7.28 TiB)") in err
+    assert "this machine has" in err and "available (" in err and "--input" in err
+
+
+def test_run_footprint_counts_what_the_executor_keeps_alive():
+    """x(2x8) -> FC(w 3x8, b 3) -> h(2x3) -> Relu -> y(2x3), by hand: parameters (27
+    floats) and the fed x (16) throughout; at the Relu h and y are alive (12)."""
+    from placer.formats.caffe2 import net_from_netdef, parse_text
+    from placer.runtime.footprint import run_footprint
+    from placer.shapes import infer
+    from placer.types import TensorType
+    from fuzz_cases import FC_NET, fc_init
+    net = net_from_netdef(parse_text(FC_NET), parse_text(fc_init(3, 8)))
+    typed = infer(net, {"data": TensorType((2, 8))})
+    fp = run_footprint(typed, ["data"], random_inputs=False)
+    assert dict(fp.held) == {"parameters": 27 * 4, "inputs": 16 * 4}
+    assert dict(fp.phases) == {"peak activations": 12 * 4, "random draw": 0}
+    assert fp.total_bytes == (27 + 16 + 12) * 4
+    drawn = run_footprint(typed, ["data"], random_inputs=True)
+    assert drawn.total_bytes == (27 + 16) * 4 + 16 * 8  # the float64 draw outweighs the activations
+
+
+def test_an_npz_whose_header_claims_terabytes_is_refused_before_reading(tmp_path, capsys):
+    from fuzz_cases import npy_header_only, npz
+    net, init = _mlp(tmp_path, 4, 8)
+    (tmp_path / "in.npz").write_bytes(npz({"data": npy_header_only((2 ** 40, 1))}))
+    code, out, err = run_cli(capsys, net, "--init-net", init, "--inputs", tmp_path / "in.npz", "--quiet")
+    assert code == 2 and err.count("\n") == 1
+    assert f"reading {tmp_path / 'in.npz'} needs 4 TiB of memory" in err
+
+
+def test_profile_refuses_an_op_that_cannot_fit(tmp_path, capsys):
+    net, init = _mlp(tmp_path)
+    code = cli.main(["profile", str(net), "--init-net", str(init), "--input", "data=10000000000,100",
+                     "-o", str(tmp_path / "p.json"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "timing op #0 FC -> 'fc' needs" in err and not (tmp_path / "p.json").exists()
+
+
+def test_negative_random_input_seed_is_refused(tmp_path, capsys):
+    net, init = _mlp(tmp_path, 4, 8)
+    code, out, err = run_cli(capsys, net, "--init-net", init, "--input", "data=2,8", "--random-inputs", "-1")
+    assert code == 2 and "--random-inputs -1: the seed must be >= 0" in err

@@ -9,10 +9,13 @@ from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
-from placer.errors import InputError
-from placer.types import TensorType, TypedNet
+from placer.errors import InputError, ShapeError
+from placer.formats import MAX_ELEMENTS, shape_problem
+from placer.types import DTYPE_TO_DATA_TYPE, TensorType, TypedNet
 
 INPUT_FORMAT = "NAME=d0,d1,...[:dtype]"
+# Caffe2 TensorProto data types a fed blob can have (string tensors are not fed from here).
+TENSOR_DTYPES = tuple(d for d in DTYPE_TO_DATA_TYPE if d != "object")
 _DTYPE_SUFFIX = re.compile(r"^(?P<dims>.*?)(?::(?P<dtype>[A-Za-z][A-Za-z0-9_]*))?$")
 
 
@@ -44,18 +47,30 @@ def parse_input_spec(spec: str) -> tuple[str, TensorType]:
         raise InputError(f"--input '{spec}': expected {INPUT_FORMAT}, e.g. data=1,3,224,224")
     m = _DTYPE_SUFFIX.match(rest.strip())
     dims_text, dtype = m.group("dims"), m.group("dtype") or "float32"
-    try:
-        np.dtype(dtype)
-    except TypeError:
-        raise InputError(f"--input '{spec}': unknown dtype '{dtype}' "
-                         "(use a numpy name: float32, int32, int64, uint8, ...)") from None
+    dtype = _tensor_dtype(spec, dtype)
     dims = []
     for d in (x.strip() for x in dims_text.split(",")) if dims_text.strip() else ():
-        if not d.isdigit():
+        if not (d.isascii() and d.isdigit()):
             raise InputError(f"--input '{spec}': dimension '{d}' is not a non-negative integer "
                              f"(expected {INPUT_FORMAT}, e.g. data=1,3,224,224)")
         dims.append(int(d))
-    return name, TensorType(tuple(dims), str(np.dtype(dtype)))
+    problem = shape_problem(dims)
+    if problem:
+        raise InputError(f"--input '{spec}': {problem}")
+    return name, TensorType(tuple(dims), dtype)
+
+
+def _tensor_dtype(spec: str, name: str) -> str:
+    """A numpy dtype name that is also a Caffe2 TensorProto type (no complex, dates, text)."""
+    try:
+        dtype = str(np.dtype(name))
+    except TypeError:
+        raise InputError(f"--input '{spec}': unknown dtype '{name}' "
+                         f"(use a numpy name: {', '.join(TENSOR_DTYPES)})") from None
+    if dtype not in TENSOR_DTYPES:
+        raise InputError(f"--input '{spec}': dtype '{name}' is not a Caffe2 tensor type "
+                         f"(use one of {', '.join(TENSOR_DTYPES)})")
+    return dtype
 
 
 def parse_input_specs(specs: list[str]) -> dict[str, TensorType]:
@@ -117,4 +132,16 @@ def load_typed_net(args: argparse.Namespace, complete: bool = False,
                              f"(its external inputs include: {some})")
     with clock("shapes"):
         typed = infer(net, shapes)
+        _refuse_impossible_blobs(typed)
     return require_complete(typed) if complete else typed
+
+
+def _refuse_impossible_blobs(typed: TypedNet) -> None:
+    """A blob with more elements than int64 counts cannot exist in Caffe2 (or numpy): name it
+    and the op that makes it, rather than price or run it."""
+    makers = {out: op for op in typed.net.ops for out in op.outputs}
+    for name, t in typed.blobs.items():
+        if t is not None and t.size > MAX_ELEMENTS:
+            made = f" (made by op {makers[name].label})" if name in makers else ""
+            raise ShapeError(f"{typed.net.path}: blob '{name}'{made}: {shape_problem(t.shape)}",
+                             hint="give smaller shapes with --input, or fix the net's shapes")

@@ -5,14 +5,22 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-from placer.errors import PlacerError
+from placer.errors import InputError, PlacerError
 from placer.fileio import refuse_overwrite
+from placer.units import fmt_bytes
+from placer.formats import VALUE_INFO, save_value_info
 
 HELP = "convert a Caffe .prototxt (+ .caffemodel) to Caffe2 predict_net and init_net"
 DESCRIPTION = """\
 Convert a Caffe net (V2 `layer`, V1 `layers` or V0 prototxt) to Caffe2 NetDefs the way
 Caffe2's own translator mapped layers to ops, and write OUTDIR/predict_net.pbtxt and
 OUTDIR/init_net.pbtxt (with --binary also the .pb files).
+
+The input shapes the file gives (an Input layer, input_shape, input_dim, a data layer's
+parameters), completed or replaced by --input, go to OUTDIR/value_info.json in the
+Caffe2 model-zoo form {"data": [1, [1, 3, 224, 224]]} (data type, shape), where placer
+and Caffe2's model tools look for them: `placer plan OUTDIR/predict_net.pbtxt` then
+needs no --input.
 
 The init net fills every parameter: the .caffemodel values with --weights, else seeded
 random fills chosen from each layer's filler. SSD's fork layers (PriorBox, Permute, ...)
@@ -22,12 +30,14 @@ latter are listed.
 example:
   placer convert deploy.prototxt --weights net.caffemodel -o converted/
   placer convert train_val.prototxt --phase train --input data=32,3,224,224 -o out/
+  placer convert train_val.prototxt --solver solver.prototxt --input data=32,3,227,227 -o out/
 """
 
 
 # Above this many weight values the init net is written binary only: text costs about
 # 21 bytes and 4 us per value (protobuf text_format, measured), binary 5 bytes and ~0.
 TEXT_INIT_MAX_VALUES = 2_000_000
+OUTPUT_NAMES = ("predict_net.pbtxt", "init_net.pbtxt", "predict_net.pb", "init_net.pb")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder for predict_net.pbtxt and init_net.pbtxt")
     parser.add_argument("--binary", action="store_true",
                         help="also write predict_net.pb and init_net.pb")
+    parser.add_argument("--solver", metavar="SOLVER.prototxt",
+                        help="also write the Caffe2 train net of this Caffe solver (TRAIN phase): "
+                             "train_net.pbtxt, train_init_net.pbtxt (update_net.pbtxt with iter_size > 1)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,10 +68,16 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise PlacerError(f"{out}: -o takes a folder, and this is a file",
                           hint="give a folder name; it is created when missing")
-    for name in ("predict_net.pbtxt", "init_net.pbtxt", "predict_net.pb", "init_net.pb"):
+    for name in (*OUTPUT_NAMES, VALUE_INFO):
         refuse_overwrite(out / name, args.net, args.weights)
-    result = convert_caffe(args.net, phase=args.phase, weights=args.weights,
-                           input_shapes=parse_input_specs(args.inputs))
+    user_shapes = parse_input_specs(args.inputs)
+    solver_nets = None
+    if args.solver:
+        from placer.training.solver import solver_nets_for_convert
+        solver_nets = solver_nets_for_convert(args.net, args.solver, out, args.weights,
+                                              user_shapes, args.binary)
+    result = convert_caffe(args.net, phase=args.phase, weights=args.weights, input_shapes=user_shapes)
+    _check_input_names(args.net, user_shapes, result)
     values = sum(len(a.floats) for op in result.init.op for a in op.arg if a.name == "values")
     text_init = values <= TEXT_INIT_MAX_VALUES
     names = ["predict_net.pbtxt"]
@@ -66,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         names.append("init_net.pbtxt")
     else:
         result.notes.append(f"the init net holds {values:,} weight values: written binary only "
-                            f"(as text it would take ~{values * 21 // 10**6} MB and minutes)")
+                            f"(as text it would take ~{fmt_bytes(values * 21)} and minutes)")
     if args.binary:
         names.append("predict_net.pb")
     if args.binary or not text_init:
@@ -75,8 +94,24 @@ def run(args: argparse.Namespace) -> int:
     for name in names:
         netdef = result.predict if name.startswith("predict") else result.init
         written.append(save_netdef(netdef, out / name, binary=name.endswith(".pb")))
+    if solver_nets is not None:
+        from placer.training.solver import save_solver_nets
+        written += save_solver_nets(solver_nets, out, args.binary)
+        result.notes += [f"train net ({args.solver}): {note}" for note in solver_nets.notes]
+    # always written, so that a value_info.json left by an earlier conversion into the
+    # same folder cannot lend its shapes to this net
+    written.append(save_value_info(result.input_shapes, out / VALUE_INFO))
     _print_summary(args, result, written)
     return 0
+
+
+def _check_input_names(path, user_shapes, result) -> None:
+    """An --input that names no external input of the converted net is a typo: say so."""
+    inputs = [b for b in result.predict.external_input if b not in result.param_shapes]
+    for name in user_shapes:
+        if name not in inputs:
+            raise InputError(f"--input {name}=...: {path} has no input blob '{name}' "
+                             f"(its inputs: {', '.join(inputs[:8]) or 'none'})")
 
 
 def _print_summary(args, result, written) -> None:
@@ -85,6 +120,8 @@ def _print_summary(args, result, written) -> None:
     print(f"converted {args.net} (phase {args.phase}): {len(result.predict.op)} ops, "
           f"{len(result.param_shapes)} parameters ({source})")
     print("  ops: " + ", ".join(f"{t} {n}" for t, n in ops.most_common()))
+    if result.input_shapes:
+        print("  input shapes: " + ", ".join(f"{b} {t}" for b, t in result.input_shapes.items()))
     if result.unknown_layers:
         kinds = Counter(t for _, t in result.unknown_layers)
         print("  kept as unknown ops (no Caffe2 mapping): "

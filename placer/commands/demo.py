@@ -33,6 +33,7 @@ from placer import examples
 from placer.errors import InputError
 from placer.fileio import atomic_write_bytes, atomic_write_text
 from placer.profiling import DEFAULT_GPU_PROFILE
+from placer.units import fmt_rate
 
 HELP = "profile this CPU, then plan, run and report the bundled example nets (no GPU needed)"
 DESCRIPTION = """\
@@ -320,7 +321,7 @@ def profile_line(path: Path) -> str:
     from placer.profiling import load_profile
     cpu = load_profile(path).device("cpu")
     return (f"CPU profile: {len(cpu.ops)} op timings, {cpu.peak_flops['float32'] / 1e9:.0f} GFLOP/s GEMM, "
-            f"{cpu.memory_bandwidth_bytes_per_s / 1e9:.1f} GB/s streaming ({path})")
+            f"{fmt_rate(cpu.memory_bandwidth_bytes_per_s)} streaming ({path})")
 
 
 def _gpu_label(plan: dict) -> str:

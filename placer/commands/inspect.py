@@ -10,13 +10,15 @@ import pandas as pd
 from placer.commands.common import add_net_arguments, load_typed_net
 from placer.shapes import missing_summary
 from placer.types import TypedNet, shape_str
+from placer.units import fmt_bytes
 
 HELP = "show a net's ops, shapes, FLOPs, bytes and parameters"
 DESCRIPTION = """\
 Load a net (Caffe2 NetDef text/binary with its init net, or Caffe prototxt), infer every
 blob's shape and print one row per op: index, name (or first output), type, output shapes,
-GFLOP, GMAC, MB read and written, parameter MB, and whether placer knows the op; then
-totals (ops, unknown op types, parameter MB, activation MB, GFLOP, GMAC).
+GFLOP, GMAC, bytes read and written, parameter bytes, and whether placer knows the op;
+then totals (ops, unknown op types, parameter and activation bytes, GFLOP, GMAC). Sizes
+print in binary units (KiB, MiB, GiB); --json gives the mb_* figures in 10^6 bytes.
 
 Convention: one multiply-add is 1 MAC and 2 FLOPs; GMAC counts Conv/FC/MatMul-like work,
 GFLOP all floating-point work.
@@ -35,8 +37,9 @@ examples:
 """
 MAC_CONVENTION = "1 MAC = one multiply-add = 2 FLOPs"
 MB = 1e6
-COLUMN_TITLES = {"gflop": "GFLOP", "gmac": "GMAC", "mb_read": "MB read",
-                 "mb_written": "MB written", "param_mb": "param MB"}
+COLUMN_TITLES = {"gflop": "GFLOP", "gmac": "GMAC", "mb_read": "read",
+                 "mb_written": "written", "param_mb": "params"}
+SIZE_COLUMNS = ("mb_read", "mb_written", "param_mb")
 G = 1e9
 
 
@@ -116,7 +119,7 @@ def format_table(rows: list[dict]) -> str:
     df = pd.DataFrame(rows).drop(columns="output_types").set_index("index")
     df["known"] = df["known"].map({True: "known", False: "UNKNOWN"})
     for column in COLUMN_TITLES:
-        df[column] = [_figure(x) for x in df[column]]
+        df[column] = [_size(x) if column in SIZE_COLUMNS else _figure(x) for x in df[column]]
     return df.rename(columns=COLUMN_TITLES).to_string(max_colwidth=48)
 
 
@@ -126,11 +129,15 @@ def _figure(x) -> str:
     return f"{x:.4g}"
 
 
+def _size(mb) -> str:
+    return "?" if mb is None else fmt_bytes(mb * MB)
+
+
 def format_totals(t: dict) -> str:
     unknown = ", ".join(f"{k} x{v}" for k, v in t["unknown_op_types"].items()) or "none"
     lines = [
         f"ops: {t['ops']}   unknown op types: {unknown}",
-        f"parameters: {t['param_mb']:.4g} MB   activations: {t['activation_mb']:.4g} MB",
+        f"parameters: {_size(t['param_mb'])}   activations: {_size(t['activation_mb'])}",
         f"total: {t['gflop']:.4g} GFLOP, {t['gmac']:.4g} GMAC ({t['convention']})",
     ]
     if t["ops_without_cost"]:

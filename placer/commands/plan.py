@@ -26,6 +26,15 @@ limit, Lagrangian relaxation + repair, checked by a MILP that gives the optimali
 Prints a per-op table with the reason for each decision, the totals against all-CPU,
 all-GPU, greedy, your own placement (if the file has device options) and a lower bound.
 
+How sure the plan is: the plan is re-solved --stability-draws times (default 8, seeded)
+with every measured op time moved within its measured spread (the profile's IQR per
+entry, or per fit for fitted estimates; datasheet times do not move), and the ops whose
+device flips are listed ("placement stable under measured noise: 3 of 120 ops flip in 2
+of 8 draws"). The JSON carries the summary as "stability" ({draws, flipping_ops,
+flipped_draws, summary, seconds}) and per op "stability": {"flips": k, "draws": n,
+"moves_to": the device it moved to most often, or null}. Ops priced from a fit that does
+not cover its group (source "poor-fit") are named in a note.
+
 examples:
   placer plan net.pbtxt --init-net init.pbtxt --input data=1,3,224,224
   placer plan dlrm.pbtxt --gpu-profile a100-40gb-pcie4 -o placed.pbtxt
@@ -55,6 +64,9 @@ def add_arguments(p) -> None:
                    help="seconds for the MILP / local search (default: 10)")
     g.add_argument("--unknown-op-cost", type=float, default=0.0, metavar="S",
                    help="CPU seconds charged to an op type placer does not know (default: 0)")
+    g.add_argument("--stability-draws", type=int, default=8, metavar="N",
+                   help="re-solve N times with op costs moved within their measured spread and flag ops "
+                        "whose device flips (default: 8; 0: off)")
     o = p.add_argument_group("output")
     o.add_argument("-o", "--output", metavar="PLACED.pbtxt", help="write the placed predict net")
     o.add_argument("--init-out", metavar="PLACED_INIT.pbtxt", help="write the placed init net")
@@ -66,11 +78,6 @@ def add_arguments(p) -> None:
 
 
 def _add_report_arguments(o) -> None:
-    # looked up, not imported: matplotlib takes about a second to import, which every
-    # plan would pay whether it writes a report or not
-    from importlib.util import find_spec
-    if not all(find_spec(m) for m in ("jinja2", "matplotlib")):
-        return
     o.add_argument("--report", metavar="OUT.html", help="write the self-contained HTML report")
     o.add_argument("--trace", metavar="OUT.json", help="write the predicted timeline as a Chrome trace")
 
@@ -80,7 +87,7 @@ def parse_size(text: str | None) -> float | None:
     if text is None:
         return None
     m = re.fullmatch(r"\s*(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+)\s*([KMGT]?)(i?)B?\s*", text, re.I)
-    if not m:
+    if not m or not math.isfinite(float(m.group(1))):
         raise PlacerError(f"--gpu-mem '{text}': expected a size like 16GiB, 40GB or 17179869184")
     value = float(m.group(1))
     base = 1024 if m.group(3) else 1000
@@ -135,6 +142,8 @@ def _run(args) -> int:
     with clock("json"):
         doc = plan_json(result, {"cpu": {"name": cpu.name, "source": _source(cpu)},
                                  "gpu": {"name": gpu.name, "source": _source(gpu)}})
+    with clock("stability"):
+        _add_confidence(doc, result, args.stability_draws)
     written = _write_outputs(args, result, doc, clock)
     with clock("print"):
         if args.json:
@@ -146,6 +155,30 @@ def _run(args) -> int:
     if args.timings:
         clock.print()
     return 0
+
+
+def _add_confidence(doc: dict, result, draws: int) -> None:
+    """How sure the plan is: the stability check (placer.partition.stability) and a note
+    naming estimates from fits that do not cover their group."""
+    from placer.partition import partition, stability
+    from placer.partition.problem import placement_array
+    if draws < 0:
+        raise PlacerError(f"--stability-draws {draws}: must be 0 (off) or more")
+    n, o = len(doc["ops"]), result.options
+
+    def solve(arrays):
+        chosen = partition(arrays, o.method, capacity_bytes=result.capacity_bytes, reserve=o.reserve,
+                           time_limit=o.time_limit_s)
+        return placement_array(chosen.placement, n).astype(int)
+    spreads = stability.op_spreads(result.typed, result.costs.model, ("cpu", "gpu"))
+    checked = stability.check(result.arrays, solve, placement_array(result.plan.placement, n).astype(int),
+                              spreads, draws=draws)
+    stability.add_to_plan_json(doc, checked)
+    poor = sorted({o["type"] for o in doc["ops"] if "poor-fit" in (o["cpu_source"], o["gpu_source"])})
+    if poor:
+        count = sum("poor-fit" in (o["cpu_source"], o["gpu_source"]) for o in doc["ops"])
+        doc["notes"].append(f"{count} op(s) priced from fits that do not cover their group (poor-fit: "
+                            f"{', '.join(poor)}); profile this net to measure them")
 
 
 def _check_outputs(args) -> None:
@@ -278,3 +311,12 @@ def print_plan(doc: dict, all_rows: bool = False, out=None) -> None:
     print(f"with CPU, GPU and copies overlapped (async executor): {fmt_time(ms)}", file=out)
     for note in doc.get("notes", []):
         print(f"note: {note}", file=out)
+    if "stability" in doc:
+        print(doc["stability"]["summary"], file=out)
+        flipping = [o for o in ops if o.get("stability", {}).get("flips")]
+        for o in sorted(flipping, key=lambda o: -o["stability"]["flips"])[:10]:
+            print(f"  flips: #{o['index']} {o['name'] or o['type']} ({o['type']}, on the {o['device']}): "
+                  f"to the {o['stability']['moves_to']} in {o['stability']['flips']} of "
+                  f"{o['stability']['draws']} draws", file=out)
+        if len(flipping) > 10:
+            print(f"  ... and {len(flipping) - 10} more (see the plan JSON's per-op 'stability')", file=out)

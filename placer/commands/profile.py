@@ -7,21 +7,37 @@ import sys
 from pathlib import Path
 
 from placer.commands.common import add_net_arguments, load_typed_net
+from placer.constants import FIT_MAX_MEDIAN_ERROR_PCT
 from placer.errors import DeviceError, InputError, ShapeError
 from placer.fileio import refuse_overwrite
 from placer.profiling import DEFAULT_GPU_PROFILE, find_profile, load_profile, shipped_profile_names
 from placer.profiling.schema import DeviceProfile, Profile, save_profile
+from placer.progress import Progress
+from placer.units import fmt_rate, fmt_time
 
 HELP = "time a net's ops, the host CPU or the PCIe link into a device profile"
 DESCRIPTION = """\
-Three measurements, each written (merged) into the profile file given with -o:
+Four measurements, each written (merged) into the profile file given with -o:
 
   placer profile NET [--init-net INIT] [--input NAME=...] --device cpu|cuda:0 -o FILE
-      times every distinct op of NET at its inferred shapes with the runtime's kernels
-      (--warmup calls, then --repeats samples or --budget seconds per op, whichever
-      comes first; median and interquartile range). Ops with the same type, input
-      shapes and cost-relevant arguments are timed once. Per-family roofline fits of
-      the device are refreshed from all its measured entries and stored in the file.
+      runs the whole net with the runtime's executor (--warmup untimed runs, then
+      --repeats timed runs) and records each op's time where it really runs: after its
+      producer, on the inputs the previous op left, allocating its outputs -- what
+      `placer run` sees. Ops with the same type, input shapes and cost-relevant
+      arguments share one entry (median and interquartile range of all their samples).
+      --isolated times each distinct op alone instead (--warmup calls, then --repeats
+      samples or --budget seconds per op; warm caches, so usually faster than in a run).
+      Every entry says how it was timed. Per-family roofline fits of the device are
+      refreshed from all its measured entries and stored in the file, with their
+      quality (median and p90 error, run-to-run spread, and whether one roofline covers
+      the family at all); the fits are printed.
+  placer profile --calibrate --device cpu|cuda:0 -o FILE
+      runs a built-in sweep net (depthwise, grouped, 1x1 and dense convs, FCs at several
+      row counts, embedding lookups over table sizes, elementwise, normalisation and
+      pooling ops over sizes) in-network at batch 1 and 4, so that every common family
+      has fitted points even where the nets you profiled have none (placer/profiling/
+      calibration.py; its shapes are off the usual ones, so your nets' ops stay priced
+      from what was measured on them).
   placer profile --host -o FILE
       GEMM FLOP/s, streaming bandwidth and per-call overhead of this CPU.
   placer profile --link --device cuda:0 -o FILE
@@ -36,6 +52,7 @@ examples:
   placer profile resnet50_predict_net.pbtxt --init-net resnet50_init_net.pb \\
       --input data=8,3,224,224 --device cpu -o profiles/myhost.json
   placer profile --host -o profiles/myhost.json
+  placer profile --calibrate --threads 1 -o profiles/myhost.json
   placer profile --link --device cuda:0 -o profiles/mygpu.json
 """
 
@@ -47,11 +64,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             action.nargs, action.required, action.default = "?", False, None
     parser.add_argument("--device", default="cpu", help="cpu or cuda:N (default: cpu)")
     parser.add_argument("--host", action="store_true", help="characterise this CPU")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="time the built-in sweep net (every common op family over a range of sizes)")
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help="BLAS threads for CPU kernels: profile with the count you will run with")
     parser.add_argument("--link", action="store_true", help="measure host<->GPU copy curves")
-    parser.add_argument("--repeats", type=int, default=10, help="samples per op (default 10)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed calls first (default 2)")
+    parser.add_argument("--repeats", type=int, default=10,
+                        help="timed runs of the net (with --isolated: samples per op) (default 10)")
+    parser.add_argument("--warmup", type=int, default=2,
+                        help="untimed runs (with --isolated: calls per op) first (default 2)")
+    parser.add_argument("--isolated", action="store_true",
+                        help="time each distinct op alone instead of in a run of the whole net")
     parser.add_argument("--budget", type=float, default=0.5, metavar="S",
-                        help="stop sampling an op after S seconds, keeping >= 3 samples (default 0.5)")
+                        help="--isolated: stop sampling an op after S seconds, keeping >= 3 samples (default 0.5)")
     parser.add_argument("--base", metavar="NAME|FILE",
                         help=f"datasheet profile a new GPU device starts from ({', '.join(shipped_profile_names())})")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
@@ -59,13 +84,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    modes = sum(bool(x) for x in (args.net, args.host, args.link))
+    modes = sum(bool(x) for x in (args.net, args.host, args.link, args.calibrate))
     if modes != 1:
-        raise InputError("give exactly one of NET, --host or --link",
+        raise InputError("give exactly one of NET, --calibrate, --host or --link",
                          hint="e.g. placer profile net.pbtxt --device cpu -o prof.json")
     refuse_overwrite(args.output, args.net, getattr(args, "init_net", None))
-    if args.repeats < 1 or args.warmup < 0:
-        raise InputError("--repeats must be >= 1 and --warmup >= 0")
+    if args.repeats < 1 or args.warmup < 0 or not args.budget >= 0:  # NaN fails >= too
+        raise InputError("--repeats must be >= 1, --warmup >= 0 and --budget >= 0 seconds")
+    _set_threads(args.threads)
     kind = _device_kind(args.device)
     if args.link and kind != "gpu":
         raise DeviceError("--link measures a GPU's link: give --device cuda:N")
@@ -81,6 +107,18 @@ def run(args: argparse.Namespace) -> int:
     save_profile(profile, args.output)
     print(f"wrote {args.output}")
     return 0
+
+
+def _set_threads(threads: int | None) -> None:
+    """--threads: the BLAS thread count the ops are timed with (as `placer run --threads`)."""
+    if threads is None:
+        return
+    from placer.runtime.threads import set_blas_threads
+    if threads < 1:
+        raise InputError("--threads must be >= 1")
+    if not set_blas_threads(threads):
+        print("placer: warning: could not set the BLAS thread count here; "
+              f"set OPENBLAS_NUM_THREADS={threads} before starting", file=sys.stderr)
 
 
 def _device_kind(name: str) -> str:
@@ -105,8 +143,8 @@ def _merge_host(profile: Profile) -> None:
         new.ops, new.fits = old.ops, old.fits
     profile.devices["cpu"] = new
     print(f"host: {new.peak_flops['float32'] / 1e9:.0f} GFLOP/s float32 GEMM, "
-          f"{new.memory_bandwidth_bytes_per_s / 1e9:.1f} GB/s streaming, "
-          f"{new.launch_overhead_s * 1e6:.2f} us per call")
+          f"{fmt_rate(new.memory_bandwidth_bytes_per_s)} streaming, "
+          f"{fmt_time(new.launch_overhead_s)} per call")
 
 
 def _gpu_device(profile: Profile, args: argparse.Namespace) -> DeviceProfile:
@@ -151,23 +189,24 @@ def _merge_link(profile: Profile, args: argparse.Namespace) -> None:
     _require_gpu("--link")
     dev = _gpu_device(profile, args)
     index = int(args.device.split(":", 1)[1]) if ":" in args.device else 0
-    bar = _bar(len(SIZES) * 4, "link", args.quiet)
+    bar = Progress(len(SIZES) * 4, "link", quiet=args.quiet)
     try:
         dev.link = measure_link(index, progress=bar)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     for direction, mems in dev.link.items():
         for mem, c in mems.items():
-            print(f"{direction} {mem}: latency {c.latency_s * 1e6:.1f} us, {c.bytes_per_s / 1e9:.2f} GB/s")
+            print(f"{direction} {mem}: latency {fmt_time(c.latency_s)}, {fmt_rate(c.bytes_per_s)}")
 
 
 def _merge_ops(profile: Profile, args: argparse.Namespace, kind: str) -> None:
-    from placer.costs import CostModel
-    from placer.profiling.bench import profile_net
+    from placer.costs import FIT_VERSION, CostModel
+    from placer.runtime.footprint import profile_footprint, require_memory
     if kind == "gpu":
         _require_gpu(f"--device {args.device}")
-    typed = load_typed_net(args)
+    nets = _nets_to_time(args)
+    for typed in nets:   # before any array is made
+        require_memory(*profile_footprint(typed), hint="give smaller shapes with --input")
     if kind == "gpu":
         dev = _gpu_device(profile, args)
     else:
@@ -175,33 +214,70 @@ def _merge_ops(profile: Profile, args: argparse.Namespace, kind: str) -> None:
         if dev is None:
             from placer.profiling.host import measure_host
             dev = profile.devices["cpu"] = measure_host()
-    result = profile_net(typed, args.device, repeats=args.repeats, warmup=args.warmup,
-                         budget_s=args.budget, progress=not args.quiet)
-    if typed.missing:
-        from placer.shapes import missing_summary
-        if not result.timings:
-            raise ShapeError(f"{args.net}: no op could be timed: {missing_summary(typed)}")
-        print(f"warning: {missing_summary(typed)}; ops that need them are not timed", file=sys.stderr)
-    dev.ops.update(result.timings)
+    for typed in nets:
+        result = _time_ops(typed, args)
+        dev.ops.update(result.timings)
+        method = next(iter(result.timings.values())).method if result.timings else "isolated"
+        print(f"{typed.net.name or args.net}: timed {result.ops_timed} distinct ops of {len(typed.net.ops)} "
+              f"{method} ({len(dev.ops)} entries in the profile)")
+        for label, why in list(result.skipped.items())[:20]:
+            print(f"  not timed: {label}: {why}", file=sys.stderr)
+        if len(result.skipped) > 20:
+            print(f"  ... and {len(result.skipped) - 20} more not timed", file=sys.stderr)
     dev.source = {**dev.source, "kind": "measured", "host": dev.source.get("host", _host()),
                   "date": _today()}
+    if kind == "cpu":
+        from placer.runtime.threads import get_blas_threads
+        dev.source["blas_threads"] = get_blas_threads()  # op times depend on it: say which
+    dev.fits = {}  # refit from every entry the device now has
     model = CostModel(dev if kind == "cpu" else None, dev if kind == "gpu" else None)
     dev.fits = model.fits(kind)
-    print(f"timed {result.ops_timed} distinct ops of {len(typed.net.ops)} "
-          f"({len(dev.ops)} entries in the profile)")
-    for label, why in list(result.skipped.items())[:20]:
-        print(f"  not timed: {label}: {why}", file=sys.stderr)
-    if len(result.skipped) > 20:
-        print(f"  ... and {len(result.skipped) - 20} more not timed", file=sys.stderr)
-    print(model.fit_report(kind).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    dev.fits_digest = dev.fit_inputs_digest(FIT_VERSION)
+    print(format_fit_report(model.fit_report(kind)))
+    uncovered = [g for g, f in sorted(dev.fits.items()) if not f.covered]
+    if uncovered:
+        print(f"note: one roofline does not cover {', '.join(uncovered)} (median fit error above "
+              f"{FIT_MAX_MEDIAN_ERROR_PCT:g}%): ops priced from these fits are labelled 'poor-fit'; "
+              "profile the nets you plan for to measure them")
 
 
-def _bar(total: int, label: str, quiet: bool):
-    try:
-        from placer.progress import Progress
-    except ImportError:
-        return None
-    return Progress(total, label, quiet=quiet)
+def _nets_to_time(args: argparse.Namespace) -> list:
+    """The calibration sweep (--calibrate), else NET; a NET none of whose ops has a
+    shape is refused, one with some missing shapes is timed where it can be."""
+    if args.calibrate:
+        from placer.profiling import calibration
+        return calibration.typed_nets()
+    typed = load_typed_net(args)
+    if typed.missing:
+        from placer.shapes import missing_summary
+        if all(any(t is None for t in ins) for ins in typed.op_inputs):
+            raise ShapeError(f"{args.net}: no op could be timed: {missing_summary(typed)}")
+        print(f"warning: {missing_summary(typed)}; ops that need them are not timed, "
+              "the others are timed alone (the net cannot run whole)", file=sys.stderr)
+    return [typed]
+
+
+def _time_ops(typed, args: argparse.Namespace):
+    """In-network timing, else (--isolated, or a net that cannot run whole: missing
+    shapes, ops without a kernel, an init net without values) op by op."""
+    from placer.profiling.bench import profile_net
+    from placer.profiling.in_network import InNetworkUnavailable, profile_in_network
+    if not args.isolated and not typed.missing:  # missing shapes: warned about by the caller
+        try:
+            return profile_in_network(typed, args.device, iterations=args.repeats, warmup=args.warmup,
+                                      progress=not args.quiet)
+        except InNetworkUnavailable as e:
+            print(f"warning: cannot time {args.net or typed.net.name} in a whole run ({e.message}); "
+                  "timing each op alone instead (entries marked 'isolated')", file=sys.stderr)
+    return profile_net(typed, args.device, repeats=args.repeats, warmup=args.warmup,
+                       budget_s=args.budget, progress=not args.quiet)
+
+
+def format_fit_report(report) -> str:
+    """The fit table as ``placer profile`` prints it: errors and spread in percent."""
+    shown = report.rename(columns={"median_abs_pct_error": "median err %", "p90_abs_pct_error": "p90 err %",
+                                   "spread_pct": "spread %", "half_efficiency_rows": "M0"})
+    return shown.to_string(index=False, float_format=lambda v: f"{v:.3g}")
 
 
 def _host() -> str:

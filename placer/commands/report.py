@@ -64,7 +64,7 @@ def read_json(path: str, what: str, hint: str) -> dict:
             data = json.load(f)
     except OSError as e:
         raise InputError(f"{path}: cannot read the {what} ({e.strerror or e})", hint=hint) from e
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # the decoder recurses per level of nesting
         raise InputError(f"{path}: the {what} is not valid JSON ({e})", hint=hint) from e
     if not isinstance(data, dict):
         raise InputError(f"{path}: the {what} should be a JSON object", hint=hint)

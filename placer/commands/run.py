@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 import io
+import math
 import sys
+import zipfile
 
 import numpy as np
 
@@ -13,9 +15,12 @@ from placer.fileio import atomic_write_bytes, refuse_overwrite
 from placer.progress import Progress
 from placer.runtime import record as run_record
 from placer.runtime.executor import Executor
-from placer.runtime.inputs import random_inputs
+from placer.runtime.footprint import Footprint, require_memory, run_footprint
+from placer.runtime.inputs import NpzBatches, RandomBatches, npz_files, random_inputs
+from placer.runtime.state import loss_blobs, save_trained_init
 from placer.runtime.threads import set_blas_threads
 from placer.types import RunRecord, TensorType
+from placer.units import fmt_bytes
 
 HELP = "run a net on numpy (CPU) / cupy (GPU) and time every op"
 DESCRIPTION = """\
@@ -30,18 +35,32 @@ Inputs come from --inputs x.npz (keyed by blob name) or --random-inputs SEED (th
 default, seed 0): floats standard normal, indices, lengths and labels valid for the op
 that reads them (see placer/runtime/inputs.py).
 
+A train net (one that updates what its init net makes: parameters, optimizer state, the
+iteration counter) trains: every iteration is one step from the state the previous one
+left, and the loss is printed every --print-every steps (the loss: --loss, by default the
+blobs the backward pass is seeded from, <loss>_autogen_grad). Warm-up iterations train a
+copy of the state that is then dropped, so the parameters after --iterations N are those
+after exactly N steps. Each step gets its own batch: --inputs takes several .npz files or
+a folder of them (used in name order, cycled), and --random-inputs SEED draws step k's
+batch from (SEED, k). --save-init writes the trained state as an init net (GivenTensor
+fills; .pb binary, else text).
+
   placer run placed.pbtxt --init-net init.pbtxt --input data=1,3,224,224 --emulate-gpu
   placer run net.prototxt --iterations 10 --record run.json --outputs out.npz
+  placer run train_net.pbtxt --init-net train_init_net.pbtxt --inputs batches/ \\
+      --iterations 100 --print-every 10 --save-init trained_init.pb
 """
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_net_arguments(parser)
     feed = parser.add_mutually_exclusive_group()
-    feed.add_argument("--inputs", metavar="X.npz", dest="inputs_npz",
-                      help="input arrays keyed by blob name")
+    feed.add_argument("--inputs", metavar="X.npz", dest="inputs_npz", nargs="+",
+                      help="input arrays keyed by blob name; several files or a folder of .npz "
+                           "files: one per step, in order, cycled")
     feed.add_argument("--random-inputs", metavar="SEED", type=int, default=None,
-                      help="random inputs from this seed (default when --inputs is not given: 0)")
+                      help="random inputs from this seed (default when --inputs is not given: 0); "
+                           "on a train net, step k's batch is drawn from (SEED, k)")
     parser.add_argument("--iterations", type=int, default=1, metavar="N",
                         help="timed runs; each op's time is the median (default 1)")
     parser.add_argument("--warmup", type=int, default=1, metavar="N",
@@ -55,38 +74,66 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the measured timeline as a Chrome trace (opens in Perfetto)")
     parser.add_argument("--threads", type=int, metavar="N",
                         help="BLAS threads for CPU kernels (1 gives stable times on a shared host)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar and no table")
+    parser.add_argument("--loss", metavar="BLOB", action="append", default=None,
+                        help="blob printed after each step (repeatable; default on a train net: "
+                             "its loss, from the <loss>_autogen_grad seed)")
+    parser.add_argument("--print-every", type=int, default=1, metavar="K",
+                        help="print the loss every K steps (default 1)")
+    parser.add_argument("--save-init", metavar="INIT.pb",
+                        help="write the state after the run (trained parameters, optimizer state, "
+                             "iteration counter) as an init net: .pb binary, else text")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar, no table, no loss lines")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.iterations < 1 or args.warmup < 0:
         raise InputError("--iterations must be >= 1 and --warmup >= 0")
-    for out in (args.outputs, args.record, args.trace):
+    if args.print_every < 1:
+        raise InputError("--print-every must be >= 1")
+    files = npz_files(args.inputs_npz) if args.inputs_npz else []
+    for out in (args.outputs, args.record, args.trace, args.save_init):
         if out:
-            refuse_overwrite(out, args.net, args.init_net, args.inputs_npz)
+            refuse_overwrite(out, args.net, args.init_net, *files)
     if args.threads is not None:
         if args.threads < 1:
             raise InputError("--threads must be >= 1")
         if not set_blas_threads(args.threads):
             print("placer: warning: could not set the BLAS thread count here; "
                   f"set OPENBLAS_NUM_THREADS={args.threads} before starting", file=sys.stderr)
+    if args.random_inputs is not None and args.random_inputs < 0:
+        raise InputError(f"--random-inputs {args.random_inputs}: the seed must be >= 0")
     typed = load_typed_net(args)
     net = typed.net
+    init_netdef = _init_netdef(net) if args.save_init else None
     executor = Executor(net, emulate_gpu=args.emulate_gpu, seed=args.seed)
+    _require_memory(typed, args)  # before the init net fills anything
     executor.run_init()
+    trains = bool(executor.state_names)
     names = executor.expected_inputs()
-    inputs = _read_npz(args.inputs_npz) if args.inputs_npz else random_inputs(
-        net, typed.blobs, names, seed=args.random_inputs or 0)
+    inputs = _batches(args, files, executor, typed, trains)
     executor.input_types.update({n: t for n in names if (t := typed.blobs.get(n)) is not None})
-    if not args.inputs_npz:
-        executor.input_types.update({n: TensorType(a.shape, str(a.dtype)) for n, a in inputs.items()})
+    if not files:
+        first = inputs(0) if callable(inputs) else inputs
+        executor.input_types.update({n: TensorType(a.shape, str(a.dtype)) for n, a in first.items()})
+    watch = args.loss if args.loss is not None else (loss_blobs(net) if trains else [])
+    if trains and not watch and not args.quiet:
+        print("placer: note: no loss found (no <loss>_autogen_grad seed); give --loss BLOB to print one")
     total = (args.warmup + args.iterations) * len(net.ops)
     with Progress(total, "run", quiet=args.quiet) as bar:
+        show = None if args.quiet or not watch else _loss_printer(bar, args.print_every, args.iterations)
         outputs = executor.run(inputs, iterations=args.iterations, warmup=args.warmup,
-                               progress=lambda done, _total: bar.update(done))
+                               progress=lambda done, _total: bar.update(done), watch=watch, on_step=show)
     rec = executor.record
     if not args.quiet:
         print(format_table(rec))
+        if trains:
+            print(f"trained {args.iterations} step(s)"
+                  + (f"; the {args.warmup} warm-up run(s) trained a copy of the state, then dropped"
+                     if args.warmup else ""))
+    if args.save_init:
+        save_trained_init(args.save_init, init_netdef, executor.host_state())
+        if not args.quiet:
+            print(f"wrote {args.save_init}")
     if args.outputs:
         buf = io.BytesIO()
         np.savez(buf, **outputs)
@@ -99,13 +146,93 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _batches(args, files, executor, typed, trains):
+    """One batch for every step, or a batch per step (several files; random on a train net)."""
+    if files:
+        batches = NpzBatches(files, _read_npz)
+        return batches if len(files) > 1 else batches(0)
+    seed = args.random_inputs or 0
+    names = executor.expected_inputs()
+    if trains:
+        return RandomBatches(typed.net, typed.blobs, names, seed)
+    return random_inputs(typed.net, typed.blobs, names, seed=seed)
+
+
+def _loss_printer(bar: Progress, every: int, iterations: int):
+    """``on_step`` that prints the watched blobs every ``every`` steps (and the last step)."""
+    def show(step: int, values: dict) -> None:
+        if step % every and step != iterations:
+            return
+        if bar.enabled:
+            bar.stream.write("\r\x1b[K")
+        shown = "  ".join(f"{name} {_scalar_text(v)}" for name, v in values.items())
+        print(f"step {step}: {shown}", flush=True)
+    return show
+
+
+def _scalar_text(value: np.ndarray) -> str:
+    return f"{float(value.reshape(-1)[0]):.6g}" if value.size == 1 else f"mean {float(value.mean()):.6g}"
+
+
+def _init_netdef(net):
+    if net.init_proto is None:
+        raise InputError("--save-init needs the net's init net: give --init-net")
+    return net.init_proto
+
+
+def _require_memory(typed, args) -> None:
+    """Refuse, with both figures, a run whose parameters, inputs and live activations do
+    not fit in this machine's memory (see placer/runtime/footprint.py)."""
+    net = typed.net
+    # an emulated GPU's blobs are host memory too; a real GPU's are not
+    on_host = None if args.emulate_gpu else {op.index for op in net.ops if op.device is None or not op.device.is_gpu}
+    need = run_footprint(typed, net.data_inputs, random_inputs=not args.inputs_npz, host_only=on_host)
+    if args.warmup and (on_host is None or on_host == {op.index for op in net.ops}):
+        copy = _written_state_bytes(typed)  # a train net's warm-ups train a copy of its state
+        need = Footprint(need.held + (("the warm-up's copy of the state", copy),), need.phases)
+    require_memory(need, f"running {args.net}", hint="give smaller shapes with --input (a smaller batch)")
+
+
+def _written_state_bytes(typed) -> int:
+    """Bytes of the blobs the init net makes and the net writes (a train net's state)."""
+    net = typed.net
+    made = {o for op in net.init_proto.op for o in op.output} if net.init_proto is not None else set()
+    written = {o for op in net.ops for o in op.outputs}
+    return sum(typed.blobs[b].nbytes for b in made & written if typed.blobs.get(b) is not None)
+
+
+NPZ_HINT = "give an .npz written by numpy.savez, keyed by blob name"
+_NPY_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
 def _read_npz(path: str) -> dict[str, np.ndarray]:
+    """The arrays of an .npz, after its headers say they fit in memory (a header can claim
+    any shape; numpy allocates the whole array before reading a byte of it)."""
+    declared = _npz_bytes(path)
+    require_memory(Footprint((("arrays", declared),)), f"reading {path}", hint="feed smaller arrays")
     try:
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: cannot read input arrays ({e})",
-                         hint="give an .npz written by numpy.savez, keyed by blob name") from e
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise InputError(f"{path}: cannot read input arrays ({e})", hint=NPZ_HINT) from e
+
+
+def _npz_bytes(path: str) -> int:
+    """Bytes of the arrays an .npz declares, from the .npy headers alone."""
+    total = 0
+    try:
+        with zipfile.ZipFile(path) as z:
+            for info in z.infolist():
+                with z.open(info) as f:
+                    version = np.lib.format.read_magic(f)
+                    read_header = _NPY_HEADER_READERS.get(version)
+                    if read_header is None:
+                        raise ValueError(f"member {info.filename}: .npy format {version} is not read here")
+                    shape, _, dtype = read_header(f)
+                    total += math.prod(shape) * dtype.itemsize
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise InputError(f"{path}: cannot read input arrays ({e})", hint=NPZ_HINT) from e
+    return total
 
 
 def format_table(rec: RunRecord) -> str:
@@ -119,17 +246,10 @@ def format_table(rec: RunRecord) -> str:
                 f"after {rec.warmup} warm-up) over {len(rec.ops)} ops")
     for dev, t in rec.time_by_device_s().items():
         rows.append(f"  {rec.timing_labels.get(dev, dev)}: {t * 1e3:.3f} ms, "
-                    f"peak {_bytes(rec.peak_bytes.get(dev, 0))}")
+                    f"peak {fmt_bytes(rec.peak_bytes.get(dev, 0))}")
     for direction in ("h2d", "d2h", "d2d"):
         if rec.copy_bytes(direction):
             rows.append(f"  copies {direction}: {rec.copy_bytes(direction):,} B")
     if rec.emulated:
         rows.append("  GPU emulated on the CPU: times are CPU times (a structure check, not a speed figure)")
     return "\n".join(rows)
-
-
-def _bytes(n: int) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"

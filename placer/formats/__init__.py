@@ -7,16 +7,25 @@
   ``.caffemodel`` weights.
 
 The suffix is never trusted (binary NetDefs named ``.pbtxt`` exist); the content decides.
+
+``value_info.json`` (the model zoo's ``{blob: [TensorProto data type, shape]}``) is read and
+written here (``placer convert`` writes one beside the nets it makes), with the one rule for
+a shape any file may give: no negative dimension, fewer than 2^63 elements (``shape_problem``).
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+from math import prod
 from pathlib import Path
 
-from placer.errors import NetParseError, PlacerError
-from placer.types import DATA_TYPE_TO_DTYPE, Net, TensorType
+from placer.errors import NetParseError, PlacerError, ShapeError
+from placer.fileio import atomic_write_text
+from placer.types import DATA_TYPE_TO_DTYPE, DTYPE_TO_DATA_TYPE, Net, TensorType
+
+# The most elements a blob can have: Caffe2 counts them in int64, numpy in intp.
+MAX_ELEMENTS = 2**63 - 1
 
 # A Caffe NetParameter at top level: layers, or the deprecated input dims.
 _CAFFE_TOP = re.compile(rb"^\s*(layers?|input_dim|input_shape)\s*[:{]", re.M)
@@ -62,8 +71,41 @@ def load_net(path: str | os.PathLike, init_path: str | os.PathLike | None = None
     if init_path is not None:
         _check_init_net(init_path)
     net = caffe2.load_caffe2_net(path, init_path, fed=input_shapes or ())
+    _check_text_fields(net)
+    _check_param_shapes(net)
     net.input_shapes.update(read_value_info(path))
     return net
+
+
+def _check_param_shapes(net: Net) -> None:
+    """A fill op's shape that no tensor can have (negative, past int64) is named here, not
+    in a numpy error when the init net runs."""
+    for name, t in net.params.items():
+        problem = shape_problem(t.shape)
+        if problem:
+            raise NetParseError(net.init_path or net.path, f"the init net's fill of '{name}': {problem}",
+                                hint="fix the fill op's shape argument")
+
+
+def _check_text_fields(net: Net) -> None:
+    """protobuf hands back a string field whose bytes are not UTF-8 as ``bytes`` (a damaged
+    binary file): name the op and the field rather than let a ``bytes`` op type or blob name
+    travel on."""
+    where = {"external_input": net.external_inputs, "external_output": net.external_outputs,
+             "init net output": list(net.params)}
+    for what, names in where.items():
+        if any(type(n) is not str for n in names):
+            bad = next(n for n in names if type(n) is not str)
+            raise NetParseError(net.path, f"{what} {bad!r} is not UTF-8 text", hint=_DAMAGED)
+    for op in net.ops:
+        for what, value in (("type", op.type), ("name", op.name), ("engine", op.engine),
+                            *(("input", b) for b in op.inputs), *(("output", b) for b in op.outputs)):
+            if type(value) is not str:
+                raise NetParseError(net.path, f"op #{op.index}: {what} {value!r} is not UTF-8 text",
+                                    hint=_DAMAGED)
+
+
+_DAMAGED = "the file looks damaged; re-export it from Caffe2"
 
 
 def companion_init_paths(path: str | os.PathLike) -> list[Path]:
@@ -88,31 +130,99 @@ def find_init_net(path: str | os.PathLike) -> str | None:
     return None
 
 
-def read_value_info(path: str | os.PathLike) -> dict[str, TensorType]:
-    """Input shapes from a Caffe2 model-zoo ``value_info.json`` beside the net
-    (``<stem>.value_info.json`` first, then ``value_info.json``): ``{blob: [data_type, shape]}``
-    with TensorProto.DataType numbers."""
+VALUE_INFO = "value_info.json"
+VALUE_INFO_FORM = '{blob: [data_type, [d0, d1, ...]]}, e.g. {"data": [1, [1, 3, 224, 224]]}'
+
+
+def value_info_paths(path: str | os.PathLike) -> list[Path]:
+    """Where the input shapes of a net are looked for: ``<stem>.value_info.json``, then
+    the model zoo's ``value_info.json`` in the same folder."""
     p = Path(path)
-    for candidate in (p.with_name(p.stem + ".value_info.json"), p.with_name("value_info.json")):
-        if not candidate.is_file():
-            continue
-        try:
-            raw = json.loads(candidate.read_text())
-            return {name: TensorType(tuple(int(d) for d in shape), DATA_TYPE_TO_DTYPE[int(dt)])
-                    for name, (dt, shape) in raw.items()}
-        except (ValueError, TypeError, KeyError) as e:
-            raise NetParseError(str(candidate), f"not a value_info.json ({{blob: [data_type, shape]}}): {e}") from None
+    return [p.with_name(p.stem + ".value_info.json"), p.with_name(VALUE_INFO)]
+
+
+def read_value_info(path: str | os.PathLike) -> dict[str, TensorType]:
+    """Input shapes from a Caffe2 model-zoo ``value_info.json`` beside the net (see
+    ``value_info_paths``): ``{blob: [data_type, shape]}`` with TensorProto.DataType numbers.
+    Anything else (dimensions that are negative, not integers, or too many elements to
+    address) is a NetParseError naming the file and the blob."""
+    for candidate in value_info_paths(path):
+        if candidate.is_file():
+            return parse_value_info(read_json_file(candidate, "value_info.json"), str(candidate))
     return {}
 
 
-def _load_caffe(path, phase, weights, input_shapes) -> Net:
+def parse_value_info(raw, where: str) -> dict[str, TensorType]:
+    if not isinstance(raw, dict):
+        raise NetParseError(where, f"not a value_info.json: expected {VALUE_INFO_FORM}, "
+                                   f"found a JSON {type(raw).__name__}")
+    shapes = {}
+    for name, entry in raw.items():
+        if not (isinstance(entry, list) and len(entry) == 2 and _is_int(entry[0])
+                and isinstance(entry[1], list) and all(_is_int(d) for d in entry[1])):
+            raise NetParseError(where, f"blob '{name}': expected [data_type, [d0, d1, ...]] with "
+                                       f"integers, found {json.dumps(entry)[:80]}")
+        dtype = DATA_TYPE_TO_DTYPE.get(entry[0])
+        if dtype is None:
+            raise NetParseError(where, f"blob '{name}': unknown TensorProto data type {entry[0]} "
+                                       f"(known: {', '.join(f'{k} {v}' for k, v in DATA_TYPE_TO_DTYPE.items())})")
+        shapes[name] = TensorType(check_dims(entry[1], f"{where}: blob '{name}'"), dtype)
+    return shapes
+
+
+def value_info_json(shapes: dict[str, TensorType]) -> str:
+    """``{blob: [data_type, shape]}`` as the Caffe2 model zoo writes it, a blob a line."""
+    rows = [f" {json.dumps(name)}: {json.dumps([DTYPE_TO_DATA_TYPE[t.dtype], list(t.shape)])}"
+            for name, t in shapes.items()]
+    return "{\n" + ",\n".join(rows) + ("\n}\n" if rows else "}\n")
+
+
+def save_value_info(shapes: dict[str, TensorType], path: str | os.PathLike) -> Path:
+    return atomic_write_text(path, value_info_json(shapes))
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_dims(dims, where: str) -> tuple[int, ...]:
+    """``dims`` as a shape, or a ShapeError when one is negative or the element count does
+    not fit in int64 (what Caffe2 and numpy index with)."""
+    dims = tuple(int(d) for d in dims)
+    problem = shape_problem(dims)
+    if problem:
+        raise ShapeError(f"{where}: {problem}", hint="dimensions are sizes of 0 or more, with under 2^63 elements in all")
+    return dims
+
+
+def shape_problem(dims) -> str | None:
+    """Why ``dims`` (unknown ones None) cannot be a blob's shape, or None when it can."""
+    known = [int(d) for d in dims if d is not None]
+    shown = "x".join("?" if d is None else str(d) for d in dims)
+    if any(d < 0 for d in known):
+        return f"shape {shown} has a negative dimension"
+    if prod(known) > MAX_ELEMENTS:
+        return f"shape {shown} has {prod(known):.3g} elements, more than int64 can count (2^63 - 1)"
+    return None
+
+
+def read_json_file(path: Path, what: str):
+    """A small JSON document, or a NetParseError: unreadable, not UTF-8, not JSON, or nested
+    too deeply for the decoder (it recurses per level)."""
     try:
-        from placer.formats.caffe import load_caffe_net
-    except ModuleNotFoundError as e:
-        if e.name != "placer.formats.caffe":
-            raise
-        raise PlacerError(f"{path}: Caffe prototxt files are not supported by this build",
-                          hint="convert it to a Caffe2 NetDef first") from e
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as e:
+        raise NetParseError(str(path), f"cannot read {what}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise NetParseError(str(path), f"not a {what}: the file is not UTF-8 text") from None
+    except RecursionError:
+        raise NetParseError(str(path), f"not a {what}: JSON nested too deeply to read") from None
+    except ValueError as e:  # JSONDecodeError, and integers past Python's digit limit
+        raise NetParseError(str(path), f"not a {what}: {e}") from None
+
+
+def _load_caffe(path, phase, weights, input_shapes) -> Net:
+    from placer.formats.caffe import load_caffe_net
     if input_shapes:
         return load_caffe_net(str(path), phase=phase, weights=weights, input_shapes=input_shapes)
     return load_caffe_net(str(path), phase=phase, weights=weights)
@@ -123,9 +233,3 @@ def _check_init_net(init_path) -> None:
     if sniff_format(read_file_bytes(init_path)) == "caffe-prototxt":
         raise NetParseError(str(init_path), "the init net is a Caffe prototxt, not a Caffe2 NetDef",
                             hint="--init-net takes the Caffe2 init_net.pb(txt) that fills the parameters")
-
-
-def load_init_net(path: str | os.PathLike):
-    """An init NetDef given on its own (text or binary)."""
-    from placer.formats.caffe2 import load_netdef
-    return load_netdef(path)

@@ -10,6 +10,9 @@
   net state (phase from the caller, level and stages from the file's ``state``).
 - Data layers (Data, ImageData, DummyData, MemoryData, ...) and Input layers become
   external inputs; their shapes come from the file where it carries them.
+- Each layer's bottoms and tops are counted against its type (Caffe's own counts,
+  ``LAYER_WIRING``) before anything reads them: a layer that lost a ``top:`` line is an
+  error at the layer's line, not an IndexError in the converter.
 - ``.caffemodel`` files are binary NetParameters; each layer's ``blobs`` are its weights.
 
 ``load_caffe_net`` converts to Caffe2 (``formats.convert``) and returns the ``Net`` that
@@ -18,6 +21,7 @@ the rest of placer works on.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from math import prod
 from typing import Sequence
@@ -26,7 +30,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from placer.errors import NetParseError
-from placer.formats import caffe_pb as pb
+from placer.formats import caffe_pb as pb, shape_problem
 from placer.formats.caffe2 import read_file_bytes
 from placer.types import Net, TensorType
 
@@ -39,6 +43,28 @@ DATA_LAYERS = frozenset({"Input", "Data", "ImageData", "DummyData", "MemoryData"
 
 # Data layers whose second top is a class label (an integer per example).
 LABELLED_DATA_LAYERS = frozenset({"Data", "ImageData", "WindowData", "MemoryData"})
+
+# Bottoms and tops a layer type takes: (min bottoms, max bottoms, min tops, max tops), None
+# for no limit; Caffe's own Exact/Min/MaxNum{Bottom,Top}Blobs of each layer. Convolution
+# takes N bottom/top pairs in Caffe (one set of weights); the translator converts one.
+_NEURON = (1, 1, 1, 1)
+LAYER_WIRING = {
+    **dict.fromkeys(("ReLU", "PReLU", "Sigmoid", "TanH", "AbsVal", "BNLL", "ELU", "Exp", "Log",
+                     "Power", "Threshold", "Clip", "Swish", "Dropout", "LRN", "Softmax", "Flatten",
+                     "Reshape", "Tile", "BatchNorm", "InnerProduct", "Convolution", "Deconvolution",
+                     "Embed", "ArgMax", "MVN", "Permute", "Normalize"), _NEURON),
+    "Pooling": (1, 1, 1, 2),  # MAX pooling may name its argmax mask as a second top
+    "Scale": (1, 2, 1, 1), "Bias": (1, 2, 1, 1),
+    "Eltwise": (2, None, 1, 1), "Concat": (1, None, 1, 1),
+    "Slice": (1, 1, 1, None), "Split": (1, 1, 1, None), "Silence": (1, None, 0, 0),
+    "Accuracy": (2, 2, 1, 2), "SoftmaxWithLoss": (2, 2, 1, 2),
+    **dict.fromkeys(("EuclideanLoss", "SigmoidCrossEntropyLoss", "HingeLoss", "InfogainLoss",
+                     "MultinomialLogisticLoss", "ContrastiveLoss"), (2, 3, 0, 1)),  # Caffe names a missing top
+    "Crop": (2, 2, 1, 1), "PriorBox": (2, 2, 1, 1), "DetectionOutput": (3, 4, 1, 1),
+    "Input": (0, 0, 1, None), "DummyData": (0, 0, 1, None), "HDF5Data": (0, 0, 1, None),
+    "MemoryData": (0, 0, 2, 2), "WindowData": (0, 0, 2, 2),
+    **dict.fromkeys(("Data", "ImageData", "AnnotatedData", "VideoData"), (0, 0, 1, 2)),
+}
 
 # V0 lower-case type -> V1 enum name (Caffe's V0 upgrader).
 _V0_TYPES = {
@@ -83,7 +109,11 @@ def read_prototxt(path: str | os.PathLike):
     except UnicodeDecodeError:
         raise NetParseError(str(path), "not a Caffe prototxt: the file is not text",
                             hint="a binary .caffemodel goes to --weights") from None
-    return pb.parse_text(text, str(path))
+    try:
+        return pb.parse_text(text, str(path))
+    except RecursionError:  # protobuf's text parser recurses per level of braces it skips
+        raise NetParseError(str(path), "not a valid Caffe prototxt: braces nested too deeply "
+                                       "to parse (caffe.proto nests a few levels)") from None
 
 
 def read_caffemodel(path: str | os.PathLike) -> dict[str, list[np.ndarray]]:
@@ -288,6 +318,7 @@ def load_caffe(path: str | os.PathLike, phase: str = "test",
     state_level = level if level is not None else int(net.state.level)
     number = phase_number(phase)
     kept = [l for l in layers if layer_included(l, number, state_level, state_stages)]
+    check_wiring(kept, str(path))
     caffe = CaffeNet(name=net.name, layers=kept, inputs={}, notes=list(notes), path=str(path),
                      generation=generation)
     _declared_inputs(net, caffe)
@@ -299,6 +330,40 @@ def load_caffe(path: str | os.PathLike, phase: str = "test",
                             hint="check the file, or try the other --phase")
     _check_bottoms(caffe, phase)
     return caffe
+
+
+def check_wiring(layers, path: str) -> None:
+    """Each layer has the bottoms and tops its type takes (``LAYER_WIRING``): a layer
+    that lost a ``bottom:`` or ``top:`` line is an error naming the file, the line of the
+    layer and what is missing, before any converter indexes into them."""
+    for layer in layers:
+        counts = LAYER_WIRING.get(layer.type)
+        if counts is None:
+            continue
+        for what, have, low, high in (("bottom", len(layer.bottom), *counts[:2]),
+                                      ("top", len(layer.top), *counts[2:])):
+            if low <= have and (high is None or have <= high):
+                continue
+            want = (f"exactly {low}" if low == high else f"at least {low}" if high is None
+                    else f"{low} to {high}")
+            raise layer_error(path, layer, f"has {have} {what}(s); a {layer.type} layer takes {want}",
+                              hint=f"a `{what}:` line is missing or extra in that layer")
+
+
+def layer_error(path: str, layer, message: str, hint: str | None = None) -> NetParseError:
+    """A NetParseError at the layer's line: ``file:line: layer 'conv1' (Convolution) ...``."""
+    return NetParseError(path, f"layer '{layer.name}' ({layer.type}) {message}",
+                         line=layer_line(path, layer.name), hint=hint)
+
+
+def layer_line(path: str, name: str) -> int | None:
+    """The line of ``name: "<layer name>"`` in the file (the first one), if any."""
+    try:
+        text = read_file_bytes(path).decode("utf-8", "replace")
+    except NetParseError:
+        return None
+    m = re.search(r'\bname\s*:\s*["\']' + re.escape(name) + r'["\']', text)
+    return text.count("\n", 0, m.start()) + 1 if m else None
 
 
 def _check_bottoms(caffe: CaffeNet, phase: str) -> None:
@@ -323,6 +388,9 @@ def _declared_inputs(net, caffe: CaffeNet) -> None:
             shape = tuple(int(d) for d in net.input_shape[i].dim)
         elif len(dims) >= 4 * (i + 1):
             shape = tuple(int(d) for d in dims[4 * i:4 * i + 4])
+        if shape is not None and shape_problem(shape):
+            raise NetParseError(caffe.path, f"input '{name}': {shape_problem(shape)}",
+                                hint="fix its input_shape / input_dim")
         caffe.inputs[name] = shape
         if shape is None:
             caffe.hints[name] = (f"input '{name}' has no input_shape or input_dim in the file; "
@@ -347,6 +415,8 @@ def _data_layer_inputs(layer, caffe: CaffeNet) -> None:
     elif t == "AnnotatedData":  # its second top holds boxes, (1, 1, boxes, 8): data-dependent
         shapes = [_image_batch_shape(layer), None][:len(tops)]
     for i, (top, shape) in enumerate(zip(tops, shapes)):
+        if shape is not None and shape_problem(shape):
+            raise layer_error(caffe.path, layer, f"top '{top}': {shape_problem(shape)}")
         caffe.inputs[top] = shape
         if i == 1 and t in LABELLED_DATA_LAYERS:
             caffe.input_dtypes[top] = "int32"  # labels: Caffe2 losses and Accuracy take int labels

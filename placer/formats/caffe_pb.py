@@ -1,6 +1,7 @@
 """caffe.proto message classes, wire- and text-compatible with BVLC Caffe's caffe.proto.
 
-Field names, numbers, types and proto2 defaults follow PROTO_FACTS.md (BVLC caffe.proto)
+Field names, numbers, types and proto2 defaults follow PROTO_FACTS.md (BVLC caffe.proto;
+``SolverParameter``, the solver.prototxt message, from BVLC caffe.proto itself)
 plus the SSD fork's layer extensions (numbers 200-206: annotated_data_param,
 multibox_loss_param, permute_param, prior_box_param, detection_output_param,
 detection_evaluate_param, norm_param). Defaults matter: the converter reads them
@@ -59,6 +60,51 @@ _MESSAGES = {
         ("debug_info", 7, "bool", "optional", False),
         ("layer", 100, "LayerParameter", "repeated"),
         ("layers", 2, "V1LayerParameter", "repeated"),
+    ],
+    # BVLC caffe.proto's SolverParameter (what solver.prototxt holds), every field by number.
+    "SolverParameter": [
+        ("net", 24, "string", "optional"),
+        ("net_param", 25, "NetParameter", "optional"),
+        ("train_net", 1, "string", "optional"),
+        ("test_net", 2, "string", "repeated"),
+        ("train_net_param", 21, "NetParameter", "optional"),
+        ("test_net_param", 22, "NetParameter", "repeated"),
+        ("train_state", 26, "NetState", "optional"),
+        ("test_state", 27, "NetState", "repeated"),
+        ("test_iter", 3, "int32", "repeated"),
+        ("test_interval", 4, "int32", "optional", 0),
+        ("test_compute_loss", 19, "bool", "optional", False),
+        ("test_initialization", 32, "bool", "optional", True),
+        ("base_lr", 5, "float", "optional"),
+        ("display", 6, "int32", "optional"),
+        ("average_loss", 33, "int32", "optional", 1),
+        ("max_iter", 7, "int32", "optional"),
+        ("iter_size", 36, "int32", "optional", 1),
+        ("lr_policy", 8, "string", "optional"),
+        ("gamma", 9, "float", "optional"),
+        ("power", 10, "float", "optional"),
+        ("momentum", 11, "float", "optional"),
+        ("weight_decay", 12, "float", "optional"),
+        ("regularization_type", 29, "string", "optional", "L2"),
+        ("stepsize", 13, "int32", "optional"),
+        ("stepvalue", 34, "int32", "repeated"),
+        ("clip_gradients", 35, "float", "optional", -1),
+        ("snapshot", 14, "int32", "optional", 0),
+        ("snapshot_prefix", 15, "string", "optional"),
+        ("snapshot_diff", 16, "bool", "optional", False),
+        ("snapshot_format", 37, "SolverParameter.SnapshotFormat", "optional", "BINARYPROTO"),
+        ("solver_mode", 17, "SolverParameter.SolverMode", "optional", "GPU"),
+        ("device_id", 18, "int32", "optional", 0),
+        ("random_seed", 20, "int64", "optional", -1),
+        ("type", 40, "string", "optional", "SGD"),
+        ("delta", 31, "float", "optional", 1e-8),
+        ("momentum2", 39, "float", "optional", 0.999),
+        ("rms_decay", 38, "float", "optional", 0.99),
+        ("debug_info", 23, "bool", "optional", False),
+        ("snapshot_after_train", 28, "bool", "optional", True),
+        ("solver_type", 30, "SolverParameter.SolverType", "optional", "SGD"),
+        ("layer_wise_reduce", 41, "bool", "optional", True),
+        ("weights", 42, "string", "repeated"),
     ],
     "NetState": [
         ("phase", 1, "Phase", "optional", "TEST"),
@@ -640,6 +686,10 @@ _ENUMS = {
     "Phase": {"TRAIN": 0, "TEST": 1},
     "FillerParameter.VarianceNorm": {"FAN_IN": 0, "FAN_OUT": 1, "AVERAGE": 2},
     "ParamSpec.DimCheckMode": {"STRICT": 0, "PERMISSIVE": 1},
+    "SolverParameter.SnapshotFormat": {"HDF5": 0, "BINARYPROTO": 1},
+    "SolverParameter.SolverMode": {"CPU": 0, "GPU": 1},
+    "SolverParameter.SolverType": {"SGD": 0, "NESTEROV": 1, "ADAGRAD": 2, "RMSPROP": 3,
+                                   "ADADELTA": 4, "ADAM": 5},
     "V1LayerParameter.DimCheckMode": {"STRICT": 0, "PERMISSIVE": 1},
     "V1LayerParameter.LayerType": _V1_NUMBERS,
     "V0LayerParameter.PoolMethod": _POOL,
@@ -683,6 +733,7 @@ NetState = _CLASSES["NetState"]
 NetStateRule = _CLASSES["NetStateRule"]
 ParamSpec = _CLASSES["ParamSpec"]
 FillerParameter = _CLASSES["FillerParameter"]
+SolverParameter = _CLASSES["SolverParameter"]
 
 TRAIN = 0
 TEST = 1

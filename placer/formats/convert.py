@@ -37,8 +37,9 @@ from math import prod
 import numpy as np
 
 from placer.errors import NetParseError
-from placer.formats import caffe2_pb as c2
-from placer.formats.caffe import DATA_LAYERS, CaffeNet, Shape, full_shape, load_caffe, read_caffemodel
+from placer.formats import caffe2_pb as c2, shape_problem
+from placer.formats.caffe import (DATA_LAYERS, CaffeNet, Shape, full_shape, layer_error, load_caffe,
+                                  read_caffemodel)
 from placer.types import TensorType
 
 CAFFE_LEGACY_POOLING = 3
@@ -151,7 +152,17 @@ class _Converter:
 
     def set(self, tops, shapes) -> None:
         for top, shape in zip(tops, shapes):
+            if shape is not None:
+                self.check_shape(shape, f"output '{top}'")
             self.shapes[top] = None if shape is None else tuple(shape)
+
+    def check_shape(self, shape, what: str) -> None:
+        """A negative size (an input smaller than a kernel) or more elements than int64
+        counts: Caffe refuses such a blob, and so does every later stage."""
+        problem = shape_problem(shape)
+        if problem:
+            raise layer_error(self.caffe.path, self.layer, f"{what}: {problem}",
+                              hint="check the layer's parameters and the input shape")
 
     def op(self, type_: str, inputs, outputs, **args):
         proto = self.predict.op.add(type=type_, name=self.layer.name if self.layer else "")
@@ -183,6 +194,8 @@ class _Converter:
         """
         if name in self.params:  # shared through ParamSpec.name
             return name
+        if shape is not None:
+            self.check_shape(shape, f"parameter '{name}'")
         if values is None and learned and self.weights:
             self.random_despite_weights.append(name)
         if values is not None:
@@ -210,6 +223,12 @@ class _Converter:
         set_arg(proto.arg.add(name="shape"), [int(d) for d in shape])
         for key, value in args.items():
             set_arg(proto.arg.add(name=key), value)
+
+    def require(self, ok: bool, layer, message: str, hint: str = "Caffe refuses this layer too") -> None:
+        """A layer whose parameters Caffe itself would refuse (a zero stride, a group that
+        does not divide the channels, ...) is an error at its line, not a crash later."""
+        if not ok:
+            raise layer_error(self.caffe.path, layer, message, hint=hint)
 
     def unknown(self, layer, why: str = "") -> None:
         self.result.unknown_layers.append((layer.name, layer.type))
@@ -293,6 +312,10 @@ def filler_of(param, field_name: str, default: tuple):
 
 # ---------------------------------------------------------------- shape arithmetic
 
+def _fmt(shape: Shape) -> str:
+    return "?" if shape is None else "x".join("?" if d is None else str(d) for d in shape)
+
+
 def norm_axis(axis: int, rank: int | None) -> int | None:
     if axis >= 0:
         return axis
@@ -366,7 +389,14 @@ def _conv(cv: _Converter, layer, transpose: bool = False) -> None:
     if len(kernel) != 2 or p.axis != 1 or None in kernel:
         return _unknown(cv, layer, "only 2-D convolution over axis 1 is mapped")
     m, g = int(p.num_output), int(p.group)
-    c = None if x is None else x[1]
+    c = None if x is None or len(x) < 2 else x[1]
+    cv.require(min(kernel) > 0 and min(stride) > 0 and min(dil) > 0, layer,
+               f"has kernel {kernel}, stride {stride}, dilation {dil}: each must be at least 1")
+    cv.require(m > 0 and g > 0 and m % g == 0 and (c is None or c % g == 0), layer,
+               f"has num_output {m} and group {g} over {c if c is not None else '?'} input channels: "
+               f"the group must divide both")
+    cv.require(x is None or len(x) == 4, layer, f"reads a blob of shape {_fmt(x)}; a 2-D convolution "
+                                                "takes N x C x H x W")
     if transpose:  # Caffe and Caffe2 deconvolution filters: (C_in, M / group, kh, kw)
         w_shape = (c, m // g, *kernel)
         spatial = [None if x is None or x[2 + i] is None else
@@ -421,6 +451,12 @@ def _pooling(cv: _Converter, layer) -> None:
     stride = [p.stride_h, p.stride_w] if p.HasField("stride_h") else [p.stride] * 2
     pad = [p.pad_h, p.pad_w] if p.HasField("pad_h") or p.HasField("pad_w") else [p.pad] * 2
     ceil = p.round_mode == 0
+    cv.require(x is None or len(x) == 4, layer, f"reads a blob of shape {_fmt(x)}; 2-D pooling "
+                                                "takes N x C x H x W")
+    if not p.global_pooling:
+        cv.require(min(kernel) > 0 and min(stride) > 0 and all(a < k for a, k in zip(pad, kernel)), layer,
+                   f"has kernel {kernel}, stride {stride}, pad {pad}: kernel and stride must be at "
+                   "least 1 and the pad smaller than the kernel")
     if p.global_pooling:
         args = {"global_pooling": 1, "order": "NCHW"}
         out = None if x is None else (*x[:2], 1, 1)
@@ -776,6 +812,10 @@ def _keep(cv: _Converter, layer, op_type: str) -> None:
     ``<layer>_scale``, filled from ``scale_filler``) and flattened ``*_param`` fields."""
     shapes = cv.ins(layer)
     inputs = list(layer.bottom)
+    if layer.type == "Permute" and shapes[0] is not None:
+        order, rank = [int(o) for o in layer.permute_param.order], len(shapes[0])
+        cv.require(len(set(order)) == len(order) and all(o < rank for o in order), layer,
+                   f"has order {order} over a {rank}-D input: each axis once at most, each below {rank}")
     if layer.type == "Normalize":
         p = layer.norm_param
         x = shapes[0]

@@ -7,4 +7,9 @@ from placer.ops import (  # noqa: F401
     fc, elementwise, loss,       # dense: FC, MatMul, BatchMatMul, arithmetic, activations, softmax, losses
     tensor, embedding, fill, copy,  # data: shape ops, gathers, SparseLengths*, fills, copies
     detection,                   # SSD fork layers: Permute, Normalize, PriorBox, DetectionOutput
+    # training: gradient ops (FC and arithmetic, activations, losses, Conv/pools/SpatialBN/LRN/
+    # Dropout, sparse lengths and scatters, sorted segments, data movement), parameter updates
+    # with iteration counters, learning-rate policies
+    gradients_dense, gradients_activation, gradients_loss, gradients_spatial,
+    gradients_sparse, gradients_segment, gradients_tensor, optimizers, learning_rate,
 )

@@ -375,9 +375,34 @@ def conv_transpose_kernel(xp, inputs, args: Args):
     return ((y + b) if b is not None else xp.ascontiguousarray(y),)
 
 
+def conv_launches(inputs, args: Args) -> int:
+    """Kernel launches of ``conv2d`` on a GPU (one block): the pad, one copy per stride
+    phase, the filter reordering and the finishing pass (bias add or copy) around
+    - depthwise: a multiply, then a multiply and an add per further tap;
+    - 1x1: one GEMM (no pad, no filter copy);
+    - many channels per group: a GEMM per tap and an add per further tap;
+    - few channels per group: the stacked taps and one GEMM."""
+    win = _conv_window(inputs[:2], args)
+    kk = win.kernel[0] * win.kernel[1]
+    phases = len({t[:2] for t in _taps(win)}) if max(win.stride) > 1 else 0
+    w = inputs[1]
+    cg = w.shape[1] if win.nchw else w.shape[3]
+    if kk == 1 and cg != 1:
+        return 2 + phases
+    core = 2 * kk - 1 if cg == 1 or cg >= _ACCUMULATE_MIN_CHANNELS else 2
+    return 3 + phases + core
+
+
+def conv_transpose_launches(inputs, args: Args) -> int:
+    """The GEMM, the zeroed output, an add per tap and the bias add (or a copy)."""
+    kh, kw = _conv_window(inputs[:2], args).kernel
+    return 3 + kh * kw
+
+
 register(OpDef(type="Conv", infer=conv_infer, kernel=conv_kernel, cost=conv_cost,
-               min_inputs=2, max_inputs=3,
+               min_inputs=2, max_inputs=3, launches=conv_launches,
                doc="2-D convolution: X, filter[, bias] -> Y (Caffe2 ConvPoolOpBase arguments, group)"))
 register(OpDef(type="ConvTranspose", infer=conv_transpose_infer, kernel=conv_transpose_kernel,
                cost=conv_transpose_cost, min_inputs=2, max_inputs=3,
+               launches=conv_transpose_launches,
                doc="2-D transposed convolution: X, filter (C, M/group, kH, kW)[, bias] -> Y"))

@@ -47,5 +47,5 @@ _DOCS = {
 for _type, _doc in _DOCS.items():
     register(OpDef(_type, infer_identity, kernel_copy, movement_cost,
                    min_inputs=1, max_inputs=1, doc=_doc))
-register(OpDef("Alias", infer_identity, kernel_alias, alias_cost, min_inputs=1, max_inputs=1,
+register(OpDef("Alias", infer_identity, kernel_alias, alias_cost, min_inputs=1, max_inputs=1, launches=0,
                doc="Output shares the input's memory."))

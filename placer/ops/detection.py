@@ -29,6 +29,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+import numpy as np
+
 from placer.errors import ArgumentError, ShapeError
 from placer.ops.registry import OpDef, io_bytes, movement_cost, register
 from placer.types import Args, OpFeatures, TensorType, shape_str
@@ -177,22 +179,24 @@ def _priorbox_infer(inputs, args):
 
 
 def _priorbox_kernel(xp, inputs, args):
+    """The priors follow from shapes and arguments only: computed on the host (numpy) and
+    moved to the op's device in one copy, instead of a score of tiny kernels there."""
     fmap, image = inputs[0], inputs[1]
     H, W = int(fmap.shape[2]), int(fmap.shape[3])
     img_h, img_w = _image_size(args, tuple(image.shape))
     step_h, step_w = _steps(args, (H, W), (img_h, img_w))
     offset = args.float("offset", 0.5)
-    sizes = xp.asarray(_prior_sizes(args), dtype=xp.float64)       # (P, 2)
+    sizes = np.asarray(_prior_sizes(args), dtype=np.float64)       # (P, 2)
     half_w, half_h = sizes[:, 0] / 2.0, sizes[:, 1] / 2.0
-    cx = ((xp.arange(W, dtype=xp.float64) + offset) * step_w)[None, :, None]
-    cy = ((xp.arange(H, dtype=xp.float64) + offset) * step_h)[:, None, None]
-    grid = (H, W, len(_prior_sizes(args)))
+    cx = ((np.arange(W, dtype=np.float64) + offset) * step_w)[None, :, None]
+    cy = ((np.arange(H, dtype=np.float64) + offset) * step_h)[:, None, None]
+    grid = (H, W, len(sizes))
     corners = [(cx - half_w) / img_w, (cy - half_h) / img_h, (cx + half_w) / img_w, (cy + half_h) / img_h]
-    boxes = xp.stack([xp.broadcast_to(c, grid) for c in corners], axis=-1).reshape(-1)
+    boxes = np.stack([np.broadcast_to(c, grid) for c in corners], axis=-1).reshape(-1)
     if args.bool("clip", False):
-        boxes = xp.clip(boxes, 0.0, 1.0)
-    variances = xp.broadcast_to(xp.asarray(_variances(args), dtype=xp.float64), (boxes.size // 4, 4))
-    return (xp.stack([boxes, variances.reshape(-1)])[None].astype(xp.float32),)
+        boxes = np.clip(boxes, 0.0, 1.0)
+    variances = np.broadcast_to(np.asarray(_variances(args), dtype=np.float64), (boxes.size // 4, 4))
+    return (xp.asarray(np.stack([boxes, variances.reshape(-1)])[None].astype(np.float32)),)
 
 
 def _priorbox_cost(inputs, outputs, args):
@@ -379,6 +383,7 @@ def _detection_cost(inputs, outputs, args):
 register(OpDef("Permute", _permute_infer, _permute_kernel, movement_cost, min_inputs=1, max_inputs=1,
                doc="transpose by `order`, missing axes appended in order (SSD Caffe fork)"))
 register(OpDef("Normalize", _normalize_infer, _normalize_kernel, _normalize_cost, min_inputs=2, max_inputs=2,
+               launches=6,
                doc="L2 normalisation across channels or the whole sample, times a learned scale (SSD fork)"))
 register(OpDef("PriorBox", _priorbox_infer, _priorbox_kernel, _priorbox_cost, min_inputs=2, max_inputs=2,
                doc="SSD default boxes and variances for a feature map and an image (1, 2, H*W*P*4)"))

@@ -17,11 +17,13 @@ The shared helpers (``shape_error``, ``canonical_axis``) are used by fc.py and l
 """
 from __future__ import annotations
 
+import weakref
 from math import prod
-from typing import Sequence
+from typing import Any, Sequence
 
 from placer.errors import ArgumentError, InputError, ShapeError
 from placer.ops.registry import OpDef, default_cost, io_bytes, movement_cost, register
+from placer.ops.segments import on_host
 from placer.types import DATA_TYPE_TO_DTYPE, Args, OpFeatures, TensorType
 
 
@@ -131,8 +133,14 @@ _BINARY = {
     "Mul": lambda xp, a, b: a * b,
     "Div": _div,
 }
+def _binary_launches(inputs, args) -> int:
+    """One ufunc; integer Div adds the C++ truncation (floor divide, remainder, fixes)."""
+    return 1 if inputs[0].dtype.startswith("float") else 8
+
+
 for _name, _fn in _BINARY.items():
     register(OpDef(_name, _binary_infer, _binary_kernel(_fn), min_inputs=2, max_inputs=2,
+                   launches=_binary_launches if _name == "Div" else 1,
                    doc=f"{_name} with Caffe2 broadcast (broadcast/axis) or numpy broadcasting"))
 
 
@@ -180,8 +188,14 @@ def _nary_kernel(ufunc: str):
     return kernel
 
 
+def _nary_launches(inputs, args) -> int:
+    """One ufunc per input after the first (a copy for a single input)."""
+    return max(len(inputs) - 1, 1)
+
+
 for _name, _ufunc in (("Sum", "add"), ("Max", "maximum"), ("Min", "minimum")):
     register(OpDef(_name, _same_shape_infer, _nary_kernel(_ufunc), cost=_nary_cost, min_inputs=1,
+                   launches=_nary_launches,
                    doc=f"elementwise {_ufunc} of n inputs of equal shape"))
 
 
@@ -192,6 +206,7 @@ def _mean_kernel(xp, inputs, args):
 
 
 register(OpDef("Mean", _same_shape_infer, _mean_kernel, cost=_nary_cost, min_inputs=1,
+               launches=lambda inputs, args: _nary_launches(inputs, args) + 1,
                doc="elementwise mean of n inputs of equal shape"))
 
 
@@ -308,8 +323,14 @@ def _unary_kernel(fn):
     return kernel
 
 
+# Launches of the unary kernels above that make more than one (counted on tests/cupy_standin.py).
+_UNARY_LAUNCHES = {"Elu": 5, "Sigmoid": 5, "Softplus": 6, "Swish": 6, "Logit": 5, "ReplaceNaN": 2,
+                   "Softsign": 3, "ThresholdedRelu": 2, "Rsqrt": 2, "Clip": 2,
+                   "LeakyRelu": lambda inputs, args: 2 if 0 <= args.float("alpha", 0.01) <= 1 else 5}
+
 for _name, _fn in _UNARY.items():
     register(OpDef(_name, _same_infer, _unary_kernel(_fn), min_inputs=1, max_inputs=1,
+                   launches=_UNARY_LAUNCHES.get(_name, 1),
                    doc=f"elementwise {_name}, output like the input"))
 
 
@@ -336,11 +357,13 @@ def _prelu_kernel(xp, inputs, args):
         slope = slope.reshape((-1,) + (1,) * (x.ndim - 2))
     else:
         slope = slope.reshape(-1)
-    unit = bool(((slope >= 0) & (slope <= 1)).all())
+    # Slopes in [0, 1] allow the cheaper max(x, slope * x); knowing that needs the slope
+    # values on the host, free on the CPU but a sync on a GPU, which takes the general form.
+    unit = on_host(xp) and bool(((slope >= 0) & (slope <= 1)).all())
     return (leaky(xp, x, slope, unit).astype(x.dtype, copy=False),)
 
 
-register(OpDef("PRelu", _prelu_infer, _prelu_kernel, min_inputs=2, max_inputs=2,
+register(OpDef("PRelu", _prelu_infer, _prelu_kernel, min_inputs=2, max_inputs=2, launches=5,
                doc="x if x > 0 else slope[c] * x; one slope per channel (order NCHW/NHWC) or shared"))
 
 
@@ -351,6 +374,23 @@ def _dropout_infer(inputs, args):
     return [x, TensorType(x.shape, "bool")]
 
 
+# One generator per op and array module, seeded with the op's seed on first use and kept
+# while the op's arguments live (the executor makes them once per op): every iteration
+# draws a new mask, as Caffe2's per-device generator does, and no generator is built per
+# call. Keyed by object ids; the entry goes when the arguments are collected.
+_GENERATORS: dict[tuple[int, int], Any] = {}
+
+
+def op_generator(xp, args: Args):
+    """The random generator of the op ``args`` belong to, on ``xp``'s device."""
+    key = (id(xp), id(args))
+    rng = _GENERATORS.get(key)
+    if rng is None:
+        rng = _GENERATORS[key] = xp.random.default_rng(args.seed)
+        weakref.finalize(args, _GENERATORS.pop, key, None)
+    return rng
+
+
 def _dropout_kernel(xp, inputs, args):
     x = inputs[0]
     if args.bool("is_test", False):
@@ -358,7 +398,7 @@ def _dropout_kernel(xp, inputs, args):
             return (x.copy(),)
         return x.copy(), xp.ones(x.shape, dtype=bool)
     ratio = args.float("ratio", 0.5)
-    mask = xp.random.RandomState(args.seed).random_sample(x.shape) >= ratio
+    mask = op_generator(xp, args).random(x.shape, dtype=xp.float32) >= ratio
     scale = 0.0 if ratio >= 1.0 else 1.0 / (1.0 - ratio)
     return (x * mask * scale).astype(x.dtype, copy=False), mask
 
@@ -370,6 +410,7 @@ def _dropout_cost(inputs, outputs, args):
 
 
 register(OpDef("Dropout", _dropout_infer, _dropout_kernel, cost=_dropout_cost,
+               launches=lambda inputs, args: 2 if args.bool("is_test", False) else 4,
                min_inputs=1, max_inputs=1,
                doc="is_test=1: identity (mask all true); else keeps each value with p=1-ratio, scaled"))
 
@@ -398,10 +439,10 @@ register(OpDef("Cast", lambda inputs, args: [TensorType(inputs[0].shape, cast_dt
 
 # ---------------------------------------------------------------- EnforceFinite
 def _enforce_finite(xp, inputs, args):
-    if not bool(xp.isfinite(inputs[0]).all()):
+    if not xp.isfinite(inputs[0]).all().tolist():   # its one host read: the answer
         raise InputError(f"op {args.op}: input holds NaN or infinite values")
     return ()
 
 
-register(OpDef("EnforceFinite", lambda inputs, args: [], _enforce_finite, cost=movement_cost,
+register(OpDef("EnforceFinite", lambda inputs, args: [], _enforce_finite, cost=movement_cost, launches=2,
                min_inputs=1, max_inputs=1, doc="fails the run when its input is not all finite"))

@@ -8,13 +8,16 @@ LengthsToSegmentIds (LENGTHS) gives the segment number of every position, Length
 (DATA, SEGMENT_IDS) reduce consecutive rows too, with max and log-sum-exp among the reductions.
 SparseLengths*Fused8BitRowwise read uint8 tables whose rows end in a float32 scale and bias.
 
-How the reduction runs (no Python loop over segments, no ``add.at``): a segment sum is
-the product of a sparse (segments x rows) matrix with the table, in CSR form with
-``indptr = [0, cumsum(LENGTHS)]``, column indices = INDICES and values = 1 (or the
-weights). scipy.sparse does it on numpy, cupyx.scipy.sparse (cuSPARSE) on cupy; it reads
-only the looked-up rows and gives zeros for empty segments by construction. Tables of
-other dtypes (float16) gather the rows and use ``add.reduceat`` on a float32 copy, with
-empty segments set to zero explicitly (reduceat returns a row for them).
+How the reduction runs (no Python loop over segments, no host read of the data): on
+the CPU a float32/float64 lookup sum is the product of a sparse (segments x rows) matrix
+with the table, in CSR form with ``indptr = [0, cumsum(LENGTHS)]``, column indices =
+INDICES and values = 1 (or the weights); scipy.sparse reads only the looked-up rows and
+gives zeros for empty segments by construction. Everywhere else the looked-up rows are
+gathered (``take``) and reduced per segment by ``placer.ops.segments``: ``reduceat`` on
+numpy, a scatter-add (or scatter-max) on cupy. cuSPARSE is not used on the GPU: a CSR
+product there syncs, sorts and copies the whole table to column-major order on every
+call (time and memory follow the table, not the lookups). float16 tables are reduced
+in float32.
 
 Caffe2 facts kept: LENGTHS are summed and must equal len(INDICES) (else an error naming
 the op); a mean (or max) over an empty segment is 0; float16 tables give float32 outputs.
@@ -27,8 +30,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 from placer.errors import ShapeError
 from placer.ops.registry import OpDef, register
+from placer.ops.segments import (accumulation_dtype, offsets, on_host, segment_ids, segment_sum,
+                                 segment_max as max_of_segments)
 from placer.types import Args, OpFeatures, TensorType, shape_str
 
 FLOAT_DTYPES = ("float16", "float32", "float64")
@@ -90,35 +97,25 @@ def infer_lengths_to_segment_ids(inputs: Sequence[TensorType], args: Args) -> li
 
 # -- kernels ----------------------------------------------------------------------------
 
-def _checked(xp, op_type: str, args: Args, lengths, n: int, indices=None, rows: int = 0) -> None:
-    """One host round trip: LENGTHS non-negative and summing to n, INDICES within rows."""
+def _checked(xp, op_type: str, args: Args, lengths, n: int | None, indices=None, rows: int = 0) -> int:
+    """One host round trip: LENGTHS non-negative and summing to n (any sum when n is
+    None), INDICES within rows. Returns the sum of LENGTHS."""
     probes = [lengths.sum(dtype=xp.int64)]
     if lengths.size:
-        probes.append(lengths.min().astype(xp.int64))
+        probes.append(lengths.min())
     if indices is not None and indices.size:
-        probes += [indices.min().astype(xp.int64), indices.max().astype(xp.int64)]
-    values = xp.stack(probes).tolist()
+        probes += [indices.min(), indices.max()]
+    values = xp.stack(probes).tolist()   # stacked as int64 (the sum's dtype wins)
     total = values[0]
     if lengths.size and values[1] < 0:
         raise ShapeError(f"op {args.op}: {op_type} LENGTHS has a negative length ({values[1]})")
-    if total != n:
+    if n is not None and total != n:
         what = "INDICES" if indices is not None else "DATA rows"
         raise ShapeError(f"op {args.op}: {op_type} LENGTHS sum to {total} but there are {n} {what}")
     if indices is not None and indices.size and (values[-2] < 0 or values[-1] >= rows):
         bad = values[-2] if values[-2] < 0 else values[-1]
         raise ShapeError(f"op {args.op}: {op_type} index {bad} is out of range for DATA of {rows} rows")
-
-
-def _sparse_module(xp):
-    if xp.__name__ == "numpy":
-        import scipy.sparse as sparse
-    else:
-        import cupyx.scipy.sparse as sparse
-    return sparse
-
-
-def _offsets(xp, lengths):
-    return xp.concatenate([xp.zeros(1, dtype=xp.int64), xp.cumsum(lengths, dtype=xp.int64)])
+    return total
 
 
 def segment_reduce(xp, data, lengths, indices=None, weights=None, mean: bool = False):
@@ -127,39 +124,34 @@ def segment_reduce(xp, data, lengths, indices=None, weights=None, mean: bool = F
     Inputs must already be checked (``_checked``)."""
     n_seg = lengths.shape[0]
     flat = data.reshape(data.shape[0], -1)
-    out_dtype = xp.float32 if data.dtype == xp.float16 else data.dtype
-    if data.dtype in (xp.float32, xp.float64):
-        out = _csr_product(xp, flat, lengths, indices, weights)
+    out_dtype = accumulation_dtype(xp, data.dtype)
+    if on_host(xp) and data.dtype in (xp.float32, xp.float64):
+        out = _csr_product(flat, lengths, indices, weights)
     else:
-        out = _reduceat(xp, flat, lengths, indices, weights, out_dtype)
+        out = segment_sum(xp, _looked_up(xp, flat, indices, weights), lengths)
     if mean:
         out = out / xp.maximum(lengths, 1).astype(out_dtype)[:, None]
     return out.reshape((n_seg,) + data.shape[1:])
 
 
-def _csr_product(xp, flat, lengths, indices, weights):
-    n = flat.shape[0] if indices is None else indices.shape[0]
-    cols = xp.arange(n) if indices is None else indices
-    vals = xp.ones(n, dtype=flat.dtype) if weights is None else weights.astype(flat.dtype, copy=False)
-    sparse = _sparse_module(xp)
-    # scipy's csr_array builds 3x faster than csr_matrix; cupyx's long-standing class is csr_matrix
-    csr = sparse.csr_array if xp.__name__ == "numpy" else sparse.csr_matrix
-    matrix = csr((vals, cols, _offsets(xp, lengths)), shape=(lengths.shape[0], flat.shape[0]))
-    return xp.asarray(matrix @ flat)
-
-
-def _reduceat(xp, flat, lengths, indices, weights, acc_dtype, ufunc=None):
-    if lengths.shape[0] == 0:
-        return xp.zeros((0, flat.shape[1]), dtype=acc_dtype)
+def _looked_up(xp, flat, indices, weights):
+    """The rows a reduction reads (in the accumulation dtype), weighted when asked."""
     rows = flat if indices is None else xp.take(flat, indices, axis=0)
-    rows = rows.astype(acc_dtype)
-    if weights is not None:
-        rows = rows * weights.astype(acc_dtype)[:, None]
-    # A zero row at the end makes every offset, len(rows) included, a valid reduceat index;
-    # with all S+1 offsets the last segment stops before that row and its result is dropped.
-    padded = xp.concatenate([rows, xp.zeros((1, rows.shape[1]), dtype=acc_dtype)])
-    reduced = (ufunc or xp.add).reduceat(padded, _offsets(xp, lengths), axis=0)[:-1]
-    return xp.where((lengths > 0)[:, None], reduced, xp.zeros((), dtype=acc_dtype))
+    if weights is None:
+        return rows
+    acc = accumulation_dtype(xp, flat.dtype)
+    return rows.astype(acc, copy=False) * weights.astype(acc, copy=False)[:, None]
+
+
+def _csr_product(flat, lengths, indices, weights):
+    """numpy only: scipy's CSR (segments x rows) @ table reads just the looked-up rows."""
+    import scipy.sparse   # here, not at the top: most nets never import it
+
+    n = flat.shape[0] if indices is None else indices.shape[0]
+    cols = np.arange(n) if indices is None else indices
+    vals = np.ones(n, dtype=flat.dtype) if weights is None else weights.astype(flat.dtype, copy=False)
+    matrix = scipy.sparse.csr_array((vals, cols, offsets(np, lengths)), shape=(lengths.shape[0], flat.shape[0]))
+    return np.asarray(matrix @ flat)
 
 
 def sparse_lengths_kernel(op_type: str, mean: bool = False):
@@ -187,11 +179,8 @@ def lengths_kernel(op_type: str, mean: bool = False):
 def kernel_lengths_to_segment_ids(xp, inputs, args: Args) -> tuple:
     """Position p belongs to the number of segment ends <= p (empty segments get no ids)."""
     lengths = inputs[0]
-    ends = xp.cumsum(lengths, dtype=xp.int64)
-    total = int(ends[-1]) if lengths.size else 0
-    _checked(xp, "LengthsToSegmentIds", args, lengths, total)
-    ids = xp.searchsorted(ends, xp.arange(total, dtype=xp.int64), side="right")
-    return (ids.astype(xp.int32),)
+    total = _checked(xp, "LengthsToSegmentIds", args, lengths, None)
+    return (segment_ids(xp, lengths, total).astype(xp.int32),)
 
 
 def infer_lengths_to_ranges(inputs: Sequence[TensorType], args: Args) -> list[TensorType]:
@@ -264,21 +253,26 @@ def infer_sorted_segment(op_type: str):
 
 
 def ids_to_lengths(xp, ids, op_type: str, args: Args):
-    """Lengths of segments 0..last id from sorted SEGMENT_IDS (an error when unsorted)."""
+    """Lengths of segments 0..last id from sorted SEGMENT_IDS (an error when unsorted).
+
+    One host round trip reads the first and last id (the output's row count) and whether
+    the ids are sorted; the lengths are differences of binary searches, on the device."""
     if ids.size == 0:
         return xp.zeros(0, dtype=xp.int64)
-    if ids.size > 1 and bool((ids[1:] < ids[:-1]).any()):
+    ids = ids.astype(xp.int64, copy=False)
+    unsorted = (ids[1:] < ids[:-1]).any().astype(xp.int64)
+    first, last, bad = xp.stack([ids[0], ids[-1], unsorted]).tolist()
+    if bad:
         raise ShapeError(f"op {args.op}: {op_type} SEGMENT_IDS must be sorted (non-decreasing)")
-    if int(ids[0]) < 0:
-        raise ShapeError(f"op {args.op}: {op_type} SEGMENT_IDS has a negative id ({int(ids[0])})")
-    return xp.bincount(ids.astype(xp.int64), minlength=int(ids[-1]) + 1)
+    if first < 0:
+        raise ShapeError(f"op {args.op}: {op_type} SEGMENT_IDS has a negative id ({first})")
+    ends = xp.searchsorted(ids, xp.arange(last + 1, dtype=xp.int64), side="right")
+    return ends - xp.concatenate([xp.zeros(1, dtype=xp.int64), ends[:-1]])
 
 
 def segment_max(xp, data, lengths):
     """Per-segment maximum of consecutive rows; 0 for an empty segment."""
-    flat = data.reshape(data.shape[0], -1)
-    acc = xp.float32 if data.dtype == xp.float16 else data.dtype
-    out = _reduceat(xp, flat, lengths, None, None, acc, ufunc=xp.maximum)
+    out = max_of_segments(xp, data.reshape(data.shape[0], -1), lengths)
     return out.reshape((lengths.shape[0],) + data.shape[1:])
 
 
@@ -286,7 +280,7 @@ def segment_log_sum_exp(xp, data, lengths, mean: bool = False):
     """log(sum(exp(rows))) per segment, shifted by the segment max for stability
     (minus log(length) for LogMeanExp); 0 for an empty segment."""
     top = segment_max(xp, data, lengths)
-    row_ids = xp.searchsorted(xp.cumsum(lengths), xp.arange(data.shape[0]), side="right")
+    row_ids = segment_ids(xp, lengths, data.shape[0])
     shifted = xp.exp(data.astype(top.dtype) - xp.take(top, row_ids, axis=0))
     total = segment_reduce(xp, shifted, lengths)  # >= 1 where the segment has rows
     nonempty = (lengths > 0).reshape((-1,) + (1,) * (data.ndim - 1))
@@ -349,20 +343,20 @@ def segment_ids_cost(inputs, outputs, args) -> OpFeatures:
 
 register(OpDef("SparseLengthsSum", infer_sparse_lengths("SparseLengthsSum"),
                sparse_lengths_kernel("SparseLengthsSum"), sparse_lengths_cost,
-               min_inputs=3, max_inputs=3,
+               min_inputs=3, max_inputs=3, launches=11,
                doc="(DATA, INDICES, LENGTHS) -> per-segment sum of the looked-up rows."))
 register(OpDef("SparseLengthsMean", infer_sparse_lengths("SparseLengthsMean"),
                sparse_lengths_kernel("SparseLengthsMean", mean=True), sparse_lengths_cost,
-               min_inputs=3, max_inputs=3,
+               min_inputs=3, max_inputs=3, launches=14,
                doc="(DATA, INDICES, LENGTHS) -> per-segment mean (0 for an empty segment)."))
 register(OpDef("SparseLengthsWeightedSum", infer_sparse_lengths_weighted,
-               kernel_sparse_lengths_weighted, sparse_lengths_cost, min_inputs=4, max_inputs=4,
+               kernel_sparse_lengths_weighted, sparse_lengths_cost, min_inputs=4, max_inputs=4, launches=12,
                doc="(DATA, WEIGHTS, INDICES, LENGTHS) -> per-segment weighted sum."))
 register(OpDef("LengthsSum", infer_lengths("LengthsSum"), lengths_kernel("LengthsSum"),
-               lengths_cost, min_inputs=2, max_inputs=2,
+               lengths_cost, min_inputs=2, max_inputs=2, launches=8,
                doc="(DATA, LENGTHS) -> sums of consecutive row segments."))
 register(OpDef("LengthsMean", infer_lengths("LengthsMean"), lengths_kernel("LengthsMean", mean=True),
-               lengths_cost, min_inputs=2, max_inputs=2,
+               lengths_cost, min_inputs=2, max_inputs=2, launches=11,
                doc="(DATA, LENGTHS) -> means of consecutive row segments (0 when empty)."))
 register(OpDef("LengthsToSegmentIds", infer_lengths_to_segment_ids, kernel_lengths_to_segment_ids,
                segment_ids_cost, devices=frozenset({"cpu"}), min_inputs=1, max_inputs=1,
@@ -372,10 +366,11 @@ register(OpDef("LengthsToRanges", infer_lengths_to_ranges, kernel_lengths_to_ran
                devices=frozenset({"cpu"}), min_inputs=1, max_inputs=1,
                doc="LENGTHS -> int32 (offset, length) rows. CPU only, as in Caffe2."))
 register(OpDef("LengthsMax", infer_lengths("LengthsMax"), kernel_lengths_max, lengths_cost,
-               min_inputs=2, max_inputs=2,
+               min_inputs=2, max_inputs=2, launches=11,
                doc="(DATA, LENGTHS) -> maxima of consecutive row segments (0 when empty)."))
 # SortedSegment*: (DATA, SEGMENT_IDS sorted) -> one row per id 0..last; only the Range
-# Mean and LogMeanExp variants had CUDA kernels in Caffe2.
+# Mean and LogMeanExp variants had CUDA kernels in Caffe2 (their launch counts below).
+_SORTED_SEGMENT_LAUNCHES = {"Mean": 20, "LogMeanExp": 42}
 for _name, _reduction, _gpu in [
         ("SortedSegmentSum", "Sum", False), ("SortedSegmentMean", "Mean", False),
         ("SortedSegmentRangeSum", "Sum", False), ("SortedSegmentRangeMean", "Mean", True),
@@ -383,7 +378,7 @@ for _name, _reduction, _gpu in [
         ("SortedSegmentRangeLogMeanExp", "LogMeanExp", True)]:
     register(OpDef(_name, infer_sorted_segment(_name), sorted_segment_kernel(_name, _reduction),
                    lengths_cost, devices=frozenset({"cpu", "gpu"} if _gpu else {"cpu"}),
-                   min_inputs=2, max_inputs=2,
+                   min_inputs=2, max_inputs=2, launches=_SORTED_SEGMENT_LAUNCHES.get(_reduction, 1),
                    doc=f"{_reduction} over the rows of each segment id (sorted ids; output rows = "
                        f"last id + 1, known only when run; empty ids give 0)."))
 # Fused 8-bit rowwise tables: CPU only in Caffe2 (no CUDA kernels were registered).

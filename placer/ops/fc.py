@@ -73,9 +73,16 @@ def _fc_cost(inputs, outputs, args) -> OpFeatures:
     return OpFeatures(flops=2 * macs + bias, macs=macs, bytes_read=read, bytes_written=written)
 
 
+def _fc_launches(inputs, args) -> int:
+    """The GEMM, and the bias add when there is a bias."""
+    return 2 if len(inputs) > 2 else 1
+
+
 register(OpDef("FC", _fc_infer(False), _fc_kernel(False), cost=_fc_cost, min_inputs=2, max_inputs=3,
+               launches=_fc_launches,
                doc="Y = X W^T + b, X flattened at axis, W (N, K)"))
 register(OpDef("FCTransposed", _fc_infer(True), _fc_kernel(True), cost=_fc_cost, min_inputs=2,
+               launches=_fc_launches,
                max_inputs=3, doc="Y = X W + b, X flattened at axis, W (K, N)"))
 
 

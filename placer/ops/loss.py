@@ -66,7 +66,7 @@ def _softmax_infer(inputs, args):
     return [inputs[0]]
 
 
-register(OpDef("Softmax", _softmax_infer, _softmax_kernel, cost=_flops_per_elem(4),
+register(OpDef("Softmax", _softmax_infer, _softmax_kernel, cost=_flops_per_elem(4), launches=5,
                min_inputs=1, max_inputs=1, doc="softmax over X coerced to 2-D at axis"))
 
 
@@ -109,7 +109,7 @@ def _check_labels(xp, labels, d: int, args: Args, allow_dont_care=False):
     """Caffe2 refuses labels outside 0..D-1 (numpy would wrap negatives silently)."""
     if labels.size == 0:
         return
-    lo, hi = int(labels.min()), int(labels.max())
+    lo, hi = xp.stack([labels.min(), labels.max()]).tolist()   # one host read
     if hi >= d or lo < (DONT_CARE if allow_dont_care else 0):
         raise InputError(f"op {args.op}: labels range over {lo}..{hi}, outside 0..{d - 1}")
 
@@ -155,10 +155,10 @@ def _spatial_swl_kernel(xp, inputs, args):
     return z, _average(xp, total, w.sum())
 
 
-register(OpDef("SoftmaxWithLoss", _swl_infer, _swl_kernel, cost=_flops_per_elem(5),
+register(OpDef("SoftmaxWithLoss", _swl_infer, _swl_kernel, cost=_flops_per_elem(5), launches=23,
                min_inputs=2, max_inputs=3, doc="softmax and averaged cross-entropy loss"))
 register(OpDef("SpatialSoftmaxWithLoss", lambda i, a: _swl_infer(i, a, spatial=True),
-               lambda xp, i, a: _spatial_swl_kernel(xp, i, a), cost=_flops_per_elem(5),
+               lambda xp, i, a: _spatial_swl_kernel(xp, i, a), cost=_flops_per_elem(5), launches=26,
                min_inputs=2, max_inputs=3, doc="per-pixel softmax loss over NCHW logits"))
 
 
@@ -186,7 +186,7 @@ def _lce_kernel(xp, inputs, args):
     return (-xp.log(xp.maximum(picked, LOG_THRESHOLD)),)
 
 
-register(OpDef("LabelCrossEntropy", _lce_infer, _lce_kernel, cost=_flops_per_elem(1, 1),
+register(OpDef("LabelCrossEntropy", _lce_infer, _lce_kernel, cost=_flops_per_elem(1, 1), launches=8,
                min_inputs=2, max_inputs=2, doc="-log(X[i, label_i]) per row"))
 
 
@@ -212,7 +212,12 @@ def _sxe_kernel(xp, inputs, args):
     return ((-value.reshape(x.shape[:-1] + (inner,)).sum(axis=-1) / inner).astype(x.dtype, copy=False),)
 
 
+def _sxe_launches(inputs, args) -> int:
+    return 14 if args.bool("log_D_trick", False) else 16 if args.bool("unjoined_lr_loss", False) else 11
+
+
 register(OpDef("SigmoidCrossEntropyWithLogits", _sxe_infer, _sxe_kernel, cost=_flops_per_elem(4),
+               launches=_sxe_launches,
                min_inputs=2, max_inputs=2, doc="mean logistic loss over the last dim"))
 
 
@@ -242,7 +247,7 @@ def _accuracy_kernel(xp, inputs, args):
     return (xp.asarray(correct / max(n, 1), dtype=xp.float32),)
 
 
-register(OpDef("Accuracy", _accuracy_infer, _accuracy_kernel, cost=_flops_per_elem(2),
+register(OpDef("Accuracy", _accuracy_infer, _accuracy_kernel, cost=_flops_per_elem(2), launches=16,
                min_inputs=2, max_inputs=2, doc="fraction of rows whose label is in the top_k scores"))
 
 
@@ -261,8 +266,8 @@ def _l2_kernel(xp, inputs, args):
     return ((diff * diff).sum(axis=1) * 0.5).astype(x.dtype, copy=False),
 
 
-register(OpDef("SquaredL2Distance", _l2_infer, _l2_kernel, cost=_flops_per_elem(3),
+register(OpDef("SquaredL2Distance", _l2_infer, _l2_kernel, cost=_flops_per_elem(3), launches=4,
                min_inputs=2, max_inputs=2, doc="0.5 * squared L2 distance per row"))
 register(OpDef("MakeTwoClass", lambda i, a: [TensorType(i[0].shape + (2,), i[0].dtype)],
                lambda xp, i, a: (xp.stack([1 - i[0], i[0]], axis=-1),), cost=default_cost,
-               min_inputs=1, max_inputs=1, doc="(1 - p, p) on a new last dim"))
+               min_inputs=1, max_inputs=1, launches=2, doc="(1 - p, p) on a new last dim"))

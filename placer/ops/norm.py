@@ -172,9 +172,11 @@ def pad_image_kernel(xp, inputs, args: Args):
 
 
 register(OpDef(type="SpatialBN", infer=spatial_bn_infer, kernel=spatial_bn_kernel,
+               launches=lambda inputs, args: 8 if args.bool("is_test", False) else 19,
                cost=spatial_bn_cost, min_inputs=5, max_inputs=5,
                doc="batch normalisation over channels; is_test=1 inference, is_test=0 batch statistics"))
 register(OpDef(type="LRN", infer=lrn_infer, kernel=lrn_kernel, cost=lrn_cost,
+               launches=lambda inputs, args: 6 + args.int("size"),   # one add per window tap
                min_inputs=1, max_inputs=1,
                doc="local response normalisation across channels; outputs Y and the scale"))
 register(OpDef(type="PadImage", infer=pad_image_infer, kernel=pad_image_kernel,

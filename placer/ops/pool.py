@@ -20,6 +20,8 @@ slices along W, then kH along H, each one vectorised max/add over the whole batc
 """
 from __future__ import annotations
 
+import numpy as np
+
 from placer.ops.registry import OpDef, register
 from placer.ops.spatial_args import Window, parse_window, shape_of
 from placer.types import Args, OpFeatures, TensorType
@@ -85,9 +87,10 @@ def max_pool_kernel(xp, inputs, args: Args):
     return (_reduce_windows(xp, x, win, (h, w), kernel, out, pads, float("-inf"), xp.maximum),)
 
 
-def _valid_counts(xp, size, k, s, d, pad, n_out):
-    """How many of each output's window positions fall inside [0, size) along one axis."""
-    pos = xp.arange(n_out)[:, None] * s - pad + xp.arange(k)[None, :] * d
+def _valid_counts(size, k, s, d, pad, n_out) -> np.ndarray:
+    """How many of each output's window positions fall inside [0, size) along one axis
+    (from shapes only: computed on the host)."""
+    pos = np.arange(n_out)[:, None] * s - pad + np.arange(k)[None, :] * d
     return ((pos >= 0) & (pos < size)).sum(axis=1)
 
 
@@ -101,16 +104,25 @@ def average_pool_kernel(xp, inputs, args: Args):
     if args.bool("count_include_pad", False):
         y *= x.dtype.type(1.0 / (kernel[0] * kernel[1]))
         return (y,)
-    rows = _valid_counts(xp, h, kernel[0], win.stride[0], win.dilation[0], pads[0], out[0])
-    cols = _valid_counts(xp, w, kernel[1], win.stride[1], win.dilation[1], pads[1], out[1])
-    count = (rows[:, None] * cols[None, :]).astype(x.dtype)
+    rows = _valid_counts(h, kernel[0], win.stride[0], win.dilation[0], pads[0], out[0])
+    cols = _valid_counts(w, kernel[1], win.stride[1], win.dilation[1], pads[1], out[1])
+    count = xp.asarray((rows[:, None] * cols[None, :]).astype(x.dtype))   # one copy to the device
     y /= count if win.nchw else count[:, :, None]
     return (y,)
 
 
+def pool_launches(extra: int):
+    """A global pool is one reduction; a windowed one pads, copies the first tap along W
+    and along H, and folds each further tap in (kH + kW passes), plus ``extra``."""
+    def launches(inputs, args: Args) -> int:
+        win, _, kernel, _, _ = _geometry(inputs[0], args)
+        return 1 if win.global_pooling else kernel[0] + kernel[1] + 1 + extra
+    return launches
+
+
 register(OpDef(type="MaxPool", infer=pool_infer, kernel=max_pool_kernel, cost=pool_cost,
-               min_inputs=1, max_inputs=1,
+               min_inputs=1, max_inputs=1, launches=pool_launches(0),
                doc="2-D max pooling (Caffe2 arguments, global_pooling, legacy_pad incl. Caffe ceil mode)"))
 register(OpDef(type="AveragePool", infer=pool_infer, kernel=average_pool_kernel, cost=pool_cost,
-               min_inputs=1, max_inputs=1,
+               min_inputs=1, max_inputs=1, launches=pool_launches(2),   # the window counts, a divide
                doc="2-D average pooling; count_include_pad (default 0) as in Caffe2"))

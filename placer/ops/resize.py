@@ -10,6 +10,8 @@ Costs: no arithmetic, one read of the input and one write of the output.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from placer.errors import ShapeError
 from placer.ops.registry import OpDef, movement_cost, register
 from placer.types import TensorType
@@ -46,9 +48,10 @@ def _resize_kernel(xp, inputs, args):
     h_ax, w_ax = _spatial_axes(TensorType(x.shape, str(x.dtype)), args, "ResizeNearest")
     hs, ws = _scales(args)
     H, W = x.shape[h_ax], x.shape[w_ax]
-    rows = xp.minimum((xp.arange(int(H * hs)) / hs).astype(xp.int64), H - 1)
-    cols = xp.minimum((xp.arange(int(W * ws)) / ws).astype(xp.int64), W - 1)
-    return (xp.take(xp.take(x, rows, axis=h_ax), cols, axis=w_ax),)
+    # The source rows and columns follow from the shapes: made on the host, copied once each.
+    rows = np.minimum((np.arange(int(H * hs)) / hs).astype(np.int64), H - 1)
+    cols = np.minimum((np.arange(int(W * ws)) / ws).astype(np.int64), W - 1)
+    return (xp.take(xp.take(x, xp.asarray(rows), axis=h_ax), xp.asarray(cols), axis=w_ax),)
 
 
 def _upsample_scale(args) -> int:
@@ -76,6 +79,8 @@ def _upsample_kernel(xp, inputs, args):
 
 
 register(OpDef("ResizeNearest", _resize_infer, _resize_kernel, movement_cost, min_inputs=1, max_inputs=1,
+               launches=4,
                doc="nearest-neighbour resize by height_scale / width_scale (Caffe2 semantics)"))
 register(OpDef("Upsample", _upsample_infer, _upsample_kernel, movement_cost, min_inputs=1, max_inputs=1,
+               launches=2,
                doc="nearest-neighbour upsampling by an integer scale (YOLOv3 Caffe2 port)"))

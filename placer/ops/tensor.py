@@ -7,7 +7,10 @@ Conventions of this family:
 - An output whose shape depends on the *values* of an input tensor (Reshape's shape
   blob, Split's split blob, Slice's starts/ends blobs, Tile's tiles blob) is returned as
   None by ``infer``: ``shapes.infer`` records it as unknown and the user can give it with
-  ``--input``. Such blobs are rare and usually small constants.
+  ``--input``. Such blobs are rare and usually small constants. The exception: values
+  that inference itself knows from shapes (``TensorType.values``: Concat's split_info,
+  Reshape's old shape), which is what the gradients of Concat (a Split reading
+  split_info) and of Reshape (a Reshape reading the old shape) take their sizes from.
 - Kernels return fresh arrays, never views of their inputs: Caffe2 copies when an op is
   not in place, and a later in-place op on the input must not change this op's output.
 - Gathers check their indices: an index out of range is an error naming the op
@@ -77,7 +80,8 @@ def infer_concat(inputs: Sequence[TensorType], args: Args) -> list[TensorType]:
         if any(o != off[0] for o in off):
             raise _fail(args, "Concat", inputs, f"inputs differ off axis {ax}")
         shape = first.shape[:ax] + (sum(t.shape[ax] for t in inputs),) + first.shape[ax + 1:]
-    return [TensorType(shape, first.dtype), TensorType((len(inputs),), "int32")]
+    sizes = [1] * len(inputs) if add_axis else [t.shape[ax] for t in inputs]
+    return [TensorType(shape, first.dtype), TensorType((len(inputs),), "int32", values=sizes)]
 
 
 def kernel_concat(xp, inputs, args: Args) -> tuple:
@@ -98,7 +102,8 @@ def _split_sizes(dim: int, n_inputs: int, args: Args, inputs) -> list[int] | Non
     if n_inputs == 2:
         if split:
             raise ArgumentError(f"op {args.op}: Split takes 'split' as an argument or as an input, not both")
-        return None
+        known = inputs[1].values if len(inputs) == 2 else None
+        return list(known) if known is not None else None
     if split:
         return split
     n = args.n_outputs
@@ -177,9 +182,13 @@ def infer_reshape(inputs: Sequence[TensorType], args: Args) -> list[TensorType |
                                 f"input, not both")
         if inputs[1].dtype not in INDEX_DTYPES or inputs[1].ndim != 1:
             raise _fail(args, "Reshape", inputs, "the shape input must be a 1-D int32/int64 tensor")
-        return [None, TensorType((x.ndim,), inputs[1].dtype)]  # new shape is in the blob's values
+        old_shape = TensorType((x.ndim,), inputs[1].dtype, values=x.shape)
+        if inputs[1].values is None:
+            return [None, old_shape]  # the new shape is in the blob's values
+        return [TensorType(reshaped(x.shape, inputs[1].values, args, inputs), x.dtype), old_shape]
     new = args.ints("shape")
-    return [TensorType(reshaped(x.shape, new, args, inputs), x.dtype), TensorType((x.ndim,), "int64")]
+    return [TensorType(reshaped(x.shape, new, args, inputs), x.dtype),
+            TensorType((x.ndim,), "int64", values=x.shape)]
 
 
 def kernel_reshape(xp, inputs, args: Args) -> tuple:
@@ -323,8 +332,9 @@ def infer_slice(inputs: Sequence[TensorType], args: Args) -> list[TensorType | N
 
 def kernel_slice(xp, inputs, args: Args) -> tuple:
     x = inputs[0]
-    if len(inputs) == 3:
-        starts, ends = _host_list(inputs[1]), _host_list(inputs[2])
+    if len(inputs) == 3:   # one host read for both bound vectors
+        bounds = _host_list(xp.concatenate([inputs[1].reshape(-1), inputs[2].reshape(-1)]))
+        starts, ends = bounds[:inputs[1].size], bounds[inputs[1].size:]
     else:
         starts, ends = args.ints("starts"), args.ints("ends")
     bounds = slice_bounds(tuple(x.shape), starts, ends, args, [TensorType(x.shape, str(x.dtype))])
@@ -339,17 +349,19 @@ def _check_indices(t: TensorType, args: Args, op_type: str, inputs) -> None:
 
 
 def checked_indices(xp, indices, dim: int, args: Args, op_type: str, wrap: bool = False):
-    """``indices`` after a range check against ``dim`` (one host sync for min and max)."""
+    """``indices`` after a range check against ``dim`` (one host read of min and max).
+
+    With ``wrap`` a negative index counts from the end once (Caffe2's wrap_indices), so
+    the valid range is [-dim, dim)."""
     if indices.size == 0:
         return indices
     lo, hi = xp.stack([indices.min(), indices.max()]).tolist()
-    if wrap and lo < 0:
-        indices = xp.where(indices < 0, indices + dim, indices)
-        lo, hi = xp.stack([indices.min(), indices.max()]).tolist()
-    if lo < 0 or hi >= dim:
-        bad = lo if lo < 0 else hi
+    if lo < (-dim if wrap else 0) or hi >= dim:
+        bad = hi if hi >= dim else lo
         raise ShapeError(f"op {args.op}: {op_type} index {bad} is out of range for a dimension of "
                          f"size {dim}")
+    if wrap and lo < 0:
+        indices = xp.where(indices < 0, indices + dim, indices)
     return indices
 
 
@@ -467,8 +479,9 @@ def infer_tile(inputs: Sequence[TensorType], args: Args) -> list[TensorType | No
 
 def kernel_tile(xp, inputs, args: Args) -> tuple:
     x = inputs[0]
-    tiles = _host_list(inputs[1])[0] if len(inputs) > 1 else args.int("tiles", 1)
-    axis = _host_list(inputs[2])[0] if len(inputs) > 2 else args.int("axis", 0)
+    given = _host_list(xp.concatenate([t.reshape(-1)[:1] for t in inputs[1:]])) if len(inputs) > 1 else []
+    tiles = given[0] if given else args.int("tiles", 1)            # one host read for both
+    axis = given[1] if len(given) > 1 else args.int("axis", 0)
     return (xp.tile(x, _tile_reps(x.ndim, tiles, axis, args, ())),)
 
 
@@ -483,18 +496,25 @@ def first_output_cost(inputs, outputs, args) -> OpFeatures:
     return movement_cost(inputs[:1], outputs[:1], args)
 
 
-def _reg(type_, infer, kernel, cost=movement_cost, n_in=(1, 1), doc="") -> None:
-    register(OpDef(type_, infer, kernel, cost, min_inputs=n_in[0], max_inputs=n_in[1], doc=doc))
+def _reg(type_, infer, kernel, cost=movement_cost, n_in=(1, 1), doc="", launches=1) -> None:
+    register(OpDef(type_, infer, kernel, cost, min_inputs=n_in[0], max_inputs=n_in[1], doc=doc,
+                   launches=launches))
 
 
-_reg("Concat", infer_concat, kernel_concat, n_in=(1, None),
+def _split_launches(inputs, args) -> int:
+    """One copy per output."""
+    return args.n_outputs or len(args.ints("split", [])) or 2
+
+
+_reg("Concat", infer_concat, kernel_concat, n_in=(1, None), launches=2,
      doc="Join inputs along axis (or a new axis with add_axis=1); second output split_info "
          "(int32, per-input sizes along the axis; Caffe2 keeps it on the CPU).")
-_reg("DepthConcat", infer_concat, kernel_concat, n_in=(1, None), doc="Old name of Concat.")
-_reg("Split", infer_split, kernel_split, whole_input_cost, n_in=(1, 2),
+_reg("DepthConcat", infer_concat, kernel_concat, n_in=(1, None), doc="Old name of Concat.", launches=2)
+_reg("Split", infer_split, kernel_split, whole_input_cost, n_in=(1, 2), launches=_split_launches,
      doc="Split along axis by the split argument, a split input, or equally among the outputs.")
-_reg("DepthSplit", infer_split, kernel_split, whole_input_cost, n_in=(1, 2), doc="Old name of Split.")
-_reg("Reshape", infer_reshape, kernel_reshape, whole_input_cost, n_in=(1, 2),
+_reg("DepthSplit", infer_split, kernel_split, whole_input_cost, n_in=(1, 2), doc="Old name of Split.",
+     launches=_split_launches)
+_reg("Reshape", infer_reshape, kernel_reshape, whole_input_cost, n_in=(1, 2), launches=2,
      doc="New shape from the shape argument (0 copies a dimension, -1 is inferred) or from a "
          "second int32/int64 input (output shape then unknown before running); second output "
          "old_shape (int64, or the shape input's dtype; Caffe2 keeps it on the CPU).")
@@ -508,9 +528,9 @@ _reg("ExpandDims", infer_expand_dims, kernel_expand_dims, doc="Insert size-1 dim
 _reg("Slice", infer_slice, kernel_slice, first_output_cost, n_in=(1, 3),
      doc="starts/ends per dimension (arguments or inputs); negative b means dim+1+b; one "
          "dimension only, as in Caffe2.")
-_reg("Gather", infer_gather, kernel_gather, gather_cost, n_in=(2, 2),
+_reg("Gather", infer_gather, kernel_gather, gather_cost, n_in=(2, 2), launches=4,
      doc="DATA rows picked by int32/int64 INDICES along axis (default 0).")
-_reg("BatchGather", infer_batch_gather, kernel_batch_gather, gather_cost, n_in=(2, 2),
+_reg("BatchGather", infer_batch_gather, kernel_batch_gather, gather_cost, n_in=(2, 2), launches=4,
      doc="Gather along axis 1 (DLRM's pairwise-interaction pick).")
 _reg("ChannelShuffle", infer_channel_shuffle, kernel_channel_shuffle,
      doc="ShuffleNet channel shuffle over group groups, NCHW or NHWC.")

@@ -14,6 +14,7 @@ Every plan can be checked with ``check.check_plan``.
 """
 from __future__ import annotations
 
+from placer.errors import InfeasiblePlanError, PlacerError
 from placer.partition import baselines
 from placer.partition.check import check_plan
 from placer.partition.explain import make_plan
@@ -24,6 +25,7 @@ from placer.partition.problem import from_graph
 from placer.partition.schedule import MakespanPartitioner, Simulator
 
 METHODS = ("mincut", "milp", "makespan", "greedy", "all_cpu", "all_gpu")
+MILP_TIME_LIMIT, MILP_INFEASIBLE = 1, 2  # scipy.optimize.milp status codes
 
 
 def partition(graph, method: str = "mincut", capacity_bytes: float | None = None,
@@ -52,12 +54,23 @@ def _milp_plan(arr, usable, time_limit):
         check_pinned_fit(arr, usable)
     res = milp_partition(arr, usable, time_limit, max_vars=10**9)
     if res["x"] is None:
-        raise RuntimeError(f"the MILP found no placement: {res['note']}")
+        raise _no_milp_placement(res, time_limit)
     plan = make_plan(arr, res["x"], "milp", optimal=res["optimal"], capacity=usable,
                      notes=[res["note"]])
     if res["bound"] is not None and plan.total_s > 0:
         plan.gap = max(0.0, (plan.total_s - res["bound"]) / plan.total_s)
     return plan
+
+
+def _no_milp_placement(res: dict, time_limit: float) -> PlacerError:
+    """Why the MILP returned no placement, as the error the user can act on."""
+    if res["status"] == MILP_INFEASIBLE:
+        return InfeasiblePlanError(f"no placement satisfies the pins and the GPU memory limit: {res['note']}",
+                                   hint="unpin some ops, raise --gpu-mem or lower --gpu-reserve")
+    if res["status"] == MILP_TIME_LIMIT:
+        return PlacerError(f"the MILP found no placement within its {time_limit:g} s time limit: {res['note']}",
+                           hint="raise --time-limit, or use --method mincut")
+    return PlacerError(f"the MILP found no placement: {res['note']}", hint="use --method mincut")
 
 
 __all__ = ["partition", "check_plan", "baselines", "MinCutPartitioner", "MemoryPartitioner",

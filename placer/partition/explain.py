@@ -11,6 +11,7 @@ import numpy as np
 from placer.partition.problem import (PIN_NONE, CostArrays, flip_delta, gpu_memory,
                                       placement_dict, plan_copies, serial_cost)
 from placer.types import Plan
+from placer.units import fmt_bytes
 
 MAX_EXPLAINED_MOVES = 2000  # ops whose reason names a blob; the rest a generic one
 
@@ -58,13 +59,6 @@ def _ratio(slow: float, fast: float) -> str:
     return f"{r:.0f}x" if r >= 10 else f"{r:.1f}x"
 
 
-def _size(nbytes: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.3g} {unit}"
-    return f"{nbytes:.0f} B"
-
-
 def _against(arr: CostArrays, on_gpu: np.ndarray, i: int, capacity: float | None) -> str:
     """Why op i sits on its individually slower device."""
     comp = np.flatnonzero(arr.component == arr.component[i])
@@ -82,7 +76,7 @@ def _against(arr: CostArrays, on_gpu: np.ndarray, i: int, capacity: float | None
         if params + peak > capacity:
             own = float(arr.read_param_bytes[comp].sum())
             if own >= 0.5 * (params + peak - capacity):
-                return f"CPU: its {_size(own)} of parameters do not fit in GPU memory"
+                return f"CPU: its {fmt_bytes(own)} of parameters do not fit in GPU memory"
             return "CPU: does not fit in GPU memory"
     if worst >= 0:
         return f"CPU: copy of '{arr.tensor_name(worst)}' costs more than GPU saves"

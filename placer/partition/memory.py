@@ -241,8 +241,9 @@ def improve(arr: CostArrays, on_gpu: np.ndarray, capacity: float, time_s: float)
     free = np.flatnonzero(arr.forced < 0)
     order = free[np.argsort(-np.abs(arr.cpu_s[free] - arr.gpu_s[free]))]
     groups = [_group(arr, i) for i in order]
-    runs = (np.arange(i, i + k) for k in (2, 3, 4) for i in range(arr.n_ops - k + 1)
-            if (arr.forced[i:i + k] < 0).all())
+    runs = (np.arange(i, i + k) for size in [np.bincount(arr.component)] for k in (2, 3, 4)
+            for i in range(arr.n_ops - k + 1)  # a run never splits a colocated group
+            if (arr.forced[i:i + k] < 0).all() and (size[arr.component[i:i + k]] == 1).all())
     for _ in range(6):
         moved = any([_moves(arr, x, capacity, groups, deadline),
                      _moves(arr, x, capacity, runs, deadline),

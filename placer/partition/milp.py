@@ -36,7 +36,8 @@ class _Rows:
 
 def milp_partition(arr: CostArrays, capacity: float | None = None, time_limit: float = 10.0,
                    max_vars: int = 400_000) -> dict:
-    """{"x": bool array or None, "objective", "bound", "optimal", "note"} (seconds)."""
+    """{"x": bool array or None, "objective", "bound", "optimal", "status", "note"} (seconds;
+    ``status`` is scipy's: 0 optimal, 1 time limit, 2 infeasible; None when skipped)."""
     n, T = arr.n_ops, arr.n_tensors
     cost = [arr.gpu_s - arr.cpu_s, arr.t_h2d.copy(), arr.t_d2h.copy()]
     const = float(arr.cpu_s.sum())
@@ -60,7 +61,7 @@ def milp_partition(arr: CostArrays, capacity: float | None = None, time_limit: f
     if capacity is not None:
         nxt = _memory_rows(arr, rows, nxt, float(capacity))
     if nxt > max_vars:
-        return {"x": None, "objective": None, "bound": None, "optimal": False,
+        return {"x": None, "objective": None, "bound": None, "optimal": False, "status": None,
                 "note": f"MILP skipped: {nxt} variables > {max_vars}"}
     c = np.concatenate(cost + [np.zeros(nxt - n - 2 * T)])
     lb, ub = np.zeros(nxt), np.ones(nxt)
@@ -80,7 +81,7 @@ def milp_partition(arr: CostArrays, capacity: float | None = None, time_limit: f
     note = (f"MILP ({nxt} variables, {len(rows.lo)} rows): {res.message.strip()}"
             + (f"; bound {bound:.6g} s" if bound is not None else ""))
     return {"x": x, "objective": None if res.fun is None else float(res.fun) + const,
-            "bound": bound, "optimal": optimal, "note": note}
+            "bound": bound, "optimal": optimal, "status": int(res.status), "note": note}
 
 
 def _memory_rows(arr: CostArrays, rows: _Rows, nxt: int, capacity: float):

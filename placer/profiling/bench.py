@@ -18,6 +18,8 @@ import numpy as np
 from placer.errors import DeviceError
 from placer.ops import registry
 from placer.profiling.schema import OpTiming, cost_args, op_key
+from placer.progress import Progress
+from placer.runtime.devices import CpuDevice, CudaDevice
 from placer.types import Op, TensorType, TypedNet
 
 # Op type -> (position of the indices input, position of the table it indexes, axis).
@@ -85,29 +87,12 @@ def _lengths(t: TensorType, total: int | None, rng: np.random.Generator) -> np.n
 
 # ------------------------------------------------------------------------- devices
 
-class _NumpyDevice:
-    """Stand-in for the runtime's CPU device when the runtime is not importable."""
-
-    kind, name, xp = "cpu", "cpu", np
-
-    def to_device(self, a, key=None):
-        return np.asarray(a)
-
-    def sync(self):
-        pass
-
-
 def get_device(name: str) -> Any:
     """The runtime's device object for "cpu" or "cuda:N" (a DeviceError without a GPU)."""
     if name == "cpu":
-        try:
-            from placer.runtime.devices import CpuDevice
-            return CpuDevice()
-        except ImportError:
-            return _NumpyDevice()
+        return CpuDevice()
     if name.startswith("cuda"):
         index = int(name.split(":", 1)[1]) if ":" in name else 0
-        from placer.runtime.devices import CudaDevice
         return CudaDevice(index)
     raise DeviceError(f"unknown device '{name}'", hint="use cpu or cuda:N")
 
@@ -171,16 +156,14 @@ def profile_net(typed_net: TypedNet, device_name: str = "cpu", repeats: int = 10
     rng = np.random.default_rng(seed)
     result = BenchResult()
     jobs = _distinct_ops(typed_net, result, skip_keys or set())
-    bar = _progress(len(jobs), f"profile {device_name}", quiet=not progress)
+    bar = Progress(len(jobs), f"profile {device_name}", quiet=not progress)
     fastest: dict[str, float] = {}
     try:
         for i, (key, op, types, feats) in enumerate(jobs):
             fastest[key] = _time_one(op, types, feats, key, device, rng, warmup, repeats, budget_s, result, clock)
-            if bar is not None:
-                bar.update(i + 1)
+            bar.update(i + 1)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     for _ in range(retries):
         noisy = [j for j in jobs if j[0] in result.timings
                  and result.timings[j[0]].median_s > NOISY_RATIO * fastest[j[0]]]
@@ -229,10 +212,3 @@ def _time_one(op, types, feats, key, device, rng, warmup, repeats, budget_s, res
     result.timings[key] = timing
     return float(min(samples))
 
-
-def _progress(total: int, label: str, quiet: bool):
-    try:
-        from placer.progress import Progress
-    except ImportError:
-        return None
-    return Progress(total, label, quiet=quiet)

@@ -4,6 +4,9 @@ Each size is copied a few times between CUDA events through cupy; the median is 
 of the curve, and a line t = latency + bytes / bandwidth is fitted to the points (least
 squares on relative error, so small copies weigh as much as large ones). The cost model
 interpolates the points and uses the line outside them.
+
+``compare_link`` sets measured curves against a profile's (a datasheet's, say): at every
+measured size, the measured time over the time the profile's curve gives there.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from placer.costs import curve_time
 from placer.profiling.schema import DIRECTIONS, MEMORY_KINDS, LinkCurve
 
 SIZES = [4096 * 4 ** k for k in range(10)]  # 4 KiB, 16 KiB, ..., 1 GiB (powers of 4)
@@ -72,3 +76,23 @@ def _median_copy_s(cupy: Any, size: int, direction: str, pinned: bool, repeats: 
             samples.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
     del dev
     return float(np.median(samples))
+
+
+def compare_link(measured: dict[str, dict[str, LinkCurve]],
+                 reference: dict[str, dict[str, LinkCurve]]) -> list[dict[str, Any]]:
+    """One record per curve present in both: the fitted lines side by side, and per measured
+    size the measured time, the reference curve's time (``costs.curve_time``: the cost
+    model's own reading of it) and their ratio (above 1: slower than the reference says)."""
+    out = []
+    for direction in DIRECTIONS:
+        for mem in MEMORY_KINDS:
+            mine, ref = measured.get(direction, {}).get(mem), reference.get(direction, {}).get(mem)
+            if mine is None or ref is None or not mine.points:
+                continue
+            points = [{"nbytes": n, "measured_s": t, "reference_s": curve_time(ref, n),
+                       "ratio": t / curve_time(ref, n)} for n, t in mine.points]
+            out.append({"direction": direction, "memory": mem,
+                        "measured": {"latency_s": mine.latency_s, "bytes_per_s": mine.bytes_per_s},
+                        "reference": {"latency_s": ref.latency_s, "bytes_per_s": ref.bytes_per_s},
+                        "points": points})
+    return out

@@ -17,9 +17,15 @@ from typing import Any, Mapping, Sequence
 from placer.constants import PROFILE_SCHEMA_VERSION
 from placer.errors import ProfileError
 from placer.fileio import atomic_write_text
+from placer.formats import shape_problem
 from placer.types import TensorType
 
 DIRECTIONS = ("h2d", "d2h")
+# How an op entry was timed: "in-network" (the whole net run by the executor, each op
+# after its producer, on the inputs the previous op left, allocating its outputs: what a
+# run sees) or "isolated" (the op alone, called again and again on the same inputs:
+# warm caches, no producer). Entries written before the field existed were isolated.
+TIMING_METHODS = ("in-network", "isolated")
 MEMORY_KINDS = ("pinned", "pageable")
 # Figures a datasheet profile must give a source for (when the figure is present).
 SOURCED_FIGURES = ("peak_flops", "memory_bandwidth_bytes_per_s", "memory_capacity_bytes",
@@ -47,7 +53,8 @@ class LinkCurve:
 
 @dataclass
 class OpTiming:
-    """A measured op: its key parts, the sample statistics, and its roofline features."""
+    """A measured op: its key parts, the sample statistics, its roofline features, and how
+    it was timed (``method``, one of ``TIMING_METHODS``)."""
 
     type: str
     inputs: tuple[TensorType, ...]
@@ -57,6 +64,12 @@ class OpTiming:
     iqr_s: float
     flops: float = 0.0
     bytes: float = 0.0
+    method: str = "isolated"
+
+    @property
+    def spread(self) -> float:
+        """Run-to-run spread as a fraction of the median: IQR / median (0 for a zero median)."""
+        return self.iqr_s / self.median_s if self.median_s > 0 else 0.0
 
     @property
     def key(self) -> str:
@@ -70,6 +83,12 @@ class FamilyFit:
     ``half_efficiency_rows`` (matrix-product families only, else None): the compute
     efficiency grows with the product's row count M as ``compute_efficiency * M / (M +
     half_efficiency_rows)``, so ``compute_efficiency`` is then the large-M limit.
+
+    Quality: ``median_abs_pct_error`` and ``p90_abs_pct_error`` of the fit on its own
+    points; ``spread_pct`` the median run-to-run spread (IQR / median) of those points;
+    ``covered`` False when the median error is above ``FIT_MAX_MEDIAN_ERROR_PCT``: one
+    roofline does not describe the group, and estimates from it are labelled so. The
+    three are None / True in fits stored before they existed.
     """
 
     overhead_s: float
@@ -78,6 +97,9 @@ class FamilyFit:
     points: int
     median_abs_pct_error: float
     half_efficiency_rows: float | None = None
+    p90_abs_pct_error: float | None = None
+    spread_pct: float | None = None
+    covered: bool = True
 
 
 @dataclass
@@ -95,6 +117,24 @@ class DeviceProfile:
     link: dict[str, dict[str, LinkCurve]] = field(default_factory=dict)
     ops: dict[str, OpTiming] = field(default_factory=dict)
     fits: dict[str, FamilyFit] = field(default_factory=dict)
+    fits_digest: str = ""   # fit_inputs_digest() of what ``fits`` were fitted to
+
+    def fit_inputs_digest(self, fit_version: int) -> str:
+        """A digest of what the fits are made from: the entries (keys, medians, spreads,
+        methods), the peaks, bandwidth and launch overhead they are relative to, and the
+        version of the fitting code. Stored fits whose digest matches need no refitting."""
+        import hashlib
+        h = hashlib.sha256(f"fit-version {fit_version}\n{sorted(self.peak_flops.items())!r}\n"
+                           f"{self.memory_bandwidth_bytes_per_s!r} {self.launch_overhead_s!r}\n".encode())
+        for key in sorted(self.ops):
+            t = self.ops[key]
+            h.update(f"{key}\t{t.median_s!r}\t{t.iqr_s!r}\t{t.method}\n".encode())
+        return h.hexdigest()[:16]
+
+    def fits_are_current(self, fit_version: int) -> bool:
+        """True when the stored fits were made from exactly this device's figures and
+        entries by this fitting code."""
+        return bool(self.fits) and self.fits_digest == self.fit_inputs_digest(fit_version)
 
     def peak(self, dtype: str) -> float:
         """Peak FLOP/s for a dtype, else the float32 figure."""
@@ -181,10 +221,27 @@ class _Reader:
         if value is None:
             return None
         at = f"{where}.{key}" if where else key
-        if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        if not _finite(value) or value < 0 or (positive and value == 0):
             raise self.fail(at, f"must be a {'positive' if positive else 'non-negative'} "
                                 f"finite number, found {value!r}")
         return float(value)
+
+
+def _finite(value) -> bool:
+    """``math.isfinite`` that also says False for an int too large for a float (10**400)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _dtype_name(name: str) -> bool:
+    """A numpy dtype written the way placer writes it (``float32``, ``int64``, ...)."""
+    import numpy as np
+    try:
+        return str(np.dtype(name)) == name
+    except TypeError:
+        return False
 
 
 def _kind_name(kind) -> str:
@@ -237,6 +294,7 @@ def _device_from_dict(r: _Reader, raw: Any, where: str) -> DeviceProfile:
     for i, op_raw in enumerate(r.get(raw, "ops", where, list, optional=True) or []):
         timing = _op_timing(r, op_raw, f"{where}.ops[{i}]")
         dev.ops[timing.key] = timing
+    dev.fits_digest = r.get(raw, "fits_digest", where, str, optional=True) or ""
     for fam, fit_raw in (r.get(raw, "fits", where, Mapping, optional=True) or {}).items():
         w = f"{where}.fits.{fam}"
         dev.fits[fam] = FamilyFit(
@@ -245,8 +303,16 @@ def _device_from_dict(r: _Reader, raw: Any, where: str) -> DeviceProfile:
             memory_efficiency=r.number(fit_raw, "memory_efficiency", w, positive=True),
             points=int(r.number(fit_raw, "points", w)),
             median_abs_pct_error=r.number(fit_raw, "median_abs_pct_error", w),
-            half_efficiency_rows=r.number(fit_raw, "half_efficiency_rows", w, optional=True, positive=True))
+            half_efficiency_rows=r.number(fit_raw, "half_efficiency_rows", w, optional=True, positive=True),
+            p90_abs_pct_error=r.number(fit_raw, "p90_abs_pct_error", w, optional=True),
+            spread_pct=r.number(fit_raw, "spread_pct", w, optional=True),
+            covered=_flag(r, fit_raw, "covered", w, default=True))
     return dev
+
+
+def _flag(r: _Reader, obj: Mapping, key: str, where: str, default: bool) -> bool:
+    value = r.get(obj, key, where, bool, optional=True)
+    return default if value is None else value
 
 
 def _source(r: _Reader, src: Mapping, where: str, device_raw: Mapping) -> dict:
@@ -277,7 +343,7 @@ def _link(r: _Reader, raw: Mapping, where: str) -> dict[str, dict[str, LinkCurve
             for j, pt in enumerate(r.get(c_raw, "points", w, list, optional=True) or []):
                 if (not isinstance(pt, list) or len(pt) != 2
                         or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in pt)
-                        or pt[0] <= 0 or pt[1] < 0 or not math.isfinite(pt[1])):
+                        or not _finite(pt[0]) or pt[0] <= 0 or pt[1] < 0 or not _finite(pt[1])):
                     raise r.fail(f"{w}.points[{j}]", f"expected [bytes > 0, seconds >= 0], found {pt!r:.60}")
                 points.append((int(pt[0]), float(pt[1])))
             link[direction][mem] = LinkCurve(
@@ -294,14 +360,29 @@ def _op_timing(r: _Reader, raw: Any, where: str) -> OpTiming:
         shape = r.get(t, "shape", w, list)
         if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
             raise r.fail(f"{w}.shape", f"expected non-negative integers, found {shape!r:.60}")
-        inputs.append(TensorType(tuple(shape), r.get(t, "dtype", w, str)))
+        if shape_problem(shape):
+            raise r.fail(f"{w}.shape", shape_problem(shape))
+        dtype = r.get(t, "dtype", w, str)
+        if not _dtype_name(dtype):
+            raise r.fail(f"{w}.dtype", f"expected a numpy dtype name (float32, int64, ...), found {dtype!r:.40}")
+        inputs.append(TensorType(tuple(shape), dtype))
     return OpTiming(
         type=r.get(raw, "type", where, str), inputs=tuple(inputs),
         args=dict(r.get(raw, "args", where, Mapping, optional=True) or {}),
         samples=int(r.number(raw, "samples", where, positive=True)),
         median_s=r.number(raw, "median_s", where), iqr_s=r.number(raw, "iqr_s", where),
         flops=r.number(raw, "flops", where, optional=True) or 0.0,
-        bytes=r.number(raw, "bytes", where, optional=True) or 0.0)
+        bytes=r.number(raw, "bytes", where, optional=True) or 0.0,
+        method=_method(r, raw, where))
+
+
+def _method(r: _Reader, raw: Mapping, where: str) -> str:
+    method = r.get(raw, "method", where, str, optional=True)
+    if method is None:
+        return "isolated"  # written before the field existed: every entry was timed alone
+    if method not in TIMING_METHODS:
+        raise r.fail(f"{where}.method", f"must be one of {', '.join(TIMING_METHODS)}, found {method!r}")
+    return method
 
 
 # ------------------------------------------------------------------ load and save
@@ -310,13 +391,19 @@ def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile file."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes().decode("utf-8")
     except OSError as e:
         raise ProfileError(f"{path}: cannot read profile: {e.strerror or e}",
                            hint="check the path, or list shipped profiles in profiles/") from None
+    except UnicodeDecodeError:
+        raise ProfileError(f"{path}: not a JSON profile: the file is not UTF-8 text",
+                           hint="re-create it with `placer profile`") from None
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except RecursionError:  # the decoder recurses per level of nesting
+        raise ProfileError(f"{path}: not a JSON profile: nested too deeply to read",
+                           hint="re-create it with `placer profile`") from None
+    except ValueError as e:  # JSONDecodeError, and integers past Python's digit limit
         raise ProfileError(f"{path}: not a JSON profile: {e}",
                            hint="re-create it with `placer profile`") from None
     return profile_from_dict(data, str(path))
@@ -341,11 +428,13 @@ def _device_to_dict(d: DeviceProfile) -> dict:
         out["ops"] = [{"type": t.type,
                        "inputs": [{"shape": list(x.shape), "dtype": x.dtype} for x in t.inputs],
                        "args": cost_args(t.args), "samples": t.samples, "median_s": t.median_s,
-                       "iqr_s": t.iqr_s, "flops": t.flops, "bytes": t.bytes}
+                       "iqr_s": t.iqr_s, "flops": t.flops, "bytes": t.bytes, "method": t.method}
                       for t in sorted(d.ops.values(), key=lambda t: t.key)]
     if d.fits:
         out["fits"] = {fam: {k: v for k, v in vars(f).items() if v is not None}
                        for fam, f in sorted(d.fits.items())}
+        if d.fits_digest:
+            out["fits_digest"] = d.fits_digest
     return out
 
 

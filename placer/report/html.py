@@ -15,6 +15,7 @@ from pathlib import Path
 import jinja2
 
 from placer.fileio import atomic_write_text
+from placer import units
 from placer.report import plots, tables
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -25,8 +26,8 @@ def _environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
                              autoescape=jinja2.select_autoescape(enabled_extensions=("html", "j2")),
                              trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
-    env.filters["t"] = tables.fmt_time
-    env.filters["b"] = tables.fmt_bytes
+    env.filters["t"] = units.fmt_time
+    env.filters["b"] = units.fmt_bytes
     env.filters["pct"] = lambda v, digits=1: "n/a" if v is None else f"{v:.{digits}f}%"
     env.filters["v"] = _sort_value
     return env
@@ -102,6 +103,7 @@ def _measured(plan: dict, run: dict) -> dict:
     pairs = tables.match_run(plan, run)
     emulated = bool(run.get("emulated"))
     return {"pairs": pairs, "stats": tables.error_stats(pairs), "totals": tables.run_totals(plan, run),
+            "families": tables.family_errors(pairs),
             "emulated": emulated, "n_run_ops": len(run.get("ops") or []),
             "scatter": _image("Predicted vs measured per op", (lambda: None) if not pairs else
                               _svg(lambda: plots.fig_pred_vs_measured(pairs, emulated)))}

@@ -20,7 +20,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.text import Text
 
-from placer.report.tables import baseline_rows, byte_unit, op_label, time_unit
+from placer.report.tables import baseline_rows, op_label
+from placer.units import byte_unit, fmt_bytes, fmt_time, time_unit
 
 COLORS = {"cpu": "#1f77b4", "gpu": "#2ca02c", "h2d": "#d62728", "d2h": "#9467bd",
           "plan": "#ff7f0e", "base": "#7f7f7f"}
@@ -169,7 +170,7 @@ def fig_gantt(schedules: dict) -> Figure:
         ax.set_yticks(range(len(LANES)), [LANE_LABELS[lane] for lane in LANES[::-1]], fontsize=8)
         ax.set_ylim(-0.6, len(LANES) - 0.4)
         ms = sched.get("makespan_s")
-        ax.set_title(f"{name} schedule: makespan {ms / scale:.4g} {unit}" if ms is not None
+        ax.set_title(f"{name} schedule: makespan {fmt_time(ms)}" if ms is not None
                      else f"{name} schedule", fontsize=10)
     axes[-1].set_xlabel(f"predicted time from the start of a run ({unit})")
     axes[0].legend(handles=[Patch(color=COLORS[lane], label=LANE_LABELS[lane]) for lane in LANES],
@@ -213,11 +214,11 @@ def fig_memory(timeline: dict, capacity: float | None, usable: float | None = No
         vals = np.asarray(timeline.get(dev) or [], float)
         if len(vals):
             ax.step(np.arange(len(vals)), vals / scale, where="post", color=COLORS[dev],
-                    label=f"{dev.upper()} live bytes (peak {vals.max() / scale:.3g} {unit})")
+                    label=f"{dev.upper()} live bytes (peak {fmt_bytes(vals.max())})")
     for value, label, style, color in limits:
         if not value:
             continue
-        text = f"{label} ({value / byte_unit(value)[1]:.3g} {byte_unit(value)[0]})"
+        text = f"{label} ({fmt_bytes(value)})"
         if (value, label, style, color) in drawn:
             ax.axhline(value / scale, color=color, linestyle=style, label=text)
         else:

@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 
+from placer.units import fmt_time
+
 BASELINE_LABELS = {
     "all_cpu": "all-CPU",
     "all_gpu": "all-GPU (CPU fallback)",
@@ -19,43 +21,6 @@ BASELINE_LABELS = {
 }
 COPY_TYPES = ("CopyCPUToGPU", "CopyGPUToCPU", "EnsureCPUOutput", "Copy")
 MAX_TABLE_ROWS = 20000  # a bigger per-op table makes a page no browser scrolls happily
-
-
-def fmt_time(seconds: float | None) -> str:
-    """`12.3 ms`, `45.6 µs`, `1.23 s`: the unit that keeps 3 significant digits readable."""
-    if seconds is None or math.isnan(seconds):
-        return "n/a"
-    if math.isinf(seconds):
-        return "∞" if seconds > 0 else "-∞"
-    a = abs(seconds)
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if a >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns" if a else "0 s"
-
-
-def fmt_bytes(n: float | None) -> str:
-    if n is None or not math.isfinite(n):
-        return "n/a"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n:.0f} B"
-
-
-def time_unit(max_seconds: float) -> tuple[str, float]:
-    """(unit, scale) for an axis whose largest value is ``max_seconds``."""
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if max_seconds >= scale:
-            return unit, scale
-    return "ns", 1e-9
-
-
-def byte_unit(max_bytes: float) -> tuple[str, float]:
-    for unit, size in (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10)):
-        if max_bytes >= size:
-            return unit, size
-    return "B", 1.0
 
 
 def op_display_name(op: dict) -> str:
@@ -219,9 +184,10 @@ def match_run(plan: dict, run: dict) -> list[dict]:
             name = str(r.get("device", "cpu"))
             dev, emulated = device_kind(name), name.startswith("emulated")
             predicted = p.get("gpu_s") if dev == "gpu" and not emulated else p.get("cpu_s")
+            ran_on = "cpu" if dev == "cpu" or emulated else "gpu"
             pairs.append({"index": p.get("index", j), "name": op_display_name(p), "type": p.get("type"),
                           "device": dev, "emulated": emulated, "predicted_s": predicted,
-                          "measured_s": r.get("time_s")})
+                          "measured_s": r.get("time_s"), "source": p.get(f"{ran_on}_source") or ""})
             j += 1
     return pairs
 
@@ -236,6 +202,31 @@ def error_stats(pairs: list[dict]) -> dict:
     err = 100.0 * np.abs(pred[ok] - meas[ok]) / meas[ok]
     return {"n": int(ok.sum()), "median_pct": float(np.median(err)),
             "p90_pct": float(np.percentile(err, 90))}
+
+
+def family_errors(pairs: list[dict]) -> list[dict]:
+    """Where the model is off, by op family (``placer.costs.family_of``): per family the
+    timed ops, their measured share of the run, predicted and measured sums, the error of
+    the sum and the median per-op |error| (percent), and how the predictions were made
+    (``measured: 3, fitted: 9``); the largest measured share first."""
+    from placer.costs import family_of
+    groups: dict[str, list[dict]] = {}
+    for p in pairs:
+        if _finite(p["predicted_s"]) and _finite(p["measured_s"]) and p["measured_s"] > 0:
+            groups.setdefault(family_of(str(p["type"])), []).append(p)
+    total = sum(p["measured_s"] for ps in groups.values() for p in ps)
+    rows = []
+    for family, ps in groups.items():
+        pred, meas = sum(p["predicted_s"] for p in ps), sum(p["measured_s"] for p in ps)
+        errs = [100.0 * abs(p["predicted_s"] - p["measured_s"]) / p["measured_s"] for p in ps]
+        sources: dict[str, int] = {}
+        for p in ps:
+            sources[p.get("source") or "?"] = sources.get(p.get("source") or "?", 0) + 1
+        rows.append({"family": family, "ops": len(ps), "share_pct": 100.0 * meas / total if total else 0.0,
+                     "predicted_s": pred, "measured_s": meas, "sum_error_pct": 100.0 * (pred - meas) / meas,
+                     "median_pct": float(np.median(errs)),
+                     "sources": ", ".join(f"{k} {v}" for k, v in sorted(sources.items()))})
+    return sorted(rows, key=lambda r: -r["measured_s"])
 
 
 def run_totals(plan: dict, run: dict) -> dict:

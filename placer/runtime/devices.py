@@ -14,6 +14,7 @@ plain numpy views, so no kernel knows about emulation. Its timings are CPU timin
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,8 @@ from placer.errors import DeviceError
 from placer.types import Device
 
 NO_GPU_HINT = "no CUDA GPU visible: use --emulate-gpu to check a placed net on the CPU"
+# Page-locked staging memory one GPU keeps for its copies (least recently used goes first).
+PINNED_STAGING_BUDGET_BYTES = 256 * 2 ** 20
 
 
 class EmulatedArray(np.ndarray):
@@ -149,6 +152,71 @@ class CudaTimer:
         return self.cupy.cuda.get_elapsed_time(self.begin, self.end) / 1e3
 
 
+class PinnedStaging:
+    """Page-locked host buffers for one GPU's copies, reused per tag, bounded in bytes.
+
+    Why the events: cupy's ``ndarray.set`` only queues the host-to-device copy
+    (cudaMemcpyAsync on the current stream) and returns. Until that copy has run, its
+    pinned source must be neither rewritten (the next feed of the same blob) nor handed
+    back to cupy's pinned pool, which gives the block to the next request of that size.
+    So every use records an event after its copy (``copied``); the next use of the buffer
+    waits on it (by then long past, in a loop), and a buffer leaves the cache only after
+    its event. Host-to-device copies without a key share one buffer per (shape, dtype);
+    a device-to-host copy without a key gets a buffer of its own (it is the result).
+
+    Bound: past ``budget_bytes`` the least recently used buffers go; a single copy larger
+    than the budget gets a buffer of its own whose copy is waited for before it is dropped.
+    """
+
+    def __init__(self, cupy: Any, budget_bytes: int = PINNED_STAGING_BUDGET_BYTES):
+        self.cupy = cupy
+        self.budget_bytes = budget_bytes
+        self.nbytes = 0
+        self._buffers: OrderedDict[tuple, list] = OrderedDict()   # tag -> [array, event | None]
+
+    def acquire(self, tag: tuple | None, shape: tuple, dtype: Any) -> np.ndarray:
+        """A pinned array for ``tag``, free to write: its previous copy has finished.
+        ``tag`` None: a buffer of its own, not kept."""
+        entry = self._buffers.get(tag) if tag is not None else None
+        if entry is not None:
+            self._buffers.move_to_end(tag)
+            self._wait(entry)
+            return entry[0]
+        array = self._allocate(shape, dtype)
+        if tag is not None and array.nbytes <= self.budget_bytes:
+            self._evict_until(self.budget_bytes - array.nbytes)
+            self._buffers[tag] = [array, None]
+            self.nbytes += array.nbytes
+        return array
+
+    def copied(self, tag: tuple | None, array: np.ndarray) -> None:
+        """A copy reading or writing ``array`` was queued on the current stream."""
+        event = self.cupy.cuda.Event()
+        event.record()
+        entry = self._buffers.get(tag) if tag is not None else None
+        if entry is not None and entry[0] is array:
+            entry[1] = event
+        else:                  # not kept: its memory may return to the pool once we return
+            event.synchronize()
+
+    def _allocate(self, shape: tuple, dtype: Any) -> np.ndarray:
+        count = int(np.prod(shape))
+        mem = self.cupy.cuda.alloc_pinned_memory(max(1, count * np.dtype(dtype).itemsize))
+        return np.frombuffer(mem, dtype=dtype, count=count).reshape(shape)
+
+    def _evict_until(self, limit: int) -> None:
+        while self._buffers and self.nbytes > limit:
+            _, entry = self._buffers.popitem(last=False)
+            self._wait(entry)
+            self.nbytes -= entry[0].nbytes
+
+    @staticmethod
+    def _wait(entry: list) -> None:
+        if entry[1] is not None:
+            entry[1].synchronize()
+            entry[1] = None
+
+
 class CudaDevice:
     """A real GPU through cupy (imported here, lazily, so numpy-only installs work)."""
 
@@ -165,7 +233,7 @@ class CudaDevice:
         self.name = f"cuda:{index}"
         self.timing_label = self.name
         self.xp = self.cupy
-        self._pinned: dict[Any, np.ndarray] = {}
+        self.staging = PinnedStaging(self.cupy)
 
     def holds(self, array: Any) -> bool:
         return isinstance(array, self.cupy.ndarray) and array.device.id == self.index
@@ -173,17 +241,9 @@ class CudaDevice:
     def adopt(self, array: Any) -> Any:
         return array if isinstance(array, self.cupy.ndarray) else self.cupy.asarray(array)
 
-    def _pinned_buffer(self, key: Any, shape: tuple, dtype: Any) -> np.ndarray:
-        """A page-locked host array, reused per (key, shape, dtype) so a loop allocates once."""
-        tag = (key, tuple(shape), np.dtype(dtype).str)
-        buf = self._pinned.get(tag) if key is not None else None
-        if buf is None:
-            nbytes = max(1, int(np.prod(shape)) * np.dtype(dtype).itemsize)
-            mem = self.cupy.cuda.alloc_pinned_memory(nbytes)
-            buf = np.frombuffer(mem, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
-            if key is not None:
-                self._pinned[tag] = buf
-        return buf
+    @staticmethod
+    def _tag(direction: str, key: Any, shape: tuple, dtype: Any) -> tuple:
+        return (direction, key, tuple(shape), np.dtype(dtype).str)
 
     def to_device(self, array: Any, key: Any = None) -> Any:
         """Host -> this GPU through a pinned staging buffer (DMA, no pageable bounce)."""
@@ -191,10 +251,12 @@ class CudaDevice:
             if isinstance(array, self.cupy.ndarray):  # GPU -> GPU (peer copy)
                 return array.copy()
             host = np.asarray(array)
-            staging = self._pinned_buffer(("h2d", key), host.shape, host.dtype)
+            tag = self._tag("h2d", key, host.shape, host.dtype)
+            staging = self.staging.acquire(tag, host.shape, host.dtype)
             np.copyto(staging, host)
             out = self.cupy.empty(host.shape, dtype=host.dtype)
-            out.set(staging)
+            out.set(staging)                 # queued, not done: see PinnedStaging
+            self.staging.copied(tag, staging)
             return out
 
     def to_host(self, array: Any, key: Any = None) -> np.ndarray:
@@ -202,7 +264,8 @@ class CudaDevice:
         if not isinstance(array, self.cupy.ndarray):
             return np.asarray(array)
         with self.cupy.cuda.Device(self.index):
-            out = self._pinned_buffer(("d2h", key), array.shape, array.dtype)
+            tag = self._tag("d2h", key, array.shape, array.dtype) if key is not None else None
+            out = self.staging.acquire(tag, array.shape, array.dtype)
             array.get(out=out)
             self.cupy.cuda.get_current_stream().synchronize()
             return out

@@ -15,10 +15,15 @@ reads them, decided from that op's type and the input's position:
 
 A blob in one of those roles whose declared dtype is a float (``--input`` defaults to
 float32) is made int64 for indices and int32 for lengths and labels, as Caffe2 expects.
+
+Training feeds a batch per step: ``NpzBatches`` (one .npz per step, cycled; a folder
+gives its files in name order) or ``RandomBatches`` (step k drawn from (seed, k)).
 """
 from __future__ import annotations
 
-from typing import Mapping
+import os
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -48,16 +53,25 @@ _ROLE_DTYPE = {"index": "int64", "lengths": "int32", "label": "int32"}
 
 def role_of(net: Net, blob: str) -> tuple | None:
     """(role, op, position) for the first op that reads ``blob`` in a known role."""
+    return roles(net).get(blob)
+
+
+def roles(net: Net) -> dict[str, tuple]:
+    """Every blob read in a known role -> (role, op, position) of its first such reader:
+    one pass over the ops (a look-up per fed blob would be quadratic: a Sum of 20k fed
+    inputs took minutes)."""
+    found: dict[str, tuple] = {}
     for op in net.ops:
-        for pos, name in enumerate(op.inputs):
-            if name == blob and pos in ROLES.get(op.type, {}):
-                return ROLES[op.type][pos], op, pos
-    return None
+        for pos, role in ROLES.get(op.type, {}).items():
+            if pos < len(op.inputs):
+                found.setdefault(op.inputs[pos], (role, op, pos))
+    return found
 
 
 def random_inputs(net: Net, types: Mapping[str, TensorType | None], names: list[str],
-                  seed: int = 0) -> dict[str, np.ndarray]:
-    """Arrays for ``names`` at their ``types``; index-like blobs valid for their readers."""
+                  seed: int | tuple[int, ...] = 0) -> dict[str, np.ndarray]:
+    """Arrays for ``names`` at their ``types``; index-like blobs valid for their readers.
+    ``seed`` is an int or a sequence of ints (numpy's SeedSequence entropy)."""
     rng = np.random.default_rng(seed)
     types = {**net.params, **types}  # a table's rows bound the indices that read it
     missing = [n for n in names if types.get(n) is None]
@@ -69,8 +83,9 @@ def random_inputs(net: Net, types: Mapping[str, TensorType | None], names: list[
         raise InputError(f"cannot make random inputs: no shape for {shown}", hint=hint)
     out: dict[str, np.ndarray] = {}
     pending = []
+    reader_roles = roles(net)
     for name in names:
-        found = role_of(net, name)
+        found = reader_roles.get(name)
         if found and found[0][0] == "lengths":
             pending.append((name, found))  # after the indices they count
         else:
@@ -115,3 +130,48 @@ def _split(rng, total: int, parts: int) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     cuts = np.sort(rng.integers(0, total + 1, parts - 1))
     return np.diff(np.concatenate([[0], cuts, [total]]))
+
+
+# -- batches: one per step ---------------------------------------------------------------
+
+def npz_files(paths: Sequence[str | os.PathLike]) -> list[Path]:
+    """The .npz files named by ``paths`` in order; a folder gives its .npz files in name order."""
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.suffix == ".npz" and f.is_file())
+            if not found:
+                raise InputError(f"{p}: the folder holds no .npz file",
+                                 hint="one .npz per step, keyed by blob name (numpy.savez)")
+            files.extend(found)
+        else:
+            files.append(p)
+    return files
+
+
+class NpzBatches:
+    """Step k reads ``files[k % len(files)]`` with ``read`` (a single file is read once)."""
+
+    def __init__(self, files: Sequence[Path], read: Callable[[Path], dict[str, np.ndarray]]):
+        self.files, self.read = list(files), read
+        self._loaded: tuple[Path, dict] | None = None
+
+    def __call__(self, step: int) -> dict[str, np.ndarray]:
+        path = self.files[step % len(self.files)]
+        if self._loaded is None or self._loaded[0] != path:
+            self._loaded = (path, self.read(path))
+        return self._loaded[1]
+
+
+class RandomBatches:
+    """Step k's batch is ``random_inputs`` drawn from the seed sequence (seed, k): each step
+    a new batch, the same ones on every run with the same seed."""
+
+    def __init__(self, net: Net, types: Mapping[str, TensorType | None], names: list[str], seed: int):
+        self.net, self.types, self.names, self.seed = net, types, names, seed
+        self._last: tuple[int, dict] | None = None
+
+    def __call__(self, step: int) -> dict[str, np.ndarray]:
+        if self._last is None or self._last[0] != step:
+            self._last = (step, random_inputs(self.net, self.types, self.names, seed=(self.seed, step)))
+        return self._last[1]

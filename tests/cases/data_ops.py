@@ -138,6 +138,8 @@ CASES = [
     dict(id="size", op="Size", args={}, inputs=[randn(2, 3, 4)], ref="size"),
     dict(id="tile_axis1", op="Tile", args={"tiles": 3, "axis": 1}, inputs=[randn(2, 2, 3)], ref="tile"),
     dict(id="tile_default_axis", op="Tile", args={"tiles": 2}, inputs=[randn(3, 2)], ref="tile"),
+    dict(id="tile_inputs", op="Tile", args={}, inputs=[randn(2, 2, 3), given([3], "int64"), given([1], "int32")],
+         ref="tile"),
 
     # ------------------------------------------------------------ SparseLengths* (embedding_bag)
     _sls("sls_basic_int64", [3, 1, 4, 2]),

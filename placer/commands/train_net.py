@@ -1,0 +1,100 @@
+"""``placer train-net``: a predict net -> the Caffe2 train net and init net, as Caffe2 writes them."""
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+
+HELP = "make a Caffe2 train net (gradients + optimizer) and its init net from a net"
+DESCRIPTION = """\
+Write the train net Caffe2 itself would write for NET: the forward ops, the gradient ops
+of net.AddGradientOperators([LOSS]) and the optimizer ops of caffe2.python.optimizer's
+build_sgd / build_adagrad / build_adam (torch 1.8.1's Caffe2, op for op), into
+OUTDIR/train_net.pbtxt, and the init net (the parameters' fills, the iteration counter
+and its mutex, the optimizer state) into OUTDIR/train_init_net.pbtxt.
+
+The parameters are the blobs the init net fills that get a gradient. Optimizers:
+  sgd                WeightedSum with -lr
+  momentum/nesterov  MomentumSGDUpdate (nesterov 0 / 1), --momentum (default 0.9)
+  adagrad            Adagrad / SparseAdagrad (--weight-decay is Adagrad's own argument)
+  adam               Adam / SparseAdam
+  rowwise-adagrad, rowwise-adam: the rowwise ops for parameters with sparse gradients
+                     (embedding tables), the plain ones for the rest
+--weight-decay adds Caffe2's WeightedSum decay to the weights (not the biases) for
+sgd, momentum, nesterov and adam. --lr-policy takes a LearningRate policy and
+--lr-arg its arguments.
+
+example:
+  placer train-net predict_net.pbtxt --init-net init_net.pbtxt --loss loss \\
+      --optimizer nesterov --lr 0.1 --weight-decay 1e-4 -o train/
+  placer train-net dlrm.pbtxt --loss loss --optimizer rowwise-adagrad --lr 0.01 \\
+      --lr-policy step --lr-arg stepsize=1000 --lr-arg gamma=0.5 -o train/
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from placer.commands.common import add_net_arguments
+    from placer.training.recipe import OPTIMIZERS
+    add_net_arguments(parser)
+    for action in parser._actions:  # a Caffe prototxt trains in its TRAIN phase
+        if action.dest == "phase":
+            action.default = "train"
+            action.help = "Caffe include/exclude phase to keep (default: train)"
+    parser.add_argument("--loss", metavar="BLOB", action="append", required=True,
+                        help="the loss blob (repeat for several losses; each is seeded with 1)")
+    parser.add_argument("--optimizer", choices=OPTIMIZERS, required=True)
+    parser.add_argument("--lr", type=float, required=True, metavar="LR",
+                        help="base learning rate (positive)")
+    parser.add_argument("--momentum", type=float, metavar="M",
+                        help="momentum of --optimizer momentum / nesterov (default 0.9)")
+    parser.add_argument("--weight-decay", type=float, default=0.0, metavar="WD")
+    parser.add_argument("--epsilon", type=float, metavar="EPS",
+                        help="Adagrad's / Adam's epsilon (Caffe2's defaults: 1e-4 / 1e-8)")
+    parser.add_argument("--lr-policy", default="fixed", metavar="POLICY",
+                        help="LearningRate policy: fixed (default), step, exp, inv, poly, ...")
+    parser.add_argument("--lr-arg", action="append", default=[], metavar="NAME=VALUE",
+                        help="an argument of the policy, e.g. --lr-arg stepsize=100; repeatable")
+    parser.add_argument("-o", "--output", metavar="OUTDIR", required=True,
+                        help="folder for train_net.pbtxt and train_init_net.pbtxt")
+    parser.add_argument("--binary", action="store_true", help="also write the .pb files")
+
+
+def run(args: argparse.Namespace) -> int:
+    from placer.commands.common import parse_input_specs
+    from placer.errors import InputError
+    from placer.fileio import refuse_overwrite
+    from placer.formats import load_net
+    from placer.training.files import check_output_dir, save_train_nets, train_net_paths
+    from placer.training.recipe import OptimizerChoice, make_train_nets, parse_lr_args
+
+    if args.lr <= 0:
+        raise InputError(f"--lr {args.lr:g}: the learning rate must be positive")
+    choice = OptimizerChoice(args.optimizer, args.lr, momentum=args.momentum,
+                             weight_decay=args.weight_decay, epsilon=args.epsilon,
+                             policy=args.lr_policy,
+                             policy_args=parse_lr_args(args.lr_policy, args.lr_arg))
+    out = check_output_dir(args.output)
+    for path in train_net_paths(out, binary=args.binary):
+        refuse_overwrite(path, args.net, args.init_net, args.weights)
+    net = load_net(args.net, init_path=args.init_net, phase=args.phase, weights=args.weights,
+                   input_shapes=parse_input_specs(args.inputs))
+    result = make_train_nets(net, args.loss, choice)
+    written = save_train_nets(out, result.train, result.init, binary=args.binary)
+    _print_summary(args, net, result, written)
+    return 0
+
+
+def _print_summary(args, net, result, written) -> None:
+    n_opt = len(result.train.op) - result.forward_ops - result.gradient_ops
+    sparse = f" ({len(result.sparse_params)} with sparse gradients)" if result.sparse_params else ""
+    print(f"train net for {args.net}: loss {', '.join(args.loss)}; {len(result.params)} "
+          f"parameters{sparse}; optimizer {args.optimizer} (lr {args.lr:g}, policy {args.lr_policy}); "
+          f"rate blob(s) {', '.join(result.lr_blobs)}")
+    added = Counter(op.type for op in result.train.op[result.forward_ops + result.gradient_ops:])
+    print(f"  ops: {result.forward_ops} forward, {result.gradient_ops} gradient, {n_opt} optimizer "
+          f"({', '.join(f'{t} {n}' for t, n in added.most_common())})")
+    n_state = len(result.init.op) - len(net.init_proto.op)
+    print(f"  init net: {len(net.init_proto.op)} parameter fills + {n_state} optimizer state ops")
+    for note in result.notes:
+        print(f"  note: {note}")
+    for path in written:
+        print(f"wrote {path}")

@@ -1,0 +1,85 @@
+"""What a training run keeps: the loss of a train net, and the trained state as an init net.
+
+- ``loss_blobs(net)``: the blobs a Caffe2 train net seeds its backward pass from. Caffe2's
+  ``AddGradientOperators`` writes ``ConstantFill([loss]) -> <loss>_autogen_grad`` (value
+  1.0, shaped like the loss) for each loss, so the seeds name the losses.
+- ``trained_init_net(init, state)``: the init net with each blob it makes filled with its
+  current value (the parameters after training, the optimizer state, the iteration
+  counter), so that running it restores the state. One fill per blob, in the init net's
+  order, with the device option of the op that made the blob (a placed init net stays
+  placed), of the GivenTensor*Fill type for the blob's dtype (``FILL_OF_DTYPE``).
+  ``CreateMutex`` is kept as it is: a mutex has no value. A float64 blob goes through the
+  Argument's 32-bit ``floats``, as in any Caffe2 init net (GivenTensorDoubleFill reads
+  them); other dtypes without a GivenTensor fill are an error naming the blob.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+import numpy as np
+
+from placer.errors import PlacerError
+from placer.formats import caffe2_pb as pb
+from placer.types import Net
+
+# numpy dtype name -> the Caffe2 fill that makes it from a ``values`` argument
+FILL_OF_DTYPE = {
+    "float32": "GivenTensorFill", "float64": "GivenTensorDoubleFill", "int32": "GivenTensorIntFill",
+    "int64": "GivenTensorInt64Fill", "int16": "GivenTensorInt16Fill", "bool": "GivenTensorBoolFill",
+    "uint8": "GivenTensorByteStringToUInt8Fill",
+}
+KEPT_AS_IS = {"CreateMutex"}
+SEED_SUFFIX = "_autogen_grad"
+
+
+def loss_blobs(net: Net) -> list[str]:
+    """The losses a train net's backward pass starts from (its ConstantFill seeds)."""
+    return [op.inputs[0] for op in net.ops
+            if op.type == "ConstantFill" and len(op.inputs) == 1 and len(op.outputs) == 1
+            and op.outputs[0] == op.inputs[0] + SEED_SUFFIX]
+
+
+def trained_init_net(init: pb.NetDef, state: Mapping[str, np.ndarray]) -> pb.NetDef:
+    """``init`` with every blob it makes filled with ``state[blob]`` (host arrays)."""
+    out = pb.NetDef()
+    out.CopyFrom(init)
+    del out.op[:]
+    for op in init.op:
+        if op.type in KEPT_AS_IS:
+            out.op.add().CopyFrom(op)
+            continue
+        for name in op.output:
+            if name not in state:
+                raise PlacerError(f"init net op {op.type} -> '{name}': the run holds no value for it",
+                                  hint="run the init net before saving the state")
+            fill = out.op.add()
+            fill.CopyFrom(_fill(name, np.asarray(state[name])))
+            if op.HasField("device_option"):
+                fill.device_option.CopyFrom(op.device_option)
+    return out
+
+
+def _fill(name: str, value: np.ndarray) -> pb.OperatorDef:
+    from placer.formats.convert import set_float_values
+    dtype = str(value.dtype)
+    if dtype not in FILL_OF_DTYPE:
+        raise PlacerError(f"state blob '{name}' has dtype {dtype}: no Caffe2 GivenTensor fill makes it",
+                          hint="supported: " + ", ".join(FILL_OF_DTYPE))
+    op = pb.OperatorDef(type=FILL_OF_DTYPE[dtype], output=[name])
+    op.arg.add(name="shape").ints.extend(int(d) for d in value.shape)
+    values = op.arg.add(name="values")
+    flat = value.reshape(-1)
+    if dtype == "uint8":
+        values.strings.append(flat.tobytes())
+    elif dtype.startswith("float"):
+        set_float_values(values, flat)
+    else:
+        values.ints.extend(flat.astype(np.int64).tolist())
+    return op
+
+
+def save_trained_init(path: str | os.PathLike, init: pb.NetDef, state: Mapping[str, Any]) -> None:
+    """Write ``trained_init_net`` atomically: binary for .pb, text otherwise."""
+    from placer.formats.caffe2 import save_netdef
+    save_netdef(trained_init_net(init, state), path)

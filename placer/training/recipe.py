@@ -1,0 +1,183 @@
+"""A loaded net + a loss + an optimizer choice -> the Caffe2 train net and its init net.
+
+This is the ``placer train-net`` recipe: what a Caffe2 user wrote by hand with
+``AddGradientOperators`` and ``optimizer.build_*``. The parameters are the blobs the init
+net fills that get a gradient from the loss, in the init net's order (brew creates both in
+the same order); the "weights" that SGD's and Adam's weight decay touches are those not
+read as a bias (input 2 of FC / Conv / ConvTranspose / SpatialBN, input 1 of Add), as
+brew tags them.
+"""
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+
+from placer.errors import PlacerError
+from placer.training.backward import add_gradient_ops, out_of_place
+from placer.training.gradients import GradientSlice
+from placer.training.optimizers import (
+    LearningRateSchedule, TrainNets, add_weight_decay, build_adagrad, build_adam, build_sgd)
+
+OPTIMIZERS = ("sgd", "momentum", "nesterov", "adagrad", "rowwise-adagrad", "adam", "rowwise-adam")
+
+# LearningRate policies of torch 1.8.1's Caffe2 and the arguments they read.
+LR_POLICIES = ("fixed", "step", "exp", "inv", "poly", "linearWarmup", "constantWarmup", "alter",
+               "hill", "composite", "cyclical", "cosine", "gate", "constantThenLinearWarmup",
+               "compositeCyclical", "compositeCosine")
+REQUIRED_LR_ARGS = {"step": ("stepsize", "gamma"), "exp": ("gamma",), "inv": ("gamma", "power"),
+                    "poly": ("power", "max_iter"), "composite": ("sub_policy_num_iters",)}
+INT_LR_ARGS = frozenset({"stepsize", "max_iter", "num_iter", "active_period", "inactive_period",
+                         "active_first", "n1", "n2", "constant_warmup_num_iter",
+                         "linear_warmup_num_iter", "cyclical_step_size", "cosine_period"})
+FLOAT_LR_ARGS = frozenset({"gamma", "power", "max_lr", "start_multiplier", "end_multiplier",
+                           "multiplier", "multiplier_1", "multiplier_2", "m1", "m2", "m3",
+                           "min_lr", "period", "t_mult", "lr_shrink", "start_warmup_multiplier",
+                           "cyclical_max_lr", "cyclical_decay", "cosine_min_lr", "cosine_max_lr",
+                           "cosine_t_mult", "cosine_lr_shrink"})
+_SUB_POLICY_ARG = re.compile(r"^sub_policy_\d+_(\w+)$")
+
+# Op type -> the input that brew creates as a bias (no weight decay).
+BIAS_INPUT = {"FC": 2, "FCTransposed": 2, "Conv": 2, "Conv1D": 2, "Conv2D": 2, "Conv3D": 2,
+              "ConvTranspose": 2, "SpatialBN": 2, "Add": 1}
+
+
+class TrainNetError(PlacerError):
+    """A train net that cannot be made from this net, loss and optimizer."""
+
+
+@dataclass
+class OptimizerChoice:
+    name: str
+    lr: float
+    momentum: float | None = None
+    weight_decay: float = 0.0
+    epsilon: float | None = None
+    policy: str = "fixed"
+    policy_args: dict = field(default_factory=dict)
+
+
+@dataclass
+class TrainNetResult:
+    train: object
+    init: object
+    params: list[str]
+    sparse_params: list[str]
+    lr_blobs: list[str]
+    forward_ops: int
+    gradient_ops: int
+    notes: list[str] = field(default_factory=list)
+
+
+def parse_lr_args(policy: str, specs: list[str]) -> dict:
+    """``["stepsize=100", "gamma=0.1"]`` -> typed LearningRate arguments for ``policy``."""
+    if policy not in LR_POLICIES:
+        raise TrainNetError(f"--lr-policy {policy}: not a Caffe2 LearningRate policy",
+                            hint=f"use one of {', '.join(LR_POLICIES)}")
+    args = {}
+    for spec in specs:
+        key, eq, value = spec.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise TrainNetError(f"--lr-arg '{spec}': expected NAME=VALUE, e.g. --lr-arg gamma=0.1")
+        args[key] = _typed_lr_arg(key, value.strip(), spec)
+    for key in REQUIRED_LR_ARGS.get(policy, ()):
+        if key not in args:
+            raise TrainNetError(f"--lr-policy {policy} needs --lr-arg {key}=...")
+    for key in ("stepsize", "max_iter"):
+        if key in REQUIRED_LR_ARGS.get(policy, ()) and args[key] <= 0:
+            raise TrainNetError(f"--lr-arg {key}={args[key]}: must be positive for policy {policy}")
+    return args
+
+
+def _typed_lr_arg(key: str, value: str, spec: str):
+    sub = _SUB_POLICY_ARG.match(key)
+    base = sub.group(1) if sub else key
+    try:
+        if key == "sub_policy_num_iters":
+            return [int(v) for v in value.split(",")]
+        if sub and base == "policy":
+            return value
+        if base in INT_LR_ARGS:
+            return int(value)
+        if base in FLOAT_LR_ARGS or base == "lr_scale":
+            return float(value)
+    except ValueError:
+        raise TrainNetError(f"--lr-arg '{spec}': '{value}' is not a number") from None
+    raise TrainNetError(f"--lr-arg '{spec}': LearningRate has no argument '{key}'",
+                        hint="see the LearningRate operator's policies and arguments")
+
+
+def bias_blobs(ops) -> set[str]:
+    return {op.input[BIAS_INPUT[op.type]] for op in ops
+            if op.type in BIAS_INPUT and len(op.input) > BIAS_INPUT[op.type]}
+
+
+def make_train_nets(net, losses: list[str], choice: OptimizerChoice) -> TrainNetResult:
+    """The train net and init net of ``net`` (a loaded ``placer.types.Net``)."""
+    _check_losses(net, losses)
+    if net.init_proto is None or not net.params:
+        raise TrainNetError(f"{net.path}: no parameters: the net comes without an init net that "
+                            "fills them", hint="give the init net with --init-net")
+    train, init = copy.deepcopy(net.proto), copy.deepcopy(net.init_proto)
+    train.name = f"{train.name or 'net'}_train"
+    notes = []
+    if net.source_format == "caffe-prototxt":
+        renamed = out_of_place(train, losses)
+        if renamed:
+            notes.append(f"{len(renamed)} in-place op(s) made out of place for the gradients: "
+                         + "; ".join(renamed[:3]))
+    forward_ops = len(train.op)
+    grads = add_gradient_ops(train, losses)
+    read = {b for op in net.proto.op for b in op.input}
+    params = [p for p in net.params if p in grads and p in read]
+    if not params:
+        raise TrainNetError(f"{net.path}: no parameters: none of the {len(net.params)} blobs the "
+                            f"init net fills gets a gradient from {', '.join(losses)}",
+                            hint="check the loss blob; is it computed from the parameters?")
+    gradient_ops = len(train.op) - forward_ops
+    biases = bias_blobs(net.proto.op)
+    nets = TrainNets(train, init, params, {p: grads[p] for p in params},
+                     weights=[p for p in params if p not in biases],
+                     param_shapes={p: net.params[p].shape for p in params})
+    lr_blobs = _build(nets, choice)
+    sparse = [p for p in params if isinstance(grads[p], GradientSlice)]
+    if choice.weight_decay and sparse and choice.name not in ("adagrad", "rowwise-adagrad"):
+        notes.append(f"no weight decay on {len(sparse)} parameter(s) with sparse gradients "
+                     "(Caffe2's weight decay takes dense gradients only)")
+    return TrainNetResult(train, init, params, sparse, lr_blobs, forward_ops, gradient_ops, notes)
+
+
+def _check_losses(net, losses: list[str]) -> None:
+    produced = {b for op in net.proto.op for b in op.output}
+    for loss in losses:
+        if loss not in produced:
+            read = {b for op in net.proto.op for b in op.input}
+            candidates = [b for op in net.proto.op for b in op.output
+                          if "loss" in op.type.lower() or b not in read]
+            some = ", ".join(dict.fromkeys(candidates[-6:])) or "none"
+            raise TrainNetError(f"{net.path}: --loss {loss}: no op of the net writes a blob "
+                                f"'{loss}' (candidates: {some})")
+
+
+def _build(nets: TrainNets, c: OptimizerChoice) -> list[str]:
+    """Run the Caffe2 builder for the choice; returns the rate blobs it wrote."""
+    if c.momentum is not None and c.name not in ("momentum", "nesterov"):
+        raise TrainNetError(f"--momentum applies to --optimizer momentum or nesterov, not {c.name}")
+    schedule = LearningRateSchedule(c.policy, dict(c.policy_args))
+    before = {b for op in nets.net.op for b in op.output}
+    if c.name in ("sgd", "momentum", "nesterov", "adam", "rowwise-adam") and c.weight_decay:
+        add_weight_decay(nets, c.weight_decay)
+    eps = {} if c.epsilon is None else {"epsilon": c.epsilon}
+    if c.name in ("sgd", "momentum", "nesterov"):
+        momentum = 0.0 if c.name == "sgd" else (0.9 if c.momentum is None else c.momentum)
+        build_sgd(nets, c.lr, momentum=momentum, nesterov=c.name == "nesterov", schedule=schedule)
+    elif c.name in ("adagrad", "rowwise-adagrad"):
+        build_adagrad(nets, c.lr, weight_decay=c.weight_decay, rowwise=c.name.startswith("rowwise"),
+                      schedule=schedule, **eps)
+    elif c.name in ("adam", "rowwise-adam"):
+        build_adam(nets, c.lr, rowwise=c.name.startswith("rowwise"), schedule=schedule, **eps)
+    else:
+        raise TrainNetError(f"--optimizer {c.name}: unknown", hint=f"use one of {', '.join(OPTIMIZERS)}")
+    return [op.output[0] for op in nets.net.op
+            if op.type == "LearningRate" and op.output[0] not in before]

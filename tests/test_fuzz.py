@@ -1,0 +1,110 @@
+"""Hostile input through the command line ends in exit 0 or one clean line (exit 2).
+
+Every case of ``tests/fuzz_cases.py`` (crafted hostile nets, bad options, bad profile
+JSON, and a seeded sample of mutated corpus nets) runs through ``placer.cli.main`` in a
+worker process under a 2 GiB address-space cap and a time cap per case; a traceback, a
+multi-line error, a timeout or a dead worker fails the case. ``bench/fuzz.py`` runs the
+same cases at full scale and many more mutations.
+"""
+from __future__ import annotations
+
+import pytest
+
+from fuzz_cases import (ACCEPTED, Case, CliRunner, Outcome, bad_option_cases, bad_profile_cases, classify,
+                        hostile_net_cases, mutated_corpus_cases)
+
+SEED = 20250607
+MUTATIONS = 150       # the suite's share; bench/fuzz.py runs thousands
+SCALE = 2000          # ops of the long chain and inputs of the wide Sum (bench: 20k)
+TIME_CAP_S = 30.0     # per case, on a busy 2-core host
+MEM_CAP_BYTES = 2 << 30
+
+CRAFTED = hostile_net_cases(SCALE) + bad_option_cases() + bad_profile_cases()
+MUTATED = mutated_corpus_cases(MUTATIONS, SEED)
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory):
+    with CliRunner(tmp_path_factory.mktemp("fuzz"), MEM_CAP_BYTES, TIME_CAP_S) as r:
+        yield r
+
+
+def _contract(outcome: Outcome) -> None:
+    assert outcome.kind in ACCEPTED, (
+        f"{outcome.kind} after {outcome.seconds:.1f} s: placer {' '.join(outcome.case.argv)[:300]}\n"
+        f"{outcome.detail or outcome.stderr}")
+
+
+@pytest.mark.parametrize("case", CRAFTED, ids=lambda c: c.name)
+def test_crafted_case(runner, case):
+    _contract(runner.run(case))
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("case", MUTATED, ids=lambda c: c.name)
+def test_mutated_corpus_net(runner, case):
+    _contract(runner.run(case))
+
+
+@pytest.mark.corpus
+def test_the_corpus_is_sampled(corpus):
+    """The seed names the same mutations everywhere, and they reach every corpus format."""
+    assert len(MUTATED) == MUTATIONS
+    assert [c.name for c in mutated_corpus_cases(MUTATIONS, SEED)] == [c.name for c in MUTATED]
+    suffixes = {name.rsplit(".", 1)[1] for c in MUTATED for name in c.files}
+    assert suffixes == {"prototxt", "pbtxt", "pb"}
+    kinds = {k for c in MUTATED for k in c.name.split("(")[1].split(")")[0].split("+")}
+    assert {"drop", "swap", "truncate", "wiring", "number", "flip", "splice"} <= kinds
+    assert any("--init-net" in c.argv and c.argv[c.argv.index("--init-net") + 1] in c.files for c in MUTATED)
+
+
+def test_the_bugs_it_was_built_for_are_in_the_suite():
+    names = {c.name for c in CRAFTED}
+    for expected in ("nested-if-200-text", "nested-if-200-binary", "huge-input-run",
+                     "huge-input-random-inputs", "cycle", "self-loop", f"sum-{SCALE}-inputs-run",
+                     f"chain-{SCALE}-plan", "npz-header-claims-4TiB", "profile-json deep --cpu-profile"):
+        assert expected in names, expected
+
+
+@pytest.mark.corpus
+def test_the_corpus_bugs_it_was_built_for_are_in_the_suite(corpus):
+    names = {c.name for c in CRAFTED}
+    for expected in ("lost-top-resnet50_ResNet-50-deploy-bn_conv1-convert",
+                     "lost-bottom-resnet50_ResNet-50-deploy-scale_conv1-convert",
+                     "lost-bottom-v1_mnist_lenet_train_test-ip1-convert", "caffe-huge-activations-plan"):
+        assert expected in names, expected
+
+
+# ---------------------------------------------------------------- the harness itself
+
+def test_classify_sorts_replies():
+    case = Case("x", ["inspect", "x"])
+    reply = {"rc": 2, "stderr": "placer: error: x: no such file\n", "traceback": "", "usage": False}
+    assert classify(case, reply, 0.1).kind == "refused"
+    assert classify(case, {**reply, "stderr": "placer: error: a\nb\n"}, 0.1).kind == "messy"
+    assert classify(case, {**reply, "stderr": "warning: x\n"}, 0.1).kind == "messy"
+    assert classify(case, {**reply, "rc": None, "traceback": "Traceback ..."}, 0.1).kind == "traceback"
+    assert classify(case, {**reply, "rc": 0, "stderr": ""}, 0.1).kind == "ok"
+    assert classify(case, {**reply, "rc": 1}, 0.1).kind == "exit-1"
+    assert classify(case, {**reply, "usage": True, "stderr": "usage: ...\nplacer: error: ...\n"}, 0.1).kind == "usage"
+
+
+def test_a_case_past_its_time_cap_is_a_timeout(tmp_path):
+    from fuzz_cases import relu_chain
+    case = Case("slow", ["plan", "chain.pbtxt", "--input", "b0=2,2"], {"chain.pbtxt": relu_chain(20000).encode()})
+    with CliRunner(tmp_path, MEM_CAP_BYTES, time_cap_s=0.5) as r:
+        outcome = r.run(case)
+        assert outcome.kind == "timeout" and "Traceback" in outcome.detail
+        assert r.run(Case("after", ["inspect", "nope.pbtxt"])).kind == "refused"  # the worker lives on
+
+
+def test_the_memory_cap_binds_and_run_says_so(tmp_path):
+    """Under a 1 GiB address-space cap, a run needing ~1.5 GiB is refused before any
+    allocation, naming the limit it met (not numpy's MemoryError)."""
+    from fuzz_cases import FC_NET, fc_init
+    case = Case("big", ["run", "mlp.pbtxt", "--init-net", "init.pbtxt", "--input", "data=50000000,8", "--quiet"],
+                {"mlp.pbtxt": FC_NET.encode(), "init.pbtxt": fc_init(4, 8).encode()})
+    with CliRunner(tmp_path, 1 << 30, TIME_CAP_S) as r:
+        outcome = r.run(case)
+    assert outcome.kind == "refused", outcome.detail or outcome.stderr
+    assert "address-space limit" in outcome.stderr and "GiB" in outcome.stderr

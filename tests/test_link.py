@@ -1,0 +1,76 @@
+"""placer.profiling.link without a GPU: the line fit, the comparison with a profile's
+curves, and bench/link_vs_profile.py on a profile holding synthetic measured points.
+(Measuring the curves needs a GPU: tests/test_profile_cli.py, marked gpu.)"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from placer.profiling import find_profile, load_profile
+from placer.profiling.link import SIZES, compare_link, fit_line
+from placer.profiling.schema import LinkCurve, save_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def line_points(latency_s: float, bytes_per_s: float) -> list[tuple[int, float]]:
+    return [(n, latency_s + n / bytes_per_s) for n in SIZES]
+
+
+def test_fit_recovers_an_exact_line():
+    latency, bandwidth = fit_line(line_points(7e-6, 41e9))
+    assert latency == pytest.approx(7e-6, rel=1e-6)
+    assert bandwidth == pytest.approx(41e9, rel=1e-6)
+
+
+def test_sizes_run_from_4_kib_to_1_gib_in_powers_of_4():
+    assert SIZES[0] == 4 * 1024 and SIZES[-1] == 2 ** 30
+    assert all(b == 4 * a for a, b in zip(SIZES, SIZES[1:]))
+
+
+def test_comparison_is_measured_over_the_reference_line_at_each_size():
+    measured = {"h2d": {"pinned": LinkCurve(8e-6, 40e9, line_points(8e-6, 40e9))}, "d2h": {}}
+    reference = {"h2d": {"pinned": LinkCurve(10e-6, 50e9), "pageable": LinkCurve(10e-6, 25e9)},
+                 "d2h": {"pinned": LinkCurve(10e-6, 50e9)}}
+    records = compare_link(measured, reference)
+    assert [(r["direction"], r["memory"]) for r in records] == [("h2d", "pinned")]  # only curves in both
+    points = records[0]["points"]
+    assert [p["nbytes"] for p in points] == SIZES
+    for p in points:
+        n = p["nbytes"]
+        assert p["ratio"] == pytest.approx((8e-6 + n / 40e9) / (10e-6 + n / 50e9), rel=1e-9)
+    # small copies: 0.8x (latency-bound); 1 GiB: 1.25x (the rate: 50 / 40)
+    assert points[0]["ratio"] == pytest.approx(0.8, abs=0.01)
+    assert points[-1]["ratio"] == pytest.approx(1.25, abs=0.01)
+    assert records[0]["reference"] == {"latency_s": 10e-6, "bytes_per_s": 50e9}
+
+
+def test_link_vs_profile_script_prints_and_writes_every_curve(tmp_path):
+    profile = load_profile(find_profile("h200-141gb-pcie5"))
+    gpu = profile.device("gpu")
+    gpu.link = {d: {m: LinkCurve(5e-6, 20e9, line_points(5e-6, 20e9)) for m in ("pinned", "pageable")}
+                for d in ("h2d", "d2h")}
+    measured = tmp_path / "measured.json"
+    save_profile(profile, measured)
+    out = tmp_path / "compare.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "link_vs_profile.py"), str(measured),
+                           "--reference", "h200-141gb-pcie5", "--json", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "h2d pinned  : latency 5 µs (profile 10 µs), 20 GB/s (profile 50 GB/s)" in proc.stdout
+    assert "d2h pageable: latency 5 µs (profile 10 µs), 20 GB/s (profile 25 GB/s)" in proc.stdout
+    doc = json.loads(out.read_text())
+    assert len(doc["curves"]) == 4
+    last = doc["curves"][0]["points"][-1]   # h2d pinned, 1 GiB: (5 us + 2^30/20e9) / (10 us + 2^30/50e9)
+    assert last["ratio"] == pytest.approx((5e-6 + 2 ** 30 / 20e9) / (10e-6 + 2 ** 30 / 50e9), rel=1e-9)
+
+
+def test_link_vs_profile_refuses_a_profile_without_measured_points(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "link_vs_profile.py"),
+                           str(find_profile("h200-141gb-pcie5"))], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "holds no measured link points" in proc.stderr and "Traceback" not in proc.stderr
