@@ -2,23 +2,26 @@
 
 ``plan(typed_net, machine, options)`` reads top to bottom; each stage is one call into
 the module that names it. What ``plan`` returns carries everything the command line, the
-JSON, the placed net and the report need.
+JSON, the placed net and the report need. Every helper here makes one pass over the ops
+(indexes built once), so planning stays linear in the size of the net.
 """
 from __future__ import annotations
 
 import fnmatch
+from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from placer.costs import NetCosts, annotate
 from placer.errors import InfeasiblePlanError, PlacerError
-from placer.graph import build_cost_graph
+from placer.graph import build_cost_graph, cost_arrays
 from placer.machine import Machine
 from placer.partition import baselines, partition
 from placer.partition.check import check_plan
-from placer.partition.problem import fits, from_graph, memory_use
+from placer.partition.problem import fits, memory_use
 from placer.partition.schedule import Simulator
 from placer.shapes import require_complete
 from placer.types import Net, Plan, TypedNet
@@ -44,7 +47,7 @@ class PlanOptions:
 class PlanResult:
     typed: TypedNet
     costs: NetCosts
-    graph: Any
+    arrays: Any                            # the cost graph as the partitioners' CostArrays
     plan: Plan
     baselines: dict
     machine: Machine
@@ -52,29 +55,47 @@ class PlanResult:
     usable_bytes: np.ndarray               # per device, what plans must fit
     makespan: dict = field(default_factory=dict)  # simulated overlap of the chosen plan
     options: PlanOptions = field(default_factory=PlanOptions)
-    arrays: Any = None  # the cost graph as the partitioners' CostArrays
+    graph_args: dict = field(default_factory=dict)  # restrictions, colocation, capacity (``graph_arguments``)
+
+    @cached_property
+    def graph(self):
+        """The networkx cost graph of the plan (``placer.graph``), built on first use: the
+        planner itself works on ``arrays``, which equal this graph's array form."""
+        return build_cost_graph(self.costs, **self.graph_args)
 
 
-def plan(typed: TypedNet, machine: Machine, options: PlanOptions = PlanOptions()) -> PlanResult:
+def plan(typed: TypedNet, machine: Machine, options: PlanOptions = PlanOptions(),
+         clock=lambda stage: nullcontext()) -> PlanResult:
+    """The plan of ``typed`` on ``machine``; ``clock(stage)`` is entered around each stage
+    (``placer plan --timings`` passes a ``StageClock``)."""
     net = require_complete(typed).net   # an op of unknown shape would be priced at zero
     if not net.ops:
         raise PlacerError(f"{net.path or net.name or 'the net'}: the net has no ops; there is nothing to place")
-    # 1. price every op on every device
-    costs = annotate(typed, machine, unknown_op_cost_s=options.unknown_op_cost_s)
-    # 2. the cost graph with restrictions, colocation and memory limits
-    allowed, why = allowed_devices(net, costs, machine, options.pins, options.keep_existing)
-    capacity, usable = memory_limits(machine, options)
-    graph = build_cost_graph(costs, allowed, why, colocate=parameter_groups(net), inplace=inplace_pairs(net),
-                             outputs_on_host=options.outputs_on_host, capacity=usable)
-    arrays = from_graph(graph)  # the partitioners' flat view, made once for every stage below
-    # 3. partition within memory, and check the result from scratch
-    chosen = partition(arrays, options.method, time_limit=options.time_limit_s)
+    with clock("costs"):  # 1. price every op on every device
+        costs = annotate(typed, machine, unknown_op_cost_s=options.unknown_op_cost_s)
+    with clock("graph"):  # 2. the cost graph with restrictions, colocation and memory limits, as arrays
+        capacity, usable = memory_limits(machine, options)
+        graph_args = graph_arguments(net, costs, machine, options, usable)
+        arrays = cost_arrays(costs, **graph_args)
+    with clock("partition"):  # 3. partition within memory, and check the result from scratch
+        chosen = partition(arrays, options.method, time_limit=options.time_limit_s)
     _refuse_memory_blind(arrays, chosen, options)
-    check_plan(arrays, chosen)
-    # 4. baselines beside it, and the overlapped schedule of the chosen plan
-    base = baselines.baselines(arrays, existing_placement(net, machine))
-    return PlanResult(typed, costs, graph, chosen, base, machine, capacity, usable,
-                      makespan=overlapped(arrays, chosen, base), options=options, arrays=arrays)
+    with clock("check"):
+        check_plan(arrays, chosen)
+    with clock("baselines"):  # 4. baselines beside it, and the overlapped schedule of the chosen plan
+        base = baselines.baselines(arrays, existing_placement(net, machine))
+    with clock("makespan"):
+        makespan = overlapped(arrays, chosen, base)
+    return PlanResult(typed, costs, arrays, chosen, base, machine, capacity, usable,
+                      makespan=makespan, options=options, graph_args=graph_args)
+
+
+def graph_arguments(net: Net, costs: NetCosts, machine: Machine, options: PlanOptions, usable) -> dict:
+    """The keyword arguments of ``build_cost_graph`` / ``cost_arrays`` for a plan: allowed
+    devices and why, colocation groups, in-place pairs, outputs, usable memory."""
+    allowed, why = allowed_devices(net, costs, machine, options.pins, options.keep_existing)
+    return dict(allowed=allowed, pin_reason=why, colocate=parameter_groups(net), inplace=inplace_pairs(net),
+                outputs_on_host=options.outputs_on_host, capacity=usable)
 
 
 def overlapped(arrays, chosen: Plan, base: dict) -> dict:
