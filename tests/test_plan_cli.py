@@ -530,3 +530,20 @@ def test_timings_name_every_stage_on_stderr_and_leave_stdout_alone(capsys, mixed
                                     "makespan", "json", "stability", "rewrite", "write", "plan-out", "print", "total"]
     wall = {stage: float(w) for stage, w, _ in rows}
     assert wall["total"] == pytest.approx(sum(w for s, w in wall.items() if s != "total"), abs=0.01)
+
+
+def test_plan_json_text_is_the_document_one_record_a_line(capsys, mixed, tmp_path):
+    """The written plan parses to the document (the json module is the oracle), with each
+    op, tensor and copy on a line of its own, and --json prints the same text."""
+    from placer.planview import json_text
+    rc, out, err = cli_plan(capsys, mixed["predict"], "--init-net", mixed["init"], "--gpus", "2", "--json",
+                            "--plan-out", tmp_path / "plan.json")
+    assert rc == 0, err
+    doc = strict_json(out)
+    written = (tmp_path / "plan.json").read_text()
+    assert strict_json(written) == doc and written == json_text(doc) + "\n" == out
+    lines = written.splitlines()
+    for record in doc["ops"] + doc["tensors"] + doc["copies"]:
+        assert sum(line.strip().rstrip(",") == json.dumps(record) for line in lines) == 1
+    assert lines[0] == "{" and lines[1].startswith(' "schema_version": ') and lines[-1] == "}"
+    assert len(lines) < 400  # records whole, not a field a line
