@@ -19,6 +19,9 @@ Net kinds (predict net + init net, written as text .pbtxt and binary .pb):
     python bench/plan_cli_scale.py                          # fc nets, 1k..1M, text and binary
     python bench/plan_cli_scale.py --cpu                    # stages in CPU seconds (busy hosts)
     python bench/plan_cli_scale.py --kind resnet --kind dlrm --sizes 1000 10000 100000
+    python bench/plan_cli_scale.py --machine 8x-a100-40gb-nvswitch --sizes 100000 1000000
+                                                            # the same command on a k-device machine
+    python bench/plan_cli_scale.py --option=--gpu-mem=20MB  # any further `placer plan` option
     python bench/plan_cli_scale.py --profile 30000          # cProfile of one run: top functions
     python bench/plan_cli_scale.py --dir /big/disk          # where nets are generated (reused)
 
@@ -144,14 +147,17 @@ def run_child(cmd: list[str], cwd: Path, log: Path) -> tuple[int, str, float, fl
         return proc.returncode, err.read(), wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
-def plan_command(paths: tuple[Path, Path], kind: str, out: Path) -> list[str]:
+def plan_command(paths: tuple[Path, Path], kind: str, out: Path, machine: str | None = None,
+                 options: list[str] | None = None) -> list[str]:
     net, init = paths
     cmd = [sys.executable, str(ROOT / "cli.py"), "plan", str(net), "--init-net", str(init),
            "-o", str(out / "placed.pbtxt"), "--init-out", str(out / "placed_init.pbtxt"),
            "--plan-out", str(out / "plan.json"), "--timings"]
     for spec in INPUTS[kind]:
         cmd += ["--input", spec]
-    return cmd
+    if machine:
+        cmd += ["--machine", machine]
+    return cmd + list(options or [])
 
 
 _TIMING = re.compile(r"^timing: +(\S+) +([\d.]+) s wall +([\d.]+) s cpu", re.M)
@@ -184,11 +190,14 @@ def main(argv=None) -> None:
                     help="net file encoding (repeatable; default both)")
     ap.add_argument("--dir", type=Path, default=Path("/tmp/placer-cli-scale"), help="where nets are generated")
     ap.add_argument("--cpu", action="store_true", help="stage columns in CPU seconds (steadier on a busy host)")
+    ap.add_argument("--machine", help="placer plan --machine NAME|FILE (default: the CPU + one GPU)")
+    ap.add_argument("--option", action="append", default=[], metavar="OPT",
+                    help="a further placer plan option, e.g. --option=--gpu-mem=20MB (repeatable)")
     ap.add_argument("--profile", type=int, metavar="N", help="cProfile one run of a net of N ops instead")
     args = ap.parse_args(argv)
     if args.profile:
         return profile(args.kind[0] if args.kind else "fc", args.profile, args.dir,
-                       (args.encoding or ["binary"])[0])
+                       (args.encoding or ["binary"])[0], args.machine, args.option)
     which = 1 if args.cpu else 0
     print(f"{'CPU' if args.cpu else 'wall'} seconds; 'start' is the rest of the run (interpreter, imports, "
           "profiles, exit); 'pb parse': protobuf alone on the same files, in another process")
@@ -201,7 +210,8 @@ def main(argv=None) -> None:
                 out = args.dir / f"out_{kind}_{n}_{enc}"
                 out.mkdir(parents=True, exist_ok=True)
                 pb_s = protobuf_parse_s(paths[enc], cpu=args.cpu)
-                rc, err, wall, cpu, rss = run_child(plan_command(paths[enc], kind, out), ROOT, out / "stdout.txt")
+                cmd = plan_command(paths[enc], kind, out, args.machine, args.option)
+                rc, err, wall, cpu, rss = run_child(cmd, ROOT, out / "stdout.txt")
                 if rc:
                     print(f"{kind:>6} {n:>9} {enc:>6} failed: {err.strip().splitlines()[-1:]}", flush=True)
                     continue
@@ -212,7 +222,8 @@ def main(argv=None) -> None:
                       + f" {rest:>6.2f} {wall:>8.2f} {cpu:>8.2f} {rss:>8.0f}", flush=True)
 
 
-def profile(kind: str, n: int, folder: Path, encoding: str = "binary", top: int = 40) -> None:
+def profile(kind: str, n: int, folder: Path, encoding: str = "binary", machine: str | None = None,
+            options: list[str] | None = None, top: int = 40) -> None:
     """cProfile one run in this process; print the functions with the most own time, then
     the most time with what they call."""
     import cProfile
@@ -222,7 +233,7 @@ def profile(kind: str, n: int, folder: Path, encoding: str = "binary", top: int 
     paths = generate(kind, n, folder)
     out = folder / f"profile_{kind}_{n}"
     out.mkdir(parents=True, exist_ok=True)
-    argv = plan_command(paths[encoding], kind, out)[2:]
+    argv = plan_command(paths[encoding], kind, out, machine, options)[2:]
     prof = cProfile.Profile(time.process_time)  # CPU seconds: steadier on a busy host
     saved = sys.stdout
     sys.stdout = open(os.devnull, "w")

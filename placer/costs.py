@@ -570,7 +570,7 @@ def annotate(typed_net: TypedNet, machine, unknown_op_cost_s: float = 0.0,
     for op, feats in zip(net.ops, typed_net.features):
         inputs = _op_types(typed_net, op, "inputs")
         outs = _op_types(typed_net, op, "outputs")
-        key = _signature(op, inputs, outs, feats)
+        key = op_signature(op, inputs, outs, feats)
         r = priced.get(key) if key is not None else None
         if r is None:
             r = len(rows)
@@ -614,9 +614,10 @@ def _op_tables(rows: list[tuple], row_of: np.ndarray, distinct: list[int], same_
     return op_s, source, kernels, features
 
 
-def _signature(op, inputs: tuple, outs: tuple, feats: OpFeatures) -> tuple | None:
-    """What an op's prices depend on, hashable; None when an argument has no plain value
-    (a nested net): such an op is priced on its own."""
+def op_signature(op, inputs: tuple, outs: tuple, feats: OpFeatures) -> tuple | None:
+    """What an op's prices (and their spreads) depend on, hashable: its type, argument
+    values, input and output types and features; None when an argument has no plain
+    value (a nested net): such an op is priced on its own."""
     arguments = args_key(op.args)
     return None if arguments is None else (op.type, inputs, outs, feats, arguments)
 

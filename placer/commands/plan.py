@@ -304,10 +304,11 @@ def print_plan(doc: dict, all_rows: bool = False, out=None) -> None:
     out = out or sys.stdout  # looked up now: a redirected stdout is not the one at import time
     ops, devices = doc["ops"], doc["devices"]
     rows = []
+    columns = _time_columns(devices, ops)
     for o in ops:
         row = {"#": o["index"], "op": (o["name"] or (o["outputs"][0] if o["outputs"] else ""))[:28],
                "type": o["type"], "device": o["device"]}
-        row.update({f"{d} ms": o["time_s"][d] * 1e3 for d in _time_columns(devices, ops)})
+        row.update({f"{d} ms": o["time_s"][d] * 1e3 for d in columns})
         row.update({"copies in/out": f"{len(o['copies_in'])}/{len(o['copies_out'])}", "why": o["reason"]})
         rows.append(row)
     shown = rows
