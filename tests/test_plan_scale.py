@@ -3,7 +3,8 @@
 The command once scanned every op for every parameter (15 s at 10k ops, 145 s at 30k).
 These tests run the whole command (read, shapes, costs, graph, partition, check,
 baselines, JSON, placed net and init net written) on nets of about 3k and 12k ops with a
-weight and a bias per layer, and count the lines of placer's own code that each function
+weight and a bias per layer, on the CPU + one GPU and on an eight-GPU NVSwitch machine
+(alpha-expansion, k-device baselines and explanations), and count the lines of placer's own code that each function
 executes (``sys.settrace``). At 4x the ops a linear function executes about 4x the lines
 (n log n: about 4.7x), a quadratic one 16x. Counting is exact on a busy host, where
 timing is not; the wall-clock figures are bench/plan_cli_scale.py's job.
@@ -120,10 +121,15 @@ def super_linear(small: Counter, big: Counter) -> dict[str, tuple[int, int]]:
             if n > LINEAR_SLACK * GROWTH * small.get(f, 0) + FLOOR_LINES}
 
 
+EIGHT_GPUS = ["--machine", "8x-a100-40gb-nvswitch"]
+
+
 @pytest.mark.parametrize("make, unit, options", [
     (fc_net, 1000, ["--input", "data=32,64", "--pin", "res*7=cpu"]),  # 3k and 12k ops
     (mixed_net, 300, ["--pin", "acc*7=cpu"]),                           # 3.3k and 13k ops
-], ids=["fc-relu-sum", "sls-fc-conv"])
+    (fc_net, 1000, ["--input", "data=32,64", "--pin", "res*7=cuda:3", *EIGHT_GPUS]),
+    (mixed_net, 300, ["--pin", "acc*7=cpu", "--pin", "h1*=cuda:5", *EIGHT_GPUS]),
+], ids=["fc-relu-sum", "sls-fc-conv", "fc-relu-sum-8-gpus", "sls-fc-conv-8-gpus"])
 def test_plan_work_grows_linearly_with_the_net(tmp_path, capsys, make, unit, options):
     small = plan_lines(tmp_path / "small", make(unit), options, capsys)
     big = plan_lines(tmp_path / "big", make(GROWTH * unit), options, capsys)
@@ -145,3 +151,65 @@ def test_the_counter_catches_a_quadratic_function():
     small, big = (lines_per_function(quadratic(n), root=here) for n in (100, 400))
     assert list(super_linear(small, big)) == ["test_plan_scale.py::test_the_counter_catches_a_quadratic_function"]
     assert not lines_per_function(quadratic(100))  # this file is not placer's
+
+
+def test_prices_and_spreads_once_per_signature_equal_them_op_by_op():
+    """annotate and stability.op_spreads compute each op signature once; every op's
+    prices, sources, kernels, features and spreads must equal the cost model's answer
+    for that op alone, on a machine of a measured host, a V100 and two T4s. FCs of two
+    widths repeat (one with a measured entry and spread on the host), Conv/SpatialBN
+    blocks repeat with one of another channel count."""
+    import dataclasses
+
+    import numpy as np
+
+    from placer.costs import annotate
+    from placer.formats.caffe2 import net_from_netdef
+    from placer.machine import build_machine
+    from placer.partition.stability import op_spreads
+    from placer.profiling import default_profiles, load_device_profile
+    from placer.profiling.schema import OpTiming
+    from placer.shapes import infer
+    from placer.types import TensorType
+
+    b = NetBuilder("sig")
+    x = b.input("data", (8, 64))
+    for i in range(12):
+        width = 64 if i % 3 else 32
+        w = b.param(f"w{i}", (width, 64), "XavierFill")
+        bias = b.param(f"b{i}", (width,), "ConstantFill", value=0.0)
+        h = b.op("FC", [x, w, bias], f"fc{i}")
+        h = b.op("Relu", [h], h)
+        x = b.op("FC", [h, b.param(f"u{i}", (64, width), "XavierFill"), b.param(f"c{i}", (64,), "ConstantFill")],
+                 f"up{i}")
+    img = b.op("Reshape", [x], ["img", "img_shape"], shape=[8, 64, 1, 1])
+    for i in range(4):
+        channels = 64 if i < 3 else 32
+        cw = b.param(f"cw{i}", (channels, 64, 1, 1), "MSRAFill")
+        y = b.op("Conv", [img, cw], f"conv{i}", kernel=1)
+        bn = [b.param(f"bn{i}_{p}", (channels,), "ConstantFill", value=1.0) for p in "sbmv"]
+        b.output(b.op("SpatialBN", [y, *bn], f"bn{i}", is_test=1, epsilon=1e-5))
+    typed = infer(net_from_netdef(b.predict, b.init), {"data": TensorType((8, 64), "float32")})
+    measured = [OpTiming("FC", typed.op_inputs[i], dict(typed.net.ops[i].args), 10, 3e-5, spread * 3e-5, 0.0, 0.0)
+                for i, spread in ((0, 0.2), (2, 0.5))]   # fc0 (32 wide) and up0
+    cpu, v100 = default_profiles()
+    cpu = dataclasses.replace(cpu, ops={m.key: m for m in measured})
+    t4 = load_device_profile("t4-pcie3", "gpu")
+    machine = build_machine("mixed", cpu, [v100, t4, t4])
+    costs = annotate(typed, machine)
+    model = costs.model
+    spreads = op_spreads(typed, model, range(machine.k))
+    assert costs.op_source[0, 0] == costs.op_source[2, 0] == "measured"
+    assert (spreads[0, 0], spreads[2, 0]) == (0.2, 0.5) and spreads[3, 0] not in (0.0, 0.2, 0.5)  # fc1: fitted
+    for op, feats in zip(typed.net.ops, typed.features):
+        i, ins = op.index, list(typed.op_inputs[op.index])
+        for d in range(machine.k):
+            assert (costs.op_s[i, d], costs.op_source[i, d]) == model.op_time(op.type, ins, op.args, feats, d)
+            assert spreads[i, d] == model.op_spread(op.type, ins, op.args, feats, d)
+        row = costs.ops.iloc[i]
+        assert (row["flops"], row["macs"], row["param_bytes"]) == (feats.flops, feats.macs, feats.param_bytes)
+        outs = sum(t.nbytes for t in typed.op_outputs[i] if t is not None)
+        assert row["output_bytes"] == outs and row["type"] == op.type and row["name"] == op.name
+        assert costs.kernels[i].tolist() == [True] * machine.k
+    assert len({tuple(r) for r in costs.op_s.tolist()}) < len(typed.net.ops) / 3   # signatures repeat
+    assert np.unique(costs.op_s[:, 2]).size > np.unique(costs.op_s[:, 1]).size - 1  # the T4 has its own column
