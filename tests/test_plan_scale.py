@@ -213,3 +213,24 @@ def test_prices_and_spreads_once_per_signature_equal_them_op_by_op():
         assert costs.kernels[i].tolist() == [True] * machine.k
     assert len({tuple(r) for r in costs.op_s.tolist()}) < len(typed.net.ops) / 3   # signatures repeat
     assert np.unique(costs.op_s[:, 2]).size > np.unique(costs.op_s[:, 1]).size - 1  # the T4 has its own column
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_milp_size_check_never_overestimates(seed):
+    """A net too big for the MILP is skipped before it is built, on a lower bound of its
+    variables: the bound must never exceed what the program really builds (else a net
+    the MILP could solve would be skipped)."""
+    import numpy as np
+
+    from placer.partition import milp
+    from placer.partition.synthetic import random_arrays
+    rng = np.random.default_rng(seed)
+    arr = random_arrays(int(rng.integers(3, 60)), seed=seed, gpus=int(rng.integers(1, 5)), hetero=bool(seed % 2))
+    if seed % 3:
+        arr.capacity = np.array([np.inf] + [1e8] * (arr.k - 1))
+    prog = milp._Program()
+    xi = milp._placement_rows(arr, prog, 1.0)
+    milp._copy_rows(arr, prog, xi, 1.0)
+    assert 0.25 * prog.n_vars < milp._least_variables(arr) <= prog.n_vars
+    skipped = milp.milp_partition(arr, time_limit=1.0, max_vars=milp._least_variables(arr) - 1)
+    assert skipped["status"] == "skipped" and skipped["x"] is None
