@@ -282,13 +282,11 @@ def plan_cluster(typed, cluster: ClusterMachine, options=None):
     the hosts-first partitioner (``partition.hosts``) for the default method."""
     from placer.costs import annotate
     from placer.errors import PlacerError
-    from placer.graph import build_cost_graph
     from placer.partition import baselines, partition
     from placer.partition.check import check_plan
-    from placer.partition.problem import from_graph
-    from placer.planner import (PlanOptions, PlanResult, allowed_devices, inplace_pairs, overlapped,
-                                parameter_groups)
+    from placer.planner import PlanOptions, PlanResult, overlapped, step_arrays
     from placer.shapes import require_complete
+    from placer.training.placement import state_copy_bytes
     options = options or PlanOptions()
     net = require_complete(typed).net
     if not net.ops:
@@ -296,11 +294,8 @@ def plan_cluster(typed, cluster: ClusterMachine, options=None):
     # 1. price every op on every device of every host
     costs = annotate(typed, cluster, unknown_op_cost_s=options.unknown_op_cost_s)
     # 2. the cost graph, with per-host CPU memory limits
-    allowed, why = allowed_devices(net, costs, cluster, options.pins, options.keep_existing)
     capacity, usable = cluster_memory_limits(cluster, options)
-    graph = build_cost_graph(costs, allowed, why, colocate=parameter_groups(net), inplace=inplace_pairs(net),
-                             outputs_on_host=options.outputs_on_host, capacity=usable)
-    arrays = from_graph(graph)
+    arrays, graph_args, step, state_reads = step_arrays(typed, costs, cluster, options, usable)
     # 3. hosts first, then devices (other methods: flat over every device)
     if options.method == "auto":
         options = replace(options, method="hosts")      # what re-solves (stability) use too
@@ -311,8 +306,10 @@ def plan_cluster(typed, cluster: ClusterMachine, options=None):
     check_plan(arrays, chosen)
     # 4. baselines and the overlapped schedule
     base = baselines.baselines(arrays, None)
-    return PlanResult(typed, costs, graph, chosen, base, cluster, capacity, usable,
-                      makespan=overlapped(arrays, chosen, base), options=options, arrays=arrays)
+    state_copy_bytes(state_reads, arrays.t_names, chosen, *base.values())
+    return PlanResult(typed, costs, arrays, chosen, base, cluster, capacity, usable,
+                      makespan=overlapped(arrays, chosen, base), options=options, graph_args=graph_args,
+                      step=step, state_reads=state_reads)
 
 
 def host_summary(cluster: ClusterMachine, memory_bytes, placement) -> list[dict]:

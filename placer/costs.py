@@ -39,6 +39,7 @@ from placer.constants import (DEFAULT_HALF_EFFICIENCY_ROWS, FIT_MAX_MEDIAN_ERROR
 from placer.errors import ProfileError
 from placer.ops import registry
 from placer.profiling.schema import DeviceProfile, FamilyFit, LinkCurve, OpTiming, op_key
+from placer.shapes import args_key
 from placer.types import OpFeatures, TensorType, TypedNet
 
 SOURCES = ("measured", "fitted", "poor-fit", "roofline", "unknown")
@@ -562,36 +563,73 @@ class NetCosts:
 def annotate(typed_net: TypedNet, machine, unknown_op_cost_s: float = 0.0,
              model: CostModel | None = None) -> NetCosts:
     """Price every op on every device of ``machine`` (once per distinct device profile)
-    and list every tensor with its readers and bytes."""
+    and list every tensor with its readers and bytes.
+
+    An op's prices are a function of its type, argument values, input and output types
+    and features, so ops that agree on all of them (the layers of a deep net) are priced
+    once; the tables are built column by column. Both keep a million-op net to seconds."""
     model = model or CostModel.for_machine(machine, unknown_op_cost_s=unknown_op_cost_s)
     net = typed_net.net
     n, k = len(net.ops), machine.k
     kinds = [d.kind for d in machine.devices]
     distinct = model.distinct()
     same_as = [next(j for j in distinct if model.devices[j] is model.devices[i]) for i in range(k)]
-    op_s = np.zeros((n, k))
-    source = np.empty((n, k), dtype=object)
-    kernels = np.zeros((n, k), bool)
-    rows = []
+    priced: dict[tuple, int] = {}   # op signature -> its row in `rows`
+    rows: list[tuple] = []          # distinct priced rows (see _priced_row)
+    row_of = np.empty(n, np.int64)  # op -> its priced row
     for op, feats in zip(net.ops, typed_net.features):
-        i = op.index
-        inputs = list(_op_types(typed_net, op, "inputs"))
-        for d in distinct:
-            op_s[i, d], source[i, d] = model.op_time(op.type, inputs, op.args, feats, d)
-        opdef = registry.get(op.type)
-        known = bool(feats.known and opdef is not None)
-        if opdef is not None:
-            kernels[i] = [kind in opdef.devices for kind in kinds]
+        inputs = _op_types(typed_net, op, "inputs")
         outs = _op_types(typed_net, op, "outputs")
-        rows.append((i, op.name, op.type, feats.flops, feats.macs, feats.bytes_read, feats.bytes_written,
-                     feats.param_bytes, float(sum(t.nbytes for t in outs if t is not None)), known))
-    for d in range(k):
-        if same_as[d] != d:
-            op_s[:, d], source[:, d] = op_s[:, same_as[d]], source[:, same_as[d]]
-    ops = pd.DataFrame.from_records(rows, columns=OP_COLUMNS)
+        key = op_signature(op, inputs, outs, feats)
+        r = priced.get(key) if key is not None else None
+        if r is None:
+            r = len(rows)
+            rows.append(_priced_row(model, op, inputs, outs, feats, distinct, kinds))
+            if key is not None:
+                priced[key] = r
+        row_of[op.index] = r
+    op_s, source, kernels, features = _op_tables(rows, row_of, distinct, same_as, k)
+    columns = {"index": np.arange(n), "name": [op.name for op in net.ops], "type": [op.type for op in net.ops],
+               **features}
+    ops = pd.DataFrame(columns, columns=OP_COLUMNS) if n else pd.DataFrame([], columns=OP_COLUMNS)
     return NetCosts(ops=ops, op_s=op_s, op_source=source, kernels=kernels,
                     tensors=tensor_table(typed_net), machine=machine, model=model,
                     fit_quality={machine.devices[d].name: model.fit_report(d) for d in distinct})
+
+
+def _priced_row(model: CostModel, op, inputs: tuple, outs: tuple, feats: OpFeatures,
+                distinct: list[int], kinds: list[str]) -> tuple:
+    """(seconds per distinct device, sources, kernel per device, feature columns) of one op."""
+    times, sources = zip(*(model.op_time(op.type, list(inputs), op.args, feats, d) for d in distinct))
+    opdef = registry.get(op.type)
+    kernels = tuple(kind in opdef.devices for kind in kinds) if opdef is not None else (False,) * len(kinds)
+    features = (feats.flops, feats.macs, feats.bytes_read, feats.bytes_written, feats.param_bytes,
+                float(sum(t.nbytes for t in outs if t is not None)), bool(feats.known and opdef is not None))
+    return times, sources, kernels, features
+
+
+def _op_tables(rows: list[tuple], row_of: np.ndarray, distinct: list[int], same_as: list[int], k: int):
+    """op_s [n, k], op_source [n, k], kernels [n, k] and the feature columns from the
+    distinct priced rows: each table is its rows' table indexed by ``row_of``."""
+    n, m = len(row_of), len(rows)
+    times = np.array([r[0] for r in rows], np.float64).reshape(m, len(distinct))
+    sources = np.array([r[1] for r in rows], dtype=object).reshape(m, len(distinct))
+    column = {d: j for j, d in enumerate(distinct)}
+    pick = [column[same_as[d]] for d in range(k)]   # identical devices share their profile's column
+    op_s = times[:, pick][row_of] if m else np.zeros((n, k))
+    source = sources[:, pick][row_of] if m else np.empty((n, k), dtype=object)
+    kernels = np.array([r[2] for r in rows], bool).reshape(m, k)[row_of] if m else np.zeros((n, k), bool)
+    # each feature column as numpy infers it (as pandas does from rows: int where all are int)
+    features = {name: np.asarray(values)[row_of] for name, values in zip(OP_COLUMNS[3:], zip(*(r[3] for r in rows)))}
+    return op_s, source, kernels, features
+
+
+def op_signature(op, inputs: tuple, outs: tuple, feats: OpFeatures) -> tuple | None:
+    """What an op's prices (and their spreads) depend on, hashable: its type, argument
+    values, input and output types and features; None when an argument has no plain
+    value (a nested net): such an op is priced on its own."""
+    arguments = args_key(op.args)
+    return None if arguments is None else (op.type, inputs, outs, feats, arguments)
 
 
 def tensor_table(typed_net: TypedNet) -> TensorTable:

@@ -1,9 +1,17 @@
-"""The cost graph: one networkx DiGraph that the partitioners are handed and users can export.
+"""The cost graph: one networkx DiGraph that users can export, and its array form the partitioners solve.
 
 ``build_cost_graph(net_costs, allowed, ...)`` turns the cost tables written by
-``placer.costs`` (``NetCosts``) and the planner's restrictions into the graph below;
-``placer.partition.problem.from_graph`` turns it into flat arrays once, and
-``write_graph`` exports it as GraphML (``placer plan --graph-out``).
+``placer.costs`` (``NetCosts``) and the planner's restrictions into the graph below, and
+``write_graph`` exports it as GraphML (``placer plan --graph-out``). Partitioners work on
+``placer.partition.problem.CostArrays``, the graph's flat form: ``from_graph`` makes it
+from a networkx graph, and ``cost_arrays`` (same arguments as ``build_cost_graph``) makes
+the very same arrays straight from the tables, every array from a whole column at once.
+The planner uses ``cost_arrays``, because a networkx graph of a million-op net takes
+about 4 GB and 20 s to build and convert, several times the rest of the plan; its
+``PlanResult.graph`` builds the networkx graph only when asked (``--graph-out``).
+``tests/test_graph_arrays.py`` holds the two to each other: the arrays the partitioner
+is handed equal, field by field, ``from_graph`` of the graph the user sees, so the graph
+carries exactly the attributes the partitioners use.
 
 Graph conventions (every attribute, its unit, who writes it)
 ------------------------------------------------------------
@@ -42,12 +50,15 @@ Graph attributes (``G.graph``):
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-import networkx as nx
 import numpy as np
 
 from placer.fileio import atomic_write_bytes
+from placer.partition.problem import CostArrays
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 def build_cost_graph(net_costs, allowed: np.ndarray, pin_reason: list[str] | None = None,
@@ -60,10 +71,9 @@ def build_cost_graph(net_costs, allowed: np.ndarray, pin_reason: list[str] | Non
     of op indices that must share a device; ``inplace`` lists (op, producer of the blob it
     overwrites) pairs, which are colocated too; ``capacity`` the usable bytes per device.
     """
+    import networkx as nx  # here: the planner itself never needs it, and it takes 0.2 s to import
     machine, ops, tensors = net_costs.machine, net_costs.ops, net_costs.tensors
-    n, k = net_costs.op_s.shape
-    if allowed.shape != (n, k):
-        raise ValueError(f"allowed has shape {allowed.shape}, expected {(n, k)}")
+    n, k = _check_allowed(net_costs, allowed)
     reasons = pin_reason or [""] * n
     g = nx.DiGraph()
     times = [tuple(row) for row in net_costs.op_s.tolist()]
@@ -74,16 +84,62 @@ def build_cost_graph(net_costs, allowed: np.ndarray, pin_reason: list[str] | Non
                           "pin_reason": reasons[i], "param_bytes": pbytes[i], "output_bytes": obytes[i],
                           "known": bool(known[i])}) for i in range(n))
     g.add_edges_from(_edges(tensors))
-    groups = [tuple(sorted({int(i) for i in s})) for s in (colocate or [])]
-    groups += [tuple(sorted((int(a), int(b)))) for a, b in (inplace or [])]
     tables = machine.link_classes()
     g.graph.update(
         devices=machine.names, device_kinds=tuple(d.kind for d in machine.devices), host=0,
         machine=machine.name, tensors=tensors, link_class=tables.link_class,
         class_s=tables.class_seconds(tensors.nbytes), lanes=tables.lanes, routes=tables.routes,
         capacity=np.full(k, np.inf) if capacity is None else np.asarray(capacity, float),
-        colocate=[grp for grp in groups if len(grp) > 1], outputs_on_host=bool(outputs_on_host))
+        colocate=_colocation_groups(colocate, inplace), outputs_on_host=bool(outputs_on_host))
     return g
+
+
+def cost_arrays(net_costs, allowed: np.ndarray, pin_reason: list[str] | None = None,
+                colocate: Iterable[Iterable[int]] | None = None, outputs_on_host: bool = True,
+                inplace: Iterable[tuple[int, int]] | None = None,
+                capacity: np.ndarray | None = None) -> CostArrays:
+    """``from_graph(build_cost_graph(...))`` with the same arguments, without the graph:
+    each array made from a whole table column (module docstring)."""
+    machine, ops, t = net_costs.machine, net_costs.ops, net_costs.tensors
+    n, k = _check_allowed(net_costs, allowed)
+    tables = machine.link_classes()
+    ptr, cons = _readers_less_producer(t)
+    pairs = [(grp[0], other) for grp in _colocation_groups(colocate, inplace) for other in grp[1:]]
+    return CostArrays(
+        op_s=np.array(net_costs.op_s, np.float64).reshape(n, k), allowed=np.array(allowed, bool),
+        param_bytes=ops["param_bytes"].to_numpy(np.float64), output_bytes=ops["output_bytes"].to_numpy(np.float64),
+        t_producer=t.producer.astype(np.int64), t_ptr=ptr, t_cons=cons, t_bytes=t.nbytes.astype(np.float64),
+        t_ext_out=t.external_output.astype(bool), link_class=tables.link_class,
+        class_s=tables.class_seconds(t.nbytes), devices=tuple(machine.names),
+        device_kinds=tuple(d.kind for d in machine.devices),
+        capacity=np.full(k, np.inf) if capacity is None else np.asarray(capacity, float), host=0,
+        lanes=tuple(tables.lanes), routes=dict(tables.routes), colocate=np.array(pairs, np.int64).reshape(-1, 2),
+        outputs_on_host=bool(outputs_on_host), names=ops["name"].tolist(), types=ops["type"].tolist(),
+        t_names=list(t.names), pin_reason=list(pin_reason) if pin_reason else [""] * n)
+
+
+def _check_allowed(net_costs, allowed: np.ndarray) -> tuple[int, int]:
+    n, k = net_costs.op_s.shape
+    if allowed.shape != (n, k):
+        raise ValueError(f"allowed has shape {allowed.shape}, expected {(n, k)}")
+    return n, k
+
+
+def _colocation_groups(colocate, inplace) -> list[tuple[int, ...]]:
+    """Sorted tuples of op indices that must share a device (groups of one dropped)."""
+    groups = [tuple(sorted({int(i) for i in s})) for s in (colocate or [])]
+    groups += [tuple(sorted((int(a), int(b)))) for a, b in (inplace or [])]
+    return [grp for grp in groups if len(grp) > 1]
+
+
+def _readers_less_producer(t) -> tuple[np.ndarray, np.ndarray]:
+    """The tensor table's readers in CSR form less each tensor's producer: an op reading
+    the blob it writes (in place) needs no copy of it (as ``from_graph`` drops it)."""
+    owner = np.repeat(np.arange(len(t.producer)), np.diff(t.ptr))
+    keep = t.consumers != t.producer[owner]
+    ptr = np.zeros(len(t.producer) + 1, np.int64)
+    ptr[1:] = np.cumsum(np.bincount(owner[keep], minlength=len(t.producer)))
+    return ptr, t.consumers[keep].astype(np.int64)
 
 
 def _edges(tensors):
@@ -110,6 +166,7 @@ def _edges(tensors):
 def write_graph(graph: nx.DiGraph, path) -> None:
     """The cost graph as GraphML (atomic write): per-device times as ``time_s:<device>``
     node attributes, allowed devices and edge blobs as comma-separated names."""
+    import networkx as nx
     devices = graph.graph["devices"]
     out = nx.DiGraph()
     for i, d in graph.nodes(data=True):
@@ -124,4 +181,4 @@ def write_graph(graph: nx.DiGraph, path) -> None:
     atomic_write_bytes(path, "\n".join(nx.generate_graphml(out)).encode("utf-8"))
 
 
-__all__ = ["build_cost_graph", "write_graph"]
+__all__ = ["build_cost_graph", "cost_arrays", "write_graph"]

@@ -2,23 +2,26 @@
 
 ``plan(typed_net, machine, options)`` reads top to bottom; each stage is one call into
 the module that names it. What ``plan`` returns carries everything the command line, the
-JSON, the placed net and the report need.
+JSON, the placed net and the report need. Every helper here makes one pass over the ops
+(indexes built once), so planning stays linear in the size of the net.
 """
 from __future__ import annotations
 
 import fnmatch
+from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from placer.costs import NetCosts, annotate
 from placer.errors import InfeasiblePlanError, PlacerError
-from placer.graph import build_cost_graph
+from placer.graph import build_cost_graph, cost_arrays
 from placer.machine import Machine
 from placer.partition import baselines, partition
 from placer.partition.check import check_plan
-from placer.partition.problem import fits, from_graph, memory_use
+from placer.partition.problem import fits, memory_use
 from placer.partition.schedule import Simulator
 from placer.shapes import require_complete
 from placer.training.placement import (
@@ -46,7 +49,7 @@ class PlanOptions:
 class PlanResult:
     typed: TypedNet
     costs: NetCosts
-    graph: Any
+    arrays: Any                            # the cost graph as the partitioners' CostArrays
     plan: Plan
     baselines: dict
     machine: Machine
@@ -54,29 +57,64 @@ class PlanResult:
     usable_bytes: np.ndarray               # per device, what plans must fit
     makespan: dict = field(default_factory=dict)  # simulated overlap of the chosen plan
     options: PlanOptions = field(default_factory=PlanOptions)
-    arrays: Any = None  # the cost graph as the partitioners' CostArrays
+    graph_args: dict = field(default_factory=dict)  # restrictions, colocation, capacity (``graph_arguments``)
+    step: Any = None                       # the NetCosts of one step (``step_arrays``); None: ``costs``
+    state_reads: Any = None                # the state-copy rows priced into ``arrays``
+
+    @cached_property
+    def graph(self):
+        """The networkx cost graph of the plan (``placer.graph``), built on first use: the
+        planner itself works on ``arrays``, which equal this graph's array form."""
+        graph = build_cost_graph(self.step if self.step is not None else self.costs, **self.graph_args)
+        if self.state_reads is not None:
+            price_state_reads(graph.graph["class_s"], self.machine, self.state_reads)
+        return graph
 
 
-def plan(typed: TypedNet, machine: Machine, options: PlanOptions = PlanOptions()) -> PlanResult:
+def plan(typed: TypedNet, machine: Machine, options: PlanOptions = PlanOptions(),
+         clock=lambda stage: nullcontext()) -> PlanResult:
+    """The plan of ``typed`` on ``machine``; ``clock(stage)`` is entered around each stage
+    (``placer plan --timings`` passes a ``StageClock``)."""
     net = require_complete(typed).net   # an op of unknown shape would be priced at zero
     if not net.ops:
         raise PlacerError(f"{net.path or net.name or 'the net'}: the net has no ops; there is nothing to place")
-    # 1. price every op on every device
-    costs = annotate(typed, machine, unknown_op_cost_s=options.unknown_op_cost_s)
-    # 2. the cost graph with restrictions, colocation and memory limits
-    allowed, why = allowed_devices(net, costs, machine, options.pins, options.keep_existing)
-    capacity, usable = memory_limits(machine, options)
-    graph, state_reads = cost_graph(typed, costs, allowed, why, options, usable)
-    arrays = from_graph(graph)  # the partitioners' flat view, made once for every stage below
-    # 3. partition within memory, and check the result from scratch
-    chosen = partition(arrays, options.method, time_limit=options.time_limit_s)
+    with clock("costs"):  # 1. price every op on every device
+        costs = annotate(typed, machine, unknown_op_cost_s=options.unknown_op_cost_s)
+    with clock("graph"):  # 2. the cost graph with restrictions, colocation and memory limits, as arrays
+        capacity, usable = memory_limits(machine, options)
+        arrays, graph_args, step, state_reads = step_arrays(typed, costs, machine, options, usable)
+    with clock("partition"):  # 3. partition within memory, and check the result from scratch
+        chosen = partition(arrays, options.method, time_limit=options.time_limit_s)
     _refuse_memory_blind(arrays, chosen, options)
-    check_plan(arrays, chosen)
-    # 4. baselines beside it, and the overlapped schedule of the chosen plan
-    base = baselines.baselines(arrays, existing_placement(net, machine))
-    state_copy_bytes(state_reads, arrays.t_names, chosen, *base.values())
-    return PlanResult(typed, costs, graph, chosen, base, machine, capacity, usable,
-                      makespan=overlapped(arrays, chosen, base), options=options, arrays=arrays)
+    with clock("check"):
+        check_plan(arrays, chosen)
+    with clock("baselines"):  # 4. baselines beside it, and the overlapped schedule of the chosen plan
+        base = baselines.baselines(arrays, existing_placement(net, machine))
+        state_copy_bytes(state_reads, arrays.t_names, chosen, *base.values())
+    with clock("makespan"):
+        makespan = overlapped(arrays, chosen, base)
+    return PlanResult(typed, costs, arrays, chosen, base, machine, capacity, usable, makespan=makespan,
+                      options=options, graph_args=graph_args, step=step, state_reads=state_reads)
+
+
+def graph_arguments(net: Net, costs: NetCosts, machine: Machine, options: PlanOptions, usable) -> dict:
+    """The keyword arguments of ``build_cost_graph`` / ``cost_arrays`` for a plan: allowed
+    devices and why, colocation groups, in-place pairs, outputs, usable memory."""
+    allowed, why = allowed_devices(net, costs, machine, options.pins, options.keep_existing)
+    return dict(allowed=allowed, pin_reason=why, colocate=parameter_groups(net), inplace=inplace_pairs(net),
+                outputs_on_host=options.outputs_on_host, capacity=usable)
+
+
+def step_arrays(typed: TypedNet, costs: NetCosts, machine: Machine, options: PlanOptions, usable):
+    """The cost arrays of one run (on a train net, one step) with its restrictions,
+    colocation and memory limits: in-place outputs nobody reads add no memory, state read
+    away from its device is copied every step (``placer.training.placement``, rules 2 and
+    6). Returns (arrays, the graph arguments, the step's costs, the state-copy rows)."""
+    step, state_reads = step_costs(typed, costs)
+    graph_args = graph_arguments(typed.net, costs, machine, options, usable)
+    arrays = cost_arrays(step, **graph_args)
+    price_state_reads(arrays.class_s, machine, state_reads)
+    return arrays, graph_args, step, state_reads
 
 
 def overlapped(arrays, chosen: Plan, base: dict) -> dict:
@@ -88,20 +126,6 @@ def overlapped(arrays, chosen: Plan, base: dict) -> dict:
     if chosen.objective == "makespan":
         out["baselines"] = {name: sim.run(b.placement)[0] for name, b in base.items() if name != "lower_bound"}
     return out
-
-
-def cost_graph(typed: TypedNet, costs: NetCosts, allowed: np.ndarray, why: list[str], options: PlanOptions,
-               usable: np.ndarray):
-    """The cost graph of one run (on a train net, one step) with its restrictions,
-    colocation and memory limits: in-place outputs nobody reads add no memory, state read
-    away from its device is copied every step (``placer.training.placement``, rules 2 and
-    6). Returns (graph, the state-copy rows)."""
-    net = typed.net
-    step, state_reads = step_costs(typed, costs)
-    graph = build_cost_graph(step, allowed, why, colocate=parameter_groups(net), inplace=inplace_pairs(net),
-                             outputs_on_host=options.outputs_on_host, capacity=usable)
-    price_state_reads(graph, costs.machine, state_reads)
-    return graph, state_reads
 
 
 def memory_limits(machine: Machine, options: PlanOptions) -> tuple[np.ndarray, np.ndarray]:

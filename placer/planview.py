@@ -4,9 +4,14 @@
 reads: enough to recompute the plan's cost by hand (every op's two times and device,
 every tensor's bytes, copy times, producer and consumers, and ``outputs_on_host``: whether
 external outputs made on the GPU pay their copy back), plus baselines, memory and the
-predicted schedules.
+predicted schedules. ``json_text(doc)`` is how it is written out.
+
+The document is built from whole table columns (Python lists, not per-row numpy
+lookups), so the plan of a million-op net takes seconds.
 """
 from __future__ import annotations
+
+import json
 
 import numpy as np
 
@@ -42,37 +47,8 @@ def plan_json(result: PlanResult, profiles: dict | None = None) -> dict:
     net, plan, costs, arr = result.typed.net, result.plan, result.costs, result.arrays
     devices, kinds = list(arr.devices), list(arr.device_kinds)
     first_gpu = next((d for d, kind in enumerate(kinds) if kind == "gpu"), None)
-    copies_in, copies_out = _copies_per_op(plan)
-    feats = costs.ops
-    ops = []
-    names, types, flops = feats["name"].tolist(), feats["type"].tolist(), feats["flops"].tolist()
-    pbytes, obytes = feats["param_bytes"].tolist(), feats["output_bytes"].tolist()
-    op_s, src = costs.op_s.tolist(), costs.op_source.tolist()
-    allowed = arr.allowed
-    for i in range(len(net.ops)):
-        d = int(plan.placement[i])
-        restricted = [devices[x] for x in np.flatnonzero(allowed[i])] if not allowed[i].all() else None
-        entry = {
-            "index": i, "name": names[i], "type": types[i], "device": devices[d], "device_kind": kinds[d],
-            "time_s": dict(zip(devices, op_s[i])), "source": dict(zip(devices, src[i])),
-            "cpu_s": op_s[i][0], "cpu_source": src[i][0],
-            "reason": plan.reasons.get(i, ""), "flops": flops[i], "param_bytes": pbytes[i],
-            "output_bytes": obytes[i], "outputs": list(net.ops[i].outputs),
-            "pinned": (restricted[0] if restricted and len(restricted) == 1 else restricted),
-            "copies_in": copies_in.get(i, []), "copies_out": copies_out.get(i, [])}
-        if first_gpu is not None:   # version 1 fields: the first GPU's figures
-            entry["gpu_s"], entry["gpu_source"] = op_s[i][first_gpu], src[i][first_gpu]
-        ops.append(entry)
-    t = costs.tensors
-    h2d = arr.copy_s(np.arange(arr.n_tensors), 0, first_gpu) if first_gpu is not None else None
-    d2h = arr.copy_s(np.arange(arr.n_tensors), first_gpu, 0) if first_gpu is not None else None
-    tensors = []
-    for x in range(len(t)):
-        entry = {"name": t.names[x], "producer": int(t.producer[x]), "consumers": t.readers(x).tolist(),
-                 "bytes": float(t.nbytes[x]), "external_output": bool(t.external_output[x])}
-        if h2d is not None:
-            entry["h2d_s"], entry["d2h_s"] = float(h2d[x]), float(d2h[x])
-        tensors.append(entry)
+    ops = _op_records(result, first_gpu)
+    tensors = _tensor_records(costs.tensors, arr, first_gpu)
     params, curves, _ = device_memory(arr, plan.placement, curves=True)
     memory = {devices[d]: {"used_bytes": float(plan.memory_bytes[d]), "param_bytes": float(params[d]),
                            "peak_activation_bytes": float(curves[d].max()) if curves.shape[1] else 0.0,
@@ -118,6 +94,54 @@ def plan_json(result: PlanResult, profiles: dict | None = None) -> dict:
                       "makespan": {"makespan_s": result.makespan["makespan_s"],
                                    "events": [_event(result, e) for e in result.makespan["events"]]}},
     }
+
+
+def _op_records(result: PlanResult, first_gpu: int | None) -> list[dict]:
+    """One record per op: device, time and source on every device, reason, copies."""
+    net, plan, costs, arr = result.typed.net, result.plan, result.costs, result.arrays
+    devices, kinds = list(arr.devices), list(arr.device_kinds)
+    copies_in, copies_out = _copies_per_op(plan)
+    feats = costs.ops
+    names, types, flops = feats["name"].tolist(), feats["type"].tolist(), feats["flops"].tolist()
+    pbytes, obytes = feats["param_bytes"].tolist(), feats["output_bytes"].tolist()
+    op_s, src = costs.op_s.tolist(), costs.op_source.tolist()
+    placement, reasons = plan.placement.tolist(), plan.reasons
+    pinned: dict[int, object] = {}   # ops that may not take every device: their devices
+    for i in np.flatnonzero(~arr.allowed.all(axis=1)).tolist():
+        restricted = [devices[x] for x in np.flatnonzero(arr.allowed[i]).tolist()]
+        pinned[i] = restricted[0] if len(restricted) == 1 else restricted
+    ops = []
+    for i, op in enumerate(net.ops):
+        d = placement[i]
+        entry = {
+            "index": i, "name": names[i], "type": types[i], "device": devices[d], "device_kind": kinds[d],
+            "time_s": dict(zip(devices, op_s[i])), "source": dict(zip(devices, src[i])),
+            "cpu_s": op_s[i][0], "cpu_source": src[i][0],
+            "reason": reasons.get(i, ""), "flops": flops[i], "param_bytes": pbytes[i],
+            "output_bytes": obytes[i], "outputs": list(op.outputs), "pinned": pinned.get(i),
+            "copies_in": copies_in.get(i, []), "copies_out": copies_out.get(i, [])}
+        if first_gpu is not None:   # version 1 fields: the first GPU's figures
+            entry["gpu_s"], entry["gpu_source"] = op_s[i][first_gpu], src[i][first_gpu]
+        ops.append(entry)
+    return ops
+
+
+def _tensor_records(t, arr, first_gpu: int | None) -> list[dict]:
+    """One record per tensor: producer, readers, bytes, and (version 1) the first GPU's
+    copy times host -> GPU and back."""
+    names, producer, nbytes = t.names, t.producer.tolist(), t.nbytes.tolist()
+    ext, ptr, readers = t.external_output.tolist(), t.ptr.tolist(), t.consumers.tolist()
+    every = np.arange(arr.n_tensors)
+    h2d = arr.copy_s(every, 0, first_gpu).tolist() if first_gpu is not None else None
+    d2h = arr.copy_s(every, first_gpu, 0).tolist() if first_gpu is not None else None
+    tensors = []
+    for x in range(len(names)):
+        entry = {"name": names[x], "producer": producer[x], "consumers": readers[ptr[x]:ptr[x + 1]],
+                 "bytes": nbytes[x], "external_output": ext[x]}
+        if h2d is not None:
+            entry["h2d_s"], entry["d2h_s"] = h2d[x], d2h[x]
+        tensors.append(entry)
+    return tensors
 
 
 def _finite(x: float) -> float | None:
@@ -229,4 +253,32 @@ def _op_name(net, i: int) -> str:
     return op.name or (op.outputs[0] if op.outputs else f"#{i}")
 
 
-__all__ = ["plan_json", "serial_schedule", "optimality"]
+def json_text(doc) -> str:
+    """``doc`` as JSON text laid out for people and diff tools alike: a dict one key a line
+    (indented one space a level), a list of records one record a line, a list of numbers
+    on one line.
+
+    Python's json module encodes in C only without ``indent`` (its indented encoder is
+    pure Python: about 6 s for the plan of a 100k-op net), so each record is encoded whole
+    by the C encoder and only the few enclosing dicts and lists are laid out here."""
+    out: list[str] = []
+    _lay_out(doc, 0, out)
+    return "".join(out)
+
+
+def _lay_out(value, depth: int, out: list[str]) -> None:
+    pad, inner = " " * depth, " " * (depth + 1)
+    if isinstance(value, dict) and value:
+        out.append("{\n")
+        for k, (key, item) in enumerate(value.items()):
+            out.append(f"{inner}{json.dumps(str(key))}: ")
+            _lay_out(item, depth + 1, out)
+            out.append(",\n" if k < len(value) - 1 else "\n")
+        out.append(pad + "}")
+    elif isinstance(value, list) and any(isinstance(item, (dict, list)) for item in value):
+        out.append("[\n" + ",\n".join(inner + json.dumps(item) for item in value) + "\n" + pad + "]")
+    else:
+        out.append(json.dumps(value))
+
+
+__all__ = ["plan_json", "json_text", "serial_schedule", "optimality"]

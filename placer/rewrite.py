@@ -27,6 +27,10 @@ What changes in the user's net, and nothing else:
 Blobs written more than once (in-place ops) are handled per version: a copy copies the
 version its reader reads. An input an op reads from host memory on any device
 (``OpDef.host_inputs``: the iteration counter of Adam and LearningRate) is read on the CPU.
+
+Each step is one pass over the ops or blobs (dicts and sets, no scans of protobuf lists,
+an op's registry entry looked up once per op type), so a placed net of a million ops
+takes seconds.
 """
 from __future__ import annotations
 
@@ -102,7 +106,8 @@ def place(net: Net, placement: Sequence[int], machine, outputs_on_host: bool = T
     if any(not 0 <= d < len(devs.names) for d in placement):
         raise PlacerError(f"placement names a device outside the machine's {len(devs.names)}")
     names = _Names(net)
-    reads, readers, final = _versions(net, placement)
+    host_inputs = _HostInputs()
+    reads, readers, final = _versions(net, placement, host_inputs)
     home, other = _copy_names(net, placement, reads, readers, final, devs, names, outputs_on_host)
     state_home = {name: placement[ops[0]] for name, ops in state_writers(net).items()}
     state_copy = _state_copy_names(readers, state_home, devs, names)
@@ -116,10 +121,12 @@ def place(net: Net, placement: Sequence[int], machine, outputs_on_host: bool = T
 
     state_copies = [(name, state_home[name], name_on(name, PARAM, state_home[name]), d, blob)
                     for (name, d), blob in state_copy.items()]
-    predict, copies = _predict_net(net, placement, reads, other, home, name_on, devs, state_copies)
+    predict, copies = _predict_net(net, placement, reads, other, home, name_on, devs, host_inputs, state_copies)
+    listed = set(predict.external_input)
     for (name, d), blob in param_name.items():
-        if blob != name and blob not in predict.external_input:
+        if blob != name and blob not in listed:
             predict.external_input.append(blob)
+            listed.add(blob)
     init = _init_net(net, param_name, param_devices, cpu_only, devs)
     return PlacedNet(predict, init, copies)
 
@@ -141,27 +148,44 @@ class _Names:
         return name
 
 
-def read_device(op, k: int, placement: Sequence[int]) -> int:
+class _HostInputs:
+    """Inputs each op type reads from host memory on any device (``OpDef.host_inputs``),
+    looked up in the registry once per type."""
+
+    def __init__(self):
+        self._of: dict[str, frozenset] = {}
+
+    def __call__(self, op_type: str) -> frozenset:
+        got = self._of.get(op_type)
+        if got is None:
+            opdef = registry.get(op_type)
+            got = self._of[op_type] = frozenset(opdef.host_inputs) if opdef is not None else frozenset()
+        return got
+
+
+def read_device(op, k: int, placement: Sequence[int], host_inputs=None) -> int:
     """The device op ``op`` reads its input ``k`` on: the host for an input its registry
     entry reads from host memory, else its own."""
-    opdef = registry.get(op.type)
-    if opdef is not None and k in opdef.host_inputs:
-        return HOST
-    return placement[op.index]
+    host = (host_inputs or _HostInputs())(op.type)
+    return HOST if k in host else placement[op.index]
 
 
-def _versions(net: Net, placement: Sequence[int]):
+def _versions(net: Net, placement: Sequence[int], host_inputs: _HostInputs):
     """Which producer made the blob each op input reads; the devices that read each
     version (one entry per read); the producer of each blob's final version."""
     producer_of = {b: (PARAM if b in net.params else EXTERNAL) for b in net.external_inputs}
     reads: list[list[int]] = []
     readers: dict[tuple[str, int], list[int]] = {}
     for op in net.ops:
-        row = []
-        for k, name in enumerate(op.inputs):
-            p = producer_of.get(name, EXTERNAL)
-            row.append(p)
-            readers.setdefault((name, p), []).append(read_device(op, k, placement))
+        row = [producer_of.get(name, EXTERNAL) for name in op.inputs]
+        host, own = host_inputs(op.type), placement[op.index]
+        for k, key in enumerate(zip(op.inputs, row)):
+            d = HOST if host and k in host else own
+            seen = readers.get(key)
+            if seen is None:
+                readers[key] = [d]
+            else:
+                seen.append(d)
         reads.append(row)
         for name in op.outputs:
             producer_of[name] = op.index
@@ -233,9 +257,10 @@ def _parameter_names(net, readers, devs, names, state_home):
     return param_name, devices, cpu_only
 
 
-def _predict_net(net, placement, reads, other, home, name_on, devs, state_copies=()):
+def _predict_net(net, placement, reads, other, home, name_on, devs, host_inputs, state_copies=()):
     """Ops in order with their device options and renamed blobs, copies right after
-    their producers (external inputs' and state's per-run copies first)."""
+    their producers (external inputs' and state's per-run copies first). Only the inputs
+    and outputs whose name changes are written (most keep theirs)."""
     out = pb.NetDef()
     out.CopyFrom(net.proto)
     del out.op[:]
@@ -256,17 +281,24 @@ def _predict_net(net, placement, reads, other, home, name_on, devs, state_copies
                 copies.append((name, devs.names[src], devs.names[d], dst))
 
     emit([key for key in by_version if key[1] == EXTERNAL])
-    for op in net.ops:
-        d = placement[op.index]
-        new = pb.OperatorDef()
+    renamed = {(name, p) for name, p, _ in other} | home.keys()   # versions read under another name somewhere
+    for op, row, d in zip(net.ops, reads, placement):
+        i = op.index
+        new = out.op.add()
         new.CopyFrom(op.proto)
-        for k, (name, p) in enumerate(zip(op.inputs, reads[op.index])):
-            new.input[k] = name_on(name, p, read_device(op, k, placement))
-        for k, name in enumerate(op.outputs):
-            new.output[k] = home.get((name, op.index), name)
+        host = host_inputs(op.type)
+        for k, key in enumerate(zip(op.inputs, row)):
+            if key[1] == PARAM or key in renamed:
+                name = name_on(*key, HOST if host and k in host else d)
+                if name != key[0]:
+                    new.input[k] = name
+        if home:
+            for k, name in enumerate(op.outputs):
+                if (name, i) in home:
+                    new.output[k] = home[(name, i)]
         devs.set_option(new, d)
-        out.op.append(new)
-        emit([(name, op.index) for name in dict.fromkeys(op.outputs)])
+        if by_version:
+            emit([(name, i) for name in dict.fromkeys(op.outputs) if (name, i) in by_version])
     return out, copies
 
 
@@ -282,10 +314,9 @@ def _init_net(net, param_name, param_devices, cpu_only, devs):
         used = [d for o in fill.output for d in param_devices.get(o, [])]
         where = used[0] if len(set(used)) == 1 and param_name.get((fill.output[0], used[0])) == fill.output[0] \
             and not cpu_only.intersection(fill.output) else HOST
-        new = pb.OperatorDef()
+        new = init.op.add()
         new.CopyFrom(fill)
         devs.set_option(new, where)
-        init.op.append(new)
         for o in fill.output:
             for d in param_devices.get(o, []):
                 blob = param_name.get((o, d), o)

@@ -9,6 +9,11 @@ need it get ``known=False`` features, and ``TypedNet.missing`` names each root c
 the option that supplies it, so that ``placer inspect`` can list them all at once.
 Shapes that are known but do not fit an op raise ``ShapeError`` (the registry's message
 names the op, the blobs and the shapes).
+
+An op's output types and features are a function of its type, its argument values, its
+input types (and which inputs are parameters) and its number of outputs: ops that agree
+on all of them (the layers of a deep net) are inferred once per ``infer`` call, which
+keeps a million-op net to seconds.
 """
 from __future__ import annotations
 
@@ -32,9 +37,10 @@ def infer(net: Net, input_shapes: dict[str, TensorType] | None = None) -> TypedN
     blobs: dict[str, TensorType | None] = {**net.params, **net.input_shapes, **user}
     typed = TypedNet(net=net, blobs=blobs, features=[])
     producers: dict[str, Op] = {}  # the op that last wrote each blob, as the walk goes
+    inferred: dict[tuple, tuple] = {}  # op signature -> (output types, features)
     for op in net.ops:
         typed.op_inputs.append(tuple(typed.blobs.get(b) for b in op.inputs))
-        typed.features.append(_infer_op(typed, op, user, producers))
+        typed.features.append(_infer_op(typed, op, user, producers, inferred))
         typed.op_outputs.append(tuple(typed.blobs.get(b) for b in op.outputs))
         producers.update((out, op) for out in op.outputs)
     for blob in net.external_outputs:  # what the net hands back needs a shape too
@@ -43,8 +49,27 @@ def infer(net: Net, input_shapes: dict[str, TensorType] | None = None) -> TypedN
     return typed
 
 
+def args_key(args) -> tuple | None:
+    """An op's argument values as a hashable key (each value with its type: 1, 1.0 and
+    True are equal in Python); None when a value is no plain number, string or list of
+    them (a nested net)."""
+    items = []
+    for name, value in args.items():
+        if isinstance(value, list):
+            value = tuple(value)
+        if not isinstance(value, (int, float, str, bytes, tuple)):
+            return None
+        items.append((name, type(value).__name__, value))
+    key = tuple(items)
+    try:
+        hash(key)
+    except TypeError:  # a list of messages
+        return None
+    return key
+
+
 def _infer_op(typed: TypedNet, op: Op, user: dict[str, TensorType],
-              producers: dict[str, Op]) -> OpFeatures:
+              producers: dict[str, Op], inferred: dict[tuple, tuple]) -> OpFeatures:
     """Set the types of ``op``'s outputs in ``typed.blobs`` and return its features."""
     opdef = registry.get(op.type)
     inputs = [typed.blobs.get(b) for b in op.inputs]
@@ -58,9 +83,25 @@ def _infer_op(typed: TypedNet, op: Op, user: dict[str, TensorType],
             _note_missing(typed, blob, producers.get(blob))
         _set_outputs(typed, op, [None] * len(op.outputs), user)
         return UNKNOWN
+    params = typed.net.params
+    arguments = args_key(op.args)
+    # which inputs are parameters, and repeats of one (its bytes count once)
+    param_inputs = tuple(op.inputs.index(b) if b in params else -1 for b in op.inputs)
+    key = None if arguments is None else (op.type, tuple(inputs), param_inputs, len(op.outputs), arguments)
+    hit = inferred.get(key) if key is not None else None
+    if hit is None:
+        hit = _infer_and_cost(typed, opdef, op, inputs)
+        if key is not None:
+            inferred[key] = hit
+    outputs, features = hit
+    _set_outputs(typed, op, outputs, user)
+    return features
+
+
+def _infer_and_cost(typed: TypedNet, opdef, op: Op, inputs: list[TensorType]) -> tuple[list, OpFeatures]:
+    """The registry's output types and cost features of one op, with its parameter bytes."""
     opdef.check_arity(len(inputs), op.label)
     outputs = _run_infer(opdef, op, inputs)
-    _set_outputs(typed, op, outputs, user)
     try:
         features = opdef.cost(inputs, [t for t in outputs if t is not None], op.args)
     except PlacerError:
@@ -69,7 +110,7 @@ def _infer_op(typed: TypedNet, op: Op, user: dict[str, TensorType],
         raise ShapeError(f"op {op.label}: cost features failed on inputs "
                          f"{_named_types(op, inputs)}: {type(e).__name__}: {e}") from e
     params = {b for b in op.inputs if b in typed.net.params}
-    return replace(features, param_bytes=float(sum(typed.net.params[b].nbytes for b in params)))
+    return tuple(outputs), replace(features, param_bytes=float(sum(typed.net.params[b].nbytes for b in params)))
 
 
 def _run_infer(opdef, op: Op, inputs: list[TensorType]) -> list[TensorType | None]:

@@ -404,3 +404,99 @@ def test_message_depth_counts_message_levels():
     assert message_depth(parse_text('op { type: "Relu" input: "x" output: "y" }')) == 1
     assert message_depth(parse_text(_nested_if(1))) == 4
     assert message_depth(parse_text(_nested_if(20))) == 61
+
+
+# ---------------------------------------------------------------- text written fast, as text_format writes it
+
+def _random_netdef(rng, depth: int = 0):
+    """A NetDef with what trips text printers: escapes, non-ASCII, every float (nan, -0,
+    subnormal, 9-digit), enums, doubles, nested nets and tensors, empty messages."""
+    import struct
+
+    def text(as_bytes=False):
+        chars = "abcXYZ_:/0. " if rng.random() < 0.6 else "".join(map(chr, range(128))) + "éß€\u2028"
+        s = "".join(chars[k] for k in rng.integers(0, len(chars), rng.integers(0, 6)))
+        return s.encode() if as_bytes else s
+
+    def number():
+        special = [0.0, -0.0, 1.0, 0.1, 1e-5, 1e16, 123456789.0, float("inf"), float("-inf"),
+                   float("nan"), 3.4e38, 1e-45]
+        if rng.random() < 0.3:
+            return special[rng.integers(len(special))]
+        return struct.unpack("<f", struct.pack("<I", int(rng.integers(2**32))))[0]
+
+    def argument():
+        a = pb.Argument(name=text())
+        kind = rng.integers(9)
+        if kind == 0:
+            a.f = number()
+        elif kind == 1:
+            a.i = int(rng.integers(-2**62, 2**62))
+        elif kind == 2:
+            a.s = bytes(rng.integers(0, 256, rng.integers(0, 5)).tolist())
+        elif kind == 3:
+            a.floats.extend(number() for _ in range(rng.integers(0, 4)))
+        elif kind == 4:
+            a.ints.extend(rng.integers(-5, 5, rng.integers(0, 4)).tolist())
+        elif kind == 5:
+            a.strings.extend(text(True) for _ in range(rng.integers(0, 3)))
+        elif kind == 6 and depth < 2:
+            a.n.CopyFrom(_random_netdef(rng, depth + 1))
+        elif kind == 7:
+            a.t.dims.extend([2, 3])
+            a.t.data_type = int(rng.choice([1, 2, 10]))
+            a.t.float_data.append(number())
+            a.t.double_data.append(float(rng.random()))
+        if rng.random() < 0.3:
+            a.f = number()
+        return a
+
+    net = pb.NetDef(name=text())
+    for _ in range(rng.integers(0, 8)):
+        op = net.op.add(type=text() or "X", name=text(), input=[text() for _ in range(rng.integers(3))],
+                        output=[text() for _ in range(rng.integers(2))])
+        op.arg.extend(argument() for _ in range(rng.integers(4)))
+        if rng.random() < 0.5:
+            op.device_option.device_type, op.device_option.device_id = int(rng.integers(7)), int(rng.integers(4))
+        elif rng.random() < 0.3:
+            op.device_option.SetInParent()  # present and empty
+        if rng.random() < 0.2:
+            op.is_gradient_op = bool(rng.random() < 0.5)
+    if rng.random() < 0.5:
+        net.arg.append(argument())
+    net.external_input.extend(text() for _ in range(rng.integers(3)))
+    return net
+
+
+def test_netdef_text_is_text_format_text_on_random_nets():
+    """protobuf's own printer is the oracle; the fast path must agree to the byte."""
+    import numpy as np
+    from google.protobuf import text_format
+
+    from placer.formats.caffe2 import netdef_text
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        net = _random_netdef(rng)
+        assert netdef_text(net) == text_format.MessageToString(net)
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("path", CAFFE2_FILES, ids=lambda p: p.name)
+def test_netdef_text_is_text_format_text_on_the_corpus(path):
+    from google.protobuf import text_format
+
+    from placer.formats.caffe2 import netdef_text
+    netdef = load_netdef(path)
+    assert netdef_text(netdef) == text_format.MessageToString(netdef)
+
+
+def test_unknown_fields_are_found_however_deep():
+    from placer.formats.caffe2 import has_unknown_fields
+    inner = pb.NetDef(name="inner").SerializeToString() + b"\x98\x06\x01"  # field 99
+    arg = pb.Argument(name="n").SerializeToString() + b"\x42" + bytes([len(inner)]) + inner  # n (8)
+    op = pb.OperatorDef(type="If").SerializeToString() + b"\x2a" + bytes([len(arg)]) + arg  # arg (5)
+    deep = pb.NetDef()
+    deep.ParseFromString(b"\x12" + bytes([len(op)]) + op)
+    assert deep.op[0].arg[0].n.name == "inner"
+    assert has_unknown_fields(deep)
+    assert not has_unknown_fields(pb.NetDef(name="x", op=[pb.OperatorDef(type="Relu")]))

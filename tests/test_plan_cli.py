@@ -517,3 +517,33 @@ def test_gpus_and_gpu_link_compose_a_machine(capsys, mixed):
     # NVLink: far faster than down to the host and up again
     t = next(t for t in doc["tensors"] if t["name"] == d2d[0]["tensor"])
     assert d2d[0]["time_s"] < 0.5 * (t["d2h_s"] + t["h2d_s"])
+
+
+def test_timings_name_every_stage_on_stderr_and_leave_stdout_alone(capsys, mixed, tmp_path):
+    args = (mixed["predict"], "--init-net", mixed["init"], "-o", tmp_path / "placed.pbtxt",
+            "--plan-out", tmp_path / "plan.json")
+    rc, out, err = cli_plan(capsys, *args)
+    rc_timed, out_timed, err_timed = cli_plan(capsys, *args, "--timings")
+    assert rc == rc_timed == 0 and out == out_timed and "timing" not in err
+    rows = re.findall(r"^timing: (\S+) +([\d.]+) s wall +([\d.]+) s cpu$", err_timed, re.M)
+    assert [r[0] for r in rows] == ["parse", "shapes", "costs", "graph", "partition", "check", "baselines",
+                                    "makespan", "json", "stability", "rewrite", "write", "plan-out", "print", "total"]
+    wall = {stage: float(w) for stage, w, _ in rows}
+    assert wall["total"] == pytest.approx(sum(w for s, w in wall.items() if s != "total"), abs=0.01)
+
+
+def test_plan_json_text_is_the_document_one_record_a_line(capsys, mixed, tmp_path):
+    """The written plan parses to the document (the json module is the oracle), with each
+    op, tensor and copy on a line of its own, and --json prints the same text."""
+    from placer.planview import json_text
+    rc, out, err = cli_plan(capsys, mixed["predict"], "--init-net", mixed["init"], "--gpus", "2", "--json",
+                            "--plan-out", tmp_path / "plan.json")
+    assert rc == 0, err
+    doc = strict_json(out)
+    written = (tmp_path / "plan.json").read_text()
+    assert strict_json(written) == doc and written == json_text(doc) + "\n" == out
+    lines = written.splitlines()
+    for record in doc["ops"] + doc["tensors"] + doc["copies"]:
+        assert sum(line.strip().rstrip(",") == json.dumps(record) for line in lines) == 1
+    assert lines[0] == "{" and lines[1].startswith(' "schema_version": ') and lines[-1] == "}"
+    assert len(lines) < 400  # records whole, not a field a line

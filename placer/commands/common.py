@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
+import time
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
@@ -78,20 +81,48 @@ def parse_input_specs(specs: list[str]) -> dict[str, TensorType]:
     return shapes
 
 
-def load_typed_net(args: argparse.Namespace, complete: bool = False) -> TypedNet:
+class StageClock:
+    """Wall and CPU seconds per named stage of a command: ``with clock("parse"): ...``; a
+    stage entered twice adds up. ``--timings`` prints them (stage by stage, then the
+    total); on a busy host the CPU seconds are the steadier figure."""
+
+    def __init__(self):
+        self.seconds: dict[str, list[float]] = {}  # stage -> [wall s, cpu s]
+
+    @contextmanager
+    def __call__(self, stage: str):
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            spent = self.seconds.setdefault(stage, [0.0, 0.0])
+            spent[0] += time.perf_counter() - wall
+            spent[1] += time.process_time() - cpu
+
+    def print(self, out=None) -> None:
+        out = out or sys.stderr
+        rows = [*self.seconds.items(), ("total", [sum(s[k] for s in self.seconds.values()) for k in (0, 1)])]
+        for stage, (wall, cpu) in rows:
+            print(f"timing: {stage:<10} {wall:8.3f} s wall {cpu:8.3f} s cpu", file=out)
+
+
+def load_typed_net(args: argparse.Namespace, complete: bool = False,
+                   clock=lambda stage: nullcontext()) -> TypedNet:
     """Load ``args.net`` (with init net / weights / phase) and infer its shapes with the
     user's ``--input`` shapes. A name that is no blob of the net is an error.
 
     With ``complete``, a blob some op needs but whose shape is unknown is a ShapeError
     naming the blobs and the options that supply them; otherwise the gaps are left in
-    ``TypedNet.missing`` (``inspect`` lists them).
+    ``TypedNet.missing`` (``inspect`` lists them). ``clock`` times the "parse" and
+    "shapes" stages (see ``StageClock``).
     """
     from placer.formats import load_net
     from placer.shapes import infer, require_complete
     shapes = parse_input_specs(getattr(args, "inputs", []))
-    net = load_net(args.net, init_path=getattr(args, "init_net", None),
-                   phase=getattr(args, "phase", "test"), weights=getattr(args, "weights", None),
-                   input_shapes=shapes)
+    with clock("parse"):
+        net = load_net(args.net, init_path=getattr(args, "init_net", None),
+                       phase=getattr(args, "phase", "test"), weights=getattr(args, "weights", None),
+                       input_shapes=shapes)
     known = set(net.external_inputs) | set(net.params) | set(net.input_shapes)
     known.update(b for op in net.ops for b in (*op.inputs, *op.outputs))
     for name in shapes:
@@ -99,8 +130,9 @@ def load_typed_net(args: argparse.Namespace, complete: bool = False) -> TypedNet
             some = ", ".join(net.data_inputs[:5]) or "none"
             raise InputError(f"--input {name}=...: the net has no blob '{name}' "
                              f"(its external inputs include: {some})")
-    typed = infer(net, shapes)
-    _refuse_impossible_blobs(typed)
+    with clock("shapes"):
+        typed = infer(net, shapes)
+        _refuse_impossible_blobs(typed)
     return require_complete(typed) if complete else typed
 
 

@@ -39,7 +39,7 @@ from placer.types import PlanCost
 
 
 def _plan(arr: CostArrays, dev: np.ndarray, method: str, memory_aware: bool = False):
-    plan = make_plan(arr, dev, method)
+    plan = make_plan(arr, dev, method, explain=False)   # scored and shown, never explained
     over = np.flatnonzero(plan.memory_bytes > arr.capacity * (1 + 1e-12))
     if len(over):
         plan.notes.append(("does not fit: " if not memory_aware else "no placement of this method fits: ")
@@ -119,13 +119,20 @@ class _Residency:
             self.makes = [pten[pptr[i]:pptr[i + 1]].tolist() for i in range(arr.n_ops)]
             self.nbytes = arr.t_bytes.tolist()
             self.written = arr.written_bytes.tolist()
+            # what an op brings at most (nothing it reads there yet): room for that is room enough
+            cons = np.bincount(np.repeat(np.arange(arr.n_ops), np.diff(cptr)), weights=arr.t_bytes[cten],
+                               minlength=arr.n_ops) if len(cten) else np.zeros(arr.n_ops)
+            self.most = (arr.written_bytes + cons).tolist()
 
     def new_bytes(self, i: int, d: int) -> float:
         on, nb = self.on[d], self.nbytes
         return self.written[i] + sum(nb[t] for t in self.reads[i] if t not in on)
 
     def fits(self, i: int, d: int) -> bool:
-        return not self.limited[d] or self.used[d] + self.new_bytes(i, d) <= self.capacity[d]
+        if not self.limited[d]:
+            return True
+        used = self.used[d]
+        return used + self.most[i] * (1 + 1e-9) <= self.capacity[d] or used + self.new_bytes(i, d) <= self.capacity[d]
 
     def place(self, i: int, d: int) -> None:
         if self.limited[d]:
@@ -200,32 +207,41 @@ def m_etf(arr: CostArrays):
     inputs are all there, op) for the ready ops that may go there; at each step the top
     of every heap is checked (an op placed meanwhile, its group placed elsewhere, or no
     memory room left there: dropped; room only shrinks) and the op that starts earliest
-    is placed. An op dropped from every heap goes to its group's device or the host."""
+    is placed. An op dropped from every heap goes to its group's device or the host.
+    The loop runs on Python lists (one per array, read once), and whether a heap's top
+    fits its device is remembered until something is placed there."""
     n, k = arr.n_ops, arr.k
     g = gpus(arr)
     res = _Residency(arr)
-    comp = arr.component
-    group_dev = np.full(comp.max() + 1 if n else 0, -1, np.int64)
+    comp = arr.component.tolist()
+    group_dev = [-1] * (max(comp) + 1 if n else 0)
     cptr, cten = arr.consumed_by
+    reads = _live_reads(arr, cptr, cten)
+    producer, host = arr.t_producer.tolist(), arr.host
+    copy_rows, link = arr.class_s.tolist(), arr.link_class.tolist()
+    op_s, feasible = arr.op_s.tolist(), arr.feasible.tolist()
     waiting, succ = _predecessors(arr)
-    finish, free_at = np.zeros(n), np.zeros(k)
-    dev = np.full(n, -1, np.int64)
-    options = np.zeros(n, np.int64)          # heap entries of an op still standing
+    waiting = waiting.tolist()
+    finish, free_at = [0.0] * n, [0.0] * k
+    dev = [-1] * n
+    options = [0] * n                        # heap entries of an op still standing
     heaps: list[list] = [[] for _ in range(k)]
     arrival: dict[tuple[int, int], float] = {}
+    placed_on = [0] * k                      # ops placed on each device so far
+    fit_memo: list[tuple] = [(-1, -1, False)] * k   # (op, placed_on[d], fits) of heap d's top
 
     def data_ready(i: int, d: int) -> float:
         ready = 0.0
-        for t in cten[cptr[i]:cptr[i + 1]].tolist():
-            p = int(arr.t_producer[t])
-            if p == PARAM or p >= i:     # a parameter, or state from the previous step
-                continue
-            src, made = (arr.host, 0.0) if p < 0 else (int(dev[p]), finish[p])
+        for t in reads[i]:
+            p = producer[t]
+            src, made = (host, 0.0) if p < 0 else (dev[p], finish[p])
             if src != d:
-                if (t, d) not in arrival:
-                    arrival[(t, d)] = made + float(arr.copy_s(t, src, d))
-                made = arrival[(t, d)]
-            ready = max(ready, made)
+                at = arrival.get((t, d))
+                if at is None:
+                    at = arrival[(t, d)] = made + copy_rows[link[src][d]][t]
+                made = at
+            if made > ready:
+                ready = made
         return ready
 
     def push(i: int, devices: list[int], forced: bool) -> None:
@@ -234,12 +250,19 @@ def m_etf(arr: CostArrays):
         options[i] += len(devices)
 
     def ready(i: int) -> None:
-        gd = int(group_dev[comp[i]])
-        choice = [gd] if gd >= 0 else [d for d in g if arr.feasible[i, d]]
+        gd = group_dev[comp[i]]
+        row = feasible[i]
+        choice = [gd] if gd >= 0 else [d for d in g if row[d]]
         if choice:
             push(i, choice, False)
         else:
             push(i, [_fallback(arr, i, -1)], True)
+
+    def fits(i: int, d: int) -> bool:
+        memo = fit_memo[d]
+        if memo[0] != i or memo[1] != placed_on[d]:
+            memo = fit_memo[d] = (i, placed_on[d], res.fits(i, d))
+        return memo[2]
 
     def valid(entry, d: int) -> bool:
         _, i, forced = entry
@@ -247,14 +270,14 @@ def m_etf(arr: CostArrays):
             return False
         if forced:
             return True
-        gd = int(group_dev[comp[i]])
-        ok = (gd < 0 or gd == d) and res.fits(i, d)
+        gd = group_dev[comp[i]]
+        ok = (gd < 0 or gd == d) and fits(i, d)
         if not ok:
             options[i] -= 1
             if options[i] == 0:        # no GPU takes it: its group's device or the host
                 push(i, [_fallback(arr, i, gd)], True)
         return ok
-    for i in np.flatnonzero(waiting == 0).tolist():
+    for i in [j for j in range(n) if waiting[j] == 0]:
         ready(i)
     for _ in range(n):
         best = None
@@ -264,18 +287,32 @@ def m_etf(arr: CostArrays):
                 while h and not valid(h[0], d):
                     heapq.heappop(h)
                 if h:
-                    key = (max(free_at[d], h[0][0]), h[0][1], d)
-                    best = key if best is None or key < best else best
+                    top = h[0]
+                    key = (free_at[d] if free_at[d] > top[0] else top[0], top[1], d)
+                    if best is None or key < best:
+                        best = key
         start, i, d = best       # its entry leaves the heap lazily, as a placed op
-        dev[i], group_dev[comp[i]] = d, d
+        dev[i] = d
+        group_dev[comp[i]] = d
         res.place(i, d)
-        finish[i] = start + float(arr.op_s[i, d])
-        free_at[d] = finish[i]
+        placed_on[d] += 1
+        finish[i] = free_at[d] = start + op_s[i][d]
         for j in succ[i]:
             waiting[j] -= 1
             if waiting[j] == 0:
                 ready(j)
-    return _plan(arr, dev, "m_etf", memory_aware=True)
+    return _plan(arr, np.array(dev, np.int64), "m_etf", memory_aware=True)
+
+
+def _live_reads(arr: CostArrays, cptr: np.ndarray, cten: np.ndarray) -> list[list[int]]:
+    """Per op, the tensors it reads that are not parameters nor state from the previous
+    step (made by a later op), in CSR order, as lists."""
+    reader = np.repeat(np.arange(arr.n_ops), np.diff(cptr))
+    made_by = arr.t_producer[cten]
+    live = (made_by != PARAM) & (made_by < reader)
+    ptr = np.concatenate([[0], np.cumsum(live)])[cptr].tolist()
+    flat = cten[live].tolist()
+    return [flat[ptr[i]:ptr[i + 1]] for i in range(arr.n_ops)]
 
 
 def lower_bound(arr: CostArrays) -> PlanCost:

@@ -8,6 +8,9 @@ reason says why the op is where it is and not there:
   'x' to cuda:0 costs more than cuda:0 saves"), or the memory it would not fit in
   ("cpu: its 2.1 GB of parameters do not fit on cuda:0");
 - pinned or colocated ops say so.
+At most ``MAX_EXPLAINED_MOVES`` ops get the blob-naming reason (each a ``move_delta`` of
+its colocation group, local to the blobs it touches); the rest a generic one, so that a
+million-op plan is explained in linear time.
 """
 from __future__ import annotations
 
@@ -23,16 +26,17 @@ MAX_EXPLAINED_MOVES = 2000  # ops whose reason names a blob; the rest a generic 
 
 def make_plan(arr: CostArrays, dev, method: str, objective: str = "serial",
               optimal: bool = False, gap: float | None = None,
-              capacity=None, notes: list[str] | None = None) -> Plan:
+              capacity=None, notes: list[str] | None = None, explain: bool = True) -> Plan:
     """A Plan of a placement (``dev``: a device index per op). ``capacity`` is the usable
-    memory per device the plan was made for (default: ``arr.capacity``)."""
+    memory per device the plan was made for (default: ``arr.capacity``); ``explain``
+    False leaves ``reasons`` empty (a baseline's: no one reads them)."""
     dev = as_placement(arr, dev).copy()
     params, peak, _ = device_memory(arr, dev)
     cap = arr.capacity if capacity is None else np.broadcast_to(np.asarray(capacity, float), (arr.k,))
     return Plan(placement=dev, devices=tuple(arr.devices), device_kinds=tuple(arr.device_kinds),
                 copies=plan_copies(arr, dev), cost=serial_cost(arr, dev), method=method,
                 objective=objective, optimal=optimal, gap=gap, memory_bytes=params + peak,
-                capacity_bytes=np.array(cap, float), reasons=reasons(arr, dev),
+                capacity_bytes=np.array(cap, float), reasons=reasons(arr, dev) if explain else {},
                 notes=list(notes or []))
 
 
@@ -83,7 +87,7 @@ def reasons(arr: CostArrays, dev: np.ndarray) -> dict[int, str]:
             continue
         if use is None:
             use = memory_use(arr, dev)
-        out[i] = _against(arr, dev, i, int(other[i]), here[i], there[i], use)
+        out[i] = _against(arr, dev, i, arr.group_of(i), int(other[i]), here[i], there[i], use)
     return out
 
 
@@ -94,13 +98,13 @@ def _ratio(slow: float, fast: float) -> str:
     return f"{r:.0f}x" if r >= 10 else f"{r:.1f}x"
 
 
-def _against(arr: CostArrays, dev: np.ndarray, i: int, to: int, here: float, there: float,
+def _against(arr: CostArrays, dev: np.ndarray, i: int, comp: np.ndarray, to: int, here: float, there: float,
              use: np.ndarray) -> str:
-    """Why op i is not on ``to``, where it alone would run at least as fast. ``use``: the
-    bytes each device holds now; the op does not fit on ``to`` when they plus what it
-    brings there (its parameters and outputs, a bound on its activations) pass the limit."""
+    """Why op i (of colocation group ``comp``) is not on ``to``, where it alone would run
+    at least as fast. ``use``: the bytes each device holds now; the op does not fit on
+    ``to`` when they plus what it brings there (its parameters and outputs, a bound on its
+    activations) pass the limit."""
     names = arr.devices
-    comp = np.flatnonzero(arr.component == arr.component[i])
     delta, worst = move_delta(arr, dev, comp, to)
     where, dest = names[dev[i]], names[to]
     if delta < 0 and np.isfinite(arr.capacity[to]):   # moving would pay: memory holds it back

@@ -464,16 +464,14 @@ def improve(arr: CostArrays, dev: np.ndarray, time_s: float) -> np.ndarray:
 
 
 def _group(arr: CostArrays, i: int) -> np.ndarray:
-    if len(arr.colocate):
-        return np.flatnonzero(arr.component == arr.component[i])
-    return np.array([i])
+    return arr.group_of(i) if len(arr.colocate) else np.array([i])
 
 
 def _apply(arr, x, moves: list[tuple[np.ndarray, int]]) -> bool:
     """Apply moves (ops, device), one after the other, in place if together they lower
     the cost and every device they go to still fits (the devices they leave only shrink);
     else leave ``x`` as it was."""
-    before = x.copy()
+    before = [(ops, x[ops].copy()) for ops, _ in moves]   # what the moves change, not all of x
     delta = 0.0
     for ops, to in moves:
         if len(ops):
@@ -483,7 +481,8 @@ def _apply(arr, x, moves: list[tuple[np.ndarray, int]]) -> bool:
         use = memory_use(arr, x)
         if all(use[to] <= arr.capacity[to] * SLACK for _, to in moves):
             return True
-    x[:] = before
+    for ops, was in reversed(before):
+        x[ops] = was
     return False
 
 

@@ -311,12 +311,34 @@ def _memory_rows(arr: CostArrays, prog: _Program, xi: np.ndarray, d: int) -> Non
             prog.row(cols, vals, -np.inf, cap / unit)
 
 
+def _least_variables(arr: CostArrays) -> int:
+    """A lower bound on the program's variables, from whole arrays: an x per feasible
+    (op, device) of the devices the program uses, and at least one copy variable (Y or
+    W) per tensor made by an op and device other than the producer's only one where a
+    reader may run. The program grows with these (copy rows build k-1 sources each), so
+    a net far too big for ``max_vars`` is refused in time linear in its size."""
+    feasible = arr.feasible & _collapsed(arr)[None, :]
+    n_x = int(feasible.sum())
+    made = np.flatnonzero(arr.t_producer >= 0)
+    if not len(made) or not len(arr.t_cons):
+        return n_x
+    readers = feasible[arr.t_cons]     # per consumer entry: the devices its reader may take
+    readable = np.column_stack([np.bincount(arr.entry_tensor, weights=readers[:, d], minlength=arr.n_tensors) > 0
+                                for d in range(arr.k)])
+    at_producer = feasible[arr.t_producer[made]]
+    only_there = at_producer & (at_producer.sum(axis=1) == 1)[:, None]   # no source but e itself
+    return n_x + int((readable[made] & ~only_there).sum())
+
+
 def milp_partition(arr: CostArrays, time_limit: float = 10.0, max_vars: int = 400_000) -> dict:
     """Solve the MILP within ``time_limit`` seconds, honouring ``arr.capacity``.
 
     Returns {"x": device index per op or None, "objective" and "bound" (seconds, None
     when unknown), "optimal", "status" ("optimal", "time limit", "infeasible", "skipped",
     "failed"), "note"}."""
+    if _least_variables(arr) > max_vars:   # too big: known before building any of it
+        return {"x": None, "objective": None, "bound": None, "optimal": False, "status": "skipped",
+                "note": f"MILP skipped: more than {max_vars} variables"}
     scale = OBJECTIVE_SCALE / _reference_cost(arr)
     prog = _Program()
     xi = _placement_rows(arr, prog, scale)

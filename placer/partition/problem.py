@@ -149,6 +149,20 @@ class CostArrays:
         return connected_components(m, directed=False)[1]
 
     @cached_property
+    def groups(self) -> tuple[np.ndarray, np.ndarray]:
+        """CSR colocation component -> its ops: (ptr, op indices in net order)."""
+        comp = self.component
+        order = np.argsort(comp, kind="stable")
+        ptr = np.searchsorted(comp[order], np.arange(comp.max() + 2 if len(comp) else 1))
+        return ptr, order
+
+    def group_of(self, i: int) -> np.ndarray:
+        """The ops that must share op i's device (op i among them), in net order."""
+        ptr, order = self.groups
+        c = self.component[i]
+        return order[ptr[c]:ptr[c + 1]]
+
+    @cached_property
     def feasible(self) -> np.ndarray:
         """bool [n, k]: devices an op may take once its colocation group is accounted for
         (the intersection of the group's ``allowed`` rows); InfeasiblePlanError when a
@@ -357,13 +371,16 @@ def fits(arr: CostArrays, dev) -> bool:
 
 # ------------------------------------------------------------------------ moves
 
-def _tensor_copy_cost(arr: CostArrays, dev: np.ndarray, t: int) -> float:
-    """Copy seconds of one tensor under a placement (the reference, loop form)."""
+def _tensor_copy_cost(arr: CostArrays, dev: np.ndarray, t: int, moved: dict[int, int] | None = None) -> float:
+    """Copy seconds of one tensor under a placement (the reference, loop form); ``moved``
+    maps ops to the device they take instead of ``dev``'s."""
     p = int(arr.t_producer[t])
     if p == PARAM:
         return 0.0
-    src = arr.host if p == HOST else int(dev[p])
-    dests = {int(d) for d in dev[arr.t_cons[arr.t_ptr[t]:arr.t_ptr[t + 1]]]}
+    moved = moved or {}
+    src = arr.host if p == HOST else moved.get(p, int(dev[p]))
+    cons = arr.t_cons[arr.t_ptr[t]:arr.t_ptr[t + 1]].tolist()
+    dests = {moved.get(c, d) for c, d in zip(cons, dev[cons].tolist())}
     if arr.outputs_on_host and arr.t_ext_out[t]:
         dests.add(arr.host)
     dests.discard(src)
@@ -380,9 +397,8 @@ def move_delta(arr: CostArrays, dev, ops, to: int) -> tuple[float, int]:
     touched = np.unique(np.concatenate([cten[cptr[i]:cptr[i + 1]] for i in ops]
                                        + [pten[pptr[i]:pptr[i + 1]] for i in ops]))
     before = np.array([_tensor_copy_cost(arr, dev, t) for t in touched.tolist()])
-    moved = dev.copy()
-    moved[ops] = to
-    after = np.array([_tensor_copy_cost(arr, moved, t) for t in touched.tolist()])
+    moved = dict.fromkeys(ops.tolist(), int(to))   # not a copy of dev: this is called per op
+    after = np.array([_tensor_copy_cost(arr, dev, t, moved) for t in touched.tolist()])
     compute = float((arr.op_s[ops, to] - arr.op_s[ops, dev[ops]]).sum())
     grow = after - before
     worst = int(touched[np.argmax(grow)]) if len(touched) and grow.max() > 0 else -1

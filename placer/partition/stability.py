@@ -74,21 +74,34 @@ class Stability:
 
 def op_spreads(typed_net, model, devices: Sequence) -> np.ndarray:
     """(ops x devices) run-to-run spreads (IQR / median) of the model's op times; devices
-    that share a profile share a column, computed once."""
+    that share a profile share a column, and ops that share a signature (``costs.
+    op_signature``: the layers of a deep net) a row, each computed once."""
+    from placer.costs import op_signature
     net = typed_net.net
     devices = list(devices)
-    out = np.zeros((len(net.ops), len(devices)))
     first: dict = {}
     for d, device in enumerate(devices):
         first.setdefault(id(model.profile(device)), d)
+    distinct = list(first.values())
+    rows: list[list[float]] = []     # spreads on the distinct devices, per distinct signature
+    seen: dict[tuple, int] = {}
+    row_of = np.empty(len(net.ops), np.int64)
     for op, feats in zip(net.ops, typed_net.features):
-        inputs = list(typed_net.op_inputs[op.index]) if op.index < len(typed_net.op_inputs) else \
-            [typed_net.blobs.get(b) for b in op.inputs]
-        for d in first.values():
-            out[op.index, d] = model.op_spread(op.type, inputs, op.args, feats, devices[d])
-    for d, device in enumerate(devices):
-        out[:, d] = out[:, first[id(model.profile(device))]]
-    return out
+        inputs = tuple(typed_net.op_inputs[op.index]) if op.index < len(typed_net.op_inputs) else \
+            tuple(typed_net.blobs.get(b) for b in op.inputs)
+        outs = tuple(typed_net.op_outputs[op.index]) if op.index < len(typed_net.op_outputs) else ()
+        key = op_signature(op, inputs, outs, feats)
+        r = seen.get(key) if key is not None else None
+        if r is None:
+            r = len(rows)
+            rows.append([model.op_spread(op.type, list(inputs), op.args, feats, devices[d]) for d in distinct])
+            if key is not None:
+                seen[key] = r
+        row_of[op.index] = r
+    table = np.array(rows, float).reshape(len(rows), len(distinct))
+    column = {d: j for j, d in enumerate(distinct)}
+    pick = [column[first[id(model.profile(device))]] for device in devices]
+    return table[:, pick][row_of] if len(rows) else np.zeros((len(net.ops), len(devices)))
 
 
 def check(arrays, solve: Callable, placement: np.ndarray, spreads: np.ndarray,

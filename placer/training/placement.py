@@ -95,18 +95,28 @@ def state_writers(net: Net) -> dict[str, list[int]]:
 
 def state_groups(net: Net) -> list[set[int]]:
     """Ops that must share a device (rule 1): the writers of each state blob, merged where
-    one op writes several state blobs (a parameter and its optimizer state)."""
-    groups: list[set[int]] = []
+    one op writes several state blobs (a parameter and its optimizer state). Merged by
+    union-find over the writers, so many parameters cost one pass."""
+    parent: dict[int, int] = {}
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
     for ops in state_writers(net).values():
-        merged = set(ops)
-        keep = []
-        for g in groups:
-            if g & merged:
-                merged |= g
-            else:
-                keep.append(g)
-        groups = keep + [merged]
-    return [g for g in groups if len(g) > 1]
+        for i in ops:
+            parent.setdefault(i, i)
+        first = root(ops[0])
+        for i in ops[1:]:
+            r = root(i)
+            if r != first:
+                parent[r] = first
+    groups: dict[int, set[int]] = {}
+    for i in parent:
+        groups.setdefault(root(i), set()).add(i)
+    return [g for g in groups.values() if len(g) > 1]
 
 
 def inplace_writes(net: Net) -> list[tuple[int, int, str]]:
@@ -201,11 +211,12 @@ def with_state_reads(net: Net, tensors: TensorTable) -> tuple[TensorTable, State
     return table, StateReads(ids, np.concatenate([made_bytes, np.array(nbytes)]))
 
 
-def price_state_reads(graph, machine, reads: StateReads) -> None:
+def price_state_reads(class_s: np.ndarray, machine, reads: StateReads) -> None:
     """Give the copy rows of ``reads`` the copy seconds of the state's bytes over every
-    link class of the cost graph (in place: ``graph.graph["class_s"]``)."""
+    link class (in place: ``class_s``, float [classes, tensors], the cost arrays' or the
+    cost graph's ``graph["class_s"]``)."""
     if len(reads):
-        graph.graph["class_s"][:, reads.tensors] = machine.link_classes().class_seconds(reads.nbytes)
+        class_s[:, reads.tensors] = machine.link_classes().class_seconds(reads.nbytes)
 
 
 def state_copy_bytes(reads: StateReads, names: list[str], *plans) -> None:

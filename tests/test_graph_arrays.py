@@ -1,0 +1,120 @@
+"""The arrays the partitioners are handed equal the networkx cost graph the user sees.
+
+The planner builds ``CostArrays`` straight from the cost tables (``graph.cost_arrays``);
+``--graph-out`` writes the networkx graph (``graph.build_cost_graph``). The oracle here is
+``problem.from_graph`` of that graph: every field of the bulk arrays must equal it, dtypes
+included, on nets priced by ``annotate`` on CPU + GPU machines of one to eight GPUs, with
+pins, kernels missing on the GPU, in-place chains and parameter updates (colocation).
+The colocation groups themselves are checked against their definitions, written out as
+scans of every op for every parameter and blob.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from placer import planner
+from placer.costs import TensorTable, annotate
+from placer.examples.builder import NetBuilder
+from placer.formats.caffe2 import net_from_netdef
+from placer.graph import build_cost_graph, cost_arrays
+from placer.machine import load_machine
+from placer.partition.problem import from_graph
+from placer.planner import PlanOptions
+from placer.shapes import infer
+from placer.types import TensorType
+
+MACHINES = ("2x-t4-pcie3", "4x-v100-sxm2-nvlink", "8x-a100-40gb-nvswitch")
+
+
+def random_layers(rng, n_ops: int) -> NetBuilder:
+    """Ops reading random earlier blobs and parameters, some writing a parameter or their
+    own input in place (pins narrow ``allowed`` as a missing GPU kernel would)."""
+    b = NetBuilder("r")
+    blobs = [b.input("x", (4, 4))]
+    params = [b.param(f"p{k}", (4, 4), "XavierFill") for k in range(6)]
+    for i in range(n_ops):
+        ins = [blobs[j] for j in rng.integers(0, len(blobs), rng.integers(1, 3))]
+        ins += [params[j] for j in rng.integers(0, len(params), rng.integers(0, 3))]
+        roll = rng.random()
+        out = (params[rng.integers(len(params))] if roll < 0.15 else ins[0] if roll < 0.35 else f"b{i}")
+        b.op("Sum", ins, out, name=f"op{i}")
+        blobs.append(out)
+    b.output(blobs[-1])
+    return b
+
+
+def typed_layers(seed: int, n_ops: int):
+    b = random_layers(np.random.default_rng(seed), n_ops)
+    return infer(net_from_netdef(b.predict, b.init), {"x": TensorType((4, 4), "float32")})
+
+
+def with_producers_reading(costs, every: int):
+    """``costs`` with every ``every``-th made tensor also read by its producer (as a
+    hand-made table may list an in-place op): that reader needs no copy and is dropped."""
+    t = costs.tensors
+    readers = [t.readers(x).tolist() + ([int(p)] if p >= 0 and x % every == 0 else [])
+               for x, p in enumerate(t.producer.tolist())]
+    ptr = np.zeros(len(readers) + 1, np.int64)
+    ptr[1:] = np.cumsum([len(r) for r in readers])
+    costs.tensors = TensorTable(t.names, t.producer, ptr, np.array([c for r in readers for c in r], np.int64),
+                                t.nbytes, t.external_output)
+    return costs
+
+
+def same_arrays(a, b) -> None:
+    """Every field of two CostArrays equal, dtypes included."""
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y), f.name
+        else:
+            assert type(x) is type(y) and x == y, f.name
+
+
+@pytest.mark.parametrize("machine_name", MACHINES)
+@pytest.mark.parametrize("seed", range(3))
+def test_cost_arrays_equal_the_arrays_of_the_networkx_graph(machine_name, seed):
+    rng = np.random.default_rng(seed + 100)
+    typed = typed_layers(seed, 80)
+    net = typed.net
+    machine = load_machine(machine_name)
+    costs = with_producers_reading(annotate(typed, machine), every=3)
+    gpus = [d.name for d in machine.devices if d.is_gpu]
+    pins = (f"op{rng.integers(80)}=cpu", f"op{rng.integers(80)}={rng.choice(gpus)}", f"op{rng.integers(80)}=gpu")
+    for outputs_on_host in (True, False):
+        options = PlanOptions(pins=pins, outputs_on_host=outputs_on_host, gpu_mem_bytes=1e6)
+        _, usable = planner.memory_limits(machine, options)
+        args = planner.graph_arguments(net, costs, machine, options, usable)
+        assert args["colocate"] and args["inplace"] and any(args["pin_reason"])
+        same_arrays(cost_arrays(costs, **args), from_graph(build_cost_graph(costs, **args)))
+
+
+def test_cost_arrays_check_what_the_graph_checks():
+    costs = annotate(typed_layers(0, 5), load_machine("2x-t4-pcie3"))
+    for build in (cost_arrays, build_cost_graph):
+        with pytest.raises(ValueError, match=r"allowed has shape \(5, 2\), expected \(5, 3\)"):
+            build(costs, np.ones((5, 2), bool))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_colocation_groups_equal_their_definitions_by_brute_force(seed):
+    """parameter_groups and inplace_pairs, built from one index, against a scan of every
+    op for every parameter and blob (the definitions, written out)."""
+    b = random_layers(np.random.default_rng(seed), 60)
+    net = net_from_netdef(b.predict, b.init)
+    expected = []
+    for p in net.params:
+        writers = {op.index for op in net.ops if p in op.outputs}
+        if writers:
+            expected.append(writers | {op.index for op in net.ops if p in op.inputs})
+    assert sorted(map(sorted, planner.parameter_groups(net))) == sorted(map(sorted, expected)) and expected
+    pairs = set()
+    for op in net.ops:
+        for name in set(op.inputs) & set(op.outputs):
+            earlier = [o.index for o in net.ops[:op.index] if name in o.outputs]
+            if earlier:
+                pairs.add((op.index, earlier[-1]))
+    assert set(planner.inplace_pairs(net)) == pairs and pairs
