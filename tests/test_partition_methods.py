@@ -21,11 +21,11 @@ def test_milp_out_of_time_is_one_line_with_the_fix(capsys):
     out, err = capsys.readouterr()
     assert rc == 2
     assert err.count("\n") == 1 and err.startswith("placer: error: ") and "Traceback" not in out + err
-    assert "the MILP found no placement within 0 s" in err
+    assert "the MILP found no placement within its 0 s time limit" in err
     assert "Time limit reached" in err            # HiGHS's own words, kept
     assert "raise --time-limit" in err
 
 
 def test_milp_out_of_time_raises_a_placer_error_under_debug():
-    with pytest.raises(PlacerError, match="no placement within 0 s"):
+    with pytest.raises(PlacerError, match="no placement within its 0 s time limit"):
         cli.main(["plan", *_resnet50(), "--method", "milp", "--time-limit", "0", "--debug"])

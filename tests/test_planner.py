@@ -137,18 +137,23 @@ def test_inplace_op_follows_its_producer(fan):
         run_plan(fan, pins=("relu_inplace=cpu", "fc2=cuda:0"))
 
 
-def test_a_parameter_and_the_op_updating_it_share_a_device():
+def test_the_ops_updating_a_parameter_share_its_device_and_readers_may_sit_elsewhere():
     def build(b):
         b.input("x", (64, 256))
         b.param("w", (256, 256), "XavierFill")
-        b.op("Relu", ["w"], "w", name="clip_w")       # updates the parameter in place
-        b.op("MatMul", ["x", "w"], "y", name="mm")
+        b.op("Relu", ["w"], "w", name="clip_w")       # two updates of the parameter in place
+        b.op("Sigmoid", ["w"], "w", name="squash_w")
+        b.op("MatMul", ["x", "w"], "y", name="mm")    # a reader only
         b.output("y")
     typed = typed_net(build, {"x": (64, 256)})
     assert planner.parameter_groups(typed.net) == [{0, 1}]
     for device in ("cpu", "cuda:0"):
-        r = run_plan(typed, pins=(f"mm={device}",))
+        r = run_plan(typed, pins=(f"squash_w={device}",))
         assert r.plan.device_of(0) == r.plan.device_of(1) == device
+    # a reader pinned away from the state's device reads a copy of it (rule 2)
+    r = run_plan(typed, pins=("squash_w=cuda:0", "mm=cpu"))
+    assert [r.plan.device_of(i) for i in range(3)] == ["cuda:0", "cuda:0", "cpu"]
+    assert [(c.tensor, c.src, c.dst) for c in r.plan.copies if c.tensor == "w"] == [("w", "cuda:0", "cpu")]
 
 
 def only(*devices):
