@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from placer.partition.baselines import all_gpu
 from placer.partition.expansion import expansion_placement
 from placer.partition.mincut import mincut_placement
 from placer.partition.problem import CostArrays, copy_pairs, fits, serial_cost
@@ -184,7 +185,7 @@ def _serial(arr):
     return mincut_placement(arr) if arr.k == 2 else expansion_placement(arr)[0]
 
 
-def test_makespan_plan_is_never_worse_than_the_serial_plan():
+def test_makespan_plan_is_never_worse_than_the_serial_plan_or_everything_on_one_gpu():
     rng = np.random.default_rng(11)
     gains = []
     for seed in range(200):
@@ -193,9 +194,10 @@ def test_makespan_plan_is_never_worse_than_the_serial_plan():
                             tensor_bytes=float(rng.choice([1e5, 1e6, 4e6])))
         sim = Simulator(arr)
         base = sim.score(_serial(arr))
+        one_gpu = sim.score(all_gpu(arr).placement)
         plan = MakespanPartitioner(time_s=0.02).partition(arr)
         assert plan.objective == "makespan" and plan.method == "makespan"
-        assert plan.makespan_s <= base * (1 + 1e-12)
+        assert plan.makespan_s <= min(base, one_gpu) * (1 + 1e-12)   # a start of its search, each
         assert plan.makespan_s == pytest.approx(sim.score(plan))
         assert arr.feasible[np.arange(arr.n_ops), plan.placement].all()
         assert plan.total_s == pytest.approx(serial_cost(arr, plan.placement).total_s)

@@ -39,6 +39,7 @@ import time
 
 import numpy as np
 
+from placer.partition.baselines import fastest_gpu
 from placer.partition.explain import make_plan
 from placer.partition.problem import PARAM, CostArrays, as_placement, fits, from_graph, respecting_pins
 
@@ -513,8 +514,12 @@ class MakespanPartitioner:
         base_ms = sim.score(base)
         run_s = time.perf_counter() - t0
         tried = {"the serial plan": (base, base_ms)}
-        for name, x in (("HEFT", heft_placement(arr, sim)),
-                        ("list scheduling in net order", list_schedule(arr, np.arange(arr.n_ops), sim))):
+        starts = [("HEFT", heft_placement(arr, sim)),
+                  ("list scheduling in net order", list_schedule(arr, np.arange(arr.n_ops), sim))]
+        one_gpu = fastest_gpu(arr)
+        if one_gpu != arr.host:   # so that the plan is never slower than everything on one GPU
+            starts.append(("everything on one GPU", respecting_pins(arr, np.full(arr.n_ops, one_gpu))))
+        for name, x in starts:
             tried[name] = (x, sim.score(x) if not limited or fits(arr, x) else INF)
         first = min(tried, key=lambda name: tried[name][1])   # the serial plan on ties
         x, ms, stats = local_search(arr, sim, *tried[first], self.time_s, keep_fit=limited, run_s=run_s)
