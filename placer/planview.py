@@ -39,6 +39,8 @@ def optimality(plan: Plan) -> str:
         return f"within {100 * plan.gap:.2g}% of the MILP bound{limit}"
     if not any(note.startswith("MILP") for note in plan.notes):
         return f"feasible{limit}; optimality not proven (no MILP bound was computed)"
+    if any(note.startswith("MILP skipped") for note in plan.notes):
+        return f"feasible{limit}; optimality not proven (the net is too big for the MILP in its time limit)"
     return f"feasible{limit}; optimality not proven (the MILP did not finish in time)"
 
 

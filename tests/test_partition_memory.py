@@ -260,3 +260,24 @@ def test_no_placement_fits_though_each_pin_does():
         partition(arr)
     with pytest.raises(InfeasiblePlanError, match="no placement found that fits the memory of cuda:"):
         MemoryPartitioner(milp_time_limit=0).partition(arr)
+
+
+def test_the_milp_a_plan_runs_itself_is_sized_to_its_time_limit():
+    """HiGHS does not stop its root LP relaxation at the time limit (210k variables took
+    99 s against 5 s), so the memory partitioner skips a MILP with more variables than
+    ``vars_within(time limit)`` and says why; within that size it runs and proves."""
+    from placer.partition import milp
+    from placer.planview import optimality
+    assert milp.vars_within(10) == milp.ROOT_LP_VARS_IN_10S
+    assert milp.vars_within(40) == 2 * milp.ROOT_LP_VARS_IN_10S and milp.vars_within(0) == 0
+    arr = random_arrays(120, seed=53, tensor_bytes=2e6)
+    free = memory_use(arr, mincut_placement(arr))[1]
+    arr.capacity = np.array([np.inf, free * 0.5])
+    assert milp._least_variables(arr) > milp.vars_within(1e-5)
+    quick = MemoryPartitioner(milp_time_limit=1e-5).partition(arr)
+    check_plan(arr, quick)
+    assert any(n.startswith("MILP skipped") and "root LP relaxation" in n for n in quick.notes)
+    assert not quick.optimal and quick.gap is None and "too big for the MILP" in optimality(quick)
+    full = MemoryPartitioner(milp_time_limit=30).partition(arr)
+    assert full.optimal and not any("skipped" in n for n in full.notes)
+    assert full.total_s <= quick.total_s * (1 + 1e-9)

@@ -34,7 +34,7 @@ import numpy as np
 from placer.errors import InfeasiblePlanError
 from placer.partition.expansion import energy, expand, expansion_placement
 from placer.partition.explain import make_plan
-from placer.partition.milp import milp_partition
+from placer.partition.milp import milp_partition, vars_within
 from placer.partition.mincut import PIN_CPU, PIN_GPU, FlowNetwork, TwoDeviceView
 from placer.partition.problem import (CostArrays, device_memory, memory_use, move_delta, move_deltas,
                                       respecting_pins, serial_cost)
@@ -112,7 +112,8 @@ class MemoryPartitioner:
         heur = serial_cost(arr, dev).total_s if dev is not None else np.inf
         notes, optimal, gap = [f"Lagrangian + repair: {heur:.6g} s"], False, None
         if self.milp_time_limit > 0:
-            res = milp_partition(arr, self.milp_time_limit, self.milp_max_vars)
+            res = milp_partition(arr, self.milp_time_limit,
+                                 min(self.milp_max_vars, vars_within(self.milp_time_limit)))
             notes.append(res["note"])
             if (res["x"] is not None and serial_cost(arr, res["x"]).total_s < heur
                     and not over_limit(arr, res["x"]).any()):

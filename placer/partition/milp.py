@@ -330,15 +330,31 @@ def _least_variables(arr: CostArrays) -> int:
     return n_x + int((readable[made] & ~only_there).sum())
 
 
+# HiGHS does not stop its root LP relaxation at the time limit: on placer's memory-limited
+# MILP (a 2-core x86 VM) 70k variables took the 10 s limit, 210k took 99 s against a 5 s
+# limit, all of it in the root LP. LP time grows about as the square of the size, so the
+# MILP a plan runs on its own is sized to its time limit (``vars_within``).
+ROOT_LP_VARS_IN_10S = 70_000
+
+
+def vars_within(time_limit: float) -> int:
+    """The most variables whose root LP relaxation HiGHS finishes within ``time_limit``
+    seconds (``ROOT_LP_VARS_IN_10S``, scaled by the square root of the time)."""
+    return int(ROOT_LP_VARS_IN_10S * np.sqrt(max(float(time_limit), 0.0) / 10.0))
+
+
 def milp_partition(arr: CostArrays, time_limit: float = 10.0, max_vars: int = 400_000) -> dict:
     """Solve the MILP within ``time_limit`` seconds, honouring ``arr.capacity``.
 
     Returns {"x": device index per op or None, "objective" and "bound" (seconds, None
     when unknown), "optimal", "status" ("optimal", "time limit", "infeasible", "skipped",
     "failed"), "note"}."""
+    skipped = {"x": None, "objective": None, "bound": None, "optimal": False, "status": "skipped",
+               "note": f"MILP skipped: more than {max_vars} variables"
+                       + (f", too many for its root LP relaxation to finish within {time_limit:g} s "
+                          f"(raise --time-limit)" if max_vars >= vars_within(time_limit) else "")}
     if _least_variables(arr) > max_vars:   # too big: known before building any of it
-        return {"x": None, "objective": None, "bound": None, "optimal": False, "status": "skipped",
-                "note": f"MILP skipped: more than {max_vars} variables"}
+        return skipped
     scale = OBJECTIVE_SCALE / _reference_cost(arr)
     prog = _Program()
     xi = _placement_rows(arr, prog, scale)
@@ -349,8 +365,7 @@ def milp_partition(arr: CostArrays, time_limit: float = 10.0, max_vars: int = 40
         if prog.n_vars > max_vars:
             break
     if prog.n_vars > max_vars:
-        return {"x": None, "objective": None, "bound": None, "optimal": False, "status": "skipped",
-                "note": f"MILP skipped: more than {max_vars} variables"}
+        return skipped
     res = prog.solve(time_limit)
     x = None
     if res.x is not None:
