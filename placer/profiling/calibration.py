@@ -34,6 +34,7 @@ FC_SHAPES = ((300, 600), (1000, 200), (2000, 1500))   # (outputs, inputs)
 EMBEDDING_ROWS = (1000, 20000, 100000)
 EMBEDDING_DIM = 48
 LOOKUPS_PER_SAMPLE = (3, 20)
+BAGS_PER_BATCH = (8, 128)      # bags (samples) per unit of the sweep's batch
 INTERACTIONS = ((9, 48), (30, 96))   # (vectors, dimension) of the DLRM-like interactions
 INCEPTION_WIDTHS = (24, 48, 12, 12)  # channels of the four branches a Concat joins
 
@@ -133,13 +134,17 @@ def _fc_sweep(b: NetBuilder, batch: int) -> None:
 
 
 def _embedding_sweep(b: NetBuilder, batch: int) -> None:
-    """SparseLengthsSum over small to large tables at two bag sizes, and a Gather."""
+    """SparseLengthsSum over small to large tables at two bag sizes and two bag counts
+    (so that the fit sees the fixed cost of a call apart from the bytes it moves: a
+    DLRM's lookups at batch 64 were over-predicted by half from batch-8 points alone),
+    and a Gather."""
     for rows in EMBEDDING_ROWS:
         table = b.param(f"emb_{rows}", (rows, EMBEDDING_DIM), "UniformFill", min=-0.01, max=0.01)
         for per_sample in LOOKUPS_PER_SAMPLE:
-            n = 8 * batch
-            idx = b.input(f"emb_{rows}_{per_sample}_i", (n * per_sample,), "int64")
-            lens = b.input(f"emb_{rows}_{per_sample}_l", (n,), "int32")
-            b.output(b.op("SparseLengthsSum", [table, idx, lens], f"sls_{rows}_{per_sample}"))
+            for bags in BAGS_PER_BATCH:
+                n, tag = bags * batch, f"{rows}_{per_sample}" + ("" if bags == BAGS_PER_BATCH[0] else f"_x{bags}")
+                idx = b.input(f"emb_{tag}_i", (n * per_sample,), "int64")
+                lens = b.input(f"emb_{tag}_l", (n,), "int32")
+                b.output(b.op("SparseLengthsSum", [table, idx, lens], f"sls_{tag}"))
         gidx = b.input(f"gather_{rows}_i", (16 * batch,), "int64")
         b.output(b.op("Gather", [table, gidx], f"gather_{rows}"))
