@@ -38,6 +38,13 @@ bandwidth with ratio 1/2 for trees (versus n / 2(n-1) for rings):
 On one host a tree never beats the ring (same hop count, half the bandwidth); across
 hosts it wins for small S. ``allreduce`` takes whichever is faster.
 
+**NVLS** (all-reduce on one host whose every pair of ranks is joined by a third-generation
+NVSwitch, ``constants.NVLS_LINK_KINDS``): the switch reduces, so each rank sends its
+buffer up once and receives the result once: S / (B * e) + latency, e =
+``NVLS_EFFICIENCY`` (fitted to the measured 8x H100 / H200 busbw), latency NCCL's base
+latency plus two NVLink hops (to the switch and back; an estimate). Taken when faster
+than the ring.
+
 **Pairwise exchange** (all-to-all): n-1 rounds; in round k rank i sends its chunk for
 rank i+k (S/n bytes). A round is a permutation, priced like a ring step (slowest pair
 with lane sharing), so on a switch whose every pair runs at the port rate B it gives
@@ -54,6 +61,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from placer.constants import NVLS_EFFICIENCY, NVLS_LINK_KINDS
 from placer.errors import PlacerError
 
 # NCCL src/graph/tuning.cc: baseLat (Ring, Simple) and hwLat (Ring, Simple) per hop, in us.
@@ -101,7 +109,7 @@ class CollectiveTime:
     bottleneck bandwidth B and latency, and the total seconds."""
 
     kind: str
-    algorithm: str                  # "ring", "tree", "chain", "pairwise" or "local"
+    algorithm: str                  # "ring", "tree", "nvls", "chain", "pairwise" or "local"
     ranks: tuple[int, ...]          # machine device indices, in ring order
     nbytes: float                   # S, as nccl-tests sizes it
     bandwidth_bytes_per_s: float    # B
@@ -197,7 +205,20 @@ class CollectiveModel:
         if kind == "allreduce" and self._hosts(ranks) > 1:
             tree = self._tree(nbytes, ranks, ring)
             return min(ring, tree, key=lambda c: c.time_s)
+        if kind == "allreduce" and self._switch_reduces(ranks):
+            return min(ring, self._nvls(nbytes, ranks, ring), key=lambda c: c.time_s)
         return ring
+
+    def _switch_reduces(self, ranks: tuple[int, ...]) -> bool:
+        """Whether every pair of ``ranks`` is joined by an NVSwitch that reduces (NVLS)."""
+        return all(self.machine.link(a, b).kind in NVLS_LINK_KINDS
+                   for a in ranks for b in ranks if a != b)
+
+    def _nvls(self, nbytes: float, ranks: tuple[int, ...], ring: CollectiveTime) -> CollectiveTime:
+        bandwidth = ring.bandwidth_bytes_per_s * NVLS_EFFICIENCY
+        latency = NCCL_BASE_LATENCY_S + 2 * HOP_LATENCY_S["nvlink"]
+        return CollectiveTime("allreduce", "nvls", ring.ranks, float(nbytes), bandwidth, latency,
+                              latency + nbytes / bandwidth)
 
     def _ring(self, kind: str, nbytes: float, ranks: tuple[int, ...]) -> CollectiveTime:
         order, bandwidth = self.best_ring(ranks)

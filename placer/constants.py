@@ -97,6 +97,13 @@ NVLINK3_LINK_BYTES_PER_S = 20e9
 NVLINK4_LINK_BYTES_PER_S = 20.6e9
 NVLINK3_LINKS_PER_GPU = 12             # A100 SXM4: 12 NVLink 3 links (NVSwitch: all to one switch fabric)
 NVLINK4_LINKS_PER_GPU = 18             # H100/H200 SXM5: 18 NVLink 4 links
+# NVLink SHARP (NVLS): on a third-generation NVSwitch (H100/H200 SXM5 boards) NCCL can
+# reduce in the switch, so an all-reduce moves each byte once up to the switch and once
+# back (algbw = port rate x efficiency) instead of a ring's 2(n-1)/n. The efficiency is
+# fitted to nccl-tests' measured busbw on 8 GPUs (MULTIDEVICE_FACTS.md: 8x H100 ~480 GB/s
+# with NVLS against ~370 by ring, 8x H200 ~475): 480 / (2 x 7/8 x 18 x 20.6) = 0.74.
+NVLS_EFFICIENCY = 0.74
+NVLS_LINK_KINDS = ("nvswitch-h100",)  # link kinds whose switch reduces (NVSwitch gen 3)
 # A cudaMemcpyPeerAsync of a few bytes costs about what a host copy does: an estimate
 # (the same small-copy floor as PCIE_LATENCY_S); replace with `placer profile --link`.
 PEER_LATENCY_S = 10e-6
