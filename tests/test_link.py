@@ -74,3 +74,64 @@ def test_link_vs_profile_refuses_a_profile_without_measured_points(tmp_path):
                            str(find_profile("h200-141gb-pcie5"))], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "holds no measured link points" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# -- GPU -> GPU curves into a machine profile (placer profile --link on several GPUs) ------
+
+def _fake_peers(n: int, staged: set):
+    """p2p and copy-time functions of a pretend host: direct pairs at 10 us + 40 GB/s,
+    staged ones (no P2P) at 25 us + 9 GB/s."""
+    def p2p(a, b):
+        return (a, b) not in staged
+
+    def copy_s(a, b, size):
+        return 25e-6 + size / 9e9 if (a, b) in staged else 10e-6 + size / 40e9
+    return p2p, copy_s
+
+
+def test_peer_curves_fit_each_ordered_pair_and_say_whether_p2p_is_on():
+    from placer.profiling.link import peer_curves
+    p2p, copy_s = _fake_peers(3, staged={(0, 2), (2, 0)})
+    curves = peer_curves([0, 1, 2], SIZES, p2p, copy_s)
+    assert [(c["src"], c["dst"]) for c in curves] == [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]
+    for c in curves:
+        slow = (c["src"], c["dst"]) in {(0, 2), (2, 0)}
+        assert c["p2p"] is not slow
+        assert c["latency_s"] == pytest.approx(25e-6 if slow else 10e-6, rel=1e-6)
+        assert c["bytes_per_s"] == pytest.approx(9e9 if slow else 40e9, rel=1e-6)
+        assert len(c["points"]) == len(SIZES)
+
+
+def test_measured_peer_curves_make_a_machine_profile_placer_loads(tmp_path):
+    """The machine file `placer profile --link` writes beside the GPU profile loads with
+    --machine: every pair's link is the measured curve, named as measured."""
+    from placer.machine import load_machine
+    from placer.profiling.link import machine_profile, peer_curves
+    gpu = load_profile(find_profile("t4-pcie3"))
+    gpu.name = "mygpu"
+    save_profile(gpu, tmp_path / "mygpu.json")
+    p2p, copy_s = _fake_peers(2, staged={(1, 0)})
+    doc = machine_profile("mygpu-2gpu", "host-ci-2core", "mygpu", peer_curves([0, 1], SIZES, p2p, copy_s), 2,
+                          "testhost")
+    assert doc["peer_default"] == "staged"          # one pair had no P2P
+    (tmp_path / "mygpu-machine.json").write_text(json.dumps(doc))
+    machine = load_machine(tmp_path / "mygpu-machine.json")
+    assert machine.names == ("cpu", "cuda:0", "cuda:1")
+    for (a, b), (lat, bw) in {(1, 2): (10e-6, 40e9), (2, 1): (25e-6, 9e9)}.items():
+        link = machine.link(a, b)
+        assert link.source == "measured by placer profile --link"
+        assert len(link.hops) == 1 and link.hops[0].curve.latency_s == pytest.approx(lat, rel=1e-6)
+        assert link.hops[0].curve.bytes_per_s == pytest.approx(bw, rel=1e-6)
+    assert machine.copy_time(2**30, 1, 2) < machine.copy_time(2**30, 2, 1)
+
+
+@pytest.mark.gpu
+def test_measure_peers_on_every_pair_of_real_gpus():
+    import cupy
+    from placer.profiling.link import measure_peers
+    n = cupy.cuda.runtime.getDeviceCount()
+    if n < 2:
+        pytest.skip(f"{n} GPU visible: GPU->GPU copies need two")
+    curves = measure_peers(list(range(n)), sizes=[4096, 2**20, 2**24], repeats=3)
+    assert len(curves) == n * (n - 1)
+    assert all(c["bytes_per_s"] > 1e9 and c["latency_s"] >= 0 for c in curves)

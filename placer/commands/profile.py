@@ -75,7 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="time the built-in sweep net (every common op family over a range of sizes)")
     parser.add_argument("--threads", type=int, metavar="N",
                         help="BLAS threads for CPU kernels: profile with the count you will run with")
-    parser.add_argument("--link", action="store_true", help="measure host<->GPU copy curves")
+    parser.add_argument("--link", action="store_true",
+                        help="measure host<->GPU copy curves; with several GPUs also GPU<->GPU ones "
+                             "(and whether P2P is on), into a machine profile (--machine-out)")
+    parser.add_argument("--machine-out", metavar="FILE",
+                        help="--link with several GPUs: the machine profile to write "
+                             "(default: OUTPUT's name with -machine.json)")
     parser.add_argument("--repeats", type=int, default=10,
                         help="timed runs of the net (with --isolated: samples per op) (default 10)")
     parser.add_argument("--warmup", type=int, default=2,
@@ -112,14 +117,18 @@ def run(args: argparse.Namespace) -> int:
     if args.host and kind != "cpu":
         raise InputError("--host characterises the CPU: drop --device or use --device cpu")
     profile = _existing(args.output)
+    peers = None
     if args.host:
         _merge_host(profile)
     elif args.link:
         _merge_link(profile, args)
+        peers = _measure_peers(args)
     else:
         _merge_ops(profile, args, kind)
     save_profile(profile, args.output)
     print(f"wrote {args.output}")
+    if peers is not None:
+        _write_machine(profile, args, *peers)
     return 0
 
 
@@ -211,6 +220,46 @@ def _merge_link(profile: Profile, args: argparse.Namespace) -> None:
     for direction, mems in dev.link.items():
         for mem, c in mems.items():
             print(f"{direction} {mem}: latency {fmt_time(c.latency_s)}, {fmt_rate(c.bytes_per_s)}")
+
+
+def _measure_peers(args: argparse.Namespace):
+    """With two or more visible GPUs: (their cupy numbers, the GPU->GPU curves); else None."""
+    from placer.profiling.link import SIZES, measure_peers
+    from placer.runtime.devices import import_cupy
+    count = int(import_cupy().cuda.runtime.getDeviceCount())
+    if count < 2:
+        if args.machine_out:
+            raise DeviceError(f"--machine-out: {count} GPU visible; GPU->GPU copies need two or more")
+        return None
+    gpus = list(range(count))
+    bar = Progress(len(SIZES) * count * (count - 1), "GPU->GPU", quiet=args.quiet)
+    try:
+        curves = measure_peers(gpus, progress=bar)
+    finally:
+        bar.close()
+    for c in curves:
+        print(f"cuda:{c['src']} -> cuda:{c['dst']}: {'P2P' if c['p2p'] else 'staged (no P2P)'}, "
+              f"latency {fmt_time(c['latency_s'])}, {fmt_rate(c['bytes_per_s'])}")
+    return gpus, curves
+
+
+def _write_machine(profile: Profile, args: argparse.Namespace, gpus: list[int], curves: list) -> None:
+    """The machine profile of this host's GPUs with their measured GPU->GPU curves, its GPU
+    (and host, when the file has one) the profile just written."""
+    import json
+    from placer.fileio import atomic_write_text
+    from placer.profiling import DEFAULT_CPU_PROFILE
+    from placer.profiling.link import machine_profile
+    out = Path(args.output)
+    target = Path(args.machine_out) if args.machine_out else out.with_name(f"{out.stem}-machine.json")
+    refuse_overwrite(str(target), args.output)
+    # load_machine looks a reference up as <folder of the machine file>/<ref>.json first
+    ref = out.stem if out.suffix == ".json" and out.resolve().parent == target.resolve().parent \
+        else str(out.resolve())
+    host = ref if "cpu" in profile.devices else DEFAULT_CPU_PROFILE
+    doc = machine_profile(f"{out.stem}-{len(gpus)}gpu", host, ref, curves, len(gpus), _host())
+    atomic_write_text(target, json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {target} (load it with --machine {target})")
 
 
 def _merge_ops(profile: Profile, args: argparse.Namespace, kind: str) -> None:

@@ -1,4 +1,5 @@
-"""Host<->GPU copy curves: H2D and D2H, pinned and pageable host memory, 4 KiB .. 1 GiB.
+"""Host<->GPU copy curves: H2D and D2H, pinned and pageable host memory, 4 KiB .. 1 GiB;
+and, on a host with several GPUs, GPU->GPU curves for every ordered pair (``measure_peers``).
 
 Each size is copied a few times between CUDA events through cupy; the median is a point
 of the curve, and a line t = latency + bytes / bandwidth is fitted to the points (least
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from placer import constants as K
 from placer.costs import curve_time
 from placer.profiling.schema import DIRECTIONS, MEMORY_KINDS, LinkCurve
 
@@ -76,6 +78,86 @@ def _median_copy_s(cupy: Any, size: int, direction: str, pinned: bool, repeats: 
             samples.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
     del dev
     return float(np.median(samples))
+
+
+def measure_peers(gpus: list[int], sizes: list[int] | None = None, repeats: int = 5,
+                  progress=None) -> list[dict[str, Any]]:
+    """GPU -> GPU copy curves for every ordered pair of ``gpus`` (cupy device numbers), as
+    a machine profile's ``peer_curves``: ``{"src", "dst", "p2p", "latency_s",
+    "bytes_per_s", "points"}`` with ``src``/``dst`` the positions in ``gpus``. ``p2p`` is
+    ``deviceCanAccessPeer``; where it holds, peer access is enabled first, so the copy is
+    a direct one, else the driver stages it through host memory (what a run does too)."""
+    from placer.runtime.devices import import_cupy
+
+    cupy = import_cupy()
+    sizes = sizes or SIZES
+
+    def p2p(a: int, b: int) -> bool:
+        if not cupy.cuda.runtime.deviceCanAccessPeer(a, b):
+            return False
+        with cupy.cuda.Device(a):
+            try:
+                cupy.cuda.runtime.deviceEnablePeerAccess(b)
+            except cupy.cuda.runtime.CUDARuntimeError as e:   # already enabled: fine
+                if "PeerAccessAlreadyEnabled" not in str(e):
+                    raise
+        return True
+
+    def copy_s(a: int, b: int, size: int) -> float:
+        with cupy.cuda.Device(b):
+            dst = cupy.empty(size, dtype=np.uint8)
+        with cupy.cuda.Device(a):
+            src = cupy.ones(size, dtype=np.uint8)
+            stream = cupy.cuda.Stream(non_blocking=True)
+            start, end = cupy.cuda.Event(), cupy.cuda.Event()
+            samples = []
+            for i in range(repeats + 1):     # the first copy warms up the path
+                start.record(stream)
+                cupy.cuda.runtime.memcpyPeerAsync(dst.data.ptr, b, src.data.ptr, a, size, stream.ptr)
+                end.record(stream)
+                end.synchronize()
+                if i:
+                    samples.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
+        del src, dst
+        return float(np.median(samples))
+
+    return peer_curves(gpus, sizes, p2p, copy_s, progress)
+
+
+def peer_curves(gpus: list[int], sizes: list[int], p2p, copy_s, progress=None) -> list[dict[str, Any]]:
+    """``measure_peers``' curves from ``p2p(a, b)`` and ``copy_s(a, b, size)`` (seconds):
+    the points, and the line fitted to them (``fit_line``)."""
+    out, done = [], 0
+    for i, a in enumerate(gpus):
+        for j, b in enumerate(gpus):
+            if a == b:
+                continue
+            direct = bool(p2p(a, b))
+            points = []
+            for size in sizes:
+                points.append((int(size), float(copy_s(a, b, size))))
+                done += 1
+                if progress is not None:
+                    progress.update(done)
+            latency, bandwidth = fit_line(points)
+            out.append({"src": i, "dst": j, "p2p": direct, "latency_s": latency, "bytes_per_s": bandwidth,
+                        "points": [list(p) for p in points]})
+    return out
+
+
+def machine_profile(name: str, host: str, gpu: str, curves: list[dict[str, Any]], n_gpus: int,
+                    where: str) -> dict[str, Any]:
+    """A machine profile of ``n_gpus`` GPUs of profile ``gpu`` on host profile ``host``
+    with the measured ``curves`` (``measure_peers``): pairs without them (none, normally)
+    default to P2P over PCIe when every measured pair had it, else to staged copies."""
+    import datetime
+    all_p2p = bool(curves) and all(c["p2p"] for c in curves)
+    return {"schema_version": K.PROFILE_SCHEMA_VERSION, "kind": "machine", "name": name,
+            "description": f"{n_gpus} GPUs with GPU->GPU copies measured by placer profile --link",
+            "host": host, "gpus": [{"profile": gpu, "count": n_gpus}],
+            "peer_default": "pcie-p2p" if all_p2p else "staged", "peer_curves": curves,
+            "sources": {"peer_curves": f"measured by placer profile --link on {where}, "
+                                       f"{datetime.date.today().isoformat()} (p2p: deviceCanAccessPeer)"}}
 
 
 def compare_link(measured: dict[str, dict[str, LinkCurve]],
