@@ -99,6 +99,10 @@ def build_cluster(name: str, hosts: list[tuple[str, Machine]], network: Network,
     names = [h for h, _ in hosts]
     if not hosts:
         raise ProfileError(f"{where}: a cluster needs at least one host")
+    total = sum(len(m.devices) for _, m in hosts)
+    if total > K.MAX_CLUSTER_DEVICES:
+        raise ProfileError(f"{where}: {total} devices over {len(hosts)} hosts; placer plans at most "
+                           f"{K.MAX_CLUSTER_DEVICES} devices in one cluster")
     for h in names:
         if not h or "/" in h or names.count(h) > 1:
             raise ProfileError(f"{where}: host name {h!r} must be unique, non-empty and without '/'")
@@ -208,6 +212,9 @@ def _host_entries(data: Mapping, path: Path) -> list[dict]:
         count = hosts.get("count")
         if not isinstance(count, int) or count < 1:
             raise ProfileError(f"{path}: hosts.count must be a positive integer")
+        if count > K.MAX_CLUSTER_DEVICES:
+            raise ProfileError(f"{path}: hosts.count {count}: placer plans at most {K.MAX_CLUSTER_DEVICES} "
+                               "devices in one cluster")
         return [{**hosts, "name": f"{hosts.get('prefix', 'h')}{i}"} for i in range(count)]
     if not isinstance(hosts, list) or not hosts:
         raise ProfileError(f"{path}: 'hosts' must be a non-empty list or {{\"count\": N, \"machine\": ...}}")

@@ -107,6 +107,10 @@ NVLS_LINK_KINDS = ("nvswitch-h100",)  # link kinds whose switch reduces (NVSwitc
 # A cudaMemcpyPeerAsync of a few bytes costs about what a host copy does: an estimate
 # (the same small-copy floor as PCIE_LATENCY_S); replace with `placer profile --link`.
 PEER_LATENCY_S = 10e-6
+# The most devices one machine (or cluster) profile may have: a link is kept for every
+# ordered pair, and every plan prices ops per device, so size is refused before building.
+MAX_GPUS_PER_MACHINE = 256
+MAX_CLUSTER_DEVICES = 2048
 
 # --- fit quality -----------------------------------------------------------------
 # A fit whose median |error| on its own points is above this does not describe its group

@@ -249,6 +249,10 @@ def build_machine(name: str, host: DeviceProfile, gpus: Sequence[DeviceProfile],
     where = path or name
     if host.kind != "cpu":
         raise ProfileError(f"{where}: the host profile '{host.name}' is a {host.kind} profile")
+    if len(gpus) > K.MAX_GPUS_PER_MACHINE:
+        raise ProfileError(f"{where}: {len(gpus)} GPUs in one machine; placer models at most "
+                           f"{K.MAX_GPUS_PER_MACHINE} per host",
+                           hint="describe several hosts with a cluster profile (--cluster)")
     devices = [MachineDevice("cpu", host, 0)]
     for g, prof in enumerate(gpus):
         if prof.kind != "gpu":
@@ -397,6 +401,9 @@ def compose_machine(host: DeviceProfile, gpu: DeviceProfile, gpus: int = 1,
     pair of GPUs joined by ``link_count`` links of KIND."""
     if gpus < 0:
         raise ProfileError(f"--gpus {gpus}: must be 0 or more")
+    if gpus > K.MAX_GPUS_PER_MACHINE:
+        raise ProfileError(f"--gpus {gpus}: placer models at most {K.MAX_GPUS_PER_MACHINE} GPUs in one machine",
+                           hint="describe several hosts with a cluster profile (--cluster)")
     pairs = [{"gpus": [a, b], "kind": gpu_link, "count": link_count}
              for a in range(gpus) for b in range(a + 1, gpus)]
     name = gpu.name if gpus == 1 else f"{gpus} x {gpu.name}"

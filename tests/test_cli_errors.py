@@ -199,3 +199,26 @@ def test_an_init_net_fill_of_negative_shape_is_named(capsys, tmp_path):
     init = _file(tmp_path, "init.pbtxt", FC_INIT.replace("ints: 10 ints: 99", "ints: -10 ints: 99"))
     line = _fails(capsys, ["run", net, "--init-net", init, "--input", "data=4,99", "--quiet"])
     assert f"{init}: the init net's fill of 'fc_w': shape -10x99 has a negative dimension" in line
+
+
+def test_machines_of_no_gpu_plan_and_machines_too_big_to_model_are_refused_first(capsys, tmp_path):
+    """--gpus 0 is a CPU-only machine (every op on the CPU, no explanation asks for a second
+    device); --gpus beyond the model's limit and a cluster of too many hosts are one line
+    each, before any link is built (--gpus 100000 used to be killed for memory)."""
+    import json
+    from placer.examples import DATA
+    net = str(DATA / "dlrm_small.pbtxt")
+    assert main(["plan", net, "--gpus", "0", "--plan-out", str(tmp_path / "plan.json")]) == 0
+    doc = json.loads((tmp_path / "plan.json").read_text())
+    assert doc["devices"] == ["cpu"] and {op["device"] for op in doc["ops"]} == {"cpu"}
+    capsys.readouterr()
+    assert main(["plan", net, "--gpus", "100000"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "at most 256 GPUs" in err and "--cluster" in err
+    cluster = tmp_path / "huge.json"
+    cluster.write_text(json.dumps({"schema_version": 1, "kind": "cluster", "name": "huge",
+                                   "hosts": {"count": 10**9, "machine": "2x-t4-pcie3"},
+                                   "network": {"bytes_per_s": 12.5e9, "latency_s": 5e-6}}))
+    assert main(["plan", net, "--cluster", str(cluster)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "hosts.count 1000000000" in err

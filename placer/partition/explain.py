@@ -46,6 +46,8 @@ def second_best(arr: CostArrays, dev: np.ndarray) -> tuple[np.ndarray, np.ndarra
     n = arr.n_ops
     best_d = np.full(n, -1, np.int64)
     best = np.full(n, np.inf)
+    if arr.k < 2:          # one device: nowhere else to go
+        return best_d, best
     feasible = arr.feasible
     for d in range(arr.k):
         delta = move_deltas(arr, dev, d)
