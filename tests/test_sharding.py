@@ -280,3 +280,53 @@ def test_where_the_plan_differs_from_torchrecs_the_output_says_what_its_choice_c
         m = re.match(r"emb:::sls\d+_w: (.+) instead of (.+) \(TorchRec's choice alone: (.+)\)$", line)
         assert m and m.group(1) != m.group(2), line
         assert m.group(3) == "does not fit" or m.group(3).startswith("+")
+
+
+def _scan_proposals(search, options):
+    """TorchRec's GreedyProposer written as it reads (every table scanned for the largest
+    storage each step), the reference for the heap in ``sharding_search._proposals``."""
+    from placer.partition.sharding_search import _score, _storage
+    n = len(options)
+    for use_depth in (True, False):
+        ranked = [sorted(opts, key=lambda i, t=t: _score(search.layouts[t][i], use_depth))
+                  for t, opts in enumerate(options)]
+        index = [0] * n
+        while True:
+            yield [ranked[t][index[t]] for t in range(n)]
+            largest, largest_storage = None, (0.0, 0.0, 0.0, 0.0)
+            for t in range(n):
+                if index[t] + 1 < len(ranked[t]):
+                    st = _storage(search.layouts[t][ranked[t][index[t]]])
+                    if st > largest_storage:
+                        largest, largest_storage = t, st
+            if largest is None:
+                break
+            index[largest] += 1
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_greedy_proposer_heap_proposes_what_the_scan_of_every_table_does(seed):
+    """Random tables with 1-4 layouts each (storage with ties and zeros, 1-2 shards over
+    four ranks): the same proposal sequence as the reference scan, and the partition of
+    each one rated as before."""
+    from placer.partition.sharding_search import _LayoutKeys, _proposals
+    rng = np.random.default_rng(seed)
+    k, n = 4, int(rng.integers(5, 30))
+    layouts = []
+    for t in range(n):
+        table = []
+        for _ in range(int(rng.integers(1, 5))):
+            size = float(rng.choice([0.0, 1.0, 2.0, 4.0, float(rng.integers(1, 100))]))
+            table.append(Layout(t, TABLE_WISE, HBM, int(rng.integers(1, 3)), 1, 1, Load.zeros(k), Load.zeros(k), (),
+                                [Perf(float(rng.integers(1, 4)))] * k, [Storage(size, float(rng.integers(0, 2)))] * k))
+        layouts.append(table)
+    search = _stub([1.0], 1e9)
+    search.layouts = layouts
+    search.est.k, search.est.capacity = k, np.full(k, 1e9)
+    options = [list(range(len(table))) for table in layouts]
+    keys = _LayoutKeys(search)
+    want = [p for p, _ in zip(_scan_proposals(search, options), range(10_000))]
+    got = [p for p, _ in zip(_proposals(search, options, keys), range(len(want)))]
+    assert got == want and len(want) > n // 2
+    for proposal in want[:50]:
+        assert _partition(search, proposal, keys) == _partition(search, proposal)
