@@ -293,3 +293,22 @@ def test_negative_random_input_seed_is_refused(tmp_path, capsys):
     net, init = _mlp(tmp_path, 4, 8)
     code, out, err = run_cli(capsys, net, "--init-net", init, "--input", "data=2,8", "--random-inputs", "-1")
     assert code == 2 and "--random-inputs -1: the seed must be >= 0" in err
+
+
+def test_random_inputs_of_a_placed_lookup_net_are_those_of_its_unplaced_net(tmp_path, capsys):
+    """A placed net's fed indices and lengths are first read by their copies to the GPUs;
+    random inputs follow the copies to the lookups that use them (the lengths summed to
+    more than the indices before), so the placed run gives the original's outputs."""
+    from placer.examples import DATA
+    net = str(DATA / "dlrm_small.pbtxt")
+    out = tmp_path / "placed.pbtxt"
+    assert cli.main(["plan", net, "--machine", "8x-a100-40gb-nvswitch", "--pin", "emb:::sls1*=cuda:5",
+                     "--pin", "emb:::sls2*=cuda:7", "--pin", "top*=cuda:3", "-o", str(out),
+                     "--init-out", str(tmp_path / "init.pbtxt")]) == 0
+    assert "CopyCPUToGPU" in out.read_text()
+    assert cli.main(["run", str(out), "--init-net", str(tmp_path / "init.pbtxt"), "--emulate-gpus", "8",
+                     "--random-inputs", "3", "--outputs", str(tmp_path / "placed.npz")]) == 0
+    assert cli.main(["run", net, "--random-inputs", "3", "--outputs", str(tmp_path / "cpu.npz")]) == 0
+    placed, cpu = np.load(tmp_path / "placed.npz"), np.load(tmp_path / "cpu.npz")
+    assert sorted(placed) == sorted(cpu) == ["prob_click"]
+    np.testing.assert_allclose(placed["prob_click"], cpu["prob_click"], rtol=1e-5, atol=1e-6)

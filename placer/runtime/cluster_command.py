@@ -81,22 +81,7 @@ def one_process_inputs(outdir: Path, manifest: dict, npz: str | Path | None, see
     typed = infer(net, {})
     made = {o for op in (net.init_proto.op if net.init_proto is not None else ()) for o in op.output}
     names = [b for b in net.external_inputs if b not in made]
-    return random_inputs(through_copies(net), typed.blobs, names, seed=seed)
-
-
-def through_copies(net):
-    """``net`` with every op reading the blob its input was copied from (the unplaced
-    net's readers), so that an index or a length is drawn for the op that uses it."""
-    from dataclasses import replace
-    from placer.rewrite_workers import COPY_TYPES
-    source: dict[str, str] = {}
-    ops = []
-    for op in net.ops:
-        inputs = tuple(source.get(b, b) for b in op.inputs)
-        if op.type in COPY_TYPES and len(op.inputs) == 1:
-            source[op.outputs[0]] = inputs[0]
-        ops.append(replace(op, inputs=inputs))
-    return replace(net, ops=ops)
+    return random_inputs(net, typed.blobs, names, seed=seed)
 
 
 def summary(manifest: dict, run) -> str:

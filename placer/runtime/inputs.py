@@ -68,10 +68,30 @@ def roles(net: Net) -> dict[str, tuple]:
     return found
 
 
+COPY_TYPES = ("Copy", "CopyCPUToGPU", "CopyGPUToCPU", "EnsureCPUOutput", "CopyFromCPUInput")
+
+
+def through_copies(net: Net) -> Net:
+    """``net`` with every op reading the blob its input was copied from (the unplaced
+    net's readers), so that an index or a length is drawn for the op that uses it: in a
+    placed net a fed blob's first reader is its copy to a GPU."""
+    from dataclasses import replace
+    source: dict[str, str] = {}
+    ops = []
+    for op in net.ops:
+        inputs = tuple(source.get(b, b) for b in op.inputs) if source else tuple(op.inputs)
+        if op.type in COPY_TYPES and len(op.inputs) == 1 and len(op.outputs) == 1:
+            source[op.outputs[0]] = inputs[0]
+        ops.append(op if inputs == tuple(op.inputs) else replace(op, inputs=inputs))
+    return replace(net, ops=ops) if source else net
+
+
 def random_inputs(net: Net, types: Mapping[str, TensorType | None], names: list[str],
                   seed: int | tuple[int, ...] = 0) -> dict[str, np.ndarray]:
-    """Arrays for ``names`` at their ``types``; index-like blobs valid for their readers.
-    ``seed`` is an int or a sequence of ints (numpy's SeedSequence entropy)."""
+    """Arrays for ``names`` at their ``types``; index-like blobs valid for their readers
+    (followed through copy ops, so that a placed net gets the values its unplaced net
+    would). ``seed`` is an int or a sequence of ints (numpy's SeedSequence entropy)."""
+    net = through_copies(net)
     rng = np.random.default_rng(seed)
     # a table's rows bound the indices that read it; an unknown type (a train net whose
     # update op could not be typed) does not hide the table's shape from the init net
