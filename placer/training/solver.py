@@ -365,5 +365,13 @@ def solver_nets_for_convert(net_path, solver_path, out_dir, weights=None, input_
 
 def save_solver_nets(result: SolverNets, out_dir, binary: bool = False) -> list:
     """Write train_net, train_init_net (and update_net with iter_size > 1) into ``out_dir``."""
-    from placer.training.files import save_train_nets
-    return save_train_nets(out_dir, result.train, result.init, result.update, binary=binary)
+    from pathlib import Path
+
+    from placer.formats import save_value_info
+    from placer.training.files import TRAIN_NET, UPDATE_NET, save_train_nets
+    written = save_train_nets(out_dir, result.train, result.init, result.update, binary=binary)
+    # the TRAIN phase's input shapes (its data layers' batch), beside the train net: the
+    # folder's value_info.json is the predict net's (the phase converted, often TEST's batch)
+    for name in [TRAIN_NET] + ([UPDATE_NET] if result.update is not None else []):
+        written.append(save_value_info(result.conversion.input_shapes, Path(out_dir) / f"{name}.value_info.json"))
+    return written
