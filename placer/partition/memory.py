@@ -104,9 +104,11 @@ class MemoryPartitioner:
         free_opt = solver.solve()
         if not over_limit(arr, free_opt).any():
             exact = arr.k == 2
-            return make_plan(arr, free_opt, method, optimal=exact, gap=0.0 if exact else None,
-                             notes=["the unconstrained " + ("optimum" if exact else "alpha-expansion plan")
-                                    + " fits in every device's memory"])
+            notes = ["the unconstrained " + ("optimum" if exact else "alpha-expansion plan")
+                     + " fits in every device's memory"]
+            if exact:
+                return make_plan(arr, free_opt, method, optimal=True, gap=0.0, notes=notes)
+            return self._prove(arr, free_opt, method, notes)
         check_pinned_fit(arr)
         dev = search(arr, solver, free_opt, self.improve_time_s)
         heur = serial_cost(arr, dev).total_s if dev is not None else np.inf
@@ -131,6 +133,28 @@ class MemoryPartitioner:
             names = ", ".join(arr.devices[d] for d in np.flatnonzero(over))
             raise InfeasiblePlanError(f"no placement found that fits the memory of {names}",
                                       hint="give the devices more memory, unpin ops, or raise --time-limit")
+        return make_plan(arr, dev, method, optimal=optimal, gap=gap, notes=notes)
+
+
+    def _prove(self, arr: CostArrays, dev: np.ndarray, method: str, notes: list[str]):
+        """On three or more devices alpha-expansion has no guarantee: the MILP (sized to its
+        time limit, ``milp.vars_within``) proves its plan optimal, finds a better one, or
+        bounds the gap."""
+        optimal, gap = False, None
+        if self.milp_time_limit > 0:
+            res = milp_partition(arr, self.milp_time_limit,
+                                 min(self.milp_max_vars, vars_within(self.milp_time_limit)))
+            notes.append(res["note"])
+            total = serial_cost(arr, dev).total_s
+            if res["x"] is not None and not over_limit(arr, res["x"]).any():
+                milp_total = serial_cost(arr, res["x"]).total_s
+                if milp_total < total * (1 - 1e-12):
+                    notes.append(f"the MILP's plan is {100 * (total - milp_total) / total:.3g}% shorter "
+                                 "than alpha-expansion's")
+                    dev, total = res["x"], milp_total
+            if res["bound"] is not None:
+                gap = max(0.0, (total - res["bound"]) / total) if total > 0 else 0.0
+                optimal = res["optimal"] and gap <= 1e-9
         return make_plan(arr, dev, method, optimal=optimal, gap=gap, notes=notes)
 
 
