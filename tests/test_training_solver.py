@@ -373,3 +373,24 @@ def test_a_net_given_as_solver_is_a_parse_error_with_a_hint(tmp_path):
     from placer.errors import NetParseError
     with pytest.raises(NetParseError, match="tiny.prototxt:2:1: not a valid Caffe solver.*give it as the net"):
         solver_train_nets(write(tmp_path, "net.prototxt", TINY), write(tmp_path, "tiny.prototxt", TINY))
+
+
+@pytest.mark.corpus
+def test_convert_solver_gives_the_train_net_its_own_phases_input_shapes(tmp_path, corpus, capsys):
+    """LeNet's train_test file feeds 64 images a batch in TRAIN and 100 in TEST: the
+    folder's value_info.json is the converted (TEST) net's, so the train net gets its own
+    train_net.value_info.json (label at 64), and convert -> plan -> run works with no flag."""
+    from placer import cli
+    sp = write(tmp_path, "solver.prototxt", solver_text(base_lr=0.01, momentum=0.9, lr_policy="fixed"))
+    out = tmp_path / "out"
+    assert cli.main(["convert", str(corpus / LENET), "--solver", sp, "--input", "data=64,1,28,28",
+                     "-o", str(out)]) == 0
+    train_shapes = json.loads((out / "train_net.value_info.json").read_text())
+    assert train_shapes == {"data": [1, [64, 1, 28, 28]], "label": [2, [64]]}
+    assert json.loads((out / "value_info.json").read_text())["label"] == [2, [100]]
+    train, init = str(out / "train_net.pbtxt"), str(out / "train_init_net.pbtxt")
+    assert cli.main(["plan", train, "--init-net", init, "--machine", "2x-t4-pcie3"]) == 0
+    capsys.readouterr()
+    assert cli.main(["run", train, "--init-net", init, "--random-inputs", "0", "--iterations", "2",
+                     "--loss", "loss"]) == 0
+    assert "step 2: loss" in capsys.readouterr().out
