@@ -119,7 +119,7 @@ def test_convert_with_a_solver_writes_the_train_nets(tmp_path, capsys, corpus):
                  "-o", str(out)]) == 0
     names = sorted(p.name for p in out.iterdir())
     assert names == ["init_net.pbtxt", "predict_net.pbtxt", "train_init_net.pbtxt", "train_net.pbtxt",
-                     "value_info.json"]
+                     "train_net.value_info.json", "value_info.json"]
     expected = solver_train_nets(net, solver, input_shapes={"data": TensorType((4, 1, 28, 28))})
     assert load_netdef(out / "train_net.pbtxt") == expected.train
     types = {op.type for op in load_netdef(out / "train_net.pbtxt").op}
