@@ -291,13 +291,14 @@ def plan_cluster(typed, cluster: ClusterMachine, options=None):
     from placer.errors import PlacerError
     from placer.partition import baselines, partition
     from placer.partition.check import check_plan
-    from placer.planner import PlanOptions, PlanResult, overlapped, step_arrays
+    from placer.planner import PlanOptions, PlanResult, overlapped, refuse_collectives, step_arrays
     from placer.shapes import require_complete
     from placer.training.placement import state_copy_bytes
     options = options or PlanOptions()
     net = require_complete(typed).net
     if not net.ops:
         raise PlacerError(f"{net.path or net.name or 'the net'}: the net has no ops; there is nothing to place")
+    refuse_collectives(net)
     # 1. price every op on every device of every host
     costs = annotate(typed, cluster, unknown_op_cost_s=options.unknown_op_cost_s)
     # 2. the cost graph, with per-host CPU memory limits

@@ -78,6 +78,7 @@ def plan(typed: TypedNet, machine: Machine, options: PlanOptions = PlanOptions()
     net = require_complete(typed).net   # an op of unknown shape would be priced at zero
     if not net.ops:
         raise PlacerError(f"{net.path or net.name or 'the net'}: the net has no ops; there is nothing to place")
+    refuse_collectives(net)
     with clock("costs"):  # 1. price every op on every device
         costs = annotate(typed, machine, unknown_op_cost_s=options.unknown_op_cost_s)
     with clock("graph"):  # 2. the cost graph with restrictions, colocation and memory limits, as arrays
@@ -95,6 +96,26 @@ def plan(typed: TypedNet, machine: Machine, options: PlanOptions = PlanOptions()
         makespan = overlapped(arrays, chosen, base)
     return PlanResult(typed, costs, arrays, chosen, base, machine, capacity, usable, makespan=makespan,
                       options=options, graph_args=graph_args, step=step, state_reads=state_reads)
+
+
+def refuse_collectives(net: Net) -> None:
+    """A net that already runs over several devices through collectives (NCCLAllreduce,
+    Gloo's Allreduce, AllToAll, ...: ops that write each output where its input is) is
+    not one this planner places: it prices an op on one device and copies its inputs
+    there. Say so in one line, with what to use instead."""
+    from placer.ops import registry
+    from placer.ops.registry import LIKE_INPUT
+    found: dict[str, int] = {}
+    for op in net.ops:
+        opdef = registry.get(op.type)
+        if opdef is not None and opdef.transfer is not None and opdef.transfer.writes == LIKE_INPUT:
+            found[op.type] = found.get(op.type, 0) + 1
+    if found:
+        kinds = ", ".join(f"{n} {t}" for t, n in found.items())
+        raise PlacerError(f"{net.path or net.name or 'the net'}: the net already runs over several devices "
+                          f"through collectives ({kinds}); placer plan places a one-device net",
+                          hint="plan data parallelism and sharding from the one-device train net with "
+                               "placer shard, or run this net as it is (placer run --emulate-gpus N)")
 
 
 def graph_arguments(net: Net, costs: NetCosts, machine: Machine, options: PlanOptions, usable) -> dict:

@@ -222,3 +222,19 @@ def test_machines_of_no_gpu_plan_and_machines_too_big_to_model_are_refused_first
     assert main(["plan", net, "--cluster", str(cluster)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "hosts.count 1000000000" in err
+
+
+def test_a_net_already_spread_by_collectives_is_refused_with_what_to_use(capsys, tmp_path):
+    """placer shard -o writes a data-parallel train net (NCCLAllreduce, AllToAll over the
+    GPUs): placer plan prices ops on one device each, so it says so in one line and names
+    placer shard and placer run (it used to fail on an impossible colocation and blame
+    --pin)."""
+    out = tmp_path / "sharded"
+    assert main(["shard", "--dlrm", "small", "--machine", "2x-t4-pcie3", "--global-batch", "256",
+                 "--sharding-types", "table_wise,data_parallel", "--kernels", "hbm", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["plan", str(out / "train_net.pbtxt"), "--init-net", str(out / "train_init_net.pbtxt"),
+                 "--machine", "2x-t4-pcie3", "--keep-existing"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "through collectives" in err and "NCCLAllreduce" in err
+    assert "placer shard" in err and "placer run --emulate-gpus" in err
