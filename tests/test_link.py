@@ -135,3 +135,36 @@ def test_measure_peers_on_every_pair_of_real_gpus():
     curves = measure_peers(list(range(n)), sizes=[4096, 2**20, 2**24], repeats=3)
     assert len(curves) == n * (n - 1)
     assert all(c["bytes_per_s"] > 1e9 and c["latency_s"] >= 0 for c in curves)
+
+
+def test_profile_link_on_several_gpus_writes_a_machine_file_that_loads(tmp_path, monkeypatch, capsys):
+    """The command's own path, with the GPU measurements replaced by fixed curves (no GPU
+    here): the device profile is written, then OUTPUT-machine.json beside it naming that
+    profile for its GPUs, and --machine loads it with the measured links."""
+    from placer import cli
+    from placer.commands import profile as command
+    from placer.machine import load_machine
+    from placer.profiling.link import peer_curves
+
+    def fake_link(profile, args):
+        gpu = load_profile(find_profile("t4-pcie3")).device("gpu")
+        profile.devices["gpu"] = gpu
+    p2p, copy_s = _fake_peers(3, staged=set())
+    monkeypatch.setattr(command, "_merge_link", fake_link)
+    monkeypatch.setattr(command, "_measure_peers", lambda args: ([0, 1, 2], peer_curves([0, 1, 2], SIZES, p2p, copy_s)))
+    out = tmp_path / "mygpu.json"
+    assert cli.main(["profile", "--link", "--device", "cuda:0", "-o", str(out)]) == 0
+    machine_file = tmp_path / "mygpu-machine.json"
+    assert f"wrote {machine_file}" in capsys.readouterr().out
+    doc = json.loads(machine_file.read_text())
+    assert doc["gpus"] == [{"profile": "mygpu", "count": 3}] and doc["peer_default"] == "pcie-p2p"
+    machine = load_machine(machine_file)
+    assert machine.names == ("cpu", "cuda:0", "cuda:1", "cuda:2")
+    assert machine.link(1, 3).source == "measured by placer profile --link"
+    assert machine.devices[1].profile.name == load_profile(out).device("gpu").name
+    # a machine file elsewhere names the profile by its absolute path
+    other = tmp_path / "elsewhere" / "m.json"
+    other.parent.mkdir()
+    assert cli.main(["profile", "--link", "--device", "cuda:0", "-o", str(out), "--machine-out", str(other)]) == 0
+    assert json.loads(other.read_text())["gpus"][0]["profile"] == str(out.resolve())
+    assert load_machine(other).names == machine.names
