@@ -115,8 +115,8 @@ class _Residency:
         if any(self.limited):
             cptr, cten = arr.consumed_by
             pptr, pten = arr.produced_by
-            self.reads = [cten[cptr[i]:cptr[i + 1]].tolist() for i in range(arr.n_ops)]
-            self.makes = [pten[pptr[i]:pptr[i + 1]].tolist() for i in range(arr.n_ops)]
+            self.reads = _split(cten.tolist(), cptr.tolist())
+            self.makes = _split(pten.tolist(), pptr.tolist())
             self.nbytes = arr.t_bytes.tolist()
             self.written = arr.written_bytes.tolist()
             # what an op brings at most (nothing it reads there yet): room for that is room enough
@@ -185,20 +185,26 @@ def m_topo(arr: CostArrays):
     return _plan(arr, dev, "m_topo", memory_aware=True)
 
 
+def _split(flat: list, ptr: list) -> list[list]:
+    """A CSR array as one Python list per row (list slices: no array per row)."""
+    return [flat[ptr[i]:ptr[i + 1]] for i in range(len(ptr) - 1)]
+
+
 def _predecessors(arr: CostArrays) -> tuple[np.ndarray, list[list[int]]]:
-    """Per op the number of distinct ops whose blobs it reads, and each op's readers. A
-    blob made by a later op (a train net's state, read as the previous step left it) is
-    there from the start: its maker is not a predecessor."""
+    """Per op the number of distinct ops whose blobs it reads, and each op's readers (in
+    op order). A blob made by a later op (a train net's state, read as the previous step
+    left it) is there from the start: its maker is not a predecessor. Computed over the
+    whole CSR at once: the distinct (maker, reader) pairs."""
     n = arr.n_ops
     cptr, cten = arr.consumed_by
-    waiting = np.zeros(n, np.int64)
-    succ: list[list[int]] = [[] for _ in range(n)]
-    for i in range(n):
-        made = arr.t_producer[cten[cptr[i]:cptr[i + 1]]]
-        preds = set(made[(made >= 0) & (made < i)].tolist())
-        waiting[i] = len(preds)
-        for p in preds:
-            succ[p].append(i)
+    reader = np.repeat(np.arange(n, dtype=np.int64), np.diff(cptr))
+    made = arr.t_producer[cten].astype(np.int64)
+    keep = (made >= 0) & (made < reader)
+    pairs = np.unique(made[keep] * max(n, 1) + reader[keep])       # sorted by maker, then reader
+    makers, readers = pairs // max(n, 1), pairs % max(n, 1)
+    waiting = np.bincount(readers, minlength=n).astype(np.int64)
+    bounds = np.searchsorted(makers, np.arange(n + 1)).tolist()
+    succ = _split(readers.tolist(), bounds)
     return waiting, succ
 
 
