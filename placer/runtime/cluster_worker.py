@@ -134,6 +134,7 @@ class ClusterWorker:
         self.spec, self.host, self.rank = spec, spec["host"], spec["rank"]
         self.options = options
         self.reported: dict[int, str] = {}          # rank -> the op that worker last reported
+        self._heard: dict[int, int] = {}             # rank -> the number of its last report taken
         self.current, self.samples, self.saved_state, self.warmups = "loading its nets", [], None, 0
         self.names = {"cpu": f"{self.host}/cpu"}
         for g in range(spec["gpus"]):
@@ -143,6 +144,8 @@ class ClusterWorker:
         self.world = RayWorld(self.rank, len(hosts), hosts, self.names, self.mailbox,
                               timeout_s=options.get("recv_timeout_s", RECV_TIMEOUT_S))
         self.broken = self._guard(lambda: self._load(predict_text, init_text))
+        self._telling = threading.Lock()      # one report at a time, numbered in order
+        self._told = 0
         threading.Thread(target=self._report, daemon=True).start()
 
     def _load(self, predict_text: str, init_text: str) -> None:
@@ -174,9 +177,12 @@ class ClusterWorker:
     def deliver(self, key, value) -> None:
         self.mailbox.put(key, value)
 
-    def at(self, rank: int, label: str) -> None:
-        """Worker ``rank`` is running ``label`` (module docstring)."""
-        self.reported[rank] = label
+    def at(self, rank: int, label: str, seq: int = 0) -> None:
+        """Worker ``rank`` is running ``label`` (module docstring). Reports may run out of
+        order on this (threaded) actor: the one a worker numbered last wins."""
+        if seq >= self._heard.get(rank, -1):
+            self._heard[rank] = seq
+            self.reported[rank] = label
 
     def last_reported(self) -> dict:
         return dict(self.reported)
@@ -281,14 +287,18 @@ class ClusterWorker:
         """Tell the other workers which op runs, when it changed (module docstring)."""
         sent = None
         while True:
-            now = self.current
-            if now != sent and self.world.peers:
-                self._tell(now)
-                sent = now
+            with self._telling:
+                now = self.current
+                if now != sent and self.world.peers:
+                    self._tell(now)
+                    sent = now
             time.sleep(REPORT_S)
 
     def _tell(self, label: str) -> list:
-        return [p.at.remote(self.rank, label) for r, p in enumerate(self.world.peers) if r != self.rank]
+        """Send ``label`` to every peer, numbered after every earlier report (callers hold
+        ``_telling``, so that a report read before a later one cannot be numbered after it)."""
+        self._told += 1
+        return [p.at.remote(self.rank, label, self._told) for r, p in enumerate(self.world.peers) if r != self.rank]
 
     def _arm_fault(self, fault: dict | None) -> None:
         """Testing the fault path: ``{"host", "op" (index), "mode": "exit"|"raise", "attempt"}``
@@ -301,8 +311,9 @@ class ClusterWorker:
         def fail(*args):
             if fault["mode"] == "exit":
                 import ray
-                ray.get(self._tell(step.label))
-                os._exit(17)
+                with self._telling:      # the last report: none may follow it
+                    ray.get(self._tell(step.label))
+                    os._exit(17)
             raise RuntimeError("injected fault")
 
         if step.move is not None:
