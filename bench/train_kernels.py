@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from placer.ops import registry  # noqa: E402
 from placer.types import Args  # noqa: E402
+from sls_kernels import median_ms  # noqa: E402  (one timing loop for the kernel benches)
 
 
 def cases() -> dict:
@@ -36,16 +37,6 @@ def cases() -> dict:
             [f32(512, 64), lengths, rng.integers(0, 1_000_000, 4096).astype(np.int64)],
             Args(op="bench SparseLengthsIndicesInGradientSumGradient")),
     }
-
-
-def median_ms(fn, repeats: int) -> float:
-    fn()   # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1e3 * float(np.median(times))
 
 
 def main() -> None:

@@ -167,18 +167,13 @@ def shipped_clusters_dir() -> Path:
 
 
 def shipped_cluster_names() -> list[str]:
-    return sorted(p.stem for p in shipped_clusters_dir().glob("*.json"))
+    from placer.profiling import shipped_names
+    return shipped_names(shipped_clusters_dir())
 
 
 def find_cluster(name_or_path: str | Path) -> Path:
-    path = Path(name_or_path)
-    if path.is_file():
-        return path
-    shipped = shipped_clusters_dir() / f"{path.stem}.json"
-    if shipped.exists() and path.parent == Path("."):
-        return shipped
-    raise ProfileError(f"cluster profile '{name_or_path}' not found",
-                       hint=f"give a file, or one of: {', '.join(shipped_cluster_names())}")
+    from placer.profiling import find_shipped
+    return find_shipped(name_or_path, shipped_clusters_dir(), "cluster profile")
 
 
 def load_cluster(name_or_path: str | Path) -> ClusterMachine:

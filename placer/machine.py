@@ -333,18 +333,13 @@ def shipped_machines_dir() -> Path:
 
 
 def shipped_machine_names() -> list[str]:
-    return sorted(p.stem for p in shipped_machines_dir().glob("*.json"))
+    from placer.profiling import shipped_names
+    return shipped_names(shipped_machines_dir())
 
 
 def find_machine(name_or_path: str | Path) -> Path:
-    path = Path(name_or_path)
-    if path.exists():
-        return path
-    shipped = shipped_machines_dir() / f"{path.stem}.json"
-    if shipped.exists() and path.parent == Path("."):
-        return shipped
-    raise ProfileError(f"machine profile '{name_or_path}' not found",
-                       hint=f"give a file, or one of: {', '.join(shipped_machine_names())}")
+    from placer.profiling import find_shipped
+    return find_shipped(name_or_path, shipped_machines_dir(), "machine profile")
 
 
 def load_machine(name_or_path: str | Path, host: DeviceProfile | None = None) -> Machine:

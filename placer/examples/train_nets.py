@@ -94,21 +94,10 @@ def builders() -> dict:
 
 def save(nets: TrainNets, folder, stem: str) -> dict:
     """``<stem>.pbtxt`` (the train net), ``<stem>_init.pbtxt``, ``<stem>.value_info.json``,
-    laid out as ``NetBuilder.save`` lays out a predict net."""
-    from pathlib import Path
-
-    from google.protobuf import text_format
-
-    from placer.fileio import atomic_write_text
-    vi = NetBuilder(stem)
-    vi.value_info = nets.value_info
-    folder = Path(folder)
-    paths = {"predict": folder / f"{stem}.pbtxt", "init": folder / f"{stem}_init.pbtxt",
-             "value_info": folder / f"{stem}.value_info.json"}
-    atomic_write_text(paths["predict"], text_format.MessageToString(nets.train))
-    atomic_write_text(paths["init"], text_format.MessageToString(nets.init))
-    atomic_write_text(paths["value_info"], vi.value_info_json() + "\n")
-    return paths
+    written by ``NetBuilder.save`` as it writes a predict net."""
+    out = NetBuilder(stem)
+    out.predict, out.init, out.value_info = nets.train, nets.init, nets.value_info
+    return out.save(folder, stem)
 
 
 __all__ = ["TrainNets", "with_click_loss", "in_training_mode", "make", "dlrm_train", "resnet_train",

@@ -262,21 +262,28 @@ def respecting_pins(arr: CostArrays, dev) -> np.ndarray:
     return out
 
 
-def copy_pairs(arr: CostArrays, dev) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The copies a placement needs: (tensor, source device, destination device) arrays,
-    one per tensor and destination, sorted by tensor then destination."""
-    dev = as_placement(arr, dev)
-    k, et = arr.k, arr.entry_tensor
+def copy_reads(arr: CostArrays, dev: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(tensor, destination) of every read that needs a copy (a consumer on another device
+    than the tensor's source; an external output away from the host when outputs come
+    back), duplicates included, and the source device of every tensor."""
     src = arr.tensor_source(dev)
-    ts = [et]
-    ds = [dev[arr.t_cons]]
+    ts, ds = [arr.entry_tensor], [dev[arr.t_cons]]
     if arr.outputs_on_host:
         ext = np.flatnonzero(arr.t_ext_out)
         ts.append(ext)
         ds.append(np.full(len(ext), arr.host, np.int64))
     t, d = np.concatenate(ts), np.concatenate(ds)
     need = (src[t] >= 0) & (d != src[t])
-    key = np.unique(t[need] * k + d[need])
+    return t[need], d[need], src
+
+
+def copy_pairs(arr: CostArrays, dev) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The copies a placement needs: (tensor, source device, destination device) arrays,
+    one per tensor and destination, sorted by tensor then destination."""
+    dev = as_placement(arr, dev)
+    k = arr.k
+    t, d, src = copy_reads(arr, dev)
+    key = np.unique(t * k + d)
     t, d = key // k, key % k
     return t, src[t], d
 

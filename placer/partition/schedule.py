@@ -41,7 +41,7 @@ import numpy as np
 
 from placer.partition.baselines import fastest_gpu
 from placer.partition.explain import make_plan
-from placer.partition.problem import PARAM, CostArrays, as_placement, fits, from_graph, respecting_pins
+from placer.partition.problem import PARAM, CostArrays, as_placement, copy_reads, fits, from_graph, respecting_pins
 
 INF = float("inf")
 
@@ -268,17 +268,9 @@ def _copies_needed(arr: CostArrays, dev: np.ndarray) -> tuple[np.ndarray, np.nda
     duplicates dropped through a [tensors x devices] mark array instead of a sort (the
     simulator's hot path)."""
     k = arr.k
-    src = arr.tensor_source(dev)
-    et = arr.entry_tensor
-    ts, ds = [et], [dev[arr.t_cons]]
-    if arr.outputs_on_host:
-        ext = np.flatnonzero(arr.t_ext_out)
-        ts.append(ext)
-        ds.append(np.full(len(ext), arr.host, np.int64))
-    t, d = np.concatenate(ts), np.concatenate(ds)
-    need = (src[t] >= 0) & (d != src[t])
+    t, d, _ = copy_reads(arr, dev)
     mark = np.zeros(arr.n_tensors * k, bool)
-    mark[t[need] * k + d[need]] = True
+    mark[t * k + d] = True
     key = np.flatnonzero(mark)
     return key // k, key % k
 

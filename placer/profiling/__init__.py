@@ -34,19 +34,30 @@ def shipped_profiles_dir() -> Path:
 
 
 def shipped_profile_names() -> list[str]:
-    return sorted(p.stem for p in shipped_profiles_dir().glob("*.json"))
+    return shipped_names(shipped_profiles_dir())
+
+
+def shipped_names(folder: Path) -> list[str]:
+    """The names of the shipped profiles in ``folder`` (file stems)."""
+    return sorted(p.stem for p in folder.glob("*.json"))
+
+
+def find_shipped(name_or_path: str | Path, folder: Path, what: str) -> Path:
+    """A path as given, else the shipped ``<name>.json`` in ``folder`` (a bare name only);
+    ``what`` names the kind of profile in the error."""
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    shipped = folder / f"{path.stem}.json"
+    if shipped.exists() and path.parent == Path("."):
+        return shipped
+    raise ProfileError(f"{what} '{name_or_path}' not found",
+                       hint=f"give a file, or one of: {', '.join(shipped_names(folder))}")
 
 
 def find_profile(name_or_path: str | Path) -> Path:
     """A path as given, else a shipped profile of that name."""
-    path = Path(name_or_path)
-    if path.exists():
-        return path
-    shipped = shipped_profiles_dir() / f"{Path(name_or_path).stem}.json"
-    if shipped.exists() and path.parent == Path("."):
-        return shipped
-    raise ProfileError(f"profile '{name_or_path}' not found",
-                       hint=f"give a file, or one of: {', '.join(shipped_profile_names())}")
+    return find_shipped(name_or_path, shipped_profiles_dir(), "profile")
 
 
 def load_device_profile(name_or_path: str | Path, kind: str) -> DeviceProfile:
@@ -88,5 +99,5 @@ def profiles_from_args(args: argparse.Namespace) -> tuple[DeviceProfile, DeviceP
 
 
 __all__ = ["DEFAULT_CPU_PROFILE", "DEFAULT_GPU_PROFILE", "DeviceProfile", "Profile",
-           "add_profile_arguments", "default_profiles", "find_profile", "load_device_profile",
-           "load_profile", "profiles_from_args", "shipped_profile_names", "shipped_profiles_dir"]
+           "add_profile_arguments", "default_profiles", "find_profile", "find_shipped", "load_device_profile",
+           "load_profile", "profiles_from_args", "shipped_names", "shipped_profile_names", "shipped_profiles_dir"]
