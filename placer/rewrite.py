@@ -163,13 +163,6 @@ class _HostInputs:
         return got
 
 
-def read_device(op, k: int, placement: Sequence[int], host_inputs=None) -> int:
-    """The device op ``op`` reads its input ``k`` on: the host for an input its registry
-    entry reads from host memory, else its own."""
-    host = (host_inputs or _HostInputs())(op.type)
-    return HOST if k in host else placement[op.index]
-
-
 def _versions(net: Net, placement: Sequence[int], host_inputs: _HostInputs):
     """Which producer made the blob each op input reads; the devices that read each
     version (one entry per read); the producer of each blob's final version."""

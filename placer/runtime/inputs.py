@@ -51,11 +51,6 @@ ROLES: dict[str, dict[int, tuple]] = {
 _ROLE_DTYPE = {"index": "int64", "lengths": "int32", "label": "int32"}
 
 
-def role_of(net: Net, blob: str) -> tuple | None:
-    """(role, op, position) for the first op that reads ``blob`` in a known role."""
-    return roles(net).get(blob)
-
-
 def roles(net: Net) -> dict[str, tuple]:
     """Every blob read in a known role -> (role, op, position) of its first such reader:
     one pass over the ops (a look-up per fed blob would be quadratic: a Sum of 20k fed
