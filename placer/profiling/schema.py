@@ -9,12 +9,13 @@ them, the cost model only reads them.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from placer.constants import PROFILE_SCHEMA_VERSION
+from placer.documents import (NON_NEGATIVE, POSITIVE, TEXT, check_document, number, parse_document,
+                              read_document)
 from placer.errors import ProfileError
 from placer.fileio import atomic_write_text
 from placer.formats import shape_problem
@@ -191,48 +192,62 @@ def op_key(op_type: str, inputs: Sequence[TensorType | None], args: Mapping[str,
 
 # ---------------------------------------------------------------------- validation
 
-class _Reader:
-    """Typed field access that names the file and the field in every error."""
+_CURVE = {"type": "object", "required": ["latency_s", "bytes_per_s"], "properties": {
+    "latency_s": NON_NEGATIVE, "bytes_per_s": POSITIVE,
+    "points": {"type": "array", "items": {
+        "type": "array", "minItems": 2, "maxItems": 2, "description": "[bytes > 0, seconds >= 0]",
+        "prefixItems": [number("[bytes > 0, seconds >= 0]", positive=True),
+                        number("[bytes > 0, seconds >= 0]")]}}}}
+_DIRECTION = {"type": "object", "required": list(MEMORY_KINDS),
+              "properties": {mem: _CURVE for mem in MEMORY_KINDS}}
+_TENSOR = {"type": "object", "required": ["shape", "dtype"], "properties": {
+    "shape": {"type": "array", "description": "a list of non-negative integers",
+              "items": {"type": "integer", "minimum": 0}},
+    "dtype": {"type": "string", "description": "a numpy dtype name (float32, int64, ...)"}}}
+_OP = {"type": "object", "required": ["type", "inputs", "samples", "median_s", "iqr_s"], "properties": {
+    "type": TEXT, "inputs": {"type": "array", "items": _TENSOR}, "args": {"type": "object"},
+    "samples": number("a positive number of samples", positive=True),
+    "median_s": NON_NEGATIVE, "iqr_s": NON_NEGATIVE, "flops": NON_NEGATIVE, "bytes": NON_NEGATIVE,
+    "method": {"enum": list(TIMING_METHODS), "description": "one of " + ", ".join(TIMING_METHODS)}}}
+_FIT = {"type": "object", "required": ["overhead_s", "compute_efficiency", "memory_efficiency", "points",
+                                       "median_abs_pct_error"], "properties": {
+    "overhead_s": NON_NEGATIVE, "compute_efficiency": POSITIVE, "memory_efficiency": POSITIVE,
+    "points": NON_NEGATIVE, "median_abs_pct_error": NON_NEGATIVE, "half_efficiency_rows": POSITIVE,
+    "p90_abs_pct_error": NON_NEGATIVE, "spread_pct": NON_NEGATIVE,
+    "covered": {"type": "boolean", "description": "true or false"}}}
+_SOURCE = {"type": "object", "required": ["kind"], "properties": {
+    "kind": {"enum": ["measured", "datasheet"], "description": "'measured' or 'datasheet'"}},
+    "allOf": [{"if": {"properties": {"kind": {"const": "measured"}}},
+               "then": {"required": ["host", "date"], "properties": {"host": TEXT, "date": TEXT}}},
+              {"if": {"properties": {"kind": {"const": "datasheet"}}},
+               "then": {"required": ["figures"], "properties": {"figures": {"type": "object"}}}}]}
+_DEVICE = {"type": "object", "description": "a device object",
+           "required": ["kind", "name", "source", "peak_flops", "memory_bandwidth_bytes_per_s",
+                        "memory_capacity_bytes", "launch_overhead_s"], "properties": {
+    "kind": {"enum": ["cpu", "gpu"], "description": "'cpu' or 'gpu'"}, "name": TEXT, "source": _SOURCE,
+    "peak_flops": {"type": "object", "required": ["float32"], "additionalProperties": POSITIVE,
+                   "description": "an object of FLOP/s per dtype"},
+    "memory_bandwidth_bytes_per_s": POSITIVE, "memory_capacity_bytes": POSITIVE,
+    "launch_overhead_s": NON_NEGATIVE,
+    "link": {"type": "object", "required": list(DIRECTIONS),
+             "properties": {d: _DIRECTION for d in DIRECTIONS}},
+    "ops": {"type": "array", "items": _OP},
+    "fits": {"type": "object", "additionalProperties": _FIT}, "fits_digest": TEXT}}
+# A device profile file (profiles/README.md), as JSON Schema (placer.documents).
+PROFILE_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "placer device profile",
+    "type": "object", "description": "a JSON object", "required": ["schema_version", "name", "devices"],
+    "properties": {
+        "schema_version": {"const": PROFILE_SCHEMA_VERSION,
+                           "description": f"version {PROFILE_SCHEMA_VERSION} (the version this placer reads)"},
+        "name": TEXT, "description": TEXT,
+        "devices": {"type": "array", "minItems": 1, "items": _DEVICE,
+                    "description": "a list of at least one device"}}}
+PROFILE_HINT = "fix the field or re-create the profile with `placer profile`"
 
-    def __init__(self, path: str):
-        self.path = path
 
-    def fail(self, where: str, msg: str) -> ProfileError:
-        return ProfileError(f"{self.path}: field '{where}': {msg}",
-                            hint="fix the field or re-create the profile with `placer profile`")
-
-    def get(self, obj: Mapping, key: str, where: str, kind: type | tuple, optional=False):
-        at = f"{where}.{key}" if where else key
-        if not isinstance(obj, Mapping):
-            raise self.fail(where or "<top>", f"expected an object, found {type(obj).__name__}")
-        if key not in obj:
-            if optional:
-                return None
-            raise self.fail(at, "missing")
-        value = obj[key]
-        if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
-            raise self.fail(at, f"expected {_kind_name(kind)}, found {value!r}")
-        if not isinstance(value, kind):
-            raise self.fail(at, f"expected {_kind_name(kind)}, found {value!r:.60}")
-        return value
-
-    def number(self, obj: Mapping, key: str, where: str, optional=False, positive=False):
-        value = self.get(obj, key, where, (int, float), optional)
-        if value is None:
-            return None
-        at = f"{where}.{key}" if where else key
-        if not _finite(value) or value < 0 or (positive and value == 0):
-            raise self.fail(at, f"must be a {'positive' if positive else 'non-negative'} "
-                                f"finite number, found {value!r}")
-        return float(value)
-
-
-def _finite(value) -> bool:
-    """``math.isfinite`` that also says False for an int too large for a float (10**400)."""
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
+def _fail(path: str, where: str, msg: str) -> ProfileError:
+    return ProfileError(f"{path}: field '{where}': {msg}", hint=PROFILE_HINT)
 
 
 def _dtype_name(name: str) -> bool:
@@ -244,168 +259,86 @@ def _dtype_name(name: str) -> bool:
         return False
 
 
-def _kind_name(kind) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    names = {int: "a number", float: "a number", str: "a string", list: "a list",
-             dict: "an object", Mapping: "an object", bool: "true/false"}
-    return " or ".join(dict.fromkeys(names.get(k, k.__name__) for k in kinds))
-
-
 def profile_from_dict(data: Any, path: str = "<profile>") -> Profile:
-    """Validate a decoded JSON document and build the Profile."""
-    r = _Reader(path)
-    if not isinstance(data, Mapping):
-        raise r.fail("<top>", f"expected a JSON object, found {type(data).__name__}")
-    version = r.get(data, "schema_version", "", int)
-    if version != PROFILE_SCHEMA_VERSION:
-        raise r.fail("schema_version", f"version {version} is not supported "
-                                       f"(this placer reads version {PROFILE_SCHEMA_VERSION})")
-    name = r.get(data, "name", "", str)
-    description = r.get(data, "description", "", str, optional=True) or ""
-    devices_raw = r.get(data, "devices", "", list)
-    if not devices_raw:
-        raise r.fail("devices", "a profile needs at least one device")
+    """Check a decoded JSON document against ``PROFILE_SCHEMA`` and what a schema cannot
+    say (one device per kind, datasheet origins, dtype names, addressable shapes), and
+    build the Profile."""
+    check_document(data, PROFILE_SCHEMA, path, ProfileError, PROFILE_HINT)
     devices: dict[str, DeviceProfile] = {}
-    for i, raw in enumerate(devices_raw):
-        dev = _device_from_dict(r, raw, f"devices[{i}]")
+    for i, raw in enumerate(data["devices"]):
+        dev = _device_from_dict(path, raw, f"devices[{i}]")
         if dev.kind in devices:
-            raise r.fail(f"devices[{i}].kind", f"a second '{dev.kind}' device in one file")
+            raise _fail(path, f"devices[{i}].kind", f"a second '{dev.kind}' device in one file")
         devices[dev.kind] = dev
-    return Profile(name=name, devices=devices, description=description, path=path)
+    return Profile(name=data["name"], devices=devices, description=data.get("description") or "", path=path)
 
 
-def _device_from_dict(r: _Reader, raw: Any, where: str) -> DeviceProfile:
-    kind = r.get(raw, "kind", where, str)
-    if kind not in ("cpu", "gpu"):
-        raise r.fail(f"{where}.kind", f"must be 'cpu' or 'gpu', found {kind!r}")
-    source = _source(r, r.get(raw, "source", where, Mapping), f"{where}.source", raw)
-    peaks_raw = r.get(raw, "peak_flops", where, Mapping)
-    peaks = {dt: r.number(peaks_raw, dt, f"{where}.peak_flops", positive=True) for dt in peaks_raw}
-    if "float32" not in peaks:
-        raise r.fail(f"{where}.peak_flops.float32", "missing")
+def _device_from_dict(path: str, raw: Mapping, where: str) -> DeviceProfile:
+    _check_origins(path, raw, f"{where}.source")
     dev = DeviceProfile(
-        kind=kind, name=r.get(raw, "name", where, str), source=source, peak_flops=peaks,
-        memory_bandwidth_bytes_per_s=r.number(raw, "memory_bandwidth_bytes_per_s", where, positive=True),
-        memory_capacity_bytes=r.number(raw, "memory_capacity_bytes", where, positive=True),
-        launch_overhead_s=r.number(raw, "launch_overhead_s", where))
-    link_raw = r.get(raw, "link", where, Mapping, optional=True)
-    if link_raw is not None:
-        dev.link = _link(r, link_raw, f"{where}.link")
-    for i, op_raw in enumerate(r.get(raw, "ops", where, list, optional=True) or []):
-        timing = _op_timing(r, op_raw, f"{where}.ops[{i}]")
+        kind=raw["kind"], name=raw["name"], source=dict(raw["source"]),
+        peak_flops={dt: float(v) for dt, v in raw["peak_flops"].items()},
+        memory_bandwidth_bytes_per_s=float(raw["memory_bandwidth_bytes_per_s"]),
+        memory_capacity_bytes=float(raw["memory_capacity_bytes"]),
+        launch_overhead_s=float(raw["launch_overhead_s"]))
+    if "link" in raw:
+        dev.link = {d: {m: LinkCurve(float(c["latency_s"]), float(c["bytes_per_s"]),
+                                     sorted((int(b), float(t)) for b, t in c.get("points", [])))
+                        for m, c in raw["link"][d].items() if m in MEMORY_KINDS} for d in DIRECTIONS}
+    for i, op_raw in enumerate(raw.get("ops", [])):
+        timing = _op_timing(path, op_raw, f"{where}.ops[{i}]")
         dev.ops[timing.key] = timing
-    dev.fits_digest = r.get(raw, "fits_digest", where, str, optional=True) or ""
-    for fam, fit_raw in (r.get(raw, "fits", where, Mapping, optional=True) or {}).items():
-        w = f"{where}.fits.{fam}"
+    dev.fits_digest = raw.get("fits_digest", "")
+    for fam, f in raw.get("fits", {}).items():
         dev.fits[fam] = FamilyFit(
-            overhead_s=r.number(fit_raw, "overhead_s", w),
-            compute_efficiency=r.number(fit_raw, "compute_efficiency", w, positive=True),
-            memory_efficiency=r.number(fit_raw, "memory_efficiency", w, positive=True),
-            points=int(r.number(fit_raw, "points", w)),
-            median_abs_pct_error=r.number(fit_raw, "median_abs_pct_error", w),
-            half_efficiency_rows=r.number(fit_raw, "half_efficiency_rows", w, optional=True, positive=True),
-            p90_abs_pct_error=r.number(fit_raw, "p90_abs_pct_error", w, optional=True),
-            spread_pct=r.number(fit_raw, "spread_pct", w, optional=True),
-            covered=_flag(r, fit_raw, "covered", w, default=True))
+            overhead_s=float(f["overhead_s"]), compute_efficiency=float(f["compute_efficiency"]),
+            memory_efficiency=float(f["memory_efficiency"]), points=int(f["points"]),
+            median_abs_pct_error=float(f["median_abs_pct_error"]),
+            half_efficiency_rows=_optional_float(f, "half_efficiency_rows"),
+            p90_abs_pct_error=_optional_float(f, "p90_abs_pct_error"),
+            spread_pct=_optional_float(f, "spread_pct"), covered=f.get("covered", True))
     return dev
 
 
-def _flag(r: _Reader, obj: Mapping, key: str, where: str, default: bool) -> bool:
-    value = r.get(obj, key, where, bool, optional=True)
-    return default if value is None else value
+def _optional_float(obj: Mapping, key: str) -> float | None:
+    return None if obj.get(key) is None else float(obj[key])
 
 
-def _source(r: _Reader, src: Mapping, where: str, device_raw: Mapping) -> dict:
-    kind = r.get(src, "kind", where, str)
-    if kind == "measured":
-        r.get(src, "host", where, str)
-        r.get(src, "date", where, str)
-    elif kind == "datasheet":
-        figures = r.get(src, "figures", where, Mapping)
-        for fig in SOURCED_FIGURES:
-            if fig in device_raw and not (isinstance(figures.get(fig), str) and figures[fig].strip()):
-                raise r.fail(f"{where}.figures.{fig}", "a datasheet figure needs its origin")
-    else:
-        raise r.fail(f"{where}.kind", f"must be 'measured' or 'datasheet', found {kind!r}")
-    return dict(src)
+def _check_origins(path: str, device_raw: Mapping, where: str) -> None:
+    """A datasheet profile names the origin of every figure it gives."""
+    src = device_raw["source"]
+    if src["kind"] != "datasheet":
+        return
+    figures = src["figures"]
+    for fig in SOURCED_FIGURES:
+        if fig in device_raw and not (isinstance(figures.get(fig), str) and figures[fig].strip()):
+            raise _fail(path, f"{where}.figures.{fig}", "a datasheet figure needs its origin")
 
 
-def _link(r: _Reader, raw: Mapping, where: str) -> dict[str, dict[str, LinkCurve]]:
-    link: dict[str, dict[str, LinkCurve]] = {}
-    for direction in DIRECTIONS:
-        d_raw = r.get(raw, direction, where, Mapping)
-        link[direction] = {}
-        for mem in MEMORY_KINDS:
-            w = f"{where}.{direction}"
-            c_raw = r.get(d_raw, mem, w, Mapping)
-            w = f"{w}.{mem}"
-            points = []
-            for j, pt in enumerate(r.get(c_raw, "points", w, list, optional=True) or []):
-                if (not isinstance(pt, list) or len(pt) != 2
-                        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in pt)
-                        or not _finite(pt[0]) or pt[0] <= 0 or pt[1] < 0 or not _finite(pt[1])):
-                    raise r.fail(f"{w}.points[{j}]", f"expected [bytes > 0, seconds >= 0], found {pt!r:.60}")
-                points.append((int(pt[0]), float(pt[1])))
-            link[direction][mem] = LinkCurve(
-                latency_s=r.number(c_raw, "latency_s", w),
-                bytes_per_s=r.number(c_raw, "bytes_per_s", w, positive=True),
-                points=sorted(points))
-    return link
-
-
-def _op_timing(r: _Reader, raw: Any, where: str) -> OpTiming:
+def _op_timing(path: str, raw: Mapping, where: str) -> OpTiming:
     inputs = []
-    for j, t in enumerate(r.get(raw, "inputs", where, list)):
+    for j, t in enumerate(raw["inputs"]):
         w = f"{where}.inputs[{j}]"
-        shape = r.get(t, "shape", w, list)
-        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-            raise r.fail(f"{w}.shape", f"expected non-negative integers, found {shape!r:.60}")
-        if shape_problem(shape):
-            raise r.fail(f"{w}.shape", shape_problem(shape))
-        dtype = r.get(t, "dtype", w, str)
-        if not _dtype_name(dtype):
-            raise r.fail(f"{w}.dtype", f"expected a numpy dtype name (float32, int64, ...), found {dtype!r:.40}")
-        inputs.append(TensorType(tuple(shape), dtype))
+        if shape_problem(t["shape"]):
+            raise _fail(path, f"{w}.shape", shape_problem(t["shape"]))
+        if not _dtype_name(t["dtype"]):
+            raise _fail(path, f"{w}.dtype", f"expected a numpy dtype name (float32, int64, ...), "
+                                            f"found {t['dtype']!r:.40}")
+        inputs.append(TensorType(tuple(t["shape"]), t["dtype"]))
     return OpTiming(
-        type=r.get(raw, "type", where, str), inputs=tuple(inputs),
-        args=dict(r.get(raw, "args", where, Mapping, optional=True) or {}),
-        samples=int(r.number(raw, "samples", where, positive=True)),
-        median_s=r.number(raw, "median_s", where), iqr_s=r.number(raw, "iqr_s", where),
-        flops=r.number(raw, "flops", where, optional=True) or 0.0,
-        bytes=r.number(raw, "bytes", where, optional=True) or 0.0,
-        method=_method(r, raw, where))
-
-
-def _method(r: _Reader, raw: Mapping, where: str) -> str:
-    method = r.get(raw, "method", where, str, optional=True)
-    if method is None:
-        return "isolated"  # written before the field existed: every entry was timed alone
-    if method not in TIMING_METHODS:
-        raise r.fail(f"{where}.method", f"must be one of {', '.join(TIMING_METHODS)}, found {method!r}")
-    return method
+        type=raw["type"], inputs=tuple(inputs), args=dict(raw.get("args", {})),
+        samples=int(raw["samples"]), median_s=float(raw["median_s"]), iqr_s=float(raw["iqr_s"]),
+        flops=float(raw.get("flops", 0.0)), bytes=float(raw.get("bytes", 0.0)),
+        # entries written before the field existed were every one timed alone
+        method=raw.get("method", "isolated"))
 
 
 # ------------------------------------------------------------------ load and save
 
 def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile file."""
-    path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as e:
-        raise ProfileError(f"{path}: cannot read profile: {e.strerror or e}",
-                           hint="check the path, or list shipped profiles in profiles/") from None
-    except UnicodeDecodeError:
-        raise ProfileError(f"{path}: not a JSON profile: the file is not UTF-8 text",
-                           hint="re-create it with `placer profile`") from None
-    try:
-        data = json.loads(text)
-    except RecursionError:  # the decoder recurses per level of nesting
-        raise ProfileError(f"{path}: not a JSON profile: nested too deeply to read",
-                           hint="re-create it with `placer profile`") from None
-    except ValueError as e:  # JSONDecodeError, and integers past Python's digit limit
-        raise ProfileError(f"{path}: not a JSON profile: {e}",
-                           hint="re-create it with `placer profile`") from None
+    data = read_document(path, None, "profile", ProfileError, hint="check the path, or re-create it with "
+                                                                   "`placer profile`")
     return profile_from_dict(data, str(path))
 
 
@@ -441,5 +374,6 @@ def _device_to_dict(d: DeviceProfile) -> dict:
 def save_profile(profile: Profile, path: str | Path) -> Path:
     """Write atomically (a crash leaves the previous file) and validate what was written."""
     data = profile_to_dict(profile)
-    profile_from_dict(json.loads(json.dumps(data)), str(path))  # never write a file we cannot read
-    return atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+    text = json.dumps(data, indent=1) + "\n"
+    profile_from_dict(parse_document(text.encode(), str(path), "profile", ProfileError), str(path))  # never write
+    return atomic_write_text(path, text)                                           # a file we cannot read
