@@ -28,14 +28,14 @@ search goes hosts first (``partition/hosts.py``).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 
 from placer import constants as K
+from placer.documents import COUNT, NON_NEGATIVE, POSITIVE, TEXT, check_document, read_document
 from placer.errors import ProfileError
 from placer.machine import HOST, Hop, Link, Machine, MachineDevice, load_machine
 from placer.profiling.schema import LinkCurve
@@ -176,47 +176,55 @@ def find_cluster(name_or_path: str | Path) -> Path:
     return find_shipped(name_or_path, shipped_clusters_dir(), "cluster profile")
 
 
+_HOST = {"cpu": {"type": "string", "description": "a CPU profile name or file"},
+         "machine": {"type": "string", "description": "a machine profile name or file"},
+         "memory_bytes": POSITIVE}
+# A cluster profile file (profiles/README.md), as JSON Schema (placer.documents).
+CLUSTER_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "placer cluster profile",
+    "type": "object", "description": "a JSON object",
+    "required": ["schema_version", "kind", "name", "hosts", "network"],
+    "properties": {
+        "schema_version": {"const": K.PROFILE_SCHEMA_VERSION,
+                           "description": f"version {K.PROFILE_SCHEMA_VERSION} (the version this placer reads)"},
+        "kind": {"const": "cluster"}, "name": TEXT, "description": TEXT,
+        "sources": {"type": "object", "additionalProperties": TEXT},
+        "hosts": {"type": ["array", "object"],
+                  "description": "a non-empty list of {\"name\", \"machine\"} or {\"count\": N, \"machine\"}",
+                  "if": {"type": "object"},
+                  "then": {"required": ["count", "machine"],
+                           "properties": {**_HOST, "count": COUNT, "prefix": TEXT}},
+                  "else": {"minItems": 1, "items": {
+                      "type": "object", "required": ["name", "machine"],
+                      "properties": {**_HOST, "name": TEXT}}}},
+        "network": {"type": "object", "description": "an object: kind, bytes_per_s, latency_s, gpudirect_rdma",
+                    "required": ["bytes_per_s", "latency_s"], "properties": {
+                        "kind": TEXT, "source": TEXT, "bytes_per_s": POSITIVE, "latency_s": NON_NEGATIVE,
+                        "gpudirect_rdma": {"type": "boolean", "description": "true or false"}}}}}
+
+
 def load_cluster(name_or_path: str | Path) -> ClusterMachine:
     """A cluster profile file (or a shipped name) as a ``ClusterMachine``."""
     path = find_cluster(name_or_path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ProfileError(f"{path}: cannot read cluster profile: {e.strerror or e}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ProfileError(f"{path}: not a JSON cluster profile: {e}") from None
+    data = read_document(path, None, "cluster profile", ProfileError)
     if not isinstance(data, Mapping) or data.get("kind") != "cluster":
         raise ProfileError(f"{path}: not a cluster profile (expected \"kind\": \"cluster\")",
                            hint="a machine profile goes to --machine")
-    if data.get("schema_version") != K.PROFILE_SCHEMA_VERSION:
-        raise ProfileError(f"{path}: schema_version {data.get('schema_version')!r} is not supported "
-                           f"(this placer reads version {K.PROFILE_SCHEMA_VERSION})")
-    try:
-        hosts = [(h["name"], _host_machine(h, path)) for h in _host_entries(data, path)]
-        return build_cluster(str(data["name"]), hosts, _network(data.get("network"), path),
-                             description=str(data.get("description", "")), sources=data.get("sources", {}),
-                             path=str(path))
-    except (KeyError, TypeError, ValueError) as e:
-        raise ProfileError(f"{path}: malformed cluster profile ({type(e).__name__}: {e})") from None
+    check_document(data, CLUSTER_SCHEMA, str(path), ProfileError)
+    hosts = [(h["name"], _host_machine(h, path)) for h in _host_entries(data["hosts"], path)]
+    return build_cluster(data["name"], hosts, _network(data["network"]), description=data.get("description", ""),
+                         sources=data.get("sources", {}), path=str(path))
 
 
-def _host_entries(data: Mapping, path: Path) -> list[dict]:
+def _host_entries(hosts: list | Mapping, path: Path) -> list[dict]:
     """``hosts`` as a list of entries, or ``{"count": N, ...}`` for N alike hosts h0..hN-1."""
-    hosts = data.get("hosts")
-    if isinstance(hosts, Mapping):
-        count = hosts.get("count")
-        if not isinstance(count, int) or count < 1:
-            raise ProfileError(f"{path}: hosts.count must be a positive integer")
-        if count > K.MAX_CLUSTER_DEVICES:
-            raise ProfileError(f"{path}: hosts.count {count}: placer plans at most {K.MAX_CLUSTER_DEVICES} "
-                               "devices in one cluster")
-        return [{**hosts, "name": f"{hosts.get('prefix', 'h')}{i}"} for i in range(count)]
-    if not isinstance(hosts, list) or not hosts:
-        raise ProfileError(f"{path}: 'hosts' must be a non-empty list or {{\"count\": N, \"machine\": ...}}")
-    for j, h in enumerate(hosts):
-        if not isinstance(h, Mapping) or not isinstance(h.get("name"), str) or not isinstance(h.get("machine"), str):
-            raise ProfileError(f"{path}: hosts[{j}] needs a \"name\" and a \"machine\" (a machine profile)")
-    return [dict(h) for h in hosts]
+    if isinstance(hosts, list):
+        return [dict(h) for h in hosts]
+    count = hosts["count"]
+    if count > K.MAX_CLUSTER_DEVICES:
+        raise ProfileError(f"{path}: hosts.count {count}: placer plans at most {K.MAX_CLUSTER_DEVICES} "
+                           "devices in one cluster")
+    return [{**hosts, "name": f"{hosts.get('prefix', 'h')}{i}"} for i in range(count)]
 
 
 def _host_machine(entry: Mapping, path: Path) -> Machine:
@@ -233,26 +241,15 @@ def _host_machine(entry: Mapping, path: Path) -> Machine:
     machine = load_machine(local if local.exists() else ref, cpu_profile)
     memory = entry.get("memory_bytes")
     if memory is not None:
-        if not isinstance(memory, (int, float)) or not memory > 0:
-            raise ProfileError(f"{path}: host {entry['name']}: memory_bytes must be a positive number")
         cpu_dev = machine.devices[HOST]
         profile = replace(cpu_dev.profile, memory_capacity_bytes=float(memory))
         machine.devices = (replace(cpu_dev, profile=profile),) + machine.devices[1:]
     return machine
 
 
-def _network(spec: Any, path: Path) -> Network:
-    if not isinstance(spec, Mapping):
-        raise ProfileError(f"{path}: 'network' must give kind, bytes_per_s, latency_s and gpudirect_rdma")
-    rate, latency = spec.get("bytes_per_s"), spec.get("latency_s")
-    if not isinstance(rate, (int, float)) or not rate > 0:
-        raise ProfileError(f"{path}: network.bytes_per_s must be a positive number")
-    if not isinstance(latency, (int, float)) or latency < 0:
-        raise ProfileError(f"{path}: network.latency_s must be a number >= 0")
-    rdma = spec.get("gpudirect_rdma", False)
-    if not isinstance(rdma, bool):
-        raise ProfileError(f"{path}: network.gpudirect_rdma must be true or false")
-    return Network(str(spec.get("kind", "network")), float(rate), float(latency), rdma, str(spec.get("source", "")))
+def _network(spec: Mapping) -> Network:
+    return Network(spec.get("kind", "network"), float(spec["bytes_per_s"]), float(spec["latency_s"]),
+                   spec.get("gpudirect_rdma", False), spec.get("source", ""))
 
 
 def add_cluster_argument(parser) -> None:

@@ -23,7 +23,6 @@ single-GPU options alone give the CPU + one GPU machine they always meant.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -31,6 +30,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from placer import constants as K
+from placer.documents import COUNT, NON_NEGATIVE, POSITIVE, TEXT, check_document, number, read_document
 from placer.errors import ProfileError
 from placer.profiling.schema import DeviceProfile, LinkCurve
 
@@ -342,26 +342,53 @@ def find_machine(name_or_path: str | Path) -> Path:
     return find_shipped(name_or_path, shipped_machines_dir(), "machine profile")
 
 
+_GPU_NUMBER = {"type": "integer", "minimum": 0, "description": "a GPU number (0, 1, ...)"}
+_PEER_KIND = {"enum": list(PEER_KINDS), "description": "a peer link kind: " + ", ".join(PEER_KINDS)}
+# A machine profile file (profiles/README.md), as JSON Schema (placer.documents).
+MACHINE_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "placer machine profile",
+    "type": "object", "description": "a JSON object", "required": ["schema_version", "kind", "name", "host", "gpus"],
+    "properties": {
+        "schema_version": {"const": K.PROFILE_SCHEMA_VERSION,
+                           "description": f"version {K.PROFILE_SCHEMA_VERSION} (the version this placer reads)"},
+        "kind": {"const": "machine"}, "name": TEXT, "description": TEXT,
+        "host": {"type": "string", "description": "a CPU profile name or file"},
+        "gpus": {"type": "array", "description": "a list of GPU profile names or {\"profile\", \"count\"}",
+                 "items": {"type": ["string", "object"], "if": {"type": "object"},
+                           "then": {"required": ["profile"],
+                                    "properties": {"profile": TEXT, "count": {
+                                        **COUNT, "maximum": K.MAX_GPUS_PER_MACHINE,
+                                        "description": f"a positive integer (at most {K.MAX_GPUS_PER_MACHINE} "
+                                                       "GPUs in one machine)"}}}}},
+        "peer_default": _PEER_KIND,
+        "peer_links": {"type": "array", "items": {
+            "type": "object", "required": ["gpus", "kind"], "properties": {
+                "gpus": {"type": "array", "minItems": 2, "maxItems": 2, "items": _GPU_NUMBER,
+                         "description": "a pair of GPU numbers [a, b]"},
+                "kind": _PEER_KIND, "count": COUNT}}},
+        "pcie_switches": {"type": "array", "items": {"type": "array", "items": _GPU_NUMBER,
+                                                     "description": "a list of GPU numbers"}},
+        "peer_curves": {"type": "array", "items": {
+            "type": "object", "required": ["src", "dst", "latency_s", "bytes_per_s"], "properties": {
+                "src": _GPU_NUMBER, "dst": _GPU_NUMBER, "p2p": {"type": "boolean"},
+                "latency_s": NON_NEGATIVE, "bytes_per_s": POSITIVE,
+                "points": {"type": "array", "items": {
+                    "type": "array", "minItems": 2, "maxItems": 2, "description": "[bytes > 0, seconds >= 0]",
+                    "prefixItems": [number("[bytes > 0, seconds >= 0]", positive=True),
+                                    number("[bytes > 0, seconds >= 0]")]}}}}},
+        "sources": {"type": "object", "additionalProperties": TEXT}}}
+
+
 def load_machine(name_or_path: str | Path, host: DeviceProfile | None = None) -> Machine:
     """A machine profile file (or a shipped name); ``host`` replaces its host profile
     (a measured one, from ``--cpu-profile``)."""
     from placer.profiling import load_device_profile
     path = find_machine(name_or_path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ProfileError(f"{path}: cannot read machine profile: {e.strerror or e}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ProfileError(f"{path}: not a JSON machine profile: {e}") from None
+    data = read_document(path, None, "machine profile", ProfileError)
     if not isinstance(data, Mapping) or data.get("kind") != "machine":
         raise ProfileError(f"{path}: not a machine profile (expected \"kind\": \"machine\")",
                            hint="a device profile goes to --cpu-profile / --gpu-profile")
-    if data.get("schema_version") != K.PROFILE_SCHEMA_VERSION:
-        raise ProfileError(f"{path}: schema_version {data.get('schema_version')!r} is not supported "
-                           f"(this placer reads version {K.PROFILE_SCHEMA_VERSION})")
-    for key, kind in (("name", str), ("host", str), ("gpus", list)):
-        if not isinstance(data.get(key), kind):
-            raise ProfileError(f"{path}: field '{key}' is missing or not a {kind.__name__}")
+    check_document(data, MACHINE_SCHEMA, str(path), ProfileError)
     base = path.parent.parent if path.parent.name == "machines" else path.parent
 
     def device(ref: str, kind: str) -> DeviceProfile:
@@ -369,25 +396,15 @@ def load_machine(name_or_path: str | Path, host: DeviceProfile | None = None) ->
         return load_device_profile(local if local.exists() else ref, kind)
 
     gpus: list[DeviceProfile] = []
-    for j, g in enumerate(data["gpus"]):
+    for g in data["gpus"]:
         if isinstance(g, str):
             gpus.append(device(g, "gpu"))
-        elif isinstance(g, Mapping) and isinstance(g.get("profile"), str):
-            count = g.get("count", 1)
-            if not isinstance(count, int) or count < 1:
-                raise ProfileError(f"{path}: gpus[{j}].count must be a positive integer")
-            gpus += [device(g["profile"], "gpu")] * count
         else:
-            raise ProfileError(f"{path}: gpus[{j}] must be a profile name or {{\"profile\", \"count\"}}")
-    try:
-        return build_machine(data["name"], host or device(data["host"], "cpu"), gpus,
-                             peer_default=data.get("peer_default", "staged"),
-                             peer_links=data.get("peer_links", []),
-                             pcie_switches=data.get("pcie_switches", []),
-                             description=data.get("description", ""), sources=data.get("sources", {}),
-                             path=str(path), peer_curves=data.get("peer_curves", []))
-    except (KeyError, TypeError, ValueError) as e:
-        raise ProfileError(f"{path}: malformed machine profile ({type(e).__name__}: {e})") from None
+            gpus += [device(g["profile"], "gpu")] * g.get("count", 1)
+    return build_machine(data["name"], host or device(data["host"], "cpu"), gpus,
+                         peer_default=data.get("peer_default", "staged"), peer_links=data.get("peer_links", []),
+                         pcie_switches=data.get("pcie_switches", []), description=data.get("description", ""),
+                         sources=data.get("sources", {}), path=str(path), peer_curves=data.get("peer_curves", []))
 
 
 def compose_machine(host: DeviceProfile, gpu: DeviceProfile, gpus: int = 1,

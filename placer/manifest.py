@@ -28,6 +28,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from placer.documents import LARGEST_FLOAT, check_document, read_document
 from placer.errors import PlacerError
 
 SCHEMA = "placer.cluster_manifest"
@@ -146,22 +147,53 @@ def _replace_dir(new: Path, out: Path) -> None:
         new.rename(out)
 
 
+_NAMES = {"type": "array", "items": {"type": "string"}, "description": "a list of names"}
+_FILE = {"type": "string", "minLength": 1, "description": "a file name inside OUTDIR"}
+_SECONDS = {"type": ["number", "null"], "minimum": 0, "maximum": LARGEST_FLOAT,
+            "description": "a non-negative finite number of seconds or null"}
+# manifest.json of a cluster plan directory (module docstring), as JSON Schema (placer.documents).
+MANIFEST_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "placer cluster manifest",
+    "type": "object", "description": "a JSON object",
+    "required": ["schema", "schema_version", "net", "cluster", "world", "workers", "predicted", "one_process_net"],
+    "properties": {
+        "schema": {"const": SCHEMA}, "schema_version": {"const": SCHEMA_VERSION}, "net": {"type": "string"},
+        "cluster": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"},
+                                                                           "hosts": _NAMES}},
+        "world": {"type": "object", "required": ["size"], "properties": {
+            "size": {"type": "integer", "minimum": 1}, "blob": {"type": "string"}, "engine": {"type": "string"}}},
+        "inputs": {"type": "object"}, "outputs": _NAMES,
+        "placed_net": _FILE, "one_process_net": _FILE, "one_process_gpus": {"type": "integer", "minimum": 0},
+        "predicted": {"type": "object", "properties": {"serial_s": _SECONDS, "makespan_s": _SECONDS}},
+        "workers": {"type": "array", "minItems": 1, "description": "a non-empty list of workers", "items": {
+            "type": "object", "required": ["rank", "host", "devices", "gpus", "net", "init_net", "inputs", "outputs"],
+            "properties": {
+                "rank": {"type": "integer", "minimum": 0}, "host": {"type": "string", "minLength": 1},
+                "devices": _NAMES, "gpus": {"type": "integer", "minimum": 0, "description": "a GPU count"},
+                "net": _FILE, "init_net": _FILE, "inputs": _NAMES, "outputs": _NAMES, "predicted_s": _SECONDS}}},
+        "messages": {"type": "array", "items": {"type": "object"}}}}
+MANIFEST_HINT = "write it again with: placer plan NET --cluster NAME -o OUTDIR"
+
+
 def read_manifest(outdir: str | os.PathLike) -> dict:
-    """The manifest of a cluster plan directory, checked."""
+    """The manifest of a cluster plan directory, checked (``MANIFEST_SCHEMA``, then that
+    every worker's files are in OUTDIR)."""
     path = Path(outdir) / MANIFEST
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise PlacerError(f"{outdir}: no cluster plan here ({path}: {e.strerror or e})",
-                          hint="write one with: placer plan NET --cluster NAME -o OUTDIR") from None
-    except ValueError as e:
-        raise PlacerError(f"{path}: not JSON ({e})") from None
-    if data.get("schema") != SCHEMA or data.get("schema_version") != SCHEMA_VERSION:
+    if not path.exists():
+        raise PlacerError(f"{outdir}: no cluster plan here ({path} is missing)",
+                          hint="write one with: placer plan NET --cluster NAME -o OUTDIR")
+    data = read_document(path, None, "cluster manifest", PlacerError, MANIFEST_HINT)
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or data.get("schema_version") != SCHEMA_VERSION:
         raise PlacerError(f"{path}: not a placer cluster manifest of version {SCHEMA_VERSION}",
                           hint="write it again with placer plan --cluster")
-    for w in data.get("workers", []):
+    check_document(data, MANIFEST_SCHEMA, str(path), PlacerError, MANIFEST_HINT)
+    for j, w in enumerate(data["workers"]):
         for key in ("net", "init_net"):
-            if not (Path(outdir) / w[key]).is_file():
+            name = Path(w[key])
+            if name.is_absolute() or ".." in name.parts:
+                raise PlacerError(f"{path}: field 'workers[{j}].{key}': {w[key]} is not a file inside {outdir}",
+                                  hint=MANIFEST_HINT)
+            if not (Path(outdir) / name).is_file():
                 raise PlacerError(f"{path}: worker {w['host']}'s {key.replace('_', ' ')} {w[key]} is missing")
     return data
 

@@ -251,7 +251,7 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     (tmp_path / "plan.json").write_text("{not json")
     rc = cli.main(["report", str(tmp_path / "plan.json"), "-o", str(tmp_path / "r.html")])
     assert rc == 2
-    assert "not valid JSON" in capsys.readouterr().err
+    assert "plan.json: not a JSON plan: Expecting property name" in capsys.readouterr().err
     (tmp_path / "plan.json").write_text(json.dumps(hand_plan()))
     rc = cli.main(["report", str(tmp_path / "plan.json"), "-o", str(tmp_path / "plan.json")])
     assert rc == 2 and "refusing to overwrite" in capsys.readouterr().err

@@ -7,13 +7,16 @@ and ``placer run --trace`` call with the dicts they already hold.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
+from placer.documents import MAX_PLAN_BYTES, read_document
 from placer.errors import InputError
 from placer.fileio import refuse_overwrite
+from placer.report.doc import PLAN_SCHEMA
 from placer.report.trace import write_trace
+from placer.runtime import record as run_record
 
+PLAN_HINT = "write it with `placer plan NET --json > plan.json`"
 HELP = "write the HTML report (and Chrome trace) of a plan, optionally with a measured run"
 DESCRIPTION = """\
 Turn a plan (`placer plan --json > plan.json`) into one self-contained HTML page: the plan
@@ -41,34 +44,14 @@ def run(args: argparse.Namespace) -> int:
     for out in (args.output, args.trace):
         if out:
             refuse_overwrite(out, args.plan, args.run)
-    plan = read_json(args.plan, "plan", "write it with `placer plan NET --json > plan.json`")
-    if not isinstance(plan.get("ops"), list):
-        raise InputError(f"{args.plan}: not a placer plan (no 'ops' list)",
-                         hint="write it with `placer plan NET --json > plan.json`")
-    run_dict = read_json(args.run, "run record", "write it with `placer run --record run.json`") \
-        if args.run else None
-    if run_dict is not None and run_dict.get("schema") != "placer.run_record":
-        raise InputError(f"{args.run}: not a placer run record (schema {run_dict.get('schema')!r})",
-                         hint="write it with `placer run --record run.json`")
+    plan = read_document(args.plan, PLAN_SCHEMA, "plan", InputError, hint=PLAN_HINT, max_bytes=MAX_PLAN_BYTES)
+    run_dict = run_record.read_dict(args.run, InputError) if args.run else None
     write_report(plan, run_dict, args.output)
     print(f"report: {args.output}")
     if args.trace:
         write_trace(plan, args.trace, run=run_dict, schedule=args.schedule)
         print(f"trace: {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
     return 0
-
-
-def read_json(path: str, what: str, hint: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as e:
-        raise InputError(f"{path}: cannot read the {what} ({e.strerror or e})", hint=hint) from e
-    except (ValueError, RecursionError) as e:  # the decoder recurses per level of nesting
-        raise InputError(f"{path}: the {what} is not valid JSON ({e})", hint=hint) from e
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: the {what} should be a JSON object", hint=hint)
-    return data
 
 
 def write_report(plan: dict, run: dict | None, path: str | os.PathLike) -> None:

@@ -141,32 +141,39 @@ def value_info_paths(path: str | os.PathLike) -> list[Path]:
     return [p.with_name(p.stem + ".value_info.json"), p.with_name(VALUE_INFO)]
 
 
+# value_info.json as JSON Schema (placer.documents); data types and dimensions are checked after.
+VALUE_INFO_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "Caffe2 model-zoo value_info.json",
+    "type": "object", "description": VALUE_INFO_FORM,
+    "additionalProperties": {
+        "type": "array", "minItems": 2, "maxItems": 2, "description": "[data_type, [d0, d1, ...]] with integers",
+        "prefixItems": [{"type": "integer"}, {"type": "array", "items": {"type": "integer"}}]}}
+
+
 def read_value_info(path: str | os.PathLike) -> dict[str, TensorType]:
     """Input shapes from a Caffe2 model-zoo ``value_info.json`` beside the net (see
     ``value_info_paths``): ``{blob: [data_type, shape]}`` with TensorProto.DataType numbers.
     Anything else (dimensions that are negative, not integers, or too many elements to
     address) is a NetParseError naming the file and the blob."""
+    from placer.documents import read_document
     for candidate in value_info_paths(path):
         if candidate.is_file():
-            return parse_value_info(read_json_file(candidate, "value_info.json"), str(candidate))
+            def error(message: str, hint: str | None = None) -> NetParseError:
+                return NetParseError(str(candidate), message.removeprefix(f"{candidate}: "), hint=hint)
+            return parse_value_info(read_document(candidate, VALUE_INFO_SCHEMA, "value_info.json", error),
+                                    str(candidate))
     return {}
 
 
-def parse_value_info(raw, where: str) -> dict[str, TensorType]:
-    if not isinstance(raw, dict):
-        raise NetParseError(where, f"not a value_info.json: expected {VALUE_INFO_FORM}, "
-                                   f"found a JSON {type(raw).__name__}")
+def parse_value_info(raw: dict, where: str) -> dict[str, TensorType]:
+    """Shapes from a checked value_info document (``VALUE_INFO_SCHEMA``)."""
     shapes = {}
-    for name, entry in raw.items():
-        if not (isinstance(entry, list) and len(entry) == 2 and _is_int(entry[0])
-                and isinstance(entry[1], list) and all(_is_int(d) for d in entry[1])):
-            raise NetParseError(where, f"blob '{name}': expected [data_type, [d0, d1, ...]] with "
-                                       f"integers, found {json.dumps(entry)[:80]}")
-        dtype = DATA_TYPE_TO_DTYPE.get(entry[0])
+    for name, (data_type, dims) in raw.items():
+        dtype = DATA_TYPE_TO_DTYPE.get(data_type)
         if dtype is None:
-            raise NetParseError(where, f"blob '{name}': unknown TensorProto data type {entry[0]} "
+            raise NetParseError(where, f"blob '{name}': unknown TensorProto data type {data_type} "
                                        f"(known: {', '.join(f'{k} {v}' for k, v in DATA_TYPE_TO_DTYPE.items())})")
-        shapes[name] = TensorType(check_dims(entry[1], f"{where}: blob '{name}'"), dtype)
+        shapes[name] = TensorType(check_dims(dims, f"{where}: blob '{name}'"), dtype)
     return shapes
 
 
@@ -179,10 +186,6 @@ def value_info_json(shapes: dict[str, TensorType]) -> str:
 
 def save_value_info(shapes: dict[str, TensorType], path: str | os.PathLike) -> Path:
     return atomic_write_text(path, value_info_json(shapes))
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def check_dims(dims, where: str) -> tuple[int, ...]:
@@ -204,21 +207,6 @@ def shape_problem(dims) -> str | None:
     if prod(known) > MAX_ELEMENTS:
         return f"shape {shown} has {prod(known):.3g} elements, more than int64 can count (2^63 - 1)"
     return None
-
-
-def read_json_file(path: Path, what: str):
-    """A small JSON document, or a NetParseError: unreadable, not UTF-8, not JSON, or nested
-    too deeply for the decoder (it recurses per level)."""
-    try:
-        return json.loads(path.read_bytes().decode("utf-8"))
-    except OSError as e:
-        raise NetParseError(str(path), f"cannot read {what}: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise NetParseError(str(path), f"not a {what}: the file is not UTF-8 text") from None
-    except RecursionError:
-        raise NetParseError(str(path), f"not a {what}: JSON nested too deeply to read") from None
-    except ValueError as e:  # JSONDecodeError, and integers past Python's digit limit
-        raise NetParseError(str(path), f"not a {what}: {e}") from None
 
 
 def _load_caffe(path, phase, weights, input_shapes) -> Net:

@@ -10,7 +10,57 @@ from __future__ import annotations
 
 import re
 
+from placer.documents import LARGEST_FLOAT
+
 V1_DEVICES = ("cpu", "gpu")   # a version-1 plan's two devices
+
+_NUM = {"type": ["number", "null"], "minimum": -LARGEST_FLOAT, "maximum": LARGEST_FLOAT,
+        "description": "a finite number or null"}
+_NAMES = {"type": "array", "items": {"type": "string"}, "description": "a list of names"}
+_INDICES = {"type": "array", "items": {"type": "integer"}, "description": "a list of op indices"}
+_TEXT = {"type": ["string", "null"], "description": "a string or null"}
+_BY_DEVICE = {"type": ["object", "null"], "additionalProperties": _NUM}
+_EVENT = {"type": "object", "properties": {
+    "lane": {"type": "string"}, "kind": _TEXT, "name": _TEXT, "type": _TEXT,
+    "op": {"type": ["integer", "null"]}, "bytes": _NUM,
+    "start_s": {**_NUM, "type": "number"}, "end_s": {**_NUM, "type": "number"}}, "required": ["start_s", "end_s"]}
+# The fields of a plan document (docs/PLAN_JSON.md, either version) that the report reads,
+# with their types, as JSON Schema (placer.documents). Fields it does not read are free.
+PLAN_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "placer plan document",
+    "type": "object", "description": "a JSON object (what placer plan --json prints)", "required": ["ops"],
+    "properties": {
+        "schema_version": {"type": "integer"}, "net": _TEXT, "path": _TEXT, "objective": _TEXT,
+        "method": _TEXT, "solver": _TEXT, "total_s": _NUM, "compute_s": _NUM, "copy_s": _NUM, "gap": _NUM,
+        "notes": {"type": "array", "items": {"type": "string"}}, "devices": _NAMES,
+        "machine": {"type": "object", "properties": {
+            "name": _TEXT, "description": _TEXT, "devices": {"type": "array", "items": {
+                "type": "object", "properties": {"name": {"type": "string"}, "kind": _TEXT}}}}},
+        "ops": {"type": "array", "description": "a list of op objects", "items": {
+            "type": "object", "properties": {
+                "index": {"type": "integer"}, "name": _TEXT, "type": _TEXT, "device": {"type": "string"},
+                "device_kind": _TEXT, "time_s": _BY_DEVICE,
+                "source": {"type": ["object", "null"], "additionalProperties": _TEXT},
+                "reason": _TEXT, "flops": _NUM, "param_bytes": _NUM, "output_bytes": _NUM, "outputs": _NAMES,
+                "pinned": {"type": ["string", "array", "null"], "items": {"type": "string"}},
+                "copies_in": _NAMES, "copies_out": _NAMES, "cpu_s": _NUM, "gpu_s": _NUM,
+                "cpu_source": _TEXT, "gpu_source": _TEXT}}},
+        "tensors": {"type": "array", "items": {"type": "object", "properties": {
+            "name": _TEXT, "producer": {"type": "integer"}, "consumers": _INDICES, "bytes": _NUM,
+            "external_output": {"type": "boolean"}}}},
+        "copies": {"type": "array", "items": {"type": "object", "properties": {
+            "src": {"type": "string"}, "dst": {"type": "string"}, "direction": _TEXT, "bytes": _NUM,
+            "time_s": _NUM, "producer": {"type": "integer"}, "consumers": _INDICES}}},
+        "baselines": {"type": "object", "additionalProperties": {"type": "object", "properties": {
+            "total_s": _NUM, "compute_s": _NUM, "copy_s": _NUM, "makespan_s": _NUM, "feasible": {"type": "boolean"},
+            "label": _TEXT, "gpu_ops": _NUM, "gpu_memory_bytes": _NUM}}},
+        "memory": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": _NUM}},
+        "memory_timeline": {"type": "object", "additionalProperties": {"type": "array", "items": _NUM}},
+        "link_bytes": {"type": "array", "items": {"type": "object", "properties": {
+            "src": {"type": "string"}, "dst": {"type": "string"}, "bytes": _NUM, "copies": _NUM, "time_s": _NUM}}},
+        "pcie_bytes": _BY_DEVICE,
+        "schedules": {"type": "object", "additionalProperties": {"type": "object", "properties": {
+            "makespan_s": _NUM, "events": {"type": "array", "items": _EVENT}}}}}}
 
 
 def device_kind(name: str) -> str:

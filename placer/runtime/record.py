@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict
+from dataclasses import asdict, fields
 
+from placer.documents import TEXT, check_document, number, read_document
 from placer.errors import PlacerError
 from placer.fileio import atomic_write_text
 from placer.types import OpRun, RunRecord
@@ -41,31 +42,66 @@ def to_dict(record: RunRecord) -> dict:
     return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **data}
 
 
+_SECONDS = number("a non-negative finite number of seconds")
+_BYTES = {"type": "integer", "minimum": 0, "description": "a non-negative integer number of bytes"}
+# A run record file, as JSON Schema (placer.documents). The derived figures (total_s,
+# copy_bytes, time_by_device_s, link_bytes) are written for other readers; placer
+# recomputes them.
+RUN_RECORD_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "placer run record",
+    "type": "object", "description": "a JSON object",
+    "required": ["schema", "schema_version", "net_name", "devices", "ops", "peak_bytes", "emulated",
+                 "iterations", "warmup"],
+    "properties": {
+        "schema": {"const": SCHEMA}, "schema_version": {"const": SCHEMA_VERSION},
+        "net_name": TEXT, "devices": {"type": "array", "items": TEXT, "description": "a list of device names"},
+        "ops": {"type": "array", "items": {
+            "type": "object", "required": ["index", "name", "type", "device", "time_s"], "properties": {
+                "index": {"type": "integer", "minimum": 0, "description": "an op index (0 or more)"},
+                "name": TEXT, "type": TEXT, "device": TEXT, "time_s": _SECONDS,
+                "samples_s": {"type": "array", "items": _SECONDS}, "copy_bytes": _BYTES, "copy_direction": TEXT,
+                "links": {"type": "array", "items": {
+                    "type": "array", "minItems": 3, "maxItems": 3, "description": "[source, target, bytes]",
+                    "prefixItems": [TEXT, TEXT, _BYTES]}}}}},
+        "peak_bytes": {"type": "object", "additionalProperties": _BYTES},
+        "emulated": {"type": "boolean", "description": "true or false"},
+        "iterations": {"type": "integer", "minimum": 0, "description": "an integer >= 0"},
+        "warmup": {"type": "integer", "minimum": 0, "description": "an integer >= 0"},
+        "timing_labels": {"type": "object", "additionalProperties": TEXT}}}
+HINT = "write it again with `placer run --record`"
+
+
+def check_dict(data, where: str = "run record", error: type = PlacerError) -> dict:
+    """``data`` if it is a run record of this version (``RUN_RECORD_SCHEMA``), else an error
+    naming the field."""
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or data.get("schema_version") != SCHEMA_VERSION:
+        found = (data.get("schema"), data.get("schema_version")) if isinstance(data, dict) else (None, None)
+        raise error(f"{where}: not a placer run record of version {SCHEMA_VERSION} "
+                    f"(schema {found[0]!r}, version {found[1]!r})", hint=HINT)
+    check_document(data, RUN_RECORD_SCHEMA, where, error, HINT)
+    return data
+
+
 def from_dict(data: dict, where: str = "run record") -> RunRecord:
-    if data.get("schema") != SCHEMA or data.get("schema_version") != SCHEMA_VERSION:
-        raise PlacerError(f"{where}: not a placer run record of version {SCHEMA_VERSION} "
-                          f"(schema {data.get('schema')!r}, version {data.get('schema_version')!r})",
-                          hint="write it again with `placer run --record`")
-    try:
-        ops = tuple(OpRun(**{**o, "samples_s": tuple(o.get("samples_s", ())),
-                             "links": tuple((str(a), str(b), int(n)) for a, b, n in o.get("links", ()))})
-                    for o in data["ops"])
-        return RunRecord(net_name=data["net_name"], devices=tuple(data["devices"]), ops=ops,
-                         peak_bytes={k: int(v) for k, v in data["peak_bytes"].items()},
-                         emulated=bool(data["emulated"]), iterations=int(data["iterations"]),
-                         warmup=int(data["warmup"]), timing_labels=dict(data.get("timing_labels", {})))
-    except (KeyError, TypeError, ValueError) as e:
-        raise PlacerError(f"{where}: malformed run record ({e!r})") from e
+    check_dict(data, where)
+    known = {f.name for f in fields(OpRun)}    # a field a later version adds is left out
+    ops = tuple(OpRun(**{**{k: v for k, v in o.items() if k in known}, "samples_s": tuple(o.get("samples_s", ())),
+                         "links": tuple((a, b, n) for a, b, n in o.get("links", ()))})
+                for o in data["ops"])
+    return RunRecord(net_name=data["net_name"], devices=tuple(data["devices"]), ops=ops,
+                     peak_bytes=dict(data["peak_bytes"]), emulated=data["emulated"],
+                     iterations=data["iterations"], warmup=data["warmup"],
+                     timing_labels=dict(data.get("timing_labels", {})))
 
 
 def save(record: RunRecord, path: str | os.PathLike) -> None:
     atomic_write_text(path, json.dumps(to_dict(record), indent=1) + "\n")
 
 
+def read_dict(path: str | os.PathLike, error: type = PlacerError) -> dict:
+    """A run record file as the checked dict the report and trace read."""
+    return check_dict(read_document(path, None, "run record", error, HINT), str(path), error)
+
+
 def load(path: str | os.PathLike) -> RunRecord:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
-        raise PlacerError(f"{path}: cannot read run record ({e})") from e
-    return from_dict(data, str(path))
+    return from_dict(read_dict(path), str(path))
