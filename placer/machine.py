@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from placer import arguments
 from placer import constants as K
 from placer.documents import COUNT, NON_NEGATIVE, POSITIVE, TEXT, check_document, number, read_document
 from placer.errors import ProfileError
@@ -446,11 +447,11 @@ def add_machine_arguments(parser) -> None:
     g.add_argument("--machine", metavar="NAME|FILE",
                    help="a machine profile: host, GPUs and the links between them (shipped: "
                         + ", ".join(shipped_machine_names()) + ")")
-    g.add_argument("--gpus", type=int, metavar="N",
+    g.add_argument("--gpus", type=arguments.count(0), metavar="N",
                    help="this many GPUs of --gpu-profile (default 1)")
     g.add_argument("--gpu-link", metavar="KIND", choices=PEER_KINDS,
                    help="link between every pair of GPUs with --gpus: " + ", ".join(PEER_KINDS)
                         + " (default: staged through host memory)")
-    g.add_argument("--gpu-link-count", type=int, metavar="N",
+    g.add_argument("--gpu-link-count", type=arguments.count(1), metavar="N",
                    help="links per GPU pair for the nvlink kinds (default 1)")
 

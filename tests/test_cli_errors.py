@@ -238,3 +238,39 @@ def test_a_net_already_spread_by_collectives_is_refused_with_what_to_use(capsys,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "through collectives" in err and "NCCLAllreduce" in err
     assert "placer shard" in err and "placer run --emulate-gpus" in err
+
+
+@pytest.mark.parametrize("command, option, value, expected", [
+    ("shard", "--host-mem", "12XB", "a size like 16GiB"),      # was reported against --gpu-mem
+    ("shard", "--gpu-mem", "-1GB", "a size like 16GiB"),
+    ("shard", "--gpu-reserve", "100%", "a percentage of at least 0% and below 100%"),
+    ("shard", "--uvm-cache-hit-rate", "1.5", "a number between 0 and 1"),
+    ("shard", "--uvm-cache-ratio", "nan", "a number between 0 and 1"),
+    ("shard", "--global-batch", "0", "an integer >= 1"),
+    ("shard", "--search-time", "inf", "a number of seconds >= 0"),
+    ("plan", "--gpu-mem", "16XB", "a size like 16GiB"),
+    ("plan", "--gpus", "-1", "an integer >= 0"),
+    ("plan", "--gpu-link-count", "0", "an integer >= 1"),
+    ("plan", "--time-limit", "nan", "a number of seconds >= 0"),
+    ("run", "--iterations", "0", "an integer >= 1"),
+    ("run", "--warmup", "x", "an integer >= 0"),
+    ("run", "--threads", "0", "an integer >= 1"),
+    ("run", "--emulate-gpus", "0", "an integer >= 1"),
+    ("run", "--max-restarts", "-1", "an integer >= 0"),
+    ("run", "--seed", "9" * 5000, "an integer >= 0"),            # past Python's digit limit
+    ("profile", "--repeats", "0", "an integer >= 1"),
+    ("profile", "--budget", "-1", "a number of seconds >= 0"),
+    ("train-net", "--lr", "0", "a positive number"),
+    ("train-net", "--weight-decay", "-1e-4", "a number >= 0"),
+    ("train-net", "--epsilon", "inf", "a positive number"),
+])
+def test_sizes_fractions_and_counts_are_refused_by_their_own_option(capsys, tmp_path, command, option, value,
+                                                                     expected):
+    """argparse converts the value (placer.arguments) and names the option it came with,
+    before any file is read (the net named here does not exist)."""
+    with pytest.raises(SystemExit) as refused:
+        main([command, str(tmp_path / "absent.pbtxt"), f"{option}={value}"])  # = lets "-1" be a value
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert refused.value.code == 2
+    assert last.startswith(f"placer {command}: error: argument {option}: expected {expected}"), last
+    assert f"found '{value[:40]}" in last and len(last) < 300

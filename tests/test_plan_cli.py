@@ -346,12 +346,22 @@ def test_unknown_shapes_say_what_to_add(capsys, tmp_path):
 
 @pytest.mark.parametrize("option, value, words", [
     ("--pin", "fc1", "GLOB=DEVICE"), ("--pin", "fc1=tpu", "no device 'tpu' (devices: cpu, cuda:0)"),
-    ("--pin", "fc1=cuda:1", "no device 'cuda:1'"), ("--pin", "nothing*=cpu", "no op name"),
-    ("--gpu-mem", "lots", "16GiB"), ("--gpu-mem", "1.2.3GB", "16GiB"), ("--gpu-mem", "e", "16GiB"),
-    ("--gpu-mem", "16XB", "16GiB"), ("--time-limit", "-1", ">= 0"), ("--unknown-op-cost", "nan", ">= 0"), ("--gpu-reserve", "150%", "below 100%"), ("--gpu-reserve", "x", "10%")])
+    ("--pin", "fc1=cuda:1", "no device 'cuda:1'"), ("--pin", "nothing*=cpu", "no op name")])
 def test_bad_option_values(capsys, mixed, option, value, words):
     err = one_line_error(capsys, mixed["predict"], "--init-net", mixed["init"], option, value)
     assert words in err and value in err
+
+
+@pytest.mark.parametrize("option, value, words", [
+    ("--gpu-mem", "lots", "16GiB"), ("--gpu-mem", "1.2.3GB", "16GiB"), ("--gpu-mem", "e", "16GiB"),
+    ("--gpu-mem", "16XB", "16GiB"), ("--gpu-mem", "1e400", "16GiB"), ("--time-limit", "-1", ">= 0"),
+    ("--unknown-op-cost", "nan", ">= 0"), ("--gpu-reserve", "150%", "below 100%"), ("--gpu-reserve", "x", "10%"),
+    ("--stability-draws", "-1", ">= 0")])
+def test_bad_option_values_are_refused_by_argparse_naming_the_option(capsys, mixed, option, value, words):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["plan", str(mixed["predict"]), "--init-net", str(mixed["init"]), option, value])
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert e.value.code == 2 and f"argument {option}: expected" in err and words in err and repr(value) in err
 
 
 # -- the placed net file --------------------------------------------------------------------

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from placer import cli
 from placer.examples.builder import NetBuilder
 from placer.profiling.schema import DeviceProfile, OpTiming, Profile, save_profile
@@ -74,7 +76,9 @@ def test_the_summary_line_is_printed_and_the_check_can_be_off(tmp_path, capsys):
     assert "placement stable under measured noise: no op of 1 flips in 8 draws" in capsys.readouterr().out.splitlines()
     doc = _plan(capsys, net, prof, "--stability-draws", "0")
     assert doc["stability"]["draws"] == 0 and doc["stability"]["summary"] == "placement stability not checked"
-    assert cli.main(["plan", str(net), "--cpu-profile", prof, "--stability-draws", "-1"]) == 2
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["plan", str(net), "--cpu-profile", prof, "--stability-draws", "-1"])
+    assert refused.value.code == 2 and "argument --stability-draws: expected an integer >= 0" in capsys.readouterr().err
 
 
 def test_estimates_from_a_fit_that_does_not_cover_its_group_are_noted(tmp_path, capsys):

@@ -220,7 +220,9 @@ def test_run_cli_emulates_four_gpus_and_reports_devices_and_links(tmp_path, caps
     assert cli.main(argv + ["--emulate-gpus", "3"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith("placer: error: ") and "cuda:3" in err and "--emulate-gpus 4" in err
-    assert cli.main(argv[:2] + ["--emulate-gpus", "0"]) == 2
+    with pytest.raises(SystemExit) as refused:   # argparse: "argument --emulate-gpus: expected an integer >= 1"
+        cli.main(argv[:2] + ["--emulate-gpus", "0"])
+    assert refused.value.code == 2 and "argument --emulate-gpus" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- memory, priced before allocating
@@ -291,8 +293,10 @@ def test_profile_refuses_an_op_that_cannot_fit(tmp_path, capsys):
 
 def test_negative_random_input_seed_is_refused(tmp_path, capsys):
     net, init = _mlp(tmp_path, 4, 8)
-    code, out, err = run_cli(capsys, net, "--init-net", init, "--input", "data=2,8", "--random-inputs", "-1")
-    assert code == 2 and "--random-inputs -1: the seed must be >= 0" in err
+    with pytest.raises(SystemExit) as refused:
+        run_cli(capsys, net, "--init-net", init, "--input", "data=2,8", "--random-inputs", "-1")
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and "argument --random-inputs: expected an integer >= 0, found '-1'" in err
 
 
 def test_random_inputs_of_a_placed_lookup_net_are_those_of_its_unplaced_net(tmp_path, capsys):

@@ -92,9 +92,7 @@ def test_a_train_net_file_plans_at_its_own_batch(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv,needle", [
     (["--dlrm", "small", "--global-batch", "512", *TWO_V100, "--degrees", "3"], "degree(s) [3]"),
-    (["--dlrm", "small", "--global-batch", "512", *TWO_V100, "--uvm-cache-hit-rate", "1.5"], "between 0 and 1"),
     (["--dlrm", "small", "--global-batch", "512", *TWO_V100, "--kernels", "gpu"], "--kernels gpu"),
-    (["--dlrm", "small", "--global-batch", "0", *TWO_V100], "--global-batch 0"),
     (["--global-batch", "512", *TWO_V100], "give a train net"),
     (["--dlrm", "small", "--global-batch", "501", *TWO_V100, "--degrees", "2"], "split evenly"),
 ])

@@ -55,7 +55,6 @@ def test_binary_outputs_hold_the_same_nets(tmp_path):
      r"--loss los: no op of the net writes a blob 'los' \(candidates: .*loss"),
     (["--loss", "loss", "--optimizer", "adam", "--lr", "0.1", "--momentum", "0.9"],
      "--momentum applies to --optimizer momentum or nesterov, not adam"),
-    (["--loss", "loss", "--optimizer", "sgd", "--lr", "0"], "--lr 0: the learning rate must be positive"),
     (["--loss", "loss", "--optimizer", "sgd", "--lr", "0.1", "--lr-policy", "step", "--lr-arg", "gamma=0.5"],
      "--lr-policy step needs --lr-arg stepsize"),
     (["--loss", "loss", "--optimizer", "sgd", "--lr", "0.1", "--lr-policy", "step",

@@ -4,11 +4,10 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import math
-import re
 import sys
 from contextlib import contextmanager
 
+from placer import arguments
 from placer.commands.common import StageClock, add_net_arguments, load_typed_net
 from placer.errors import PlacerError
 from placer.fileio import atomic_write_text, refuse_overwrite
@@ -60,9 +59,9 @@ def add_arguments(p) -> None:
     g.add_argument("--method", choices=[m for m in METHODS if m not in ("all_cpu", "all_gpu")],
                    default="auto", help="partitioner (default: auto = mincut on the CPU and one GPU, "
                                         "exact; expansion on more GPUs)")
-    g.add_argument("--gpu-mem", metavar="SIZE", help="memory of each GPU, e.g. 16GiB or 40GB "
+    g.add_argument("--gpu-mem", type=arguments.size, metavar="SIZE", help="memory of each GPU, e.g. 16GiB or 40GB "
                    "(default: each GPU profile's capacity)")
-    g.add_argument("--gpu-reserve", metavar="PCT", default="10%",
+    g.add_argument("--gpu-reserve", type=arguments.reserve, metavar="PCT", default="10%",
                    help="part of GPU memory kept free (default: 10%%)")
     g.add_argument("--pin", metavar="GLOB=DEVICE", action="append", default=[],
                    help="pin ops whose name, type or output blob matches GLOB to DEVICE: cpu, gpu "
@@ -71,11 +70,11 @@ def add_arguments(p) -> None:
                    help="pin every op that already has a device_option")
     g.add_argument("--outputs-on-host", action=argparse.BooleanOptionalAction, default=True,
                    help="external outputs come back to the host, paying their D2H copy (default: on)")
-    g.add_argument("--time-limit", type=float, default=10.0, metavar="S",
+    g.add_argument("--time-limit", type=arguments.seconds, default=10.0, metavar="S",
                    help="seconds for the MILP / local search (default: 10)")
-    g.add_argument("--unknown-op-cost", type=float, default=0.0, metavar="S",
+    g.add_argument("--unknown-op-cost", type=arguments.seconds, default=0.0, metavar="S",
                    help="CPU seconds charged to an op type placer does not know (default: 0)")
-    g.add_argument("--stability-draws", type=int, default=8, metavar="N",
+    g.add_argument("--stability-draws", type=arguments.count(0), default=8, metavar="N",
                    help="re-solve N times with op costs moved within their measured spread and flag ops "
                         "whose device flips (default: 8; 0: off)")
     o = p.add_argument_group("output")
@@ -92,28 +91,6 @@ def add_arguments(p) -> None:
 def _add_report_arguments(o) -> None:
     o.add_argument("--report", metavar="OUT.html", help="write the self-contained HTML report")
     o.add_argument("--trace", metavar="OUT.json", help="write the predicted timeline as a Chrome trace")
-
-
-def parse_size(text: str | None) -> float | None:
-    """'16GiB' / '40GB' / '1.5e10' -> bytes."""
-    if text is None:
-        return None
-    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+)\s*([KMGT]?)(i?)B?\s*", text, re.I)
-    if not m or not math.isfinite(float(m.group(1))):
-        raise PlacerError(f"--gpu-mem '{text}': expected a size like 16GiB, 40GB or 17179869184")
-    value = float(m.group(1))
-    base = 1024 if m.group(3) else 1000
-    return value * base ** " KMGT".index((m.group(2) or " ").upper())
-
-
-def parse_fraction(text: str) -> float:
-    try:
-        value = float(text.rstrip("%")) / (100 if text.strip().endswith("%") else 1)
-    except ValueError:
-        raise PlacerError(f"--gpu-reserve '{text}': expected a percentage like 10%") from None
-    if not 0 <= value < 1:
-        raise PlacerError(f"--gpu-reserve '{text}': must be at least 0% and below 100%")
-    return value
 
 
 def run(args) -> int:
@@ -138,16 +115,13 @@ def _no_cycle_collection():
 
 def _run(args) -> int:
     _check_outputs(args)
-    for option, value in (("--time-limit", args.time_limit), ("--unknown-op-cost", args.unknown_op_cost)):
-        if not math.isfinite(value) or value < 0:
-            raise PlacerError(f"{option} {value}: must be a number of seconds >= 0")
     clock = StageClock()
     typed = load_typed_net(args, complete=True, clock=clock)
     if args.init_out and typed.net.init_proto is None:  # before anything is written
         raise PlacerError("--init-out: the net has no init net to place", hint="give --init-net")
     machine = None if args.cluster else machine_from_args(args)
-    options = PlanOptions(method=args.method, gpu_mem_bytes=parse_size(args.gpu_mem),
-                          reserve=parse_fraction(args.gpu_reserve), pins=tuple(args.pin),
+    options = PlanOptions(method=args.method, gpu_mem_bytes=args.gpu_mem,
+                          reserve=args.gpu_reserve, pins=tuple(args.pin),
                           keep_existing=args.keep_existing, outputs_on_host=args.outputs_on_host,
                           time_limit_s=args.time_limit, unknown_op_cost_s=args.unknown_op_cost)
     result = (cluster_plan_from_args(args, typed, options) if args.cluster
@@ -179,8 +153,6 @@ def _add_confidence(doc: dict, result, draws: int) -> None:
     """How sure the plan is: the stability check (placer.partition.stability) and a note
     naming estimates from fits that do not cover their group."""
     from placer.partition import partition, stability
-    if draws < 0:
-        raise PlacerError(f"--stability-draws {draws}: must be 0 (off) or more")
     o = result.options
 
     def solve(arrays):

@@ -6,6 +6,7 @@ import datetime as _dt
 import sys
 from pathlib import Path
 
+from placer import arguments
 from placer.commands.common import add_net_arguments, load_typed_net
 from placer.constants import FIT_MAX_MEDIAN_ERROR_PCT
 from placer.errors import DeviceError, InputError, ShapeError
@@ -73,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", action="store_true", help="characterise this CPU")
     parser.add_argument("--calibrate", action="store_true",
                         help="time the built-in sweep net (every common op family over a range of sizes)")
-    parser.add_argument("--threads", type=int, metavar="N",
+    parser.add_argument("--threads", type=arguments.count(1), metavar="N",
                         help="BLAS threads for CPU kernels: profile with the count you will run with")
     parser.add_argument("--link", action="store_true",
                         help="measure host<->GPU copy curves; with several GPUs also GPU<->GPU ones "
@@ -81,9 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--machine-out", metavar="FILE",
                         help="--link with several GPUs: the machine profile to write "
                              "(default: OUTPUT's name with -machine.json)")
-    parser.add_argument("--repeats", type=int, default=10,
+    parser.add_argument("--repeats", type=arguments.count(1), default=10,
                         help="timed runs of the net (with --isolated: samples per op) (default 10)")
-    parser.add_argument("--warmup", type=int, default=2,
+    parser.add_argument("--warmup", type=arguments.count(0), default=2,
                         help="untimed runs (with --isolated: calls per op) first (default 2)")
     parser.add_argument("--isolated", action="store_true",
                         help="time each distinct op alone instead of in a run of the whole net")
@@ -92,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="GPUs the collectives run over (default: every visible GPU)")
     parser.add_argument("--machine", metavar="NAME|FILE",
                         help="machine profile whose cost model the collectives are set against")
-    parser.add_argument("--budget", type=float, default=0.5, metavar="S",
+    parser.add_argument("--budget", type=arguments.seconds, default=0.5, metavar="S",
                         help="--isolated: stop sampling an op after S seconds, keeping >= 3 samples (default 0.5)")
     parser.add_argument("--base", metavar="NAME|FILE",
                         help=f"datasheet profile a new GPU device starts from ({', '.join(shipped_profile_names())})")
@@ -106,8 +107,6 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("give exactly one of NET, --calibrate, --host, --link or --collectives",
                          hint="e.g. placer profile net.pbtxt --device cpu -o prof.json")
     refuse_overwrite(args.output, args.net, getattr(args, "init_net", None))
-    if args.repeats < 1 or args.warmup < 0 or not args.budget >= 0:  # NaN fails >= too
-        raise InputError("--repeats must be >= 1, --warmup >= 0 and --budget >= 0 seconds")
     if args.collectives:
         return _write_collectives(args)
     _set_threads(args.threads)
@@ -137,8 +136,6 @@ def _set_threads(threads: int | None) -> None:
     if threads is None:
         return
     from placer.runtime.threads import set_blas_threads
-    if threads < 1:
-        raise InputError("--threads must be >= 1")
     if not set_blas_threads(threads):
         print("placer: warning: could not set the BLAS thread count here; "
               f"set OPENBLAS_NUM_THREADS={threads} before starting", file=sys.stderr)

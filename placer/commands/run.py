@@ -9,6 +9,7 @@ import zipfile
 
 import numpy as np
 
+from placer import arguments
 from placer.commands.common import add_net_arguments, load_typed_net
 from placer.errors import InputError
 from placer.fileio import atomic_write_bytes, refuse_overwrite
@@ -72,30 +73,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     feed.add_argument("--inputs", metavar="X.npz", dest="inputs_npz", nargs="+",
                       help="input arrays keyed by blob name; several files or a folder of .npz "
                            "files: one per step, in order, cycled")
-    feed.add_argument("--random-inputs", metavar="SEED", type=int, default=None,
+    feed.add_argument("--random-inputs", metavar="SEED", type=arguments.count(0), default=None,
                       help="random inputs from this seed (default when --inputs is not given: 0); "
                            "on a train net, step k's batch is drawn from (SEED, k)")
-    parser.add_argument("--iterations", type=int, default=1, metavar="N",
+    parser.add_argument("--iterations", type=arguments.count(1), default=1, metavar="N",
                         help="timed runs; each op's time is the median (default 1)")
-    parser.add_argument("--warmup", type=int, default=1, metavar="N",
+    parser.add_argument("--warmup", type=arguments.count(0), default=1, metavar="N",
                         help="untimed runs first (default 1)")
     emulate = parser.add_mutually_exclusive_group()
     emulate.add_argument("--emulate-gpu", action="store_true",
                          help="run GPU ops on tagged numpy arrays, as many GPUs as the net names "
                               "(no GPU needed; CPU timings)")
-    emulate.add_argument("--emulate-gpus", type=int, metavar="N",
+    emulate.add_argument("--emulate-gpus", type=arguments.count(1), metavar="N",
                          help="emulate exactly N GPUs, cuda:0..N-1; an op placed beyond them is an error")
-    parser.add_argument("--seed", type=int, default=0, help="seed of random fills in the init net")
+    parser.add_argument("--seed", type=arguments.count(0), default=0, help="seed of random fills in the init net")
     parser.add_argument("--outputs", metavar="OUT.npz", help="write the external outputs here")
     parser.add_argument("--record", metavar="RUN.json", help="write the RunRecord here")
     parser.add_argument("--trace", metavar="TRACE.json",
                         help="write the measured timeline as a Chrome trace (opens in Perfetto)")
-    parser.add_argument("--threads", type=int, metavar="N",
+    parser.add_argument("--threads", type=arguments.count(1), metavar="N",
                         help="BLAS threads for CPU kernels (1 gives stable times on a shared host)")
     parser.add_argument("--loss", metavar="BLOB", action="append", default=None,
                         help="blob printed after each step (repeatable; default on a train net: "
                              "its loss, from the <loss>_autogen_grad seed)")
-    parser.add_argument("--print-every", type=int, default=1, metavar="K",
+    parser.add_argument("--print-every", type=arguments.count(1), default=1, metavar="K",
                         help="print the loss every K steps (default 1)")
     parser.add_argument("--save-init", metavar="INIT.pb",
                         help="write the state after the run (trained parameters, optimizer state, "
@@ -105,29 +106,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ray.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
                      help="run every worker as a Ray actor: no ADDRESS starts a local Ray instance, "
                           "'auto' joins the running cluster")
-    ray.add_argument("--max-restarts", type=int, default=0, metavar="N",
+    ray.add_argument("--max-restarts", type=arguments.count(0), default=0, metavar="N",
                      help="with --ray: after a worker dies, start every worker again, up to N times (default 0)")
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.iterations < 1 or args.warmup < 0:
-        raise InputError("--iterations must be >= 1 and --warmup >= 0")
-    if args.emulate_gpus is not None and args.emulate_gpus < 1:
-        raise InputError(f"--emulate-gpus {args.emulate_gpus}: emulate at least one GPU")
-    if args.print_every < 1:
-        raise InputError("--print-every must be >= 1")
     files = npz_files(args.inputs_npz) if args.inputs_npz else []
     for out in (args.outputs, args.record, args.trace, args.save_init):
         if out:
             refuse_overwrite(out, args.net, args.init_net, *files)
     if args.threads is not None:
-        if args.threads < 1:
-            raise InputError("--threads must be >= 1")
         if not set_blas_threads(args.threads):
             print("placer: warning: could not set the BLAS thread count here; "
                   f"set OPENBLAS_NUM_THREADS={args.threads} before starting", file=sys.stderr)
-    if args.random_inputs is not None and args.random_inputs < 0:
-        raise InputError(f"--random-inputs {args.random_inputs}: the seed must be >= 0")
     if args.ray is not None:
         from placer.runtime.cluster_command import run_command
         return run_command(args)

@@ -5,6 +5,7 @@ import json
 import math
 import sys
 
+from placer import arguments
 from placer.errors import InputError
 from placer.fileio import atomic_write_text, refuse_overwrite
 from placer.units import fmt_bytes, fmt_time
@@ -62,25 +63,25 @@ def add_arguments(p) -> None:
     add_cluster_argument(p)
     g = p.add_argument_group("sharding")
     batch = g.add_mutually_exclusive_group()
-    batch.add_argument("--global-batch", type=int, metavar="G",
+    batch.add_argument("--global-batch", type=arguments.count(1), metavar="G",
                        help="samples per step over all GPUs (default: the net's batch)")
-    batch.add_argument("--batch-per-gpu", type=int, metavar="B",
+    batch.add_argument("--batch-per-gpu", type=arguments.count(1), metavar="B",
                        help="samples per GPU per step (weak scaling: k GPUs train k*B per step)")
     g.add_argument("--degrees", metavar="K,K,...", help="data-parallel degrees to weigh (default 1, 2, 4, ... and all)")
-    g.add_argument("--gpu-mem", metavar="SIZE", help="memory of each GPU (default: its profile's)")
-    g.add_argument("--gpu-reserve", metavar="PCT", default="10%", help="GPU memory kept free (default 10%%)")
-    g.add_argument("--host-mem", metavar="SIZE", help="host memory for tables (default: not limited)")
-    g.add_argument("--uvm-cache-hit-rate", type=float, metavar="H",
+    g.add_argument("--gpu-mem", type=arguments.size, metavar="SIZE", help="memory of each GPU (default: its profile's)")
+    g.add_argument("--gpu-reserve", type=arguments.reserve, metavar="PCT", default="10%", help="GPU memory kept free (default 10%%)")
+    g.add_argument("--host-mem", type=arguments.size, metavar="SIZE", help="host memory for tables (default: not limited)")
+    g.add_argument("--uvm-cache-hit-rate", type=arguments.share, metavar="H",
                    help="share of uvm_caching lookups served from the GPU cache (default 0.2, TorchRec's "
                         "assumption: the cache ratio)")
-    g.add_argument("--uvm-cache-ratio", type=float, metavar="R", help="share of a uvm_caching table's rows the GPU "
+    g.add_argument("--uvm-cache-ratio", type=arguments.share, metavar="R", help="share of a uvm_caching table's rows the GPU "
                    "cache holds (default 0.2, TorchRec's UVM_CACHING_RATIO)")
     g.add_argument("--kernels", metavar="K,K", help="kernels allowed: hbm, uvm, uvm_caching, host (default: all)")
     g.add_argument("--sharding-types", metavar="T,T", help="sharding types allowed: data_parallel, table_wise, "
                    "row_wise, column_wise (default: all)")
-    g.add_argument("--time-limit", type=float, metavar="S",
+    g.add_argument("--time-limit", type=arguments.seconds, metavar="S",
                    help="seconds for the MILP (default: 8, or what is left of 25 s of planning)")
-    g.add_argument("--search-time", type=float, default=1.5, metavar="S",
+    g.add_argument("--search-time", type=arguments.seconds, default=1.5, metavar="S",
                    help="seconds of local search per degree (default 1.5)")
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print the plan as JSON instead of tables")
@@ -91,10 +92,9 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from placer.commands.plan import parse_fraction, parse_size
     from placer.machine import machine_from_args
     from placer.partition.sharding import plan_sharding
-    settings = _settings(args, parse_fraction, parse_size)
+    settings = _settings(args)
     if args.plan_out:
         refuse_overwrite(args.plan_out, args.net, args.init_net)
     if args.output:
@@ -105,15 +105,9 @@ def run(args) -> int:
     source = _source(args)
     machine = _machine(args, machine_from_args)
     global_batch, per_gpu = args.global_batch, args.batch_per_gpu
-    for option, value in (("--global-batch", global_batch), ("--batch-per-gpu", per_gpu)):
-        if value is not None and value < 1:
-            raise InputError(f"{option} {value}: must be a positive number of samples")
     if global_batch is None and per_gpu is None:
         global_batch = source.batch
     degrees = _degrees(args.degrees)
-    for option, value in (("--time-limit", args.time_limit), ("--search-time", args.search_time)):
-        if value is not None and (not math.isfinite(value) or value < 0):
-            raise InputError(f"{option} {value}: must be a number of seconds >= 0")
     limit = {"time_limit_s": 8.0, "budget_s": 25.0} if args.time_limit is None else {"time_limit_s": args.time_limit}
     result = plan_sharding(source, machine, global_batch=global_batch, per_gpu_batch=per_gpu, settings=settings,
                            degrees=degrees, search_s=args.search_time, **limit)
@@ -188,18 +182,15 @@ def _machine(args, machine_from_args):
     return machine_from_args(args)
 
 
-def _settings(args, parse_fraction, parse_size):
+def _settings(args):
     from placer.partition.sharding_cost import ShardSettings
     from placer.partition.sharding_types import KERNELS, SHARDING_TYPES
-    kw = {"reserve": parse_fraction(args.gpu_reserve), "gpu_mem_bytes": parse_size(args.gpu_mem)}
-    if args.host_mem:
-        kw["host_mem_bytes"] = parse_size(args.host_mem)
-    for option, name in (("--uvm-cache-hit-rate", "uvm_cache_hit_rate"), ("--uvm-cache-ratio", "uvm_cache_ratio")):
-        value = getattr(args, name)
-        if value is not None:
-            if not 0 <= value <= 1:
-                raise InputError(f"{option} {value}: must be between 0 and 1")
-            kw[name] = value
+    kw = {"reserve": args.gpu_reserve, "gpu_mem_bytes": args.gpu_mem}
+    if args.host_mem is not None:
+        kw["host_mem_bytes"] = args.host_mem
+    for name in ("uvm_cache_hit_rate", "uvm_cache_ratio"):
+        if getattr(args, name) is not None:
+            kw[name] = getattr(args, name)
     for option, name, known in (("--kernels", "kernels", KERNELS), ("--sharding-types", "sharding_types", SHARDING_TYPES)):
         text = getattr(args, name)
         if text:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
+from placer import arguments
+
 HELP = "make a Caffe2 train net (gradients + optimizer) and its init net from a net"
 DESCRIPTION = """\
 Write the train net Caffe2 itself would write for NET: the forward ops, the gradient ops
@@ -42,12 +44,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--loss", metavar="BLOB", action="append", required=True,
                         help="the loss blob (repeat for several losses; each is seeded with 1)")
     parser.add_argument("--optimizer", choices=OPTIMIZERS, required=True)
-    parser.add_argument("--lr", type=float, required=True, metavar="LR",
+    parser.add_argument("--lr", type=arguments.positive, required=True, metavar="LR",
                         help="base learning rate (positive)")
-    parser.add_argument("--momentum", type=float, metavar="M",
+    parser.add_argument("--momentum", type=arguments.finite, metavar="M",
                         help="momentum of --optimizer momentum / nesterov (default 0.9)")
-    parser.add_argument("--weight-decay", type=float, default=0.0, metavar="WD")
-    parser.add_argument("--epsilon", type=float, metavar="EPS",
+    parser.add_argument("--weight-decay", type=arguments.non_negative, default=0.0, metavar="WD")
+    parser.add_argument("--epsilon", type=arguments.positive, metavar="EPS",
                         help="Adagrad's / Adam's epsilon (Caffe2's defaults: 1e-4 / 1e-8)")
     parser.add_argument("--lr-policy", default="fixed", metavar="POLICY",
                         help="LearningRate policy: fixed (default), step, exp, inv, poly, ...")
@@ -60,14 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from placer.commands.common import parse_input_specs
-    from placer.errors import InputError
     from placer.fileio import refuse_overwrite
     from placer.formats import load_net
     from placer.training.files import check_output_dir, save_train_nets, train_net_paths
     from placer.training.recipe import OptimizerChoice, make_train_nets, parse_lr_args
 
-    if args.lr <= 0:
-        raise InputError(f"--lr {args.lr:g}: the learning rate must be positive")
     choice = OptimizerChoice(args.optimizer, args.lr, momentum=args.momentum,
                              weight_decay=args.weight_decay, epsilon=args.epsilon,
                              policy=args.lr_policy,

@@ -31,8 +31,6 @@ def run_command(args) -> int:
     if not outdir.is_dir():
         raise InputError(f"--ray: {outdir} is not a directory",
                          hint="give the OUTDIR of: placer plan NET --cluster NAME -o OUTDIR")
-    if args.max_restarts < 0:
-        raise InputError("--max-restarts must be >= 0")
     manifest = read_manifest(outdir)
     inputs = one_process_inputs(outdir, manifest, _one_npz(args.inputs_npz), args.random_inputs or 0)
     address = None if args.ray == "local" else args.ray

@@ -1,0 +1,109 @@
+"""Converters for argparse ``type=``: sizes, fractions, seconds and counts on the command line.
+
+Each converter turns the text of one option into its value or raises
+``argparse.ArgumentTypeError`` saying what was expected; argparse then names the option
+itself (``placer shard: error: argument --host-mem: expected a size like 16GiB, 40GB or
+17179869184, found '12XB'``) and exits with code 2, before any file is read. One
+converter serves every option of its kind, so ``--gpu-mem`` and ``--host-mem`` read and
+refuse sizes alike, and no message can name the wrong option.
+
+Sizes follow ``placer.units``: ``GiB`` is 2^30 bytes, ``GB`` 10^9 (the unit as written).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import re
+
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+)\s*([KMGT]?)(i?)B?\s*", re.I)
+
+
+def _refuse(expected: str, text: str) -> argparse.ArgumentTypeError:
+    return argparse.ArgumentTypeError(f"expected {expected}, found {text!r:.60}")
+
+
+def size(text: str) -> float:
+    """``16GiB`` / ``40GB`` / ``1.5e10`` / ``0`` -> bytes (0 or more, finite)."""
+    m = _SIZE.fullmatch(text)
+    if not m or not math.isfinite(float(m.group(1))):
+        raise _refuse("a size like 16GiB, 40GB or 17179869184", text)
+    base = 1024 if m.group(3) else 1000
+    value = float(m.group(1)) * base ** " KMGT".index((m.group(2) or " ").upper())
+    if not math.isfinite(value):
+        raise _refuse("a size like 16GiB, 40GB or 17179869184", text)
+    return value
+
+
+def reserve(text: str) -> float:
+    """``10%`` or ``0.1`` -> 0.1: a part of a whole kept back, at least 0 and below 1."""
+    try:
+        value = float(text.strip().rstrip("%")) / (100 if text.strip().endswith("%") else 1)
+    except ValueError:
+        raise _refuse("a percentage like 10%", text) from None
+    if not 0 <= value < 1:  # NaN fails too
+        raise _refuse("a percentage of at least 0% and below 100%", text)
+    return value
+
+
+def share(text: str) -> float:
+    """A share between 0 and 1 inclusive (a hit rate, a cached ratio)."""
+    value = _float(text, "a number between 0 and 1")
+    if not 0 <= value <= 1:
+        raise _refuse("a number between 0 and 1", text)
+    return value
+
+
+def seconds(text: str) -> float:
+    """A finite number of seconds, 0 or more."""
+    value = _float(text, "a number of seconds >= 0")
+    if not (math.isfinite(value) and value >= 0):
+        raise _refuse("a number of seconds >= 0", text)
+    return value
+
+
+def positive(text: str) -> float:
+    """A finite number above 0 (a learning rate, an epsilon)."""
+    value = _float(text, "a positive number")
+    if not (math.isfinite(value) and value > 0):
+        raise _refuse("a positive number", text)
+    return value
+
+
+def finite(text: str) -> float:
+    """Any finite number."""
+    value = _float(text, "a finite number")
+    if not math.isfinite(value):
+        raise _refuse("a finite number", text)
+    return value
+
+
+def non_negative(text: str) -> float:
+    """A finite number, 0 or more (a weight decay)."""
+    value = _float(text, "a number >= 0")
+    if not (math.isfinite(value) and value >= 0):
+        raise _refuse("a number >= 0", text)
+    return value
+
+
+def count(minimum: int = 0):
+    """A converter for integers of at least ``minimum`` (``count(1)``: 1, 2, ...)."""
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise _refuse(f"an integer >= {minimum}", text) from None
+        if value < minimum:
+            raise _refuse(f"an integer >= {minimum}", text)
+        return value
+    convert.__name__ = f"integer >= {minimum}"
+    return convert
+
+
+def _float(text: str, expected: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise _refuse(expected, text) from None
+
+
+__all__ = ["size", "reserve", "share", "seconds", "positive", "finite", "non_negative", "count"]
