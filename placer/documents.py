@@ -49,6 +49,7 @@ MAX_DOCUMENT_BYTES = 256 * MiB
 # copies and schedule events); 1 GiB leaves room for 10x that.
 MAX_PLAN_BYTES = 1024 * MiB
 LARGEST_FLOAT = sys.float_info.max
+INT64 = 2 ** 63
 
 
 class NonFinite:
@@ -229,11 +230,12 @@ def _key(schema: dict) -> str:
 @lru_cache(maxsize=None)
 def _validator(schema_json: str):
     """A draft 2020-12 validator whose ``integer`` is a JSON integer only (not 2.0, not
-    true), as placer writes counts and dimensions. jsonschema is imported here, on the
+    true), as placer writes counts and dimensions, and one that fits int64 (what Caffe2
+    and numpy count in: 10**400 bytes is no count). jsonschema is imported here, on the
     first document read, not by every command."""
     from jsonschema import Draft202012Validator, validators
     checker = Draft202012Validator.TYPE_CHECKER.redefine(
-        "integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool))
+        "integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool) and -INT64 <= v < INT64)
     cls = validators.extend(Draft202012Validator, type_checker=checker)
     schema = json.loads(schema_json)
     Draft202012Validator.check_schema(schema)

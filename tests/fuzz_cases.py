@@ -12,6 +12,11 @@ A ``Case`` is an argv for ``placer.cli.main`` and the files it needs. The cases 
   cycles and self-loops, garbage bytes, empty files, bad ``value_info.json`` and ``.npz``.
 - ``bad_option_cases`` and ``bad_profile_cases``: option values and profile JSON that
   make no sense (negative sizes, NaN, truncated JSON, output paths that cannot be written).
+- ``document_cases``: every kind of JSON document placer reads (device, machine and
+  cluster profiles, cluster manifests, run records, plan documents, value_info.json,
+  collectives measurements), each valid, unreadable in every way a file can be (nested
+  100000 deep, truncated, empty, not UTF-8, NaN, 1e400, a 5000-digit integer, a folder
+  in its place) and with each of its fields in turn given a wrong value.
 
 ``CliRunner`` runs each case in a worker process (so a hard crash cannot take the caller
 down) under an address-space cap (``RLIMIT_AS``) and a time cap, and sorts the result:
@@ -22,6 +27,8 @@ refused  exit 2, exactly one line on stderr starting ``placer: error:``, no trac
 usage    argparse rejected the command line (exit 2, its usage text; no traceback)
 -------- ------------------------------------------------------------------------------
 messy    exit 2 but stderr is not that one line
+wrote-on-failure exit 2, but the case's folder holds a new or changed file (a failed
+         command writes nothing)
 traceback an exception escaped ``main``
 exit-N   any other exit status
 timeout  the case ran past its time cap (the traceback shows where it was)
@@ -428,6 +435,147 @@ def bad_profile_cases() -> list[Case]:
 _DELETE = object()
 
 
+# ---------------------------------------------------------------- every JSON document placer reads
+
+# Values put in place of one field of a valid document, in turn: NaN, Infinity and 1e400
+# are written as such (not JSON numbers a strict parser reads; 1e400 overflows a float),
+# 10**400 is a JSON integer no float holds.
+_NAN, _INF, _OVERFLOW = "@nan@", "@inf@", "@1e400@"
+FIELD_VALUES = (("nan", _NAN), ("string", "x"), ("huge", 10 ** 400), ("list", [1, 2]), ("negative", -1),
+                ("overflow", _OVERFLOW), ("null", None), ("object", {"a": 1}), ("bool", True), ("missing", _DELETE),
+                ("inf", _INF), ("zero", 0), ("deep", [[[[[[[[[[0]]]]]]]]]]))
+
+
+def hostile_json_text(doc) -> dict[str, bytes]:
+    """The same document made unreadable in every way a file can be (besides wrong fields)."""
+    text = json.dumps(doc)
+    number = re.search(r"(?<![\w.\"])\d+(\.\d+)?(e[+-]?\d+)?(?![\w.\"])", text)
+    at = slice(*number.span()) if number else slice(len(text) - 1, len(text) - 1)
+
+    def put(value: str) -> bytes:
+        return (text[:at.start] + value + text[at.stop:]).encode()
+    return {
+        "deep-lists": b"[" * 100000 + b"]" * 100000, "deep-objects": b'{"a": ' * 50000 + b"1" + b"}" * 50000,
+        "deep-in-a-field": text.replace("{", '{"zz": ' + "[" * 5000 + "]" * 5000 + ", ", 1).encode(),
+        "truncated": text[: len(text) // 2].encode(), "empty": b"", "blank": b" \n\t\n",
+        "not-utf8": text.encode()[:10] + b"\xff\xfe" + text.encode()[10:], "utf16": text.encode("utf-16"),
+        "binary": bytes(range(256)) * 4, "nan-literal": put("NaN"), "infinity-literal": put("-Infinity"),
+        "1e400": put("1e400"), "5000-digit-int": put("9" * 5000), "10**400": put(str(10 ** 400)),
+        "top-list": b"[]", "top-string": b'"x"', "top-null": b"null", "top-number": b"3",
+        "trailing-garbage": (text + " }").encode(), "two-documents": (text + text).encode(),
+        "bom": b"\xef\xbb\xbf" + text.encode(),
+    }
+
+
+def field_paths(doc, depth: int = 4, at: tuple = ()) -> list[tuple]:
+    """Every field of ``doc`` to ``depth`` levels; of a list, and of an object whose
+    values are all alike records (a plan's ``baselines``, ``memory``), the first item only."""
+    out = []
+    if isinstance(doc, dict):
+        records = len(doc) > 1 and all(isinstance(v, (dict, list)) for v in doc.values())
+        items = list(doc.items())[:1] if records else doc.items()
+    else:
+        items = enumerate(doc[:1]) if isinstance(doc, list) else ()
+    for key, value in items:
+        out.append((*at, key))
+        if len(at) + 1 < depth:
+            out += field_paths(value, depth, (*at, key))
+    return out
+
+
+def with_field(doc, path: tuple, value) -> bytes:
+    doc = json.loads(json.dumps(doc))
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    if value is _DELETE:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    text = json.dumps(doc)
+    for marker, literal in ((_NAN, "NaN"), (_INF, "Infinity"), (_OVERFLOW, "1e400")):
+        text = text.replace(json.dumps(marker), literal)
+    return text.encode()
+
+
+def wrong_field_docs(doc, depth: int = 4, per_field: int = 2) -> dict[str, bytes]:
+    """``per_field`` documents per field of ``doc``, each with that field replaced by a
+    hostile value (``FIELD_VALUES`` taken in turn, so that every kind meets many fields)."""
+    docs = {}
+    for i, path in enumerate(field_paths(doc, depth)):
+        for j in range(per_field):
+            tag, value = FIELD_VALUES[(i * per_field + j) % len(FIELD_VALUES)]
+            docs[f"{'.'.join(map(str, path))}={tag}"] = with_field(doc, path, value)
+    return docs
+
+
+def valid_machine_doc() -> dict:
+    return {"schema_version": 1, "kind": "machine", "name": "fuzz-2gpu", "description": "two T4s",
+            "host": "host-ci-2core", "gpus": [{"profile": "t4-pcie3", "count": 2}], "peer_default": "staged",
+            "peer_links": [{"gpus": [0, 1], "kind": "nvlink2", "count": 2}], "pcie_switches": [[0, 1]],
+            "peer_curves": [{"src": 0, "dst": 1, "p2p": True, "latency_s": 1e-5, "bytes_per_s": 4e10,
+                             "points": [[1024, 2e-5], [1048576, 5e-5]]}],
+            "sources": {"topology": "made up for the fuzz cases"}}
+
+
+def valid_cluster_doc() -> dict:
+    return {"schema_version": 1, "kind": "cluster", "name": "fuzz-2hosts", "description": "two boxes",
+            "hosts": [{"name": "a", "machine": "2x-t4-pcie3", "memory_bytes": 8e9},
+                      {"name": "b", "machine": "2x-t4-pcie3", "cpu": "host-ci-2core"}],
+            "network": {"kind": "10gbe", "bytes_per_s": 1.25e9, "latency_s": 5e-5, "gpudirect_rdma": False,
+                        "source": "10 GbE"}, "sources": {"network": "made up for the fuzz cases"}}
+
+
+def valid_manifest_doc() -> dict:
+    """A manifest as ``placer plan --cluster -o`` writes it (its worker nets are not there:
+    a run would stop at them, before starting Ray)."""
+    worker = {"rank": 0, "host": "a", "devices": ["a/cpu"], "gpus": 0, "net": "workers/a.pbtxt",
+              "init_net": "workers/a_init.pbtxt", "inputs": ["data"], "outputs": ["y"], "predicted_s": 1e-3}
+    return {"schema": "placer.cluster_manifest", "schema_version": 1, "net": "mlp",
+            "cluster": {"name": "c", "description": "d", "hosts": ["a", "b"], "network": {"kind": "10gbe"}},
+            "world": {"size": 2, "blob": "world", "engine": "GLOO"},
+            "inputs": {"data": {"shape": [2, 8], "dtype": "float32"}}, "outputs": ["y"],
+            "placed_net": "placed.pbtxt", "placed_init_net": "placed_init.pbtxt",
+            "one_process_net": "one_process.pbtxt", "one_process_init_net": "one_process_init.pbtxt",
+            "one_process_gpus": 0, "predicted": {"serial_s": 1e-3, "makespan_s": 1e-3},
+            "workers": [worker, {**worker, "rank": 1, "host": "b", "devices": ["b/cpu"],
+                                 "net": "workers/b.pbtxt", "init_net": "workers/b_init.pbtxt"}],
+            "messages": [{"tag": 0, "blob": "fc", "src": "a/cpu", "dst": "b/cpu", "bytes": 64}],
+            "collectives": []}
+
+
+def document_cases(per_field: int = 2) -> list[Case]:
+    """Every kind of JSON document placer reads, made hostile (``hostile_json_text``, a
+    folder in its place, and ``wrong_field_docs``), each through the command that reads it."""
+    from report_cases import four_gpu_plan, four_gpu_run
+    net = {"mlp.pbtxt": FC_NET.encode(), "init.pbtxt": fc_init(4, 8).encode()}
+    plan_argv = ["plan", "mlp.pbtxt", "--init-net", "init.pbtxt", "--input", "data=2,8", "--time-limit", "1",
+                 "--stability-draws", "0"]
+    plan, run = four_gpu_plan(), four_gpu_run(four_gpu_plan())
+    kinds = [  # (kind, valid document, its file name, argv, other files, fields checked)
+        ("machine", valid_machine_doc(), "m.json", plan_argv + ["--machine", "m.json"], net, 4),
+        ("cluster", valid_cluster_doc(), "c.json", plan_argv + ["--cluster", "c.json"], net, 4),
+        ("device-profile", _profile_doc(), "p.json", plan_argv + ["--cpu-profile", "p.json"], net, 4),
+        ("manifest", valid_manifest_doc(), "out/manifest.json", ["run", "out", "--ray", "--quiet"], {}, 3),
+        ("run-record", run, "run.json", ["report", "plan.json", "--run", "run.json", "-o", "r.html"],
+         {"plan.json": json.dumps(plan).encode()}, 3),
+        ("plan", plan, "plan.json", ["report", "plan.json", "-o", "r.html", "--trace", "t.json"], {}, 4),
+        ("value-info", {"data": [1, [2, 8]]}, "mlp.value_info.json", ["inspect", "mlp.pbtxt", "--init-net",
+                                                                       "init.pbtxt"], net, 3),
+        ("collectives", {"schema_version": 1, "kind": "collectives", "gpus": [0, 1], "gpu_names": ["x", "y"],
+                         "nccl_version": 21803, "points": []}, "coll.json",
+         ["profile", "--collectives", "-o", "coll.json", "--quiet"], {}, 0),
+    ]
+    cases = []
+    for kind, doc, name, argv, files, depth in kinds:
+        bodies = {"valid": json.dumps(doc).encode(), **hostile_json_text(doc),
+                  **wrong_field_docs(doc, depth, per_field)}
+        for tag, body in bodies.items():
+            cases.append(Case(f"json {kind} {tag}", argv, {**files, name: body}))
+        cases.append(Case(f"json {kind} folder", argv, {**files, name + "/": b""}))
+    return cases
+
+
 # ---------------------------------------------------------------- mutations of the corpus
 
 _NUMBER = re.compile(rb"(?<![\w.])\d+(?![\w.])")
@@ -537,7 +685,7 @@ def _is_utf8(data: bytes) -> bool:
 
 
 def all_cases(mutations: int, scale: int = 20000, seed: int = SEED) -> list[Case]:
-    return (hostile_net_cases(scale) + bad_option_cases() + bad_profile_cases()
+    return (hostile_net_cases(scale) + bad_option_cases() + bad_profile_cases() + document_cases()
             + mutated_corpus_cases(mutations, seed))
 
 
@@ -632,6 +780,8 @@ def classify(case: Case, reply: dict, seconds: float) -> Outcome:
         return Outcome(case, "traceback", seconds, rc, err, tb)
     if rc == 0:
         return Outcome(case, "ok", seconds, rc, err)
+    if rc == 2 and reply.get("written"):
+        return Outcome(case, "wrote-on-failure", seconds, rc, err, f"left behind: {', '.join(reply['written'])}")
     if rc == 2 and reply.get("usage"):
         return Outcome(case, "usage", seconds, rc, err)
     if rc == 2:
@@ -642,6 +792,17 @@ def classify(case: Case, reply: dict, seconds: float) -> Outcome:
 
 
 # ---------------------------------------------------------------- the worker side
+
+def _tree(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) + ("/" if p.is_dir() else "") for p in folder.rglob("*")}
+
+
+def _written(folder: Path, before: set[str], given: dict[str, bytes]) -> list[str]:
+    """What the command left in its folder: new files and folders, and given files changed."""
+    changed = [name for name, data in given.items()
+               if not name.endswith("/") and (not (folder / name).is_file() or (folder / name).read_bytes() != data)]
+    return sorted(_tree(folder) - before) + [f"{name} (changed)" for name in changed]
+
 
 class CaseTimeout(BaseException):
     """Raised by SIGALRM in the worker: not an Exception, so no handler in placer eats it."""
@@ -669,9 +830,14 @@ def _serve() -> None:
         request = json.loads(line)
         folder = Path(request["folder"])
         folder.mkdir(parents=True, exist_ok=True)
-        for name, data in request["files"].items():
+        given = {name: base64.b64decode(data) for name, data in request["files"].items()}
+        for name, data in given.items():
             (folder / name).parent.mkdir(parents=True, exist_ok=True)
-            (folder / name).write_bytes(base64.b64decode(data))
+            if name.endswith("/"):  # a folder where the command expects a file
+                (folder / name).mkdir(exist_ok=True)
+            else:
+                (folder / name).write_bytes(data)
+        before = _tree(folder)
         os.chdir(folder)
         out, err = io.StringIO(), io.StringIO()
         reply = {"rc": None, "traceback": "", "usage": False, "timeout": False}
@@ -690,6 +856,7 @@ def _serve() -> None:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         reply["stderr"] = err.getvalue()[-4000:]
+        reply["written"] = _written(folder, before, given)
         reply_to.write(json.dumps(reply) + "\n")
         reply_to.flush()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from fuzz_cases import (ACCEPTED, Case, CliRunner, Outcome, bad_option_cases, bad_profile_cases, classify,
-                        hostile_net_cases, mutated_corpus_cases)
+                        document_cases, hostile_json_text, hostile_net_cases, mutated_corpus_cases)
 
 SEED = 20250607
 MUTATIONS = 150       # the suite's share; bench/fuzz.py runs thousands
@@ -21,6 +21,12 @@ MEM_CAP_BYTES = 2 << 30
 
 CRAFTED = hostile_net_cases(SCALE) + bad_option_cases() + bad_profile_cases()
 MUTATED = mutated_corpus_cases(MUTATIONS, SEED)
+DOCUMENTS = document_cases()
+DOCUMENT_KINDS = ("machine", "cluster", "device-profile", "manifest", "run-record", "plan", "value-info",
+                  "collectives")
+# Valid documents whose command cannot succeed here: a manifest's worker nets are left out
+# (a run would start Ray), and measuring collectives needs CUDA GPUs.
+REFUSED_WHEN_VALID = ("manifest", "collectives")
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +44,31 @@ def _contract(outcome: Outcome) -> None:
 @pytest.mark.parametrize("case", CRAFTED, ids=lambda c: c.name)
 def test_crafted_case(runner, case):
     _contract(runner.run(case))
+
+
+@pytest.mark.parametrize("case", DOCUMENTS, ids=lambda c: c.name)
+def test_json_document_case(runner, case):
+    """Exit 0 or one line (exit 2), nothing written on failure; a valid document is read."""
+    outcome = runner.run(case)
+    _contract(outcome)
+    kind, tag = case.name.split(" ", 2)[1:]
+    if tag == "valid" and kind not in REFUSED_WHEN_VALID:
+        assert outcome.kind == "ok", outcome.stderr
+    if tag in hostile_json_text({}) or tag == "folder":
+        assert outcome.kind == "refused", outcome.stderr
+
+
+def test_every_document_kind_meets_every_hostile_form():
+    tags = {}
+    for c in DOCUMENTS:
+        kind, tag = c.name.split(" ", 2)[1:]
+        tags.setdefault(kind, set()).add(tag)
+    assert set(tags) == set(DOCUMENT_KINDS)
+    forms = set(hostile_json_text({})) | {"valid", "folder"}
+    for kind, seen in tags.items():
+        assert forms <= seen, (kind, forms - seen)
+        wrong = {t.rsplit("=", 1)[1] for t in seen if "=" in t}
+        assert {"nan", "overflow", "huge", "string", "missing", "null"} <= wrong, (kind, wrong)
 
 
 @pytest.mark.corpus
@@ -87,6 +118,31 @@ def test_classify_sorts_replies():
     assert classify(case, {**reply, "rc": 0, "stderr": ""}, 0.1).kind == "ok"
     assert classify(case, {**reply, "rc": 1}, 0.1).kind == "exit-1"
     assert classify(case, {**reply, "usage": True, "stderr": "usage: ...\nplacer: error: ...\n"}, 0.1).kind == "usage"
+    assert classify(case, {**reply, "written": ["out.pbtxt"]}, 0.1).kind == "wrote-on-failure"
+    assert classify(case, {**reply, "rc": 0, "written": ["out.pbtxt"]}, 0.1).kind == "ok"
+
+
+def test_the_runner_sees_what_a_failed_case_left(tmp_path):
+    """A folder where a file is expected is made as one; a failed command that leaves a
+    file behind, or changes a given one, is a failure of its own."""
+    from fuzz_cases import FC_NET
+    with CliRunner(tmp_path, MEM_CAP_BYTES, TIME_CAP_S) as r:
+        folder = r.run(Case("folder", ["inspect", "n.pbtxt"], {"n.pbtxt/": b""}))
+        assert folder.kind == "refused" and "n.pbtxt" in folder.stderr
+        wrote = r.run(Case("wrote", ["convert", "n.prototxt", "-o", "out"], {"n.prototxt": b"garbage {"}))
+        assert wrote.kind == "refused", wrote.detail
+        ok = r.run(Case("ok", ["plan", "n.pbtxt", "--input", "data=2,8", "--input", "w=4,8", "--input", "b=4",
+                                "--plan-out", "plan.json", "--stability-draws", "0"], {"n.pbtxt": FC_NET.encode()}))
+        assert ok.kind == "ok" and (tmp_path / f"case{r.count}" / "plan.json").is_file()
+    from fuzz_cases import _tree, _written
+    given = {"in.json": b"{}", "sub/": b""}
+    (tmp_path / "w" / "sub").mkdir(parents=True)
+    (tmp_path / "w" / "in.json").write_bytes(b"{}")
+    before = _tree(tmp_path / "w")
+    assert _written(tmp_path / "w", before, given) == []
+    (tmp_path / "w" / "in.json").write_bytes(b"[]")
+    (tmp_path / "w" / "sub" / "half.pbtxt").write_bytes(b"op {")
+    assert _written(tmp_path / "w", before, given) == ["sub/half.pbtxt", "in.json (changed)"]
 
 
 def test_a_case_past_its_time_cap_is_a_timeout(tmp_path):

@@ -32,7 +32,10 @@ PLAN_SCHEMA = {
     "properties": {
         "schema_version": {"type": "integer"}, "net": _TEXT, "path": _TEXT, "objective": _TEXT,
         "method": _TEXT, "solver": _TEXT, "total_s": _NUM, "compute_s": _NUM, "copy_s": _NUM, "gap": _NUM,
+        "optimal": {"type": ["boolean", "null"]}, "optimality": _TEXT, "outputs_on_host": {"type": "boolean"},
         "notes": {"type": "array", "items": {"type": "string"}}, "devices": _NAMES,
+        "profiles": {"type": "object", "additionalProperties": {
+            "type": "object", "properties": {"name": _TEXT, "source": _TEXT}}},
         "machine": {"type": "object", "properties": {
             "name": _TEXT, "description": _TEXT, "devices": {"type": "array", "items": {
                 "type": "object", "properties": {"name": {"type": "string"}, "kind": _TEXT}}}}},
@@ -53,8 +56,11 @@ PLAN_SCHEMA = {
             "time_s": _NUM, "producer": {"type": "integer"}, "consumers": _INDICES}}},
         "baselines": {"type": "object", "additionalProperties": {"type": "object", "properties": {
             "total_s": _NUM, "compute_s": _NUM, "copy_s": _NUM, "makespan_s": _NUM, "feasible": {"type": "boolean"},
-            "label": _TEXT, "gpu_ops": _NUM, "gpu_memory_bytes": _NUM}}},
+            "label": _TEXT, "gpu_ops": _NUM, "gpu_memory_bytes": _NUM, "devices_used": _NAMES,
+            "why_infeasible": _TEXT, "note": _TEXT}}},
         "memory": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": _NUM}},
+        "gpu_memory": {"type": ["object", "null"], "properties": {"device": _TEXT},
+                       "additionalProperties": _NUM},
         "memory_timeline": {"type": "object", "additionalProperties": {"type": "array", "items": _NUM}},
         "link_bytes": {"type": "array", "items": {"type": "object", "properties": {
             "src": {"type": "string"}, "dst": {"type": "string"}, "bytes": _NUM, "copies": _NUM, "time_s": _NUM}}},
