@@ -546,7 +546,8 @@ def valid_manifest_doc() -> dict:
 
 def document_cases(per_field: int = 2) -> list[Case]:
     """Every kind of JSON document placer reads, made hostile (``hostile_json_text``, a
-    folder in its place, and ``wrong_field_docs``), each through the command that reads it."""
+    folder in its place, and ``wrong_field_docs``), each through the command that reads it.
+    Plans and run records get half the wrong fields: each one read renders a report (~3 s)."""
     from report_cases import four_gpu_plan, four_gpu_run
     net = {"mlp.pbtxt": FC_NET.encode(), "init.pbtxt": fc_init(4, 8).encode()}
     plan_argv = ["plan", "mlp.pbtxt", "--init-net", "init.pbtxt", "--input", "data=2,8", "--time-limit", "1",
@@ -568,8 +569,9 @@ def document_cases(per_field: int = 2) -> list[Case]:
     ]
     cases = []
     for kind, doc, name, argv, files, depth in kinds:
+        fields = max(1, per_field // 2) if argv[0] == "report" else per_field
         bodies = {"valid": json.dumps(doc).encode(), **hostile_json_text(doc),
-                  **wrong_field_docs(doc, depth, per_field)}
+                  **wrong_field_docs(doc, depth, fields)}
         for tag, body in bodies.items():
             cases.append(Case(f"json {kind} {tag}", argv, {**files, name: body}))
         cases.append(Case(f"json {kind} folder", argv, {**files, name + "/": b""}))
@@ -685,7 +687,7 @@ def _is_utf8(data: bytes) -> bool:
 
 
 def all_cases(mutations: int, scale: int = 20000, seed: int = SEED) -> list[Case]:
-    return (hostile_net_cases(scale) + bad_option_cases() + bad_profile_cases() + document_cases()
+    return (hostile_net_cases(scale) + bad_option_cases() + bad_profile_cases() + document_cases(per_field=4)
             + mutated_corpus_cases(mutations, seed))
 
 
