@@ -36,7 +36,7 @@ import stat
 import sys
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from placer.errors import PlacerError
 
@@ -49,6 +49,7 @@ MAX_DOCUMENT_BYTES = 256 * MiB
 # copies and schedule events); 1 GiB leaves room for 10x that.
 MAX_PLAN_BYTES = 1024 * MiB
 LARGEST_FLOAT = sys.float_info.max
+MakeError = Callable[..., PlacerError]   # (message, hint=None) -> the exception to raise
 INT64 = 2 ** 63
 
 
@@ -71,33 +72,38 @@ def _finite_float(text: str):
     return value if math.isfinite(value) else NonFinite(text)
 
 
-def read_document(path: str | os.PathLike, schema: dict | None, what: str, error: type = PlacerError,
+def read_document(path: str | os.PathLike, schema: dict | None, what: str, error: MakeError = PlacerError,
                   hint: str | None = None, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
     """The JSON document at ``path``, checked against ``schema`` (module docstring);
-    ``what`` names it in messages ("machine profile"), ``error`` is the PlacerError kind
-    raised, ``hint`` what to try."""
+    ``what`` names it in messages ("machine profile"), ``error`` makes the exception (a
+    PlacerError class, or any ``(message, hint=)`` callable), ``hint`` says what to try."""
     data = parse_document(_read_bytes(Path(path), what, error, hint, max_bytes), str(path), what, error, hint)
     if schema is not None:
         check_document(data, schema, str(path), error, hint)
     return data
 
 
-def _read_bytes(path: Path, what: str, error: type, hint: str | None, max_bytes: int) -> bytes:
+def _read_bytes(path: Path, what: str, error: MakeError, hint: str | None, max_bytes: int) -> bytes:
+    """The file's bytes; a regular file's size is checked before it is read, a pipe
+    (``<(placer plan --json ...)``) is read to one byte past the cap."""
+    too_big = f"more than the {max_bytes / MiB:,.0f} MiB placer reads; is it the right file?"
     try:
         st = path.stat()
         if stat.S_ISDIR(st.st_mode):
             raise error(f"{path}: cannot read the {what}: it is a folder, not a file", hint=hint)
-        if not stat.S_ISREG(st.st_mode):
-            raise error(f"{path}: cannot read the {what}: not a regular file", hint=hint)
-        if st.st_size > max_bytes:
-            raise error(f"{path}: the {what} is {st.st_size / MiB:,.0f} MiB, more than the "
-                        f"{max_bytes / MiB:,.0f} MiB placer reads; is it the right file?", hint=hint)
-        return path.read_bytes()
+        if stat.S_ISREG(st.st_mode) and st.st_size > max_bytes:
+            raise error(f"{path}: the {what} is {st.st_size / MiB:,.0f} MiB, {too_big}", hint=hint)
+        with open(path, "rb") as f:
+            data = f.read(max_bytes + 1)
     except OSError as e:
         raise error(f"{path}: cannot read the {what}: {e.strerror or e}", hint=hint) from None
+    if len(data) > max_bytes:
+        raise error(f"{path}: the {what} is {too_big}", hint=hint)
+    return data
 
 
-def parse_document(data: bytes, where: str, what: str, error: type = PlacerError, hint: str | None = None) -> Any:
+def parse_document(data: bytes, where: str, what: str, error: MakeError = PlacerError,
+                   hint: str | None = None) -> Any:
     """Decoded JSON, with ``NonFinite`` for NaN, Infinity and out-of-range floats."""
     try:
         text = data.decode("utf-8")
@@ -116,7 +122,8 @@ def parse_document(data: bytes, where: str, what: str, error: type = PlacerError
         raise error(f"{where}: not a JSON {what}: {why}", hint=hint) from None
 
 
-def check_document(data: Any, schema: dict, where: str, error: type = PlacerError, hint: str | None = None) -> None:
+def check_document(data: Any, schema: dict, where: str, error: MakeError = PlacerError,
+                   hint: str | None = None) -> None:
     """Raise ``error`` naming the first field of ``data`` that ``schema`` refuses, then the
     first NaN / Infinity the schema left untyped (an op argument, a free-form note)."""
     from jsonschema.exceptions import best_match

@@ -157,7 +157,7 @@ def read_value_info(path: str | os.PathLike) -> dict[str, TensorType]:
     address) is a NetParseError naming the file and the blob."""
     from placer.documents import read_document
     for candidate in value_info_paths(path):
-        if candidate.is_file():
+        if candidate.exists():  # a folder of that name is refused, not passed over
             def error(message: str, hint: str | None = None) -> NetParseError:
                 return NetParseError(str(candidate), message.removeprefix(f"{candidate}: "), hint=hint)
             return parse_value_info(read_document(candidate, VALUE_INFO_SCHEMA, "value_info.json", error),
