@@ -26,6 +26,10 @@ hierarchy mirrors the files: the readers keep building placer's own records (``P
 ``Machine``, ``RunRecord``) from the checked data. What a schema cannot say (one field
 naming another, a datasheet figure needing its origin, a shape too large for int64) stays
 in the readers, after the schema.
+
+Cost: jsonschema checks in Python, about 0.5-0.9 s per MiB of document on the 2-core host
+(a 3000-op plan, 2.9 MiB: 2.5 s); profiles and machine files take milliseconds. The
+report that reads a plan spends longer drawing it.
 """
 from __future__ import annotations
 

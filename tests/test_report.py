@@ -600,3 +600,22 @@ def test_cost_bars_draw_one_bar_per_time_column():
     assert sorted(labels) == ["chosen device", "cpu time", "cuda:0-2 time", "cuda:3 time"]
     assert len(fig.axes[0].patches) == 3 * 7
     assert plots.text_overlaps(fig) == []
+
+
+def test_a_plan_with_an_infinite_baseline_reads_and_infinity_elsewhere_is_refused(tmp_path, capsys):
+    """A baseline that cannot run is priced Infinity in version-1 plans (``synthetic_plan``):
+    the report reads it and draws the baseline as infeasible; Infinity or NaN in any other
+    field is one line naming the field, and no report is written."""
+    plan = synthetic_plan(30)
+    assert plan["baselines"]["all_gpu"]["total_s"] == float("inf")
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    assert "Infinity" in (tmp_path / "plan.json").read_text()
+    assert cli.main(["report", str(tmp_path / "plan.json"), "-o", str(tmp_path / "r.html")]) == 0
+    assert (tmp_path / "r.html").is_file()
+    capsys.readouterr()
+    plan["ops"][3]["cpu_s"] = float("nan")
+    (tmp_path / "bad.json").write_text(json.dumps(plan))
+    assert cli.main(["report", str(tmp_path / "bad.json"), "-o", str(tmp_path / "bad.html")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bad.json: field 'ops[3].cpu_s': expected a finite number or null, found NaN" in err
+    assert not (tmp_path / "bad.html").exists()

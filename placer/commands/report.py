@@ -9,14 +9,12 @@ from __future__ import annotations
 import argparse
 import os
 
-from placer.documents import MAX_PLAN_BYTES, read_document
 from placer.errors import InputError
 from placer.fileio import refuse_overwrite
-from placer.report.doc import PLAN_SCHEMA
+from placer.report.doc import read_plan
 from placer.report.trace import write_trace
 from placer.runtime import record as run_record
 
-PLAN_HINT = "write it with `placer plan NET --json > plan.json`"
 HELP = "write the HTML report (and Chrome trace) of a plan, optionally with a measured run"
 DESCRIPTION = """\
 Turn a plan (`placer plan --json > plan.json`) into one self-contained HTML page: the plan
@@ -44,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     for out in (args.output, args.trace):
         if out:
             refuse_overwrite(out, args.plan, args.run)
-    plan = read_document(args.plan, PLAN_SCHEMA, "plan", InputError, hint=PLAN_HINT, max_bytes=MAX_PLAN_BYTES)
+    plan = read_plan(args.plan)
     run_dict = run_record.read_dict(args.run, InputError) if args.run else None
     write_report(plan, run_dict, args.output)
     print(f"report: {args.output}")

@@ -8,14 +8,19 @@ one, memory and bytes per link), so that the report is written once, for N devic
 """
 from __future__ import annotations
 
+import math
+import os
 import re
 
-from placer.documents import LARGEST_FLOAT
+from placer.documents import LARGEST_FLOAT, MAX_PLAN_BYTES, NonFinite, check_document, read_document
+from placer.errors import InputError
 
 V1_DEVICES = ("cpu", "gpu")   # a version-1 plan's two devices
 
 _NUM = {"type": ["number", "null"], "minimum": -LARGEST_FLOAT, "maximum": LARGEST_FLOAT,
         "description": "a finite number or null"}
+# A baseline's cost may be Infinity (read_plan): one that cannot run at all.
+_COST = {"type": ["number", "null"], "minimum": 0, "description": "a number of seconds >= 0, Infinity or null"}
 _NAMES = {"type": "array", "items": {"type": "string"}, "description": "a list of names"}
 _INDICES = {"type": "array", "items": {"type": "integer"}, "description": "a list of op indices"}
 _TEXT = {"type": ["string", "null"], "description": "a string or null"}
@@ -55,7 +60,8 @@ PLAN_SCHEMA = {
             "src": {"type": "string"}, "dst": {"type": "string"}, "direction": _TEXT, "bytes": _NUM,
             "time_s": _NUM, "producer": {"type": "integer"}, "consumers": _INDICES}}},
         "baselines": {"type": "object", "additionalProperties": {"type": "object", "properties": {
-            "total_s": _NUM, "compute_s": _NUM, "copy_s": _NUM, "makespan_s": _NUM, "feasible": {"type": "boolean"},
+            "total_s": _COST, "compute_s": _COST, "copy_s": _COST, "makespan_s": _COST,
+            "feasible": {"type": "boolean"},
             "label": _TEXT, "gpu_ops": _NUM, "gpu_memory_bytes": _NUM, "devices_used": _NAMES,
             "why_infeasible": _TEXT, "note": _TEXT}}},
         "memory": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": _NUM}},
@@ -67,6 +73,24 @@ PLAN_SCHEMA = {
         "pcie_bytes": _BY_DEVICE,
         "schedules": {"type": "object", "additionalProperties": {"type": "object", "properties": {
             "makespan_s": _NUM, "events": {"type": "array", "items": _EVENT}}}}}}
+
+
+PLAN_HINT = "write it with `placer plan NET --json > plan.json`"
+
+
+def read_plan(path: str | os.PathLike) -> dict:
+    """A plan document from a file, checked against ``PLAN_SCHEMA``. ``Infinity`` is read
+    as a number in a baseline's costs only (a baseline that cannot run at all: the report
+    draws it as infeasible; plans written before the plan JSON became strict JSON carry
+    it); anywhere else, and NaN anywhere, is refused at its field."""
+    data = read_document(path, None, "plan", InputError, PLAN_HINT, max_bytes=MAX_PLAN_BYTES)
+    baselines = data.get("baselines") if isinstance(data, dict) else None
+    for entry in (baselines.values() if isinstance(baselines, dict) else ()):
+        for key, value in (entry.items() if isinstance(entry, dict) else ()):
+            if isinstance(value, NonFinite) and value.text == "Infinity":
+                entry[key] = math.inf
+    check_document(data, PLAN_SCHEMA, str(path), InputError, PLAN_HINT)
+    return data
 
 
 def device_kind(name: str) -> str:
