@@ -4,10 +4,12 @@
                          [--mem-cap-gib 2] [--only SUBSTRING] [--show 10]
 
 Every case (see tests/fuzz_cases.py: mutated corpus nets, crafted hostile nets, bad
-options, bad profile JSON) runs through ``placer.cli.main`` in a worker process under an
+options, bad profile JSON, every JSON document placer reads made hostile, four wrong
+values per field) runs through ``placer.cli.main`` in a worker process under an
 address-space cap and a time cap. Prints the count per outcome, every case that broke
-the contract (exit 0, or exit 2 with one line on stderr and no traceback) with the end
-of its traceback, and the slowest cases. Exit status 1 when any case broke it.
+the contract (exit 0, or exit 2 with one line on stderr, no traceback and nothing
+written) with the end of its traceback, and the slowest cases. Exit status 1 when any
+case broke it.
 
 The same seed gives the same cases anywhere; times depend on the host (label them).
 """
