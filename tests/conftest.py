@@ -55,9 +55,19 @@ def _audit_open(event: str, args: tuple) -> None:
 sys.addaudithook(_audit_open)
 
 
+def _under_shared(value) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_under_shared(v) for v in value)
+    if isinstance(value, (str, os.PathLike)):
+        return os.path.abspath(os.fspath(value)).startswith(_SHARED_PREFIX)
+    return False
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    _GUARD.update(test=item.nodeid, asked=False, opened=None)
+    # A case parametrised on a corpus file exists only where that file does (corpus_files).
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    _GUARD.update(test=item.nodeid, asked=any(_under_shared(v) for v in params.values()), opened=None)
 
 
 @pytest.hookimpl(trylast=True)
