@@ -11,7 +11,9 @@ What changes in the user's net, and nothing else:
   CopyGPUToGPU op); the copy is named ``<blob>_gpu_<N>`` on GPU N and ``<blob>_cpu`` on the
   CPU (Caffe2's names too), and that device's readers read it. Unlike Caffe2, which puts
   a copy just before its first reader, placer puts it right after the blob's producer (at
-  the top of the net for external inputs), so that a copy can overlap the ops between;
+  the top of the net for external inputs), so that a copy can overlap the ops between
+  (``copies_at=READER`` puts it where Caffe2 does: ``inject_copies``, for ``placer run
+  --inject-copies`` on a net whose ops name their devices but that has no copies);
 - an external output made on a GPU comes back to the host under the user's own name (the
   GPU-side blob is then ``<blob>_gpu_<N>``, for the whole in-place chain that made it,
   so that the chain stays in place), when ``outputs_on_host`` is set;
@@ -110,10 +112,11 @@ def inject_copies(net: Net) -> Net:
     """``net`` as it runs on the devices its own device options name, with the copies
     between them that Caffe2's ``core.InjectCrossDeviceCopies`` inserts: the same ops,
     names, device options and places (before the first reader), the external outputs left
-    where they are made. It is ``place`` with the file's placement (``placer plan
-    --keep-existing --no-outputs-on-host`` writes the same copies, each after its
-    producer), so a parameter an init net makes is filled on the device that reads it, or
-    copied there once by the init net, where Caffe2 would copy it on every run. A net
+    where they are made. It is ``place`` with the file's placement (what ``placer plan
+    --keep-existing --no-outputs-on-host`` writes where it keeps every op's device, but
+    with each copy after its producer), so a parameter an init net makes is filled on the
+    device that reads it, or copied there once by the init net, where Caffe2 would copy it
+    on every run. A net
     without device options is returned as it is; one that has copy ops already is refused
     (which blob each copy moves is the file's own choice, not inferred here)."""
     from dataclasses import replace

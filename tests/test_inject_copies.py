@@ -239,3 +239,9 @@ def test_parameters_of_an_init_net_are_filled_where_they_are_read(tmp_path, caps
     with np.load(tmp_path / "gpu.npz") as got, np.load(tmp_path / "cpu.npz") as want:
         np.testing.assert_allclose(got["loss"], want["loss"], rtol=16 * U, atol=2 * dz)
         assert float(want["loss"]) > 0.1
+
+
+def test_a_cluster_plan_is_not_injected(tmp_path, capsys):
+    rc = main(["run", str(tmp_path), "--ray", "--inject-copies", "--quiet"])
+    _, err = capsys.readouterr()
+    assert rc == 2 and err.count("\n") == 1 and "--inject-copies" in err and "cluster plan" in err
