@@ -109,7 +109,9 @@ class StageClock:
 def load_typed_net(args: argparse.Namespace, complete: bool = False,
                    clock=lambda stage: nullcontext()) -> TypedNet:
     """Load ``args.net`` (with init net / weights / phase) and infer its shapes with the
-    user's ``--input`` shapes. A name that is no blob of the net is an error.
+    user's ``--input`` shapes. A name that is no blob of the net is an error. With
+    ``args.inject_copies`` (``placer run --inject-copies``) the net gets the copies its own
+    device options need first (``rewrite.inject_copies``).
 
     With ``complete``, a blob some op needs but whose shape is unknown is a ShapeError
     naming the blobs and the options that supply them; otherwise the gaps are left in
@@ -123,6 +125,9 @@ def load_typed_net(args: argparse.Namespace, complete: bool = False,
         net = load_net(args.net, init_path=getattr(args, "init_net", None),
                        phase=getattr(args, "phase", "test"), weights=getattr(args, "weights", None),
                        input_shapes=shapes)
+        if getattr(args, "inject_copies", False):
+            from placer.rewrite import inject_copies
+            net = inject_copies(net)
     known = set(net.external_inputs) | set(net.params) | set(net.input_shapes)
     known.update(b for op in net.ops for b in (*op.inputs, *op.outputs))
     for name in shapes:

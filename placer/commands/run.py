@@ -85,6 +85,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               "(no GPU needed; CPU timings)")
     emulate.add_argument("--emulate-gpus", type=int, metavar="N",
                          help="emulate exactly N GPUs, cuda:0..N-1; an op placed beyond them is an error")
+    parser.add_argument("--inject-copies", action="store_true",
+                        help="insert the copies between devices the net's own device options need, as "
+                             "Caffe2's core.InjectCrossDeviceCopies does (a net whose ops name devices "
+                             "but that has no copy ops)")
     parser.add_argument("--seed", type=int, default=0, help="seed of random fills in the init net")
     parser.add_argument("--outputs", metavar="OUT.npz", help="write the external outputs here")
     parser.add_argument("--record", metavar="RUN.json", help="write the RunRecord here")
@@ -129,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
     if args.random_inputs is not None and args.random_inputs < 0:
         raise InputError(f"--random-inputs {args.random_inputs}: the seed must be >= 0")
     if args.ray is not None:
+        if args.inject_copies:
+            raise InputError("--inject-copies: a cluster plan has its copies already", hint="drop --inject-copies")
         from placer.runtime.cluster_command import run_command
         return run_command(args)
     typed = load_typed_net(args)

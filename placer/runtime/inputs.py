@@ -63,19 +63,19 @@ def roles(net: Net) -> dict[str, tuple]:
     return found
 
 
-COPY_TYPES = ("Copy", "CopyCPUToGPU", "CopyGPUToCPU", "EnsureCPUOutput", "CopyFromCPUInput")
-
-
 def through_copies(net: Net) -> Net:
     """``net`` with every op reading the blob its input was copied from (the unplaced
     net's readers), so that an index or a length is drawn for the op that uses it: in a
     placed net a fed blob's first reader is its copy to a GPU."""
     from dataclasses import replace
+
+    from placer.ops.registry import copy_types
+    copies = copy_types()
     source: dict[str, str] = {}
     ops = []
     for op in net.ops:
         inputs = tuple(source.get(b, b) for b in op.inputs) if source else tuple(op.inputs)
-        if op.type in COPY_TYPES and len(op.inputs) == 1 and len(op.outputs) == 1:
+        if op.type in copies and len(op.inputs) == 1 and len(op.outputs) == 1:
             source[op.outputs[0]] = inputs[0]
         ops.append(op if inputs == tuple(op.inputs) else replace(op, inputs=inputs))
     return replace(net, ops=ops) if source else net
