@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import math
 import sys
 import zipfile
 
@@ -16,7 +15,7 @@ from placer.progress import Progress
 from placer.runtime import record as run_record
 from placer.runtime.executor import Executor
 from placer.runtime.footprint import Footprint, require_memory, run_footprint
-from placer.runtime.inputs import NpzBatches, RandomBatches, npz_files, random_inputs
+from placer.runtime.inputs import NPZ_HINT, NpzBatches, RandomBatches, npz_bytes, npz_files, random_inputs
 from placer.runtime.state import loss_blobs, save_trained_init
 from placer.runtime.threads import set_blas_threads
 from placer.types import RunRecord, TensorType
@@ -230,38 +229,16 @@ def _written_state_bytes(typed) -> int:
     return sum(typed.blobs[b].nbytes for b in made & written if typed.blobs.get(b) is not None)
 
 
-NPZ_HINT = "give an .npz written by numpy.savez, keyed by blob name"
-_NPY_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-
-
 def _read_npz(path: str) -> dict[str, np.ndarray]:
     """The arrays of an .npz, after its headers say they fit in memory (a header can claim
     any shape; numpy allocates the whole array before reading a byte of it)."""
-    declared = _npz_bytes(path)
+    declared = npz_bytes(path)
     require_memory(Footprint((("arrays", declared),)), f"reading {path}", hint="feed smaller arrays")
     try:
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         raise InputError(f"{path}: cannot read input arrays ({e})", hint=NPZ_HINT) from e
-
-
-def _npz_bytes(path: str) -> int:
-    """Bytes of the arrays an .npz declares, from the .npy headers alone."""
-    total = 0
-    try:
-        with zipfile.ZipFile(path) as z:
-            for info in z.infolist():
-                with z.open(info) as f:
-                    version = np.lib.format.read_magic(f)
-                    read_header = _NPY_HEADER_READERS.get(version)
-                    if read_header is None:
-                        raise ValueError(f"member {info.filename}: .npy format {version} is not read here")
-                    shape, _, dtype = read_header(f)
-                    total += math.prod(shape) * dtype.itemsize
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        raise InputError(f"{path}: cannot read input arrays ({e})", hint=NPZ_HINT) from e
-    return total
 
 
 def format_table(rec: RunRecord) -> str:
