@@ -159,7 +159,7 @@ def load_typed_net(args: argparse.Namespace, complete: bool = False,
             if not changed:
                 raise
             raise ShapeError(f"{changed} cannot run: {e.message}",
-                             e.hint or "feed arrays whose rank and channels match the net's weights") from e
+                             e.hint or "the weights fix all but the batch (and, where the net allows, the spatial size)") from e
         _refuse_impossible_blobs(typed)
     if changed:
         print(f"placer: note: {changed}; the net's shapes are inferred from the given ones", file=sys.stderr)

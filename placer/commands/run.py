@@ -116,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
     if args.print_every < 1:
         raise InputError("--print-every must be >= 1")
     files = npz_files(args.inputs_npz) if args.inputs_npz else []
+    for path in files:  # before their shapes type the net
+        _require_npz_fits(path)
     for out in (args.outputs, args.record, args.trace, args.save_init):
         if out:
             refuse_overwrite(out, args.net, args.init_net, *files)
@@ -232,13 +234,17 @@ def _written_state_bytes(typed) -> int:
 def _read_npz(path: str) -> dict[str, np.ndarray]:
     """The arrays of an .npz, after its headers say they fit in memory (a header can claim
     any shape; numpy allocates the whole array before reading a byte of it)."""
-    declared = npz_bytes(path)
-    require_memory(Footprint((("arrays", declared),)), f"reading {path}", hint="feed smaller arrays")
+    _require_npz_fits(path)
     try:
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         raise InputError(f"{path}: cannot read input arrays ({e})", hint=NPZ_HINT) from e
+
+
+def _require_npz_fits(path) -> None:
+    """Refuse an .npz whose headers claim more memory than this machine has."""
+    require_memory(Footprint((("arrays", npz_bytes(path)),)), f"reading {path}", hint="feed smaller arrays")
 
 
 def format_table(rec: RunRecord) -> str:
