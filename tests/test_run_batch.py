@@ -70,7 +70,7 @@ def test_run_infers_the_net_at_the_fed_shape(tmp_path, shape):
     net, weights = small_net(tmp_path)
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     np.savez(tmp_path / "x.npz", data=x)
-    code, _, err = main("run", net, "--inputs", tmp_path / "x.npz", "--outputs", tmp_path / "y.npz", "--quiet")
+    code, _, err = main("run", net, "--inputs", tmp_path / "x.npz", "--outputs", tmp_path / "y.npz")
     assert code == 0, err
     dims = "x".join(map(str, shape))
     assert err.count("\n") == 1 and f"note: 'data' {dims} from {tmp_path / 'x.npz'}" in err
@@ -83,10 +83,12 @@ def test_run_infers_the_net_at_the_fed_shape(tmp_path, shape):
     assert got.shape == (shape[0], CLASSES)
 
 
-def test_the_declared_shape_runs_without_a_note(tmp_path):
+@pytest.mark.parametrize("shape, quiet", [(DECLARED, []), ((2, 3, 6, 6), ["--quiet"])],
+                         ids=["declared", "quiet"])
+def test_no_note_at_the_declared_shape_or_with_quiet(tmp_path, shape, quiet):
     net, _ = small_net(tmp_path)
-    np.savez(tmp_path / "x.npz", data=np.ones(DECLARED, np.float32))
-    code, _, err = main("run", net, "--inputs", tmp_path / "x.npz", "--quiet")
+    np.savez(tmp_path / "x.npz", data=np.ones(shape, np.float32))
+    code, _, err = main("run", net, "--inputs", tmp_path / "x.npz", *quiet)
     assert code == 0 and err == ""
 
 
@@ -144,7 +146,7 @@ def test_plan_at_another_batch_than_value_info_gives_that_batch(tmp_path, given)
 def test_profile_times_the_ops_at_the_batch_of_the_fed_arrays(tmp_path):
     net, _ = small_net(tmp_path)
     np.savez(tmp_path / "x.npz", data=np.ones((2, 3, 6, 6), np.float32))
-    code, _, err = main("profile", net, "--inputs", tmp_path / "x.npz", "-o", tmp_path / "p.json", "--quiet")
+    code, _, err = main("profile", net, "--inputs", tmp_path / "x.npz", "-o", tmp_path / "p.json")
     assert code == 0, err
     assert f"note: 'data' 2x3x6x6 from {tmp_path / 'x.npz'}" in err
     ops = json.loads((tmp_path / "p.json").read_text())["devices"][0]["ops"]
@@ -218,7 +220,7 @@ def batch_runs(tmp_path_factory):
             feed = _feeds(net.input_shapes, batch, pixels, rng)
             np.savez(out / f"x{batch}.npz", **feed)
             code, _, err = main("run", out / "predict_net.pbtxt", "--inputs", out / f"x{batch}.npz",
-                                "--outputs", out / f"y{batch}.npz", "--quiet", "--warmup", "0")
+                                "--outputs", out / f"y{batch}.npz", "--warmup", "0")
             assert code == 0, err
             notes[case, batch] = err
             with np.load(out / f"y{batch}.npz") as y:

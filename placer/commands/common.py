@@ -120,7 +120,7 @@ def load_typed_net(args: argparse.Namespace, complete: bool = False,
     that is no blob of the net is an error.
 
     The shapes a file declares (value_info.json beside a Caffe2 net) are defaults: shapes
-    given here replace them, with a note on stderr, and every other blob is inferred again
+    given here replace them, with a note on stderr (none with ``--quiet``), and every other blob is inferred again
     from them (batch, and spatial size where the net allows). A shape the net cannot run
     at (a channel count or rank that contradicts the weights) is a ShapeError naming the
     blob, both shapes and the op.
@@ -161,7 +161,7 @@ def load_typed_net(args: argparse.Namespace, complete: bool = False,
             raise ShapeError(f"{changed} cannot run: {e.message}",
                              e.hint or "the weights fix all but the batch (and, where the net allows, the spatial size)") from e
         _refuse_impossible_blobs(typed)
-    if changed:
+    if changed and not getattr(args, "quiet", False):
         print(f"placer: note: {changed}; the net's shapes are inferred from the given ones", file=sys.stderr)
     return require_complete(typed) if complete else typed
 
