@@ -39,7 +39,9 @@ each link (source -> target).
 
 Inputs come from --inputs x.npz (keyed by blob name) or --random-inputs SEED (the
 default, seed 0): floats standard normal, indices, lengths and labels valid for the op
-that reads them (see placer/runtime/inputs.py).
+that reads them (see placer/runtime/inputs.py). Fed arrays set the shapes: the net runs
+at their batch (and spatial size, where its weights allow) whatever value_info.json
+declares, with a note on stderr; a shape the weights contradict is refused.
 
 A train net (one that updates what its init net makes: parameters, optimizer state, the
 iteration counter) trains: every iteration is one step from the state the previous one
