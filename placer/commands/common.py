@@ -119,11 +119,11 @@ def load_typed_net(args: argparse.Namespace, complete: bool = False,
     user's shapes: ``--input``, then the arrays of ``--inputs`` (the first .npz). A name
     that is no blob of the net is an error.
 
-    The shapes a file declares (value_info.json beside a Caffe2 net) are defaults: shapes
-    given here replace them, with a note on stderr (none with ``--quiet``), and every other blob is inferred again
-    from them (batch, and spatial size where the net allows). A shape the net cannot run
-    at (a channel count or rank that contradicts the weights) is a ShapeError naming the
-    blob, both shapes and the op.
+    The shapes a file declares (value_info.json beside a Caffe2 net) are defaults, as in
+    Caffe and Caffe2: shapes given here replace them, with a note on stderr (none with
+    ``--quiet``), and every other blob is inferred again from them (batch, and spatial
+    size where the net allows). A shape the net cannot run at (a channel count or rank
+    that contradicts the weights) is a ShapeError naming the blob, both shapes and the op.
 
     With ``complete``, a blob some op needs but whose shape is unknown is a ShapeError
     naming the blobs and the options that supply them; otherwise the gaps are left in
@@ -131,7 +131,7 @@ def load_typed_net(args: argparse.Namespace, complete: bool = False,
     "shapes" stages (see ``StageClock``).
     """
     from placer.formats import load_net
-    from placer.shapes import infer, require_complete
+    from placer.shapes import require_complete
     shapes = parse_input_specs(getattr(args, "inputs", []))
     fed, fed_from = _fed_types(args)
     with clock("parse"):
@@ -153,17 +153,24 @@ def load_typed_net(args: argparse.Namespace, complete: bool = False,
             given_by[name] = fed_from
     changed = _changed_shapes(net, shapes, given_by)
     with clock("shapes"):
-        try:
-            typed = infer(net, shapes)
-        except ShapeError as e:
-            if not changed:
-                raise
-            raise ShapeError(f"{changed} cannot run: {e.message}",
-                             e.hint or "the weights fix all but the batch (and, where the net allows, the spatial size)") from e
-        _refuse_impossible_blobs(typed)
+        typed = _infer_at(net, shapes, changed)
     if changed and not getattr(args, "quiet", False):
         print(f"placer: note: {changed}; the net's shapes are inferred from the given ones", file=sys.stderr)
     return require_complete(typed) if complete else typed
+
+
+def _infer_at(net, shapes: dict[str, TensorType], changed: str) -> TypedNet:
+    """``infer`` at the given shapes; a ShapeError there names the shapes that changed."""
+    from placer.shapes import infer
+    try:
+        typed = infer(net, shapes)
+    except ShapeError as e:
+        if not changed:
+            raise
+        raise ShapeError(f"{changed} cannot run: {e.message}", e.hint or (
+            "the weights fix all but the batch (and, where the net allows, the spatial size)")) from e
+    _refuse_impossible_blobs(typed)
+    return typed
 
 
 def _fed_types(args: argparse.Namespace) -> tuple[dict[str, TensorType], str | None]:
