@@ -16,12 +16,17 @@ reads them, decided from that op's type and the input's position:
 A blob in one of those roles whose declared dtype is a float (``--input`` defaults to
 float32) is made int64 for indices and int32 for lengths and labels, as Caffe2 expects.
 
+``npz_types`` gives the types of an .npz's arrays from its headers alone: ``placer run
+--inputs`` (and ``plan`` / ``profile --inputs``) infer shapes at them.
+
 Training feeds a batch per step: ``NpzBatches`` (one .npz per step, cycled; a folder
 gives its files in name order) or ``RandomBatches`` (step k drawn from (seed, k)).
 """
 from __future__ import annotations
 
+import math
 import os
+import zipfile
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -164,6 +169,39 @@ def npz_files(paths: Sequence[str | os.PathLike]) -> list[Path]:
         else:
             files.append(p)
     return files
+
+
+NPZ_HINT = "give an .npz written by numpy.savez, keyed by blob name"
+_NPY_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def npz_headers(path: str | os.PathLike) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Key -> (shape, dtype) of every array of an .npz, from the .npy headers alone (a
+    header can claim any shape: nothing is allocated here)."""
+    found = {}
+    try:
+        with zipfile.ZipFile(path) as z:
+            for info in z.infolist():
+                with z.open(info) as f:
+                    version = np.lib.format.read_magic(f)
+                    read_header = _NPY_HEADER_READERS.get(version)
+                    if read_header is None:
+                        raise ValueError(f"member {info.filename}: .npy format {version} is not read here")
+                    shape, _, dtype = read_header(f)
+                found[info.filename.removesuffix(".npy")] = (tuple(shape), dtype)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise InputError(f"{path}: cannot read input arrays ({e})", hint=NPZ_HINT) from e
+    return found
+
+
+def npz_bytes(path: str | os.PathLike) -> int:
+    """Bytes of the arrays an .npz declares."""
+    return sum(math.prod(shape) * dtype.itemsize for shape, dtype in npz_headers(path).values())
+
+
+def npz_types(path: str | os.PathLike) -> dict[str, TensorType]:
+    """The types of an .npz's arrays (see ``npz_headers``), keyed by blob name."""
+    return {k: TensorType(shape, str(dtype)) for k, (shape, dtype) in npz_headers(path).items()}
 
 
 class NpzBatches:
