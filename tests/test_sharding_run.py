@@ -20,6 +20,7 @@ from placer.formats.caffe2 import net_from_netdef
 from placer.runtime.executor import Executor
 from placer.training.recipe import OptimizerChoice, make_train_nets
 from placer.training.sharded import sharded
+from placer.training.sharded_tables import TableLayout, layout_of_option
 
 B, P = 3, 2        # rows per GPU, lookups per sample
 
@@ -48,10 +49,10 @@ def dlrm(rng, tables, rows_total: int):
     return net_from_netdef(b.predict, b.init)
 
 
-def run(train, init, feed: dict, outputs: list[str], **kw) -> dict[str, np.ndarray]:
+def run(train, init, feed: dict, outputs: list[str], iterations: int = 1, **kw) -> dict[str, np.ndarray]:
     train.external_output[:] = outputs
     ex = Executor(net_from_netdef(train, init), **kw)
-    out = ex.run(feed, iterations=1, warmup=0)
+    out = ex.run(feed, iterations=iterations, warmup=0)
     return out, ex.record
 
 
@@ -80,7 +81,7 @@ def test_a_sharded_step_gives_the_unsharded_loss_and_parameters(case):
 
     sh = sharded(nets.train, nets.init, owners, n, G)
     assert sorted(sh.replicated) == sorted(p for p in nets.params if p not in owners)
-    sfeed = {there: feed[one] for one, there in sh.table_inputs.items()}
+    sfeed = {there: feed[one] for one, names in sh.table_inputs.items() for there in names}
     for d in range(n):
         sfeed[f"gpu_{d}/dense"] = feed["dense"][d * B:(d + 1) * B]
         sfeed[f"gpu_{d}/label"] = feed["label"][d * B:(d + 1) * B]
@@ -104,6 +105,114 @@ def test_a_sharded_step_gives_the_unsharded_loss_and_parameters(case):
     lookups = sorted(o.device for o in record.ops if o.type == "SparseLengthsSum")
     data_parallel = [d for _ in range(len(tables) - len(owners)) for d in range(n)]   # one lookup per GPU each
     assert lookups == sorted(f"emulated-cuda:{d}" for d in list(owners.values()) + data_parallel)
+
+
+def table(got: dict, sh, name: str, shape) -> np.ndarray:
+    """A sharded table put back together from its shards."""
+    whole = np.full(shape, np.nan, np.float32)
+    for blob, shard in sh.shards[name]:
+        whole[shard.rows[0]:shard.rows[1], shard.cols[0]:shard.cols[1]] = got[blob]
+    return whole
+
+
+def sharded_feed(feed: dict, sh, n: int, tables) -> dict:
+    sfeed = {there: feed[one] for one, names in sh.table_inputs.items() for there in names}
+    for d in range(n):
+        sfeed[f"gpu_{d}/dense"] = feed["dense"][d * B:(d + 1) * B]
+        sfeed[f"gpu_{d}/label"] = feed["label"][d * B:(d + 1) * B]
+        for t in range(len(tables)):
+            if f"emb{t}" not in sh.layouts:     # a data-parallel table: each GPU looks up its own rows
+                lengths = feed[f"len{t}"]
+                first, end = int(lengths[:d * B].sum()), int(lengths[:(d + 1) * B].sum())
+                sfeed[f"gpu_{d}/idx{t}"] = feed[f"idx{t}"][first:end]
+                sfeed[f"gpu_{d}/len{t}"] = lengths[d * B:(d + 1) * B]
+    return sfeed
+
+
+def batch(rng, G: int, tables) -> dict:
+    """A global batch; indices repeat within a table (rows hit twice sum their gradients)
+    and some samples look up nothing."""
+    feed = {"dense": rng.standard_normal((G, 3)).astype(np.float32), "label": rng.integers(0, 2, G).astype(np.int32)}
+    for t, (rows, _) in enumerate(tables):
+        lengths = rng.integers(0, 2 * P + 1, G).astype(np.int32)
+        feed[f"len{t}"] = lengths
+        feed[f"idx{t}"] = rng.integers(0, rows, int(lengths.sum())).astype(np.int64)
+    return feed
+
+
+L = TableLayout
+LAYOUTS = {
+    "row-wise": (2, [(50, 4), (30, 4), (40, 4)],
+                 {"emb0": L.row_wise([0, 1], 50, 4), "emb1": 0, "emb2": L.row_wise([1, 0], 40, 4)}),
+    "row-wise over four GPUs, a short last block": (4, [(50, 4), (31, 2), (60, 4)],
+                                                    {"emb0": L.row_wise([0, 1, 2, 3], 50, 4),
+                                                     "emb1": L.row_wise([3, 2, 1, 0], 31, 2), "emb2": 1}),
+    "host": (2, [(50, 4), (30, 4), (40, 4)], {"emb0": L.host(50, 4), "emb1": 1}),
+    "uvm": (2, [(50, 4), (30, 4), (40, 4)], {"emb0": ("table_wise", "uvm", [1]), "emb1": 0}),
+    "uvm_caching": (2, [(50, 4), (30, 4), (40, 4)], {"emb0": ("row_wise", "uvm_caching", [0, 1]),
+                                                     "emb2": ("table_wise", "hbm", [1])}),
+}
+
+
+def _layouts(spec: dict, tables) -> dict:
+    """Layouts as given, or through the plan's records (sharding type, kernel, GPUs): what
+    ``placer shard -o`` writes for a plan's option."""
+    from placer.partition.sharding_types import Shard, ShardingOption
+    out = {}
+    for name, v in spec.items():
+        if isinstance(v, tuple):
+            rows, dim = tables[int(name[3:])]
+            option = ShardingOption(name, v[0], v[1], tuple(Shard(r, rows, dim) for r in v[2]), tuple(v[2]),
+                                    host=9 if v[1] != "hbm" else -1)
+            v = layout_of_option(option, list(range(8)), (rows, dim))
+        out[name] = v
+    return out
+
+
+@pytest.mark.parametrize("case", list(LAYOUTS))
+def test_each_layout_trains_as_the_unsharded_net_over_three_steps(case):
+    n, tables, spec = LAYOUTS[case]
+    G = n * B
+    rng = np.random.default_rng(1)
+    net = dlrm(rng, tables, G)
+    nets = make_train_nets(net, ["loss"], OptimizerChoice("rowwise-adagrad", lr=0.1))
+    feed = batch(rng, G, tables)
+    steps = 3
+    want, _ = run(nets.train, nets.init, feed, ["loss"] + nets.params, iterations=steps)
+    layouts = _layouts(spec, tables)
+    sh = sharded(nets.train, nets.init, layouts, n, G)
+    shapes = dict(zip([f"emb{t}" for t in range(len(tables))], tables))
+    outputs = [f"gpu_{d}/loss" for d in range(n)] + [b for t in sh.shards for b, _ in sh.shards[t]]
+    outputs += [f"gpu_{d}/{p}" for d in range(n) for p in sh.replicated]
+    got, record = run(sh.train, sh.init, sharded_feed(feed, sh, n, tables), outputs, emulate_gpus=n,
+                      iterations=steps)
+
+    # Tolerances. The sharded step adds the same float32 terms in another order: a pooled
+    # row as partial sums of its shards, the dense gradients as n per-GPU sums all-reduced
+    # (at most G = 12 terms each), the loss as n scaled parts. A reordered sum of K terms
+    # moves by at most K * 2^-24 of the sum of their magnitudes (K <= 12: ~7e-7 relative).
+    # An Adagrad step lr * g / (sqrt(m) + eps), m accumulating g^2, at most doubles the
+    # relative error of g; three steps add three such errors: a few 1e-6 relative on
+    # parameters of size ~0.3, inside rtol 2e-5 + atol 2e-6 (the worst element measured
+    # uses 3% of it), while a row or sample routed to the wrong shard moves a parameter by
+    # ~lr = 0.1. The loss is a sum of n parts of G / n terms: rel 1e-5 (measured < 1e-7).
+    assert sum(float(got[f"gpu_{d}/loss"]) for d in range(n)) == pytest.approx(float(want["loss"]), rel=1e-5)
+    for p in nets.params:
+        if p in sh.shards:
+            np.testing.assert_allclose(table(got, sh, p, shapes[p]), want[p], rtol=2e-5, atol=2e-6, err_msg=p)
+            assert not np.allclose(want[p].ravel(), initial(nets.init, p))     # the steps moved every table
+        else:
+            for d in range(n):
+                np.testing.assert_allclose(got[f"gpu_{d}/{p}"], want[p], rtol=2e-5, atol=2e-6, err_msg=f"{d}/{p}")
+    kinds = {t: lay.kind for t, lay in sh.layouts.items()}
+    on_cpu = sorted(sh.train.op[o.index].input[0] for o in record.ops
+                    if o.type == "SparseLengthsSum" and not o.device.startswith("emulated-cuda"))
+    assert on_cpu == sorted(t for t, k in kinds.items() if k == "host")    # host lookups on the CPU, the rest on GPUs
+    routed = [o for o in record.ops if o.type == "LengthsPartition"]
+    assert len(routed) == sum(k == "row_wise" for k in kinds.values()) and all(o.device == "cpu" for o in routed)
+    notes = {t: lay.note for t, lay in sh.layouts.items() if lay.note}
+    assert sorted(notes) == sorted(t for t, v in spec.items() if isinstance(v, tuple) and v[1] != "hbm")
+    assert all("Caffe2 has no unified memory" in note for note in notes.values())
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 4])
