@@ -151,6 +151,18 @@ LAYOUTS = {
     "uvm": (2, [(50, 4), (30, 4), (40, 4)], {"emb0": ("table_wise", "uvm", [1]), "emb1": 0}),
     "uvm_caching": (2, [(50, 4), (30, 4), (40, 4)], {"emb0": ("row_wise", "uvm_caching", [0, 1]),
                                                      "emb2": ("table_wise", "hbm", [1])}),
+    # column shards keep their own optimizer state over their columns: Adagrad's is per
+    # element, so the step is the one-device step (RowWise's is not: test below)
+    "column-wise": (2, [(50, 4), (30, 4), (40, 4)], {"emb0": L.column_wise([0, 1], 50, 4),
+                                                    "emb1": L.column_wise([1, 1], 30, 4), "emb2": 0}, "adagrad"),
+    "column-wise over four GPUs, padded slots": (4, [(50, 4), (30, 2), (60, 6)],
+                                                 {"emb0": ("column_wise", "hbm", [3, 1]), "emb1": 3,
+                                                  "emb2": L.column_wise([0, 2, 3], 60, 6)}, "adagrad"),
+    "every layout in one plan": (4, [(50, 4), (31, 2), (60, 6), (40, 4), (20, 4), (30, 4), (25, 2)],
+                                 {"emb0": L.row_wise([2, 0, 3, 1], 50, 4), "emb1": 1,
+                                  "emb2": L.column_wise([3, 0, 3], 60, 6), "emb3": L.host(40, 4),
+                                  "emb4": ("table_wise", "uvm", [2]), "emb5": ("column_wise", "uvm_caching", [0, 1])},
+                                 "adagrad"),
 }
 
 
@@ -162,8 +174,11 @@ def _layouts(spec: dict, tables) -> dict:
     for name, v in spec.items():
         if isinstance(v, tuple):
             rows, dim = tables[int(name[3:])]
-            option = ShardingOption(name, v[0], v[1], tuple(Shard(r, rows, dim) for r in v[2]), tuple(v[2]),
-                                    host=9 if v[1] != "hbm" else -1)
+            k = len(v[2])       # the planner's shards: row blocks of ceil(rows / k), or equal columns
+            block, width = (-(-rows // k), dim) if v[0] == "row_wise" else (rows, dim // k)
+            shards = tuple(Shard(r, block, width, i * block if v[0] == "row_wise" else 0,
+                                 i * width if v[0] == "column_wise" else 0) for i, r in enumerate(v[2]))
+            option = ShardingOption(name, v[0], v[1], shards, tuple(v[2]), host=9 if v[1] != "hbm" else -1)
             v = layout_of_option(option, list(range(8)), (rows, dim))
         out[name] = v
     return out
@@ -171,11 +186,11 @@ def _layouts(spec: dict, tables) -> dict:
 
 @pytest.mark.parametrize("case", list(LAYOUTS))
 def test_each_layout_trains_as_the_unsharded_net_over_three_steps(case):
-    n, tables, spec = LAYOUTS[case]
+    n, tables, spec, *optimizer = LAYOUTS[case]
     G = n * B
     rng = np.random.default_rng(1)
     net = dlrm(rng, tables, G)
-    nets = make_train_nets(net, ["loss"], OptimizerChoice("rowwise-adagrad", lr=0.1))
+    nets = make_train_nets(net, ["loss"], OptimizerChoice((optimizer or ["rowwise-adagrad"])[0], lr=0.1))
     feed = batch(rng, G, tables)
     steps = 3
     want, _ = run(nets.train, nets.init, feed, ["loss"] + nets.params, iterations=steps)
