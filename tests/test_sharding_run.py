@@ -230,6 +230,31 @@ def test_each_layout_trains_as_the_unsharded_net_over_three_steps(case):
     assert all("Caffe2 has no unified memory" in note for note in notes.values())
 
 
+def test_column_shards_of_a_rowwise_optimizer_keep_their_own_row_state():
+    """RowWiseSparseAdagrad adds mean(g^2) over a row's columns to the row's state at every
+    occurrence of its index; a column shard adds the mean over its own columns. After one
+    step (the same gradients: no update before it) the one-device state is the shards'
+    states weighted by their widths, and the note says the steps differ."""
+    n, tables = 2, [(50, 4), (30, 4)]
+    G = n * B
+    rng = np.random.default_rng(2)
+    net = dlrm(rng, tables, G)
+    nets = make_train_nets(net, ["loss"], OptimizerChoice("rowwise-adagrad", lr=0.1))
+    feed = batch(rng, G, tables)
+    want, _ = run(nets.train, nets.init, feed, ["loss", "emb0", "emb0_avg_squared_sum"])
+    layout = TableLayout.column_wise([1, 0], 50, 4)
+    sh = sharded(nets.train, nets.init, {"emb0": layout, "emb1": 0}, n, G)
+    states = [layout.blob("emb0_avg_squared_sum", s) for s in layout.shards]
+    got, _ = run(sh.train, sh.init, sharded_feed(feed, sh, n, tables),
+                 [f"gpu_{d}/loss" for d in range(n)] + states + [b for b, _ in sh.shards["emb0"]], emulate_gpus=n)
+    assert sum(float(got[f"gpu_{d}/loss"]) for d in range(n)) == pytest.approx(float(want["loss"]), rel=1e-5)
+    widths = [s.cols[1] - s.cols[0] for s in layout.shards]
+    mixed = sum(w / 4 * got[b] for w, b in zip(widths, states))
+    np.testing.assert_allclose(mixed, want["emb0_avg_squared_sum"], rtol=1e-5, atol=1e-9)  # float32 means of 2-4 terms
+    assert not np.allclose(got[states[0]], got[states[1]])       # the shards' states differ: their steps do
+    assert [note for note in sh.notes if note.startswith("emb0:")] and "differ" in sh.notes[0]
+
+
 @pytest.mark.parametrize("ranks", [2, 3, 4])
 def test_the_gradient_of_an_alltoall_is_the_alltoall_of_its_gradients(ranks):
     """<G, AllToAll(X)> = <AllToAll(G), X> for every X and G: the maker's op is the adjoint."""

@@ -48,7 +48,7 @@ from placer.training.data_parallel import (CUDA_TYPE, DEVICE_BLOB, RATE_BLOB, Da
                                            _backward, _init_net, _Layout, _Names, _net_fields, _parameters,
                                            _passes, _renamed, _replicate, _roles, _seeds, split_train_net)
 from placer.training.gradients import GradientSlice, make_op
-from placer.training.sharded_tables import (LOOKUP_TYPES, TABLE_WISE, Piece, TableLayout, TableShard, check_layout, combine_ops, host_producers, lookup_ops,
+from placer.training.sharded_tables import (COLUMN_WISE, LOOKUP_TYPES, TABLE_WISE, Piece, TableLayout, TableShard, check_layout, combine_ops, host_producers, lookup_ops,
                                             shard_fill_ops, table_update_ops)
 
 
@@ -63,6 +63,7 @@ class ShardedNets:
     losses: list[str]
     layouts: dict[str, TableLayout] = field(default_factory=dict)
     shards: dict[str, list] = field(default_factory=dict)   # table -> [(blob, TableShard)]
+    notes: list[str] = field(default_factory=list)          # where the net is not the plan's or the one-device step
 
 
 def sharded(train, init, layouts: Mapping[str, int | TableLayout], devices: int, global_batch: int,
@@ -134,7 +135,20 @@ def sharded(train, init, layouts: Mapping[str, int | TableLayout], devices: int,
     init_written = {b for op in init_net.op for b in op.output}
     init_net.op.extend(shard_init + host_producers(shard_updates, init_written | written, list(init.op)))
     shard_blobs = {t: [(lay.blob(t, s), s) for s in lay.shards] for t, lay in layouts.items()}
-    return ShardedNets(net, init_net, devs, owners, replicated, fed, list(parts.losses), layouts, shard_blobs)
+    return ShardedNets(net, init_net, devs, owners, replicated, fed, list(parts.losses), layouts, shard_blobs,
+                       _notes(layouts, group, shapes))
+
+
+def _notes(layouts: dict, group: dict, shapes: dict) -> list[str]:
+    """The layouts' notes, and one per column-wise table whose optimizer keeps a state per
+    row (RowWise*): each shard's is over its own columns."""
+    notes = [f"{t}: {lay.note}" for t, lay in layouts.items() if lay.note]
+    for t, lay in layouts.items():
+        if lay.kind == COLUMN_WISE and any(b in shapes and shapes[b].shape == shapes[t].shape[:1] for b in group[t]):
+            notes.append(f"{t}: column-wise under a row-wise optimizer: each of its {len(lay.shards)} shards keeps "
+                         "its own per-row state over its columns (as TorchRec's column-wise tables do), so its "
+                         "steps differ from the one-device net's")
+    return notes
 
 
 def _without(parts, init, placed: dict, group: dict, grads: dict):
