@@ -226,8 +226,11 @@ def test_each_layout_trains_as_the_unsharded_net_over_three_steps(case):
     routed = [o for o in record.ops if o.type == "LengthsPartition"]
     assert len(routed) == sum(k == "row_wise" for k in kinds.values()) and all(o.device == "cpu" for o in routed)
     notes = {t: lay.note for t, lay in sh.layouts.items() if lay.note}
-    assert sorted(notes) == sorted(t for t, v in spec.items() if isinstance(v, tuple) and v[1] != "hbm")
+    uvm = [t for t, v in spec.items() if isinstance(v, tuple) and v[1] != "hbm"]
+    assert sorted(notes) == sorted(uvm)
     assert all("Caffe2 has no unified memory" in note for note in notes.values())
+    named = [t for n in sh.notes if "unified memory" in n for t in n.partition(": ")[0].split(", ")]
+    assert sorted(named) == sorted(uvm)         # each uvm table in one note line
 
 
 def test_column_shards_of_a_rowwise_optimizer_keep_their_own_row_state():
@@ -252,7 +255,8 @@ def test_column_shards_of_a_rowwise_optimizer_keep_their_own_row_state():
     mixed = sum(w / 4 * got[b] for w, b in zip(widths, states))
     np.testing.assert_allclose(mixed, want["emb0_avg_squared_sum"], rtol=1e-5, atol=1e-9)  # float32 means of 2-4 terms
     assert not np.allclose(got[states[0]], got[states[1]])       # the shards' states differ: their steps do
-    assert [note for note in sh.notes if note.startswith("emb0:")] and "differ" in sh.notes[0]
+    assert sh.notes == [note for note in sh.notes if note.startswith("emb0: column-wise under a row-wise")]
+    assert len(sh.notes) == 1 and "differ" in sh.notes[0]
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 4])

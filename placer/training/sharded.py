@@ -140,15 +140,24 @@ def sharded(train, init, layouts: Mapping[str, int | TableLayout], devices: int,
 
 
 def _notes(layouts: dict, group: dict, shapes: dict) -> list[str]:
-    """The layouts' notes, and one per column-wise table whose optimizer keeps a state per
-    row (RowWise*): each shard's is over its own columns."""
-    notes = [f"{t}: {lay.note}" for t, lay in layouts.items() if lay.note]
+    """The layouts' notes, and one for the column-wise tables whose optimizer keeps a state
+    per row (RowWise*): each shard's is over its own columns. Tables with the same note
+    share one line."""
+    by_text: dict[str, list[str]] = {}
+    for t, lay in layouts.items():
+        if lay.note:
+            by_text.setdefault(lay.note, []).append(t)
     for t, lay in layouts.items():
         if lay.kind == COLUMN_WISE and any(b in shapes and shapes[b].shape == shapes[t].shape[:1] for b in group[t]):
-            notes.append(f"{t}: column-wise under a row-wise optimizer: each of its {len(lay.shards)} shards keeps "
-                         "its own per-row state over its columns (as TorchRec's column-wise tables do), so its "
-                         "steps differ from the one-device net's")
-    return notes
+            by_text.setdefault("column-wise under a row-wise optimizer: each shard keeps its own per-row state over "
+                               "its columns (as TorchRec's column-wise tables do), so the steps differ from the "
+                               "one-device net's", []).append(t)
+    return [f"{_tables_text(tables)}: {text}" for text, tables in by_text.items()]
+
+
+def _tables_text(tables: list[str]) -> str:
+    shown = ", ".join(tables[:3])
+    return shown if len(tables) <= 3 else f"{len(tables)} tables ({shown}, ...)"
 
 
 def _without(parts, init, placed: dict, group: dict, grads: dict):
