@@ -259,6 +259,53 @@ def test_column_shards_of_a_rowwise_optimizer_keep_their_own_row_state():
     assert len(sh.notes) == 1 and "differ" in sh.notes[0]
 
 
+HOST_SIDE = """
+from google.protobuf import text_format
+net, init = caffe2_pb2.NetDef(), caffe2_pb2.NetDef()
+text_format.Parse(inputs.pop("net").tobytes().decode(), net)
+text_format.Parse(inputs.pop("init").tobytes().decode(), init)
+workspace.RunNetOnce(init)
+for name, value in inputs.items():
+    workspace.FeedBlob(name, value)
+workspace.RunNetOnce(net)
+save(**{b: workspace.FetchBlob(b) for b in net.external_output})
+"""
+
+
+@pytest.mark.caffe2
+def test_the_host_side_of_a_sharded_net_runs_in_caffe2():
+    """The CPU ops of the forward pass (a row-wise table's routing, a host table's lookup
+    and Split) are Caffe2's: real Caffe2 gives what placer's runtime gives."""
+    from caffe2_oracle import run_caffe2
+    from google.protobuf import text_format
+    from placer.formats import caffe2_pb as pb
+    n, tables = 4, [(50, 4), (30, 4), (40, 4)]
+    G = n * B
+    rng = np.random.default_rng(3)
+    nets = make_train_nets(dlrm(rng, tables, G), ["loss"], OptimizerChoice("rowwise-adagrad", lr=0.1))
+    sh = sharded(nets.train, nets.init, {"emb0": L.row_wise([1, 0, 3, 2], 50, 4), "emb1": L.host(30, 4)}, n, G)
+    feed = batch(rng, G, tables)
+    cpu = pb.NetDef(name="host_side")
+    backward = next(i for i, op in enumerate(sh.train.op) if op.output[0].endswith("/loss_grad"))   # the seeds
+    cpu.op.extend(op for op in sh.train.op[:backward] if op.device_option.device_type == 0)
+    made = {b for op in cpu.op for b in op.output}
+    cpu.external_input[:] = list(dict.fromkeys(b for op in cpu.op for b in op.input if b not in made))
+    cpu.external_output[:] = [b for op in cpu.op for b in op.output if not b.endswith("_route_block")]
+    assert {"LengthsPartition", "Div", "Mul", "Sub", "SparseLengthsSum", "Split"} <= {op.type for op in cpu.op}
+    init = pb.NetDef(name="host_init")
+    init.op.extend(op for op in nets.init.op if op.output[0] == "emb1")
+    fed = {b: feed[b.partition("/")[2]] for b in cpu.external_input if b.startswith("cpu_0/")}
+    want, _ = run_caffe2(HOST_SIDE, {"net": np.frombuffer(text_format.MessageToString(cpu).encode(), np.uint8),
+                                     "init": np.frombuffer(text_format.MessageToString(init).encode(), np.uint8),
+                                     **fed})
+    got, _ = run(cpu, init, fed, list(cpu.external_output))
+    assert sorted(want) == sorted(got)
+    for b in want:
+        assert want[b].dtype == got[b].dtype, b
+        # integer routing exactly; the host lookup sums 0..4 float32 rows in the same order
+        np.testing.assert_allclose(got[b], want[b], rtol=1e-6, atol=1e-7, err_msg=b)
+
+
 @pytest.mark.parametrize("ranks", [2, 3, 4])
 def test_the_gradient_of_an_alltoall_is_the_alltoall_of_its_gradients(ranks):
     """<G, AllToAll(X)> = <AllToAll(G), X> for every X and G: the maker's op is the adjoint."""
