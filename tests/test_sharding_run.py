@@ -184,9 +184,13 @@ def _layouts(spec: dict, tables) -> dict:
     return out
 
 
-@pytest.mark.parametrize("case", list(LAYOUTS))
-def test_each_layout_trains_as_the_unsharded_net_over_three_steps(case):
+CASES_3 = [(case, None) for case in LAYOUTS] + [("every layout in one plan", o) for o in ("sgd", "momentum", "adam")]
+
+
+@pytest.mark.parametrize("case,other_optimizer", CASES_3)
+def test_each_layout_trains_as_the_unsharded_net_over_three_steps(case, other_optimizer):
     n, tables, spec, *optimizer = LAYOUTS[case]
+    optimizer = [other_optimizer] if other_optimizer else optimizer
     G = n * B
     rng = np.random.default_rng(1)
     net = dlrm(rng, tables, G)
@@ -206,8 +210,9 @@ def test_each_layout_trains_as_the_unsharded_net_over_three_steps(case):
     # row as partial sums of its shards, the dense gradients as n per-GPU sums all-reduced
     # (at most G = 12 terms each), the loss as n scaled parts. A reordered sum of K terms
     # moves by at most K * 2^-24 of the sum of their magnitudes (K <= 12: ~7e-7 relative).
-    # An Adagrad step lr * g / (sqrt(m) + eps), m accumulating g^2, at most doubles the
-    # relative error of g; three steps add three such errors: a few 1e-6 relative on
+    # An Adagrad (Adam) step lr * g / (sqrt(m) + eps), m accumulating g^2, at most doubles
+    # the relative error of g (SGD and momentum pass it on as it is); three steps add three
+    # such errors: a few 1e-6 relative on
     # parameters of size ~0.3, inside rtol 2e-5 + atol 2e-6 (the worst element measured
     # uses 3% of it), while a row or sample routed to the wrong shard moves a parameter by
     # ~lr = 0.1. The loss is a sum of n parts of G / n terms: rel 1e-5 (measured < 1e-7).

@@ -47,6 +47,8 @@ import copy
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from placer.formats import caffe2_pb as pb
 from placer.training.data_parallel import CPU_TYPE, CUDA_TYPE, DEVICE_BLOB, RATE_BLOB, DataParallelError
 from placer.training.gradients import make_op, set_arg
@@ -382,7 +384,6 @@ def _shard_fill(op, shard: TableShard, kind: str, group: set, shapes: dict, rows
     if op.input or (starts, ends) == ((0,) * len(shape), tuple(shape)):
         return [new]                           # shaped like its (cut) input, or whole
     if op.type.startswith("GivenTensor"):
-        import numpy as np
         arg = next(a for a in op.arg if a.name == "values")
         field_name = next(f for f in ("floats", "ints", "strings") if len(getattr(arg, f)))
         values = np.array(list(getattr(arg, field_name))).reshape(shape)[tuple(slice(b, e) for b, e in zip(starts, ends))]
