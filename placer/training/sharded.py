@@ -48,8 +48,9 @@ from placer.training.data_parallel import (CUDA_TYPE, DEVICE_BLOB, RATE_BLOB, Da
                                            _backward, _init_net, _Layout, _Names, _net_fields, _parameters,
                                            _passes, _renamed, _replicate, _roles, _seeds, split_train_net)
 from placer.training.gradients import GradientSlice, make_op
-from placer.training.sharded_tables import (COLUMN_WISE, LOOKUP_TYPES, TABLE_WISE, Piece, TableLayout, TableShard, check_layout, combine_ops, host_producers, lookup_ops,
-                                            shard_fill_ops, table_update_ops)
+from placer.training.sharded_tables import (COLUMN_WISE, LOOKUP_TYPES, TABLE_WISE, Piece, TableLayout, TableShard,
+                                            check_layout, combine_ops, host_producers, lookup_ops, shard_fill_ops,
+                                            table_update_ops)
 
 
 @dataclass
@@ -77,16 +78,7 @@ def sharded(train, init, layouts: Mapping[str, int | TableLayout], devices: int,
     parts = split_train_net(train)
     params, grads = _parameters(parts, init)
     shapes = params_from_init(init)
-    unknown = [t for t in layouts if t not in params]
-    if unknown:
-        raise DataParallelError(f"tables {unknown}: not parameters of the net")
-    layouts = {t: (TableLayout.table_wise(v, shapes[t].shape[0], shapes[t].shape[-1]) if isinstance(v, int) else v)
-               for t, v in layouts.items()}
-    for t, lay in layouts.items():
-        check_layout(t, lay, shapes[t].shape, devices)
-        if not isinstance(grads[t], GradientSlice):
-            raise DataParallelError(f"table {t}: its gradient is dense; only tables read by SparseLengths* "
-                                    "lookups can be sharded")
+    layouts = _checked_layouts(layouts, params, grads, shapes, devices)
     owners = {t: lay.shards[0].device for t, lay in layouts.items() if lay.kind == TABLE_WISE}
     placed = {t: lay for t, lay in layouts.items() if lay.kind != TABLE_WISE}
     table_of = {b: t for op in parts.update for t in op.output if t in layouts for b in op.output}
@@ -96,19 +88,7 @@ def sharded(train, init, layouts: Mapping[str, int | TableLayout], devices: int,
 
     layout = _Layout("gpu", devs, use_nccl)
     names = _Names(layout, kept, init_kept, list(owners), grads)
-    batch = global_batch // devices
-    lookups = [op for op in parts.forward if op.type in LOOKUP_TYPES and op.input[0] in layouts]
-    others = lookup_ops([op for op in lookups if op.input[0] in placed], placed,
-                        {t: shapes[t].shape[-1] for t in placed}, batch, devices)
-    owned, owned_lookups, fed = _owned_pieces(layout, names, [op for op in lookups if op.input[0] in owners],
-                                              owners, {t: shapes[t].shape[-1] for t in owners})
-    for b, there in others.fed.items():
-        fed.setdefault(b, []).extend(n for n in there if n not in fed[b])
-    pieces = owned + others.pieces
-    exchange = owned_lookups + others.ops + _exchange(layout, pieces, batch, devices)
-    dense = copy.copy(parts)
-    dense.forward = [op for op in parts.forward if not any(op is lk for lk in lookups)]
-    forward = exchange + combine_ops(others.pieces, devices) + _dense_forward(layout, dense, names)
+    forward, fed = _forward(layout, names, parts, layouts, shapes, global_batch // devices)
     seeds = _seeds(layout, parts, names)
     backward, dp_grads = _backward(forward, layout, parts.losses)
     names.shared_grads(dp_grads)
@@ -123,20 +103,56 @@ def sharded(train, init, layouts: Mapping[str, int | TableLayout], devices: int,
               + [op for op in update if set(op.output) & set(owned_of)])
     shard_updates = [op for t, lay in placed.items()
                      for op in table_update_ops(parts.update, t, lay, group[t], grads[t], dp_grads)]
-    written = {b for op in forward + seeds + backward + reduce_ops + update for b in op.output}
-    rates = host_producers(shard_updates, written, parts.update)
+    ops = forward + seeds + backward + reduce_ops + update
+    written = {b for op in ops for b in op.output}
+    ops += host_producers(shard_updates, written, parts.update) + shard_updates    # the CPU's rate first
     net = copy.deepcopy(train)
     del net.op[:]
-    net.op.extend(forward + seeds + backward + reduce_ops + update + rates + shard_updates)
+    net.op.extend(ops)
     _net_fields(net, layout, train, names)
     init_net = _init_net(init_kept, layout, names, kept, kept_params)
     _to_owners(init_net.op, owned_of, owners)
-    shard_init = [op for t, lay in placed.items() for op in shard_fill_ops(list(init.op), t, lay, group[t], shapes)]
-    init_written = {b for op in init_net.op for b in op.output}
-    init_net.op.extend(shard_init + host_producers(shard_updates, init_written | written, list(init.op)))
+    init_net.op.extend(op for t, lay in placed.items()
+                       for op in shard_fill_ops(list(init.op), t, lay, group[t], shapes))
+    written |= {b for op in init_net.op for b in op.output}
+    init_net.op.extend(host_producers(shard_updates, written, list(init.op)))     # the CPU's ONE / wd blobs
     shard_blobs = {t: [(lay.blob(t, s), s) for s in lay.shards] for t, lay in layouts.items()}
     return ShardedNets(net, init_net, devs, owners, replicated, fed, list(parts.losses), layouts, shard_blobs,
                        _notes(layouts, group, shapes))
+
+
+def _checked_layouts(layouts: Mapping, params: list[str], grads: dict, shapes: dict, devices: int) -> dict:
+    """Every table's ``TableLayout`` (an owner GPU given for a table-wise one), checked."""
+    unknown = [t for t in layouts if t not in params]
+    if unknown:
+        raise DataParallelError(f"tables {unknown}: not parameters of the net")
+    out = {t: (TableLayout.table_wise(v, shapes[t].shape[0], shapes[t].shape[-1]) if isinstance(v, int) else v)
+           for t, v in layouts.items()}
+    for t, lay in out.items():
+        check_layout(t, lay, shapes[t].shape, devices)
+        if not isinstance(grads[t], GradientSlice):
+            raise DataParallelError(f"table {t}: its gradient is dense; only tables read by SparseLengths* "
+                                    "lookups can be sharded")
+    return out
+
+
+def _forward(layout: _Layout, names: _Names, parts, layouts: dict, shapes: dict, batch: int) -> tuple[list, dict]:
+    """The lookups (and routing) of every sharded table, the exchange, the joins of the
+    pieces and the dense forward per GPU; and the names each sharded lookup input is fed as."""
+    n = len(layout.devices)
+    owners = {t: lay.shards[0].device for t, lay in layouts.items() if lay.kind == TABLE_WISE}
+    placed = {t: lay for t, lay in layouts.items() if lay.kind != TABLE_WISE}
+    lookups = [op for op in parts.forward if op.type in LOOKUP_TYPES and op.input[0] in layouts]
+    others = lookup_ops([op for op in lookups if op.input[0] in placed], placed,
+                        {t: shapes[t].shape[-1] for t in placed}, batch, n)
+    owned, owned_lookups, fed = _owned_pieces(layout, names, [op for op in lookups if op.input[0] in owners],
+                                              owners, {t: shapes[t].shape[-1] for t in owners})
+    for b, there in others.fed.items():
+        fed.setdefault(b, []).extend(name for name in there if name not in fed[b])
+    exchange = owned_lookups + others.ops + _exchange(layout, owned + others.pieces, batch, n)
+    dense = copy.copy(parts)
+    dense.forward = [op for op in parts.forward if not any(op is lk for lk in lookups)]
+    return exchange + combine_ops(others.pieces, n) + _dense_forward(layout, dense, names), fed
 
 
 def _notes(layouts: dict, group: dict, shapes: dict) -> list[str]:

@@ -386,7 +386,8 @@ def _shard_fill(op, shard: TableShard, kind: str, group: set, shapes: dict, rows
     if op.type.startswith("GivenTensor"):
         arg = next(a for a in op.arg if a.name == "values")
         field_name = next(f for f in ("floats", "ints", "strings") if len(getattr(arg, f)))
-        values = np.array(list(getattr(arg, field_name))).reshape(shape)[tuple(slice(b, e) for b, e in zip(starts, ends))]
+        block = tuple(slice(b, e) for b, e in zip(starts, ends))
+        values = np.array(list(getattr(arg, field_name))).reshape(shape)[block]
         _set(new, "values", values.ravel().tolist())
         _set(new, "shape", new_shape)
         return [new]
