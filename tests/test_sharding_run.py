@@ -264,6 +264,39 @@ def test_column_shards_of_a_rowwise_optimizer_keep_their_own_row_state():
     assert len(sh.notes) == 1 and "differ" in sh.notes[0]
 
 
+@pytest.mark.parametrize("fill,kind,args", [
+    ("UniformFill", "row_wise", {"min": -0.1, "max": 0.1}), ("UniformFill", "column_wise", {"min": -0.1, "max": 0.1}),
+    ("GaussianFill", "column_wise", {"std": 0.1}), ("XavierFill", "row_wise", {}), ("XavierFill", "column_wise", {}),
+    ("MSRAFill", "column_wise", {})])
+def test_a_shard_is_filled_as_its_block_of_the_table(fill, kind, args):
+    """A random fill takes the shard's shape where its distribution stays the table's
+    (Xavier and MSRA scale by the fan-in, shape[1:]: a column block would change it); else
+    the whole table is filled on the shard's device and Slice cuts the block."""
+    from placer.formats import caffe2_pb as pb
+    from placer.formats.caffe2 import params_from_init
+    from placer.training.gradients import make_op
+    from placer.training.sharded_tables import shard_fill_ops
+    op = make_op(fill, [], ["emb"], shape=[10, 6], **args)
+    init = pb.NetDef()
+    init.op.append(op)
+    layout = (L.row_wise if kind == "row_wise" else L.column_wise)([1, 0], 10, 6)
+    ops = shard_fill_ops([op], "emb", layout, {"emb"}, params_from_init(init))
+    blocks = [((0, 5), (0, 6)), ((5, 10), (0, 6))] if kind == "row_wise" else [((0, 10), (0, 3)), ((0, 10), (3, 6))]
+    whole = fill in ("XavierFill", "MSRAFill") and kind == "column_wise"
+    assert len(ops) == (4 if whole else 2)
+    for shard, (rows, cols) in zip(layout.shards, blocks):
+        mine = [o for o in ops if o.device_option.device_id == shard.device]
+        assert mine[-1].output[0] == layout.blob("emb", shard) and (shard.rows, shard.cols) == (rows, cols)
+        assert all(o.device_option.device_type == 1 for o in mine)
+        shape = [rows[1] - rows[0], cols[1] - cols[0]]
+        got = {a.name: list(a.ints) for o in mine for a in o.arg}
+        if whole:
+            assert [o.type for o in mine] == [fill, "Slice"] and got["shape"] == [10, 6]
+            assert (got["starts"], got["ends"]) == ([rows[0], cols[0]], [rows[1], cols[1]])
+        else:
+            assert [o.type for o in mine] == [fill] and got["shape"] == shape
+
+
 HOST_SIDE = """
 from google.protobuf import text_format
 net, init = caffe2_pb2.NetDef(), caffe2_pb2.NetDef()
