@@ -210,7 +210,7 @@ CASES = [
          inputs=[given([2, 0, 3, 1], "int32"), given([4, 1, 6, 3, 0, 5], "int64"), given([9, 8, 7, 6, 5, 4], "int64"),
                  randn(6, 2)]),
     dict(id="lengths_partition_packed", op="LengthsPartition", args={"pack_first_input": 1}, n_outputs=6,
-         inputs=[given([3, 3], "int32"), given([7, 2, 4, 0, 5, 8], "int64")]),
+         inputs=[given([3, 3], "int32"), given([7, -2, 4, 0, -5, 8], "int64")]),
     dict(id="unsorted_segment_sum", op="UnsortedSegmentSum", args={}, n_outputs=1,
          inputs=[randn(6, 2), given([5, 3, 5, 1, 3, 0], "int32")]),
     dict(id="unsorted_segment_sum_num", op="UnsortedSegmentSum", args={"num_segments": 8}, n_outputs=1,
