@@ -147,6 +147,8 @@ LAYOUTS = {
     "row-wise over four GPUs, a short last block": (4, [(50, 4), (31, 2), (60, 4)],
                                                     {"emb0": L.row_wise([0, 1, 2, 3], 50, 4),
                                                      "emb1": L.row_wise([3, 2, 1, 0], 31, 2), "emb2": 1}),
+    "row-wise over two of four GPUs (one host's, on a cluster)": (4, [(50, 4), (30, 4), (40, 4)],
+                                                                  {"emb0": ("row_wise", "hbm", [3, 1]), "emb1": 1}),
     "host": (2, [(50, 4), (30, 4), (40, 4)], {"emb0": L.host(50, 4), "emb1": 1}),
     "uvm": (2, [(50, 4), (30, 4), (40, 4)], {"emb0": ("table_wise", "uvm", [1]), "emb1": 0}),
     "uvm_caching": (2, [(50, 4), (30, 4), (40, 4)], {"emb0": ("row_wise", "uvm_caching", [0, 1]),
