@@ -20,7 +20,8 @@ from placer.formats.caffe2 import net_from_netdef
 from placer.runtime.executor import Executor
 from placer.training.recipe import OptimizerChoice, make_train_nets
 from placer.training.sharded import sharded
-from placer.training.sharded_tables import TableLayout, layout_of_option
+from placer.training.sharded_tables import (COLUMN_WISE, HOST, ROW_WISE, TABLE_WISE, TableLayout, TableShard,
+                                            layout_of_option)
 
 B, P = 3, 2        # rows per GPU, lookups per sample
 
@@ -297,6 +298,28 @@ def test_a_shard_is_filled_as_its_block_of_the_table(fill, kind, args):
             assert (got["starts"], got["ends"]) == ([rows[0], cols[0]], [rows[1], cols[1]])
         else:
             assert [o.type for o in mine] == [fill] and got["shape"] == shape
+
+
+S = TableShard
+BAD_LAYOUTS = [
+    (L(COLUMN_WISE, (S(0, (0, 50), (0, 2)), S(1, (0, 50), (1, 3)))), "column blocks side by side"),
+    (L(COLUMN_WISE, (S(0, (0, 50), (0, 2)),)), "covering the table"),
+    (L(ROW_WISE, (S(0, (0, 25), (0, 4)), S(1, (25, 49), (0, 4)))), "blocks of 25 rows"),
+    (L(ROW_WISE, (S(1, (25, 50), (0, 4)), S(0, (0, 25), (0, 4)))), "in row order"),
+    (L(ROW_WISE, (S(0, (0, 25), (0, 4)), S(1, (25, 50), (0, 3)))), "blocks of 25 rows"),
+    (L(TABLE_WISE, (S(0, (0, 40), (0, 4)),)), "one shard of the whole table"),
+    (L(TABLE_WISE, (S(3, (0, 50), (0, 4)),)), "outside GPUs 0..1"),
+    (L(HOST, (S(0, (0, 50), (0, 4)),)), "sits on the CPU"),
+]
+
+
+@pytest.mark.parametrize("layout,needle", BAD_LAYOUTS)
+def test_a_layout_that_does_not_tile_its_table_is_refused(layout, needle):
+    from placer.training.data_parallel import DataParallelError
+    nets = make_train_nets(dlrm(np.random.default_rng(0), [(50, 4)], 2 * B), ["loss"],
+                           OptimizerChoice("rowwise-adagrad", lr=0.1))
+    with pytest.raises(DataParallelError, match=needle):
+        sharded(nets.train, nets.init, {"emb0": layout}, 2, 2 * B)
 
 
 HOST_SIDE = """

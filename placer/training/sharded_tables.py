@@ -113,27 +113,34 @@ class TableLayout:
 
 
 def check_layout(table: str, layout: TableLayout, shape, devices: int) -> None:
-    """The shards tile the table (rows x columns) and sit on GPUs 0..devices-1 (or the CPU)."""
+    """The shards tile the table (rows x columns) the way its kind lays it out, and sit
+    on GPUs 0..devices-1 (a host table's on the CPU)."""
     rows, dim = shape[0], (shape[1] if len(shape) > 1 else 1)
     where = {s.device for s in layout.shards}
     if layout.kind not in (TABLE_WISE, ROW_WISE, COLUMN_WISE, HOST) or not layout.shards:
         raise DataParallelError(f"table {table}: unknown layout {layout.kind!r} or no shards")
-    if layout.kind == HOST and where != {HOST_DEVICE} or layout.kind != HOST and not where <= set(range(devices)):
-        raise DataParallelError(f"table {table}: shards on {sorted(where)}, outside GPUs 0..{devices - 1}"
-                                + (" (host tables sit on the CPU)" if layout.kind == HOST else ""))
-    cells = sum((s.rows[1] - s.rows[0]) * (s.cols[1] - s.cols[0]) for s in layout.shards)
-    inside = all(0 <= s.rows[0] < s.rows[1] <= rows and 0 <= s.cols[0] < s.cols[1] <= dim for s in layout.shards)
-    edges = {(s.rows, s.cols) for s in layout.shards}
-    if not inside or cells != rows * dim or len(edges) != len(layout.shards):
-        raise DataParallelError(f"table {table} [{rows}, {dim}]: its {layout.kind} shards do not tile it")
-    if layout.kind == ROW_WISE and any(s.cols != (0, dim) for s in layout.shards) or \
-            layout.kind == COLUMN_WISE and any(s.rows != (0, rows) for s in layout.shards):
-        raise DataParallelError(f"table {table}: {layout.kind} shards must span the other dimension")
-    block = layout.shards[0].rows[1]
-    if layout.kind == ROW_WISE and any(s.rows != (i * block, min(rows, (i + 1) * block))
-                                       for i, s in enumerate(layout.shards)):
-        raise DataParallelError(f"table {table}: row-wise shards must be blocks of {block} rows in row order "
-                                "(the last one shorter), as the lookups are routed by division")
+    if layout.kind == HOST and where != {HOST_DEVICE}:
+        raise DataParallelError(f"table {table}: a host table's shard sits on the CPU (device {HOST_DEVICE}), "
+                                f"not on {sorted(where)}")
+    if layout.kind != HOST and not where <= set(range(devices)):
+        raise DataParallelError(f"table {table}: shards on {sorted(where)}, outside GPUs 0..{devices - 1}")
+    if layout.kind == ROW_WISE:
+        block = layout.shards[0].rows[1]
+        want = [TableShard(s.device, (i * block, min(rows, (i + 1) * block)), (0, dim))
+                for i, s in enumerate(layout.shards)]
+        what = f"blocks of {block} rows in row order (the last one shorter), as lookups are routed by division"
+    elif layout.kind == COLUMN_WISE:
+        ends = [0] + [s.cols[1] for s in layout.shards]
+        want = [TableShard(s.device, (0, rows), (ends[j], s.cols[1])) for j, s in enumerate(layout.shards)]
+        what = "column blocks side by side in column order"
+    else:
+        want = [TableShard(layout.shards[0].device, (0, rows), (0, dim))]
+        what = "one shard of the whole table"
+    covers = (want[-1].rows[1] == rows if layout.kind == ROW_WISE else want[-1].cols[1] == dim)
+    if list(layout.shards) != want or not covers or any(s.rows[0] >= s.rows[1] or s.cols[0] >= s.cols[1]
+                                                        for s in layout.shards):
+        raise DataParallelError(f"table {table} [{rows}, {dim}]: its {layout.kind} shards must be {what}, "
+                                f"covering the table")
 
 
 UVM_NOTE = ("planned as {planned}; Caffe2 has no unified memory (no UVM tables), so it is written as a host table: "
