@@ -231,6 +231,9 @@ def test_each_layout_trains_as_the_unsharded_net_over_three_steps(case, other_op
     on_cpu = sorted(sh.train.op[o.index].input[0] for o in record.ops
                     if o.type == "SparseLengthsSum" and not o.device.startswith("emulated-cuda"))
     assert on_cpu == sorted(t for t, k in kinds.items() if k == "host")    # host lookups on the CPU, the rest on GPUs
+    pieces = [s.device for t, lay in sh.layouts.items() if lay.kind != "host" for s in lay.shards]
+    slots = max((pieces.count(d) for d in range(n)), default=0)     # one lookup per table: a piece per GPU shard
+    assert sum(o.type == "AllToAll" for o in record.ops) == 2 * slots   # forward and back
     routed = [o for o in record.ops if o.type == "LengthsPartition"]
     assert len(routed) == sum(k == "row_wise" for k in kinds.values()) and all(o.device == "cpu" for o in routed)
     notes = {t: lay.note for t, lay in sh.layouts.items() if lay.note}
