@@ -9,6 +9,13 @@ summed per-GPU losses (each scaled by 1/n) equal the one-device loss, and every 
 (on its owner) and every dense parameter (on every GPU) equals the one-device one, to
 float rounding. Layouts: two GPUs; four GPUs with a GPU that owns no table and tables
 of different widths (zero-padded slots); a table left data-parallel among sharded ones.
+
+Then every other layout over three steps (batches with repeated rows and empty
+samples): row-wise (indices routed on the host, partial sums added), column-wise (Adagrad,
+whose state is per element), host tables, uvm and uvm_caching tables (written as host
+tables from the plan's records), and a plan mixing all of them, under several
+optimizers; a column-wise table under RowWiseSparseAdagrad keeps a state per shard; bad
+layouts are refused; the host side of a sharded net runs in real Caffe2.
 """
 from __future__ import annotations
 
