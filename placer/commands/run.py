@@ -142,6 +142,10 @@ def run(args: argparse.Namespace) -> int:
         return run_command(args)
     typed = load_typed_net(args)
     net = typed.net
+    if not args.quiet:
+        from placer.commands.shard import sharding_notes
+        for note in sharding_notes(args.net):     # a net placer shard -o wrote: how it differs from the plan
+            print(f"placer: note: {note}")
     init_netdef = _init_netdef(net) if args.save_init else None
     executor = Executor(net, emulate_gpu=args.emulate_gpu, emulate_gpus=args.emulate_gpus, seed=args.seed)
     _require_memory(typed, args)  # before the init net fills anything

@@ -6,7 +6,8 @@ reads them, decided from that op's type and the input's position:
 - indices (``Gather``, ``BatchGather``, ``SparseLengths*`` and their ``Fused8BitRowwise``
   forms): uniform in ``[0, rows)`` where rows is the size of the DATA input along the
   gathered axis (axis 0; axis 1 for ``BatchGather``);
-- lengths (``SparseLengths*``, ``Lengths{Sum,Mean,Max}``, ``LengthsToSegmentIds``...):
+- lengths (``SparseLengths*``, ``Lengths{Sum,Mean,Max}``, ``LengthsToSegmentIds``,
+  ``LengthsPartition``...):
   non-negative, summing to the number of indices (or DATA rows for ``Lengths*``), cut at
   random points so that empty segments occur;
 - labels (``SoftmaxWithLoss``, ``LabelCrossEntropy``, ``Accuracy``...): uniform in
@@ -49,6 +50,7 @@ ROLES: dict[str, dict[int, tuple]] = {
     **{t: {2: ("index", 0, 0), 3: ("lengths", 2, 0)} for t in _SLWS},
     **{t: {1: ("lengths", 0, 0)} for t in _LENGTHS},
     "LengthsToSegmentIds": {},
+    "LengthsPartition": {0: ("lengths", 1, 0)},     # a row-wise table's routing: LENGTHS count the KEYS
     "Gather": {1: ("index", 0, 0)},
     "BatchGather": {1: ("index", 0, 1)},
     **{t: {1: ("label", 0, -1)} for t in _LABELS},
