@@ -11,7 +11,9 @@ What changes in the user's net, and nothing else:
   CopyGPUToGPU op); the copy is named ``<blob>_gpu_<N>`` on GPU N and ``<blob>_cpu`` on the
   CPU (Caffe2's names too), and that device's readers read it. Unlike Caffe2, which puts
   a copy just before its first reader, placer puts it right after the blob's producer (at
-  the top of the net for external inputs), so that a copy can overlap the ops between;
+  the top of the net for external inputs), so that a copy can overlap the ops between
+  (``copies_at=READER`` puts it where Caffe2 does: ``inject_copies``, for ``placer run
+  --inject-copies`` on a net whose ops name their devices but that has no copies);
 - an external output made on a GPU comes back to the host under the user's own name (the
   GPU-side blob is then ``<blob>_gpu_<N>``, for the whole in-place chain that made it,
   so that the chain stays in place), when ``outputs_on_host`` is set;
@@ -46,6 +48,8 @@ from placer.types import Net
 EXTERNAL = -1   # producer of an external input fed from the host
 PARAM = -2      # producer of a parameter made by the init net
 HOST = 0        # the host CPU's device index
+PRODUCER = "producer"   # copies_at: each copy right after the op that makes its blob
+READER = "reader"       # copies_at: just before its first reader on the copy's device (Caffe2)
 
 
 @dataclass
@@ -97,9 +101,50 @@ class _Devices:
         return op
 
 
-def place(net: Net, placement: Sequence[int], machine, outputs_on_host: bool = True) -> PlacedNet:
-    """Write ``net`` with op ``i`` on device ``placement[i]`` of ``machine`` (module docstring)."""
-    devs = _Devices.of(machine)
+def place(net: Net, placement: Sequence[int], machine, outputs_on_host: bool = True,
+          copies_at: str = PRODUCER) -> PlacedNet:
+    """Write ``net`` with op ``i`` on device ``placement[i]`` of ``machine`` (module
+    docstring); ``copies_at`` ``READER`` puts each copy where Caffe2 does."""
+    return _place(net, placement, _Devices.of(machine), outputs_on_host, copies_at)
+
+
+def inject_copies(net: Net) -> Net:
+    """``net`` as it runs on the devices its own device options name, with the copies
+    between them that Caffe2's ``core.InjectCrossDeviceCopies`` inserts: the same ops,
+    names, device options and places (before the first reader), the external outputs left
+    where they are made. It is ``place`` with the file's placement (what ``placer plan
+    --keep-existing --no-outputs-on-host`` writes where it keeps every op's device, but
+    with each copy after its producer), so a parameter an init net makes is filled on the
+    device that reads it, or copied there once by the init net, where Caffe2 would copy it
+    on every run. A net
+    without device options is returned as it is; one that has copy ops already is refused
+    (which blob each copy moves is the file's own choice, not inferred here)."""
+    from dataclasses import replace
+
+    from placer.formats.caffe2 import net_from_netdef
+    from placer.planner import existing_placement
+    copies = registry.copy_types()
+    for op in net.ops:
+        if op.type in copies:
+            raise PlacerError(f"{net.path or net.name}: --inject-copies: op {op.label} already copies between "
+                              f"devices", hint="remove the net's copy ops, or run it without --inject-copies")
+    gpus = sorted({op.device.index for op in net.ops if op.device is not None and op.device.is_gpu})
+    devs = _Devices(("cpu", *(f"cuda:{g}" for g in gpus)), ("cpu", *("gpu" for _ in gpus)), (0, *gpus))
+    placement = existing_placement(net, devs)
+    if placement is None:
+        return net
+    placed = _place(net, placement, devs, outputs_on_host=False, copies_at=READER)
+    new = net_from_netdef(placed.predict, placed.init, path=net.path, init_path=net.init_path,
+                          source_format=net.source_format, fed=net.external_inputs)
+    return replace(new, input_shapes=dict(net.input_shapes), notes=list(net.notes),
+                   shape_hints=dict(net.shape_hints))
+
+
+def _place(net: Net, placement: Sequence[int], devs: "_Devices", outputs_on_host: bool,
+           copies_at: str) -> PlacedNet:
+    """``place`` over the devices ``devs`` (a machine's, or those a net names)."""
+    if copies_at not in (PRODUCER, READER):
+        raise ValueError(f"copies_at {copies_at!r}: expected {PRODUCER!r} or {READER!r}")
     placement = [int(d) for d in placement]
     if len(placement) != len(net.ops):
         raise PlacerError(f"placement has {len(placement)} entries for {len(net.ops)} ops")
@@ -121,7 +166,9 @@ def place(net: Net, placement: Sequence[int], machine, outputs_on_host: bool = T
 
     state_copies = [(name, state_home[name], name_on(name, PARAM, state_home[name]), d, blob)
                     for (name, d), blob in state_copy.items()]
-    predict, copies = _predict_net(net, placement, reads, other, home, name_on, devs, host_inputs, state_copies)
+    at_reader = readers if copies_at == READER else None
+    predict, copies = _predict_net(net, placement, reads, other, home, name_on, devs, host_inputs, state_copies,
+                                   at_reader)
     listed = set(predict.external_input)
     for (name, d), blob in param_name.items():
         if blob != name and blob not in listed:
@@ -250,10 +297,13 @@ def _parameter_names(net, readers, devs, names, state_home):
     return param_name, devices, cpu_only
 
 
-def _predict_net(net, placement, reads, other, home, name_on, devs, host_inputs, state_copies=()):
+def _predict_net(net, placement, reads, other, home, name_on, devs, host_inputs, state_copies=(),
+                 at_reader=None):
     """Ops in order with their device options and renamed blobs, copies right after
-    their producers (external inputs' and state's per-run copies first). Only the inputs
-    and outputs whose name changes are written (most keep theirs)."""
+    their producers (external inputs' and state's per-run copies first); with
+    ``at_reader`` (the devices reading each version), a copy that a device reads is put
+    just before its first reader there instead, as Caffe2 does. Only the inputs and
+    outputs whose name changes are written (most keep theirs)."""
     out = pb.NetDef()
     out.CopyFrom(net.proto)
     del out.op[:]
@@ -263,23 +313,34 @@ def _predict_net(net, placement, reads, other, home, name_on, devs, host_inputs,
         copies.append((name, devs.names[src], devs.names[d], dst))
     by_version: dict[tuple[str, int], list[int]] = {}
     for (name, p, d) in other:
-        by_version.setdefault((name, p), []).append(d)
+        if at_reader is None or d not in at_reader.get((name, p), ()):
+            by_version.setdefault((name, p), []).append(d)
+
+    def copy(name: str, p: int, d: int) -> None:
+        src = HOST if p == EXTERNAL else placement[p]
+        dst = other[(name, p, d)]
+        out.op.append(devs.copy_op(src, d, name_on(name, p, src), dst))
+        copies.append((name, devs.names[src], devs.names[d], dst))
 
     def emit(versions) -> None:
         for name, p in versions:
-            src = HOST if p == EXTERNAL else placement[p]
             for d in by_version.get((name, p), ()):
-                dst = other[(name, p, d)]
-                out.op.append(devs.copy_op(src, d, name_on(name, p, src), dst))
-                copies.append((name, devs.names[src], devs.names[d], dst))
+                copy(name, p, d)
 
     emit([key for key in by_version if key[1] == EXTERNAL])
+    copied: set[tuple[str, int, int]] = set()
     renamed = {(name, p) for name, p, _ in other} | home.keys()   # versions read under another name somewhere
     for op, row, d in zip(net.ops, reads, placement):
         i = op.index
+        host = host_inputs(op.type)
+        if at_reader is not None:
+            for k, (name, p) in enumerate(zip(op.inputs, row)):
+                key = (name, p, HOST if host and k in host else d)
+                if key in other and key not in copied:
+                    copied.add(key)
+                    copy(*key)
         new = out.op.add()
         new.CopyFrom(op.proto)
-        host = host_inputs(op.type)
         for k, key in enumerate(zip(op.inputs, row)):
             if key[1] == PARAM or key in renamed:
                 name = name_on(*key, HOST if host and k in host else d)
@@ -329,4 +390,4 @@ def _cpu_only_fills(net: Net) -> set[str]:
     return out
 
 
-__all__ = ["place", "PlacedNet"]
+__all__ = ["place", "inject_copies", "PlacedNet", "PRODUCER", "READER"]

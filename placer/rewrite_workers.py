@@ -61,7 +61,6 @@ from placer.types import DTYPE_TO_DATA_TYPE, TensorType
 WORLD = "comm_world"
 SELF = "comm_self"          # a world of one process, for a collective within one worker
 ENGINE = "MPI"
-COPY_TYPES = ("Copy", "CopyCPUToGPU", "CopyGPUToCPU", "EnsureCPUOutput", "CopyFromCPUInput")
 WORLD_COLLECTIVES = ("Allreduce", "Broadcast")          # (comm_world, X_1..X_k) -> X_1..X_k
 NCCL_COLLECTIVES = {"NCCLAllreduce": "Allreduce", "NCCLBroadcast": "Broadcast"}
 
@@ -151,6 +150,7 @@ class _Split:
 
     # -- the walk ----------------------------------------------------------------------
     def walk(self, netdef, phase: str) -> None:
+        copies = registry.copy_types()
         for i, op in enumerate(netdef.op):
             label = f"{phase} net op #{i} {op.type}" + (f" '{op.name}'" if op.name else "")
             if op.type == "CreateCommonWorld":
@@ -160,7 +160,7 @@ class _Split:
             w = self.worker(device)
             holders = {self.where[b] for b in op.input if b in self.where}
             remote = [b for b in op.input if b in self.where and self.worker(self.where[b]) != w]
-            if op.type in COPY_TYPES and remote:
+            if op.type in copies and remote:
                 self.message(op, device, phase)
             elif op.type in WORLD_COLLECTIVES + tuple(NCCL_COLLECTIVES) and \
                     len({self.worker(d) for d in holders}) > 1:
@@ -352,6 +352,7 @@ def on_hosts(netdef: pb.NetDef, init: pb.NetDef | None, cluster, inputs: list[st
     gpus = [cluster.names[d] for d in cluster.gpus]
     where: dict[str, str] = {b: cluster.names[0] for b in inputs}
     copies: dict[tuple[str, str], str] = {}
+    passing = registry.copy_types().union(WORLD_COLLECTIVES, NCCL_COLLECTIVES)  # ops that move blobs themselves
     taken = {b for net in (netdef, init) if net is not None for op in net.op for b in (*op.input, *op.output)}
     out = []
     for net in (init, netdef):
@@ -369,7 +370,7 @@ def on_hosts(netdef: pb.NetDef, init: pb.NetDef | None, cluster, inputs: list[st
             new.CopyFrom(op)
             _Split.option(new, device)
             new.device_option.node_name = host
-            if op.type not in COPY_TYPES + WORLD_COLLECTIVES + tuple(NCCL_COLLECTIVES):  # the split's
+            if op.type not in passing:  # the split's
                 opdef = registry.get(op.type)
                 from_host = set(getattr(opdef, "host_inputs", ()) or ())   # read from host memory
                 for k, b in enumerate(op.input):

@@ -7,7 +7,8 @@
   data_parallel_model writes one: per-replica forward and gradient, one all-reduce of the
   gradients across hosts (``NCCLAllreduce`` in place on GPUs, or Gloo's ``Allreduce``
   over a common world on CPUs), then each replica's SGD update in place;
-- ``sgd_reference``: the same training on the whole batch in numpy (the independent oracle).
+- ``sgd_reference``: the same training on the whole batch in numpy (the independent oracle);
+- ``assert_equal_up_to_summation_order``: outputs of one net computed in two processes.
 """
 from __future__ import annotations
 
@@ -131,3 +132,46 @@ def _gaussian(name: str, shape: tuple, std: float):
     op.arg.add(name="shape", ints=list(shape))
     op.arg.add(name="std", f=float(std))
     return op
+
+
+# Reductions whose float32 result depends on the order of their terms, and the number of
+# terms K each output element sums, from the op's input types.
+def _terms(op, types) -> int:
+    shapes = [types.get(b).shape if types.get(b) is not None else None for b in op.inputs]
+    if op.type in ("FC", "Conv") and len(shapes) > 1 and shapes[1]:
+        return int(np.prod(shapes[1][1:]))              # W is (N, K) / (M, C/g, kh, kw)
+    if op.type in ("MatMul", "BatchMatMul") and shapes and shapes[0]:
+        return int(max(shapes[0][-2:]))                  # either side of A, whatever its trans
+    if op.type.startswith("SparseLengths") and len(shapes) > 1 and shapes[1]:
+        return int(shapes[1][0])                         # one segment may hold every index
+    return 0
+
+
+def summation_order_rtol(net) -> float:
+    """A bound on the relative difference of ``net``'s outputs between two runs that sum in
+    other orders (another process, another BLAS thread count or kernel).
+
+    A float32 sum of K terms, in any order, is within gamma_K ~ K * 2**-24 of the exact sum
+    times the sum of the terms' magnitudes; two orders differ by twice that. Errors of
+    successive reductions add along a path (ReLU and Sigmoid pass a relative error through
+    with a gain <= 1), so the bound is 2 * 2**-24 times the largest sum of K along any path
+    from an input to an output, to first order and for terms of one sign; a net whose sums
+    cancel (|sum| << sum of |terms|) can exceed it, which these test nets do not.
+    """
+    from placer.shapes import infer
+    typed = infer(net, {})
+    depth: dict[str, int] = {}
+    for op in net.ops:
+        k = max((depth.get(b, 0) for b in op.inputs), default=0) + _terms(op, typed.blobs)
+        for b in op.outputs:
+            depth[b] = max(depth.get(b, 0), k)
+    return 2 * 2.0 ** -24 * max(depth.values(), default=0)
+
+
+def assert_equal_up_to_summation_order(got, want, net) -> None:
+    """``got`` equals ``want`` to the bound of ``summation_order_rtol(net)``, relative to
+    the largest magnitude of ``want`` (outputs near zero carry their neighbours' error)."""
+    rtol = summation_order_rtol(net)
+    assert 0 < rtol < 1e-2, rtol
+    want = np.asarray(want)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * float(np.abs(want).max()))

@@ -1,12 +1,16 @@
 """Shared test set-up: the corpus location, markers that skip cleanly, CI strictness.
 
 Tests over ../shared/nets skip where it is absent (a user's clone) but fail under CI=true.
+A test that opens a file under ../shared without first asking ``corpus_dir()`` (or the
+``corpus`` fixture) fails, here and in CI: on a clone without ../shared it would fail
+instead of skipping (see ``_audit_open``).
 GPU tests skip without a visible GPU. Torch-reference tests skip without torch, except
 under CI=true, where torch is a test dependency and its absence is a failure.
 """
 from __future__ import annotations
 
 import os
+import sys
 import types
 from pathlib import Path
 
@@ -23,7 +27,56 @@ def corpus_dir() -> Path:
         if IN_CI:
             pytest.fail(f"CI=true but the net corpus {CORPUS} is missing")
         pytest.skip(f"net corpus {CORPUS} not found (it sits beside the checkout in CI)")
+    _GUARD["asked"] = True
     return CORPUS
+
+
+# The guard on ../shared: while a test runs (setup, call, teardown), an audit hook notes
+# the first file it opens under ../shared before corpus_dir() was asked in that test.
+# Reads at collection time (parametrising over corpus files that exist) are not guarded:
+# they give no cases where the corpus is absent, and no failures.
+_SHARED_PREFIX = os.path.join(os.path.abspath(ROOT.parent / "shared"), "")
+_GUARD: dict = {"test": None, "asked": False, "opened": None}
+
+
+def _audit_open(event: str, args: tuple) -> None:
+    if event != "open" or _GUARD["test"] is None or _GUARD["asked"] or _GUARD["opened"]:
+        return
+    path = args[0] if args else None
+    if isinstance(path, (str, bytes, os.PathLike)):
+        try:
+            full = os.path.abspath(os.fsdecode(path))
+        except (TypeError, ValueError, OSError):
+            return
+        if full.startswith(_SHARED_PREFIX):
+            _GUARD["opened"] = full
+
+
+sys.addaudithook(_audit_open)
+
+
+def _under_shared(value) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_under_shared(v) for v in value)
+    if isinstance(value, (str, os.PathLike)):
+        return os.path.abspath(os.fspath(value)).startswith(_SHARED_PREFIX)
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    # A case parametrised on a corpus file exists only where that file does (corpus_files).
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    _GUARD.update(test=item.nodeid, asked=any(_under_shared(v) for v in params.values()), opened=None)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    opened, _GUARD["test"] = _GUARD["opened"], None
+    if opened:
+        pytest.fail(f"{item.nodeid} opened {opened} without asking conftest.corpus_dir() first: on a clone "
+                    f"without ../shared it would fail instead of skipping; call corpus_dir() (or take the "
+                    f"`corpus` fixture) before reading the corpus", pytrace=False)
 
 
 def corpus_files(sub: str, *suffixes: str) -> list[Path]:

@@ -66,6 +66,7 @@ def test_alexnet_parameter_shapes():
 
 @pytest.mark.corpus
 def test_every_deploy_file_gets_every_parameter():
+    corpus_dir()
     for path in DEPLOY:
         r = convert_caffe(path)
         assert r.missing_params == {}, path.name

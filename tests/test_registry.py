@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import pytest
 
+from placer.errors import ShapeError
 from placer.ops import registry
 from placer.ops.registry import OpDef, register
+from placer.types import Args, TensorType
 
 PROMISED = """Conv ConvTranspose FC Relu LeakyRelu PRelu Sigmoid Tanh Softmax MaxPool AveragePool
 SpatialBN LRN Dropout Concat Split Sum Add Sub Mul Div Reshape Flatten FlattenToVec Transpose
@@ -29,3 +31,27 @@ def test_unknown_type_is_none_and_double_registration_is_refused():
     with pytest.raises(ValueError, match="registered twice"):
         register(OpDef("Conv", infer=lambda i, a: i))
     assert registry.all_types() == sorted(registry.all_types()) and len(registry.all_types()) >= len(PROMISED)
+
+
+def test_every_op_that_moves_one_blob_between_devices_is_a_copy_type():
+    """``copy_types()`` is read from the registry's ``is_copy`` marks: an op registered with
+    a transfer rule that takes one data blob and makes the same blob (a copy) but left
+    unmarked fails here, as does a marked op that is no such copy. (CloneCommonWorld also
+    moves one input to the host, but its input is a common world, not data.)"""
+    x = TensorType((2, 3), "float32")
+    moves_one = set()
+    for op_type in registry.all_types():
+        opdef = registry.get(op_type)
+        if opdef.transfer is None or not opdef.min_inputs == opdef.max_inputs == 1:
+            continue
+        try:
+            same = list(opdef.infer([x], Args({}))) == [x]
+        except ShapeError:
+            same = False
+        if same:
+            moves_one.add(op_type)
+    copies = registry.copy_types()
+    assert copies == moves_one
+    # Caffe2's copies between devices (InjectCrossDeviceCopies writes the first three)
+    assert {"CopyCPUToGPU", "CopyGPUToCPU", "Copy", "EnsureCPUOutput", "CopyFromCPUInput"} <= copies
+    assert not copies & {"Alias", "StopGradient", "CloneCommonWorld", "NCCLAllreduce", "SendTensor"}

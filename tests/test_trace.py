@@ -8,6 +8,7 @@ import json
 import pytest
 from report_cases import MAKESPAN_EVENTS, four_gpu_plan, four_gpu_run, hand_plan, run_record, synthetic_plan
 
+from placer.ops.registry import copy_types
 from placer.report.trace import (build_trace, measured_events, predicted_events, validate_trace,
                                  write_trace)
 
@@ -68,6 +69,22 @@ def test_measured_trace_lays_ops_end_to_end():
     threads = names_of(trace, "thread_name")
     assert [threads[(e["pid"], e["tid"])] for e in copies] == ["H2D copies (PCIe)", "D2H copies (PCIe)"]
     assert any("emulated GPU: CPU timings" in n for n in names_of(trace, "process_name").values())
+
+
+def test_measured_copies_without_links_are_told_by_their_type():
+    """A record whose copies carry no link and no direction (version 1; a copy within one
+    device) still puts every registered copy type on a copy lane, and nothing else."""
+    run = run_record(hand_plan(), emulated=True)
+    ops = [dict(o, links=[], copy_direction="", copy_bytes=0) for o in run["ops"]]
+    types = sorted(copy_types())
+    extra = [{"index": len(ops) + k, "name": "", "type": t, "device": "cpu", "time_s": 1e-4,
+              "samples_s": [1e-4], "copy_bytes": 0, "copy_direction": ""} for k, t in enumerate(types + ["Alias"])]
+    trace = build_trace(run=dict(run, ops=ops + extra))
+    assert validate_trace(trace) == []
+    cat = {e["args"]["op"]: e["cat"] for e in spans(trace)}
+    assert [cat[o["index"]] for o in extra] == ["copy"] * len(types) + ["op"]
+    assert [cat[o["index"]] for o in ops] == ["copy" if o["type"] in types else "op" for o in ops]
+    assert "CopyFromCPUInput" in types and any(o["type"] == "CopyCPUToGPU" for o in ops)
 
 
 def test_predicted_and_measured_share_a_file_in_separate_processes(tmp_path):

@@ -106,10 +106,26 @@ class StageClock:
             print(f"timing: {stage:<10} {wall:8.3f} s wall {cpu:8.3f} s cpu", file=out)
 
 
+def add_feed_argument(parser: argparse.ArgumentParser) -> None:
+    """--inputs X.npz for commands that only need the shapes of what will be fed."""
+    parser.add_argument("--inputs", metavar="X.npz", dest="inputs_npz",
+                        help="take the input shapes from the arrays of this .npz (as placer run "
+                             "--inputs feeds them; only the headers are read); --input wins")
+
+
 def load_typed_net(args: argparse.Namespace, complete: bool = False,
                    clock=lambda stage: nullcontext()) -> TypedNet:
     """Load ``args.net`` (with init net / weights / phase) and infer its shapes with the
-    user's ``--input`` shapes. A name that is no blob of the net is an error.
+    user's shapes: ``--input``, then the arrays of ``--inputs`` (the first .npz). A name
+    that is no blob of the net is an error. With ``args.inject_copies`` (``placer run
+    --inject-copies``) the net gets the copies its own device options need first
+    (``rewrite.inject_copies``).
+
+    The shapes a file declares (value_info.json beside a Caffe2 net) are defaults, as in
+    Caffe and Caffe2: shapes given here replace them, with a note on stderr (none with
+    ``--quiet``), and every other blob is inferred again from them (batch, and spatial
+    size where the net allows). A shape the net cannot run at (a channel count or rank
+    that contradicts the weights) is a ShapeError naming the blob, both shapes and the op.
 
     With ``complete``, a blob some op needs but whose shape is unknown is a ShapeError
     naming the blobs and the options that supply them; otherwise the gaps are left in
@@ -117,12 +133,16 @@ def load_typed_net(args: argparse.Namespace, complete: bool = False,
     "shapes" stages (see ``StageClock``).
     """
     from placer.formats import load_net
-    from placer.shapes import infer, require_complete
+    from placer.shapes import require_complete
     shapes = parse_input_specs(getattr(args, "inputs", []))
+    fed, fed_from = _fed_types(args)
     with clock("parse"):
         net = load_net(args.net, init_path=getattr(args, "init_net", None),
                        phase=getattr(args, "phase", "test"), weights=getattr(args, "weights", None),
-                       input_shapes=shapes)
+                       input_shapes={**fed, **shapes})
+        if getattr(args, "inject_copies", False):
+            from placer.rewrite import inject_copies
+            net = inject_copies(net)
     known = set(net.external_inputs) | set(net.params) | set(net.input_shapes)
     known.update(b for op in net.ops for b in (*op.inputs, *op.outputs))
     for name in shapes:
@@ -130,10 +150,65 @@ def load_typed_net(args: argparse.Namespace, complete: bool = False,
             some = ", ".join(net.data_inputs[:5]) or "none"
             raise InputError(f"--input {name}=...: the net has no blob '{name}' "
                              f"(its external inputs include: {some})")
+    given_by = dict.fromkeys(shapes, "--input")
+    for name, t in fed.items():  # arrays the net does not read are not fed (placer run ignores them)
+        if name in known and name not in net.params and name not in shapes:
+            declared = net.input_shapes.get(name)
+            shapes[name] = t if declared is None else TensorType(t.shape, declared.dtype)
+            given_by[name] = fed_from
+    changed = _changed_shapes(net, shapes, given_by)
     with clock("shapes"):
-        typed = infer(net, shapes)
-        _refuse_impossible_blobs(typed)
+        typed = _infer_at(net, shapes, changed)
+    if changed and not getattr(args, "quiet", False):
+        print(f"placer: note: {changed}; the net's shapes are inferred from the given ones", file=sys.stderr)
     return require_complete(typed) if complete else typed
+
+
+def _infer_at(net, shapes: dict[str, TensorType], changed: str) -> TypedNet:
+    """``infer`` at the given shapes; a ShapeError there names the shapes that changed."""
+    from placer.shapes import infer
+    try:
+        typed = infer(net, shapes)
+    except ShapeError as e:
+        if not changed:
+            raise
+        raise ShapeError(f"{changed} cannot run: {e.message}", e.hint or (
+            "the weights fix all but the batch (and, where the net allows, the spatial size)")) from e
+    _refuse_impossible_blobs(typed)
+    return typed
+
+
+def _fed_types(args: argparse.Namespace) -> tuple[dict[str, TensorType], str | None]:
+    """The types of the arrays ``--inputs`` feeds (the first .npz of several), and its path."""
+    given = getattr(args, "inputs_npz", None)
+    if not given:
+        return {}, None
+    from placer.runtime.inputs import npz_files, npz_types
+    first = npz_files([given] if isinstance(given, str) else given)[0]
+    return npz_types(first), str(first)
+
+
+def _changed_shapes(net, shapes: dict[str, TensorType], given_by: dict[str, str]) -> str:
+    """"'data' 4x1x28x28 from x.npz (value_info.json declares 64x1x28x28)" for each given
+    shape that is not the declared one; empty when none differs."""
+    dims = lambda t: "x".join(map(str, t.shape)) or "scalar"  # noqa: E731
+    changed = [f"'{name}' {dims(t)} from {given_by[name]}" for name, t in shapes.items()
+               if (declared := net.input_shapes.get(name)) is not None and declared.shape != t.shape]
+    if not changed:
+        return ""
+    declared = ", ".join(dims(net.input_shapes[n]) for n, t in shapes.items()
+                         if n in net.input_shapes and net.input_shapes[n].shape != t.shape)
+    return f"{', '.join(changed)} ({_declared_by(net)} declares {declared})"
+
+
+def _declared_by(net) -> str:
+    """The file a net's input shapes come from: its value_info.json, else the net file."""
+    from placer.formats import value_info_paths
+    if net.source_format.startswith("caffe2"):
+        found = next((p for p in value_info_paths(net.path) if p.is_file()), None)
+        if found is not None:
+            return str(found)
+    return str(net.path)
 
 
 def _refuse_impossible_blobs(typed: TypedNet) -> None:

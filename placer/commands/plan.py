@@ -8,7 +8,7 @@ import sys
 from contextlib import contextmanager
 
 from placer import arguments
-from placer.commands.common import StageClock, add_net_arguments, load_typed_net
+from placer.commands.common import StageClock, add_feed_argument, add_net_arguments, load_typed_net
 from placer.errors import PlacerError
 from placer.fileio import atomic_write_text, refuse_overwrite
 from placer.partition import METHODS
@@ -52,6 +52,7 @@ MAX_ROWS = 200
 
 def add_arguments(p) -> None:
     add_net_arguments(p)
+    add_feed_argument(p)
     add_profile_arguments(p)
     add_machine_arguments(p)
     add_cluster_argument(p)

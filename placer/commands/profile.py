@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from placer import arguments
-from placer.commands.common import add_net_arguments, load_typed_net
+from placer.commands.common import add_feed_argument, add_net_arguments, load_typed_net
 from placer.constants import FIT_MAX_MEDIAN_ERROR_PCT
 from placer.errors import DeviceError, InputError, ShapeError
 from placer.fileio import refuse_overwrite
@@ -70,6 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for action in parser._actions:  # NET is optional here: --host and --link need none
         if action.dest == "net":
             action.nargs, action.required, action.default = "?", False, None
+    add_feed_argument(parser)
     parser.add_argument("--device", default="cpu", help="cpu or cuda:N (default: cpu)")
     parser.add_argument("--host", action="store_true", help="characterise this CPU")
     parser.add_argument("--calibrate", action="store_true",

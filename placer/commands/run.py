@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import math
 import sys
 import zipfile
 
@@ -17,7 +16,7 @@ from placer.progress import Progress
 from placer.runtime import record as run_record
 from placer.runtime.executor import Executor
 from placer.runtime.footprint import Footprint, require_memory, run_footprint
-from placer.runtime.inputs import NpzBatches, RandomBatches, npz_files, random_inputs
+from placer.runtime.inputs import NPZ_HINT, NpzBatches, RandomBatches, npz_bytes, npz_files, random_inputs
 from placer.runtime.state import loss_blobs, save_trained_init
 from placer.runtime.threads import set_blas_threads
 from placer.types import RunRecord, TensorType
@@ -41,7 +40,9 @@ each link (source -> target).
 
 Inputs come from --inputs x.npz (keyed by blob name) or --random-inputs SEED (the
 default, seed 0): floats standard normal, indices, lengths and labels valid for the op
-that reads them (see placer/runtime/inputs.py).
+that reads them (see placer/runtime/inputs.py). Fed arrays set the shapes: the net runs
+at their batch (and spatial size, where its weights allow) whatever value_info.json
+declares, with a note on stderr; a shape the weights contradict is refused.
 
 A train net (one that updates what its init net makes: parameters, optimizer state, the
 iteration counter) trains: every iteration is one step from the state the previous one
@@ -86,6 +87,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               "(no GPU needed; CPU timings)")
     emulate.add_argument("--emulate-gpus", type=arguments.count(1), metavar="N",
                          help="emulate exactly N GPUs, cuda:0..N-1; an op placed beyond them is an error")
+    parser.add_argument("--inject-copies", action="store_true",
+                        help="insert the copies between devices the net's own device options need, as "
+                             "Caffe2's core.InjectCrossDeviceCopies does (a net whose ops name devices "
+                             "but that has no copy ops)")
     parser.add_argument("--seed", type=arguments.count(0), default=0, help="seed of random fills in the init net")
     parser.add_argument("--outputs", metavar="OUT.npz", help="write the external outputs here")
     parser.add_argument("--record", metavar="RUN.json", help="write the RunRecord here")
@@ -112,6 +117,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     files = npz_files(args.inputs_npz) if args.inputs_npz else []
+    for path in files:  # before their shapes type the net
+        _require_npz_fits(path)
     for out in (args.outputs, args.record, args.trace, args.save_init):
         if out:
             refuse_overwrite(out, args.net, args.init_net, *files)
@@ -120,10 +127,16 @@ def run(args: argparse.Namespace) -> int:
             print("placer: warning: could not set the BLAS thread count here; "
                   f"set OPENBLAS_NUM_THREADS={args.threads} before starting", file=sys.stderr)
     if args.ray is not None:
+        if args.inject_copies:
+            raise InputError("--inject-copies: a cluster plan has its copies already", hint="drop --inject-copies")
         from placer.runtime.cluster_command import run_command
         return run_command(args)
     typed = load_typed_net(args)
     net = typed.net
+    if not args.quiet:
+        from placer.commands.shard import sharding_notes
+        for note in sharding_notes(args.net):     # a net placer shard -o wrote: how it differs from the plan
+            print(f"placer: note: {note}")
     init_netdef = _init_netdef(net) if args.save_init else None
     executor = Executor(net, emulate_gpu=args.emulate_gpu, emulate_gpus=args.emulate_gpus, seed=args.seed)
     _require_memory(typed, args)  # before the init net fills anything
@@ -221,15 +234,10 @@ def _written_state_bytes(typed) -> int:
     return sum(typed.blobs[b].nbytes for b in made & written if typed.blobs.get(b) is not None)
 
 
-NPZ_HINT = "give an .npz written by numpy.savez, keyed by blob name"
-_NPY_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-
-
 def _read_npz(path: str) -> dict[str, np.ndarray]:
     """The arrays of an .npz, after its headers say they fit in memory (a header can claim
     any shape; numpy allocates the whole array before reading a byte of it)."""
-    declared = _npz_bytes(path)
-    require_memory(Footprint((("arrays", declared),)), f"reading {path}", hint="feed smaller arrays")
+    _require_npz_fits(path)
     try:
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
@@ -237,22 +245,9 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
         raise InputError(f"{path}: cannot read input arrays ({e})", hint=NPZ_HINT) from e
 
 
-def _npz_bytes(path: str) -> int:
-    """Bytes of the arrays an .npz declares, from the .npy headers alone."""
-    total = 0
-    try:
-        with zipfile.ZipFile(path) as z:
-            for info in z.infolist():
-                with z.open(info) as f:
-                    version = np.lib.format.read_magic(f)
-                    read_header = _NPY_HEADER_READERS.get(version)
-                    if read_header is None:
-                        raise ValueError(f"member {info.filename}: .npy format {version} is not read here")
-                    shape, _, dtype = read_header(f)
-                    total += math.prod(shape) * dtype.itemsize
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        raise InputError(f"{path}: cannot read input arrays ({e})", hint=NPZ_HINT) from e
-    return total
+def _require_npz_fits(path) -> None:
+    """Refuse an .npz whose headers claim more memory than this machine has."""
+    require_memory(Footprint((("arrays", npz_bytes(path)),)), f"reading {path}", hint="feed smaller arrays")
 
 
 def format_table(rec: RunRecord) -> str:

@@ -86,9 +86,10 @@ def add_arguments(p) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print the plan as JSON instead of tables")
     o.add_argument("--plan-out", metavar="PLAN.json", help="also write the JSON to a file")
-    o.add_argument("-o", "--output", metavar="OUTDIR", help="write the sharded train net, its init net and the fed "
-                   "blobs' shapes into OUTDIR (table-wise tables in GPU memory and data-parallel ones; run it with "
-                   "placer run OUTDIR/train_net.pbtxt --emulate-gpus K --random-inputs 0)")
+    o.add_argument("-o", "--output", metavar="OUTDIR", help="write the sharded train net, its init net, the fed "
+                   "blobs' shapes and sharding.json (each table's layout as written, notes) into OUTDIR; uvm and "
+                   "uvm_caching tables are written as host tables (Caffe2 has no unified memory); run it with "
+                   "placer run OUTDIR/train_net.pbtxt --init-net OUTDIR/train_init_net.pbtxt --emulate-gpus K)")
 
 
 def run(args) -> int:
@@ -100,7 +101,7 @@ def run(args) -> int:
     if args.output:
         from placer.training.files import check_output_dir, train_net_paths
         out = check_output_dir(args.output)
-        for path in train_net_paths(out) + [out / "train_net.value_info.json"]:
+        for path in train_net_paths(out) + [out / "train_net.value_info.json", out / SHARDING_MANIFEST]:
             refuse_overwrite(path, args.net, args.init_net)
     source = _source(args)
     machine = _machine(args, machine_from_args)
@@ -112,7 +113,7 @@ def run(args) -> int:
     result = plan_sharding(source, machine, global_batch=global_batch, per_gpu_batch=per_gpu, settings=settings,
                            degrees=degrees, search_s=args.search_time, **limit)
     doc = result_json(result)
-    written = write_sharded_net(result, source, args.output) if args.output else []
+    written, notes = write_sharded_net(result, source, args.output) if args.output else ([], [])
     if args.plan_out:
         atomic_write_text(args.plan_out, json.dumps(doc, indent=1) + "\n")
         written.append(args.plan_out)
@@ -123,6 +124,8 @@ def run(args) -> int:
         print_result(doc)
         for path in written:
             print(f"wrote {path}")
+    for note in notes:
+        print(f"placer: note: {note}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -131,45 +134,88 @@ def source_fed(typed) -> set:
     return set(typed.net.data_inputs) - init_blobs(typed.net)
 
 
-def write_sharded_net(result, source, out_dir) -> list:
-    """The plan's sharded train net (``placer.training.sharded``), init net and the shapes
-    of the blobs each GPU is fed, into ``out_dir``."""
+SHARDING_MANIFEST = "sharding.json"
+
+
+def write_sharded_net(result, source, out_dir) -> tuple[list, list]:
+    """The plan's sharded train net (``placer.training.sharded``), init net, the shapes of
+    the blobs each GPU (and the host) is fed, and ``sharding.json`` (every table's layout
+    as written, its blobs and devices, the notes) into ``out_dir``. Returns the paths
+    written and the notes (uvm tables written as host tables, ...)."""
     from pathlib import Path
 
-    from placer.errors import PlacerError
-    from placer.partition.sharding_types import DATA_PARALLEL, HBM, TABLE_WISE
+    from placer.formats.caffe2 import params_from_init
     from placer.training.files import save_train_nets
     from placer.training.sharded import sharded
-    from placer.types import DTYPE_TO_DATA_TYPE
+    from placer.training.sharded_tables import layout_of_option
     plan = result.plan
-    owners, other = {}, []
-    for o in plan.options:
-        if o.sharding_type == TABLE_WISE and o.kernel == HBM:
-            owners[o.table] = plan.ranks.index(o.shards[0].rank)
-        elif o.sharding_type != DATA_PARALLEL:
-            other.append(f"{o.table} ({o.describe(result.machine.names)})")
-    if other:
-        raise PlacerError(f"-o writes table-wise tables in GPU memory and data-parallel ones; the plan has "
-                          f"{len(other)} other(s): {', '.join(other[:3])}",
-                          hint="plan with --sharding-types table_wise,data_parallel --kernels hbm to write it")
     typed = source.typed_at_batch(plan.global_batch)
+    shapes = params_from_init(typed.net.init_proto)
+    layouts, planned = {}, {}
+    for o in plan.options:
+        layout = layout_of_option(o, list(plan.ranks), shapes[o.table].shape)
+        planned[o.table] = o.describe(result.machine.names)
+        if layout is not None:
+            layouts[o.table] = layout
     n = len(plan.ranks)
-    nets = sharded(typed.net.proto, typed.net.init_proto, owners, n, plan.global_batch)
+    nets = sharded(typed.net.proto, typed.net.init_proto, layouts, n, plan.global_batch)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = save_train_nets(out, nets.train, nets.init)
+    info = out / "train_net.value_info.json"
+    atomic_write_text(info, json.dumps(_fed_shapes(nets, typed, n), indent=1) + "\n")
+    manifest = out / SHARDING_MANIFEST
+    atomic_write_text(manifest, json.dumps(_manifest(nets, planned, [result.machine.names[r] for r in plan.ranks]),
+                                           indent=1) + "\n")
+    return [str(p) for p in written] + [str(info), str(manifest)], nets.notes
+
+
+def _fed_shapes(nets, typed, n: int) -> dict:
+    """Fed blob -> [data type, dims]: a sharded table's lookup inputs at the global batch,
+    the rest at each GPU's share of it."""
+    from placer.types import DTYPE_TO_DATA_TYPE
     shapes = {}
-    owned = set(nets.table_inputs.values())
+    whole = {b for names in nets.table_inputs.values() for b in names}
+    fed = source_fed(typed)
     for blob in nets.train.external_input:
         scope, _, one = blob.partition("/")
-        t = typed.blobs.get(one) if scope.startswith("gpu_") else None
-        if t is None or one not in source_fed(typed):
+        t = typed.blobs.get(one) if scope.startswith(("gpu_", "cpu_")) else None
+        if t is None or one not in fed:
             continue
-        dims = list(t.shape) if blob in owned or not t.ndim else [t.shape[0] // n] + list(t.shape[1:])
+        dims = list(t.shape) if blob in whole or not t.ndim else [t.shape[0] // n] + list(t.shape[1:])
         shapes[blob] = [DTYPE_TO_DATA_TYPE[t.dtype], dims]
-    info = out / "train_net.value_info.json"
-    atomic_write_text(info, json.dumps(shapes, indent=1) + "\n")
-    return [str(p) for p in written] + [str(info)]
+    return shapes
+
+
+def _manifest(nets, planned: dict, gpus: list) -> dict:
+    """``sharding.json``: what ``-o`` wrote for each table (``placer run`` prints its notes)."""
+    def where(device: int) -> str:
+        return "cpu" if device < 0 else f"gpu_{device}"
+    tables = {}
+    for table, text in planned.items():
+        layout = nets.layouts.get(table)
+        entry = {"planned": text, "written": layout.kind if layout else "data_parallel"}
+        if layout is not None:
+            entry["shards"] = [{"blob": blob, "device": where(s.device), "rows": list(s.rows), "cols": list(s.cols)}
+                               for blob, s in nets.shards[table]]
+            if layout.note:
+                entry["note"] = layout.note
+        tables[table] = entry
+    return {"schema": "placer.sharding", "version": 1, "gpus": {f"gpu_{i}": g for i, g in enumerate(gpus)},
+            "tables": tables, "fed": nets.table_inputs, "notes": nets.notes}
+
+
+def sharding_notes(net_path) -> list[str]:
+    """The notes of the ``sharding.json`` beside a train net ``placer shard -o`` wrote."""
+    from pathlib import Path
+    manifest = Path(net_path).parent / SHARDING_MANIFEST
+    if Path(net_path).name not in ("train_net.pbtxt", "train_net.pb") or not manifest.is_file():
+        return []
+    try:
+        notes = json.loads(manifest.read_text()).get("notes", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [str(n) for n in notes] if isinstance(notes, list) else []
 
 
 def _machine(args, machine_from_args):

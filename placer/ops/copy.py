@@ -1,7 +1,8 @@
 """Op family 'copy': identity ops, and the ops that move a blob between devices.
 
 The copies Caffe2 writes between devices (CopyCPUToGPU, CopyGPUToCPU, Copy,
-EnsureCPUOutput, CopyFromCPUInput) carry a transfer rule (``registry.Transfer``): where
+EnsureCPUOutput, CopyFromCPUInput) are marked ``is_copy`` (``registry.copy_types()``
+lists them) and carry a transfer rule (``registry.Transfer``): where
 they read and write relative to the device they are placed on, and ``move_one``, which
 moves the one input through ``transfers.copy`` (the executor counts its bytes per link and
 times it). Their ``kernel`` stays a plain identity copy on one device (an array's own
@@ -60,7 +61,7 @@ _MOVES = {"Copy": Transfer(ANYWHERE, PLACED, move_one), "EnsureCPUOutput": Trans
 
 for _type, _doc in _DOCS.items():
     register(OpDef(_type, infer_identity, kernel_copy, movement_cost, transfer=_MOVES.get(_type),
-                   min_inputs=1, max_inputs=1, doc=_doc))
+                   min_inputs=1, max_inputs=1, doc=_doc, is_copy=_type in _MOVES))
 register(OpDef("Alias", infer_identity, kernel_alias, alias_cost, min_inputs=1, max_inputs=1, launches=0,
                doc="Output shares the input's memory."))
 

@@ -16,7 +16,12 @@ Ops around them: SparseToDense(indices, values[, like]) sums the value rows into
 tensor of like.shape[0] rows (else max index + 1, known only when run); Unique(indices) ->
 (sorted distinct indices, int32 position of each index among them), as the CPU kernel
 does; UnsortedSegmentSum(DATA, SEGMENT_IDS) -> per-id row sums (``num_segments`` rows, else
-max id + 1); CopyOnDeviceLike(X, like) -> a copy of X (Copy's gradient).
+max id + 1); CopyOnDeviceLike(X, like) -> a copy of X (Copy's gradient);
+LengthsPartition(LENGTHS, KEYS, X_1..) -> per partition p of K (outputs / inputs) the
+per-segment counts of the keys k with k mod K = p, those keys (``pack_first_input``:
+divided by K) and the matching rows of every X, outputs ordered by partition
+(partition_ops.h; CPU only): how a table whose rows are split over devices routes its
+lookups.
 
 Sums by index go through ``placer/ops/segments.py`` (``sum_by_id``: a CSR product on numpy,
 a scatter-add on cupy); each kernel reads the device back once at most (LENGTHS' sum and
@@ -222,6 +227,46 @@ def _uss_kernel(xp, inputs, args):
 register(OpDef("UnsortedSegmentSum", _uss_infer, _uss_kernel, cost=_sparse_to_dense_cost, devices=CPU_ONLY,
                min_inputs=2, max_inputs=2,
                doc="(DATA, SEGMENT_IDS) -> row sums per id (num_segments rows, else max id + 1)"))
+
+
+# ---------------------------------------------------------------- LengthsPartition
+def _lengths_partition_infer(inputs, args):
+    lengths, keys = inputs[:2]
+    _index_vector(args, keys, "KEYS", inputs)
+    if lengths.ndim != 1 or lengths.dtype != "int32":
+        raise _fail(args, inputs, "LENGTHS must be a 1-D int32 vector")
+    if any(t.ndim < 1 or t.shape[0] != keys.shape[0] for t in inputs[2:]):
+        raise _fail(args, inputs, "every input after KEYS needs one row per key")
+    n_out = args.n_outputs or len(inputs)
+    if n_out % len(inputs):
+        raise _fail(args, inputs, f"{n_out} outputs are no whole number of partitions of {len(inputs)} inputs")
+    # the rows of each partition depend on the keys' values: only the lengths are typed
+    return ([TensorType(lengths.shape, "int32")] + [None] * (len(inputs) - 1)) * (n_out // len(inputs))
+
+
+def _lengths_partition_kernel(xp, inputs, args):
+    lengths, keys = inputs[:2]
+    parts = args.n_outputs // len(inputs)
+    segment = segment_of_positions(xp, lengths, keys.shape[0], args)
+    shard = keys % parts                       # Caffe2's moduloPartition: ((k % K) + K) % K
+    out = []
+    for p in range(parts):
+        mine = shard == p
+        counts = xp.bincount(segment[mine], minlength=lengths.shape[0]).astype(xp.int32)
+        first = keys[mine] // parts if args.bool("pack_first_input", False) else keys[mine]
+        out += [counts, first] + [x[mine] for x in inputs[2:]]
+    return tuple(out)
+
+
+def _lengths_partition_cost(inputs, outputs, args) -> OpFeatures:
+    n_bytes = float(sum(t.nbytes for t in inputs))
+    return OpFeatures(flops=float(inputs[1].size), bytes_read=n_bytes, bytes_written=n_bytes)
+
+
+register(OpDef("LengthsPartition", _lengths_partition_infer, _lengths_partition_kernel,
+               cost=_lengths_partition_cost, devices=CPU_ONLY, min_inputs=2,
+               doc="(LENGTHS, KEYS, X..) -> per partition p (outputs / inputs of them): its lengths, keys "
+                   "and rows of each X, for the keys with key mod partitions = p"))
 
 
 # ---------------------------------------------------------------- CopyOnDeviceLike

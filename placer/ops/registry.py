@@ -30,6 +30,9 @@ Adding an op is one ``register(OpDef(...))`` call in the module of its family
 An op that moves data between devices (the copies; later the collectives) also has a
 ``transfer``: where it reads and writes relative to the device it is placed on, and the
 kernel that moves the bytes (``Transfer``); None for every op that computes on one device.
+The copies among them (one blob in, the same blob out on another device: CopyCPUToGPU,
+CopyGPUToCPU, Copy, EnsureCPUOutput, CopyFromCPUInput) are also marked ``is_copy``, and
+``copy_types()`` is the one list of them every other module reads.
 """
 from __future__ import annotations
 
@@ -131,6 +134,7 @@ class OpDef:
     host_inputs: tuple[int, ...] = ()
     inplace: tuple[tuple[int, int], ...] = ()
     launches: int | LaunchFn = 1
+    is_copy: bool = False       # moves its one input, unchanged, to another device (copy_types)
 
     def launch_count(self, inputs: Sequence[TensorType], args: Mapping[str, Any]) -> int:
         """Kernel launches of one run of the GPU kernel on ``inputs`` (see ``launches``)."""
@@ -171,6 +175,12 @@ def get(op_type: str) -> OpDef | None:
     """The entry for an op type, or None for an unknown type."""
     import placer.ops  # noqa: F401  (imports every family so that the registry is full)
     return _REGISTRY.get(op_type)
+
+
+def copy_types() -> frozenset[str]:
+    """The op types that copy one blob between devices (``OpDef.is_copy``)."""
+    import placer.ops  # noqa: F401
+    return frozenset(t for t, d in _REGISTRY.items() if d.is_copy)
 
 
 def all_types() -> list[str]:

@@ -250,6 +250,8 @@ def torchrec_greedy(search: Search) -> list[Choice] | None:
     table per step, in O(log tables) instead of O(tables) a step."""
     n = len(search.layouts)
     options = [[i for i, lay in enumerate(search.layouts[t]) if lay.kernel != HOST] for t in range(n)]
+    if not all(options):        # TorchRec has no host kernel: a table laid out only on the host
+        return None
     keys = _LayoutKeys(search)
     best, best_rating = None, math.inf
     seen: set[tuple[int, ...]] = set()

@@ -28,7 +28,6 @@ BASELINE_LABELS = {
     "m_etf": "Baechi m-ETF",
     "lower_bound": "lower bound (sum of min(CPU, GPU))",
 }
-COPY_TYPES = ("CopyCPUToGPU", "CopyGPUToCPU", "EnsureCPUOutput", "Copy")
 MAX_TABLE_ROWS = 20000  # a bigger per-op table makes a page no browser scrolls happily
 EMULATED = "emulated-"        # a run's name for an emulated GPU: "emulated-cuda:1"
 

@@ -22,8 +22,9 @@ import math
 import os
 
 from placer.fileio import atomic_write_text
+from placer.ops.registry import copy_types
 from placer.report.doc import plan_devices
-from placer.report.tables import COPY_TYPES, run_device
+from placer.report.tables import run_device
 
 US = 1e6             # trace timestamps are microseconds
 TOLERANCE_US = 1e-3  # float rounding when seconds become microseconds
@@ -134,10 +135,11 @@ def measured_events(run: dict, pid_base: int = 1, plan: dict | None = None) -> l
     title = "measured" + (" (emulated GPU: CPU timings)" if run.get("emulated") else "")
     lanes = _Lanes(title, devices, pid_base, suffix)
     spans, t = [], 0.0
+    copies = copy_types()
     for o in run.get("ops") or []:
         links = [tuple(x) for x in o.get("links") or []]
         direction = o.get("copy_direction") or ""
-        is_copy = bool(direction) or bool(links) or o.get("type") in COPY_TYPES
+        is_copy = bool(direction) or bool(links) or o.get("type") in copies
         dur = float(o.get("time_s") or 0.0)
         args = {"type": o.get("type"), "op": o.get("index"), "device": o.get("device"),
                 "bytes": o.get("copy_bytes") if is_copy else None}

@@ -536,7 +536,9 @@ class Executor:
                                    hint=f"make '{name}' on the CPU (the iteration counter lives in CPU scope)")
             copy = inserted_copy(self.devices.named(where).kind, want.kind)
             return DeviceError(f"{s.label} runs on {want.name} but its input '{name}' is on {where}",
-                               hint=f"insert a {copy} op for '{name}' before it")
+                               hint=f"insert a {copy} op for '{name}' before it, or run with "
+                                    f"--inject-copies, which inserts the copies Caffe2's "
+                                    f"InjectCrossDeviceCopies would")
         return DeviceError(f"{s.label}: an input is on the wrong device")
 
     def _missing_blob(self, s: Step, name: str, blobs: dict) -> PlacerError:

@@ -6,7 +6,8 @@ reads them, decided from that op's type and the input's position:
 - indices (``Gather``, ``BatchGather``, ``SparseLengths*`` and their ``Fused8BitRowwise``
   forms): uniform in ``[0, rows)`` where rows is the size of the DATA input along the
   gathered axis (axis 0; axis 1 for ``BatchGather``);
-- lengths (``SparseLengths*``, ``Lengths{Sum,Mean,Max}``, ``LengthsToSegmentIds``...):
+- lengths (``SparseLengths*``, ``Lengths{Sum,Mean,Max}``, ``LengthsToSegmentIds``,
+  ``LengthsPartition``...):
   non-negative, summing to the number of indices (or DATA rows for ``Lengths*``), cut at
   random points so that empty segments occur;
 - labels (``SoftmaxWithLoss``, ``LabelCrossEntropy``, ``Accuracy``...): uniform in
@@ -16,12 +17,17 @@ reads them, decided from that op's type and the input's position:
 A blob in one of those roles whose declared dtype is a float (``--input`` defaults to
 float32) is made int64 for indices and int32 for lengths and labels, as Caffe2 expects.
 
+``npz_types`` gives the types of an .npz's arrays from its headers alone: ``placer run
+--inputs`` (and ``plan`` / ``profile --inputs``) infer shapes at them.
+
 Training feeds a batch per step: ``NpzBatches`` (one .npz per step, cycled; a folder
 gives its files in name order) or ``RandomBatches`` (step k drawn from (seed, k)).
 """
 from __future__ import annotations
 
+import math
 import os
+import zipfile
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -44,6 +50,7 @@ ROLES: dict[str, dict[int, tuple]] = {
     **{t: {2: ("index", 0, 0), 3: ("lengths", 2, 0)} for t in _SLWS},
     **{t: {1: ("lengths", 0, 0)} for t in _LENGTHS},
     "LengthsToSegmentIds": {},
+    "LengthsPartition": {0: ("lengths", 1, 0)},     # a row-wise table's routing: LENGTHS count the KEYS
     "Gather": {1: ("index", 0, 0)},
     "BatchGather": {1: ("index", 0, 1)},
     **{t: {1: ("label", 0, -1)} for t in _LABELS},
@@ -63,19 +70,19 @@ def roles(net: Net) -> dict[str, tuple]:
     return found
 
 
-COPY_TYPES = ("Copy", "CopyCPUToGPU", "CopyGPUToCPU", "EnsureCPUOutput", "CopyFromCPUInput")
-
-
 def through_copies(net: Net) -> Net:
     """``net`` with every op reading the blob its input was copied from (the unplaced
     net's readers), so that an index or a length is drawn for the op that uses it: in a
     placed net a fed blob's first reader is its copy to a GPU."""
     from dataclasses import replace
+
+    from placer.ops.registry import copy_types
+    copies = copy_types()
     source: dict[str, str] = {}
     ops = []
     for op in net.ops:
         inputs = tuple(source.get(b, b) for b in op.inputs) if source else tuple(op.inputs)
-        if op.type in COPY_TYPES and len(op.inputs) == 1 and len(op.outputs) == 1:
+        if op.type in copies and len(op.inputs) == 1 and len(op.outputs) == 1:
             source[op.outputs[0]] = inputs[0]
         ops.append(op if inputs == tuple(op.inputs) else replace(op, inputs=inputs))
     return replace(net, ops=ops) if source else net
@@ -164,6 +171,39 @@ def npz_files(paths: Sequence[str | os.PathLike]) -> list[Path]:
         else:
             files.append(p)
     return files
+
+
+NPZ_HINT = "give an .npz written by numpy.savez, keyed by blob name"
+_NPY_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def npz_headers(path: str | os.PathLike) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Key -> (shape, dtype) of every array of an .npz, from the .npy headers alone (a
+    header can claim any shape: nothing is allocated here)."""
+    found = {}
+    try:
+        with zipfile.ZipFile(path) as z:
+            for info in z.infolist():
+                with z.open(info) as f:
+                    version = np.lib.format.read_magic(f)
+                    read_header = _NPY_HEADER_READERS.get(version)
+                    if read_header is None:
+                        raise ValueError(f"member {info.filename}: .npy format {version} is not read here")
+                    shape, _, dtype = read_header(f)
+                found[info.filename.removesuffix(".npy")] = (tuple(shape), dtype)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise InputError(f"{path}: cannot read input arrays ({e})", hint=NPZ_HINT) from e
+    return found
+
+
+def npz_bytes(path: str | os.PathLike) -> int:
+    """Bytes of the arrays an .npz declares."""
+    return sum(math.prod(shape) * dtype.itemsize for shape, dtype in npz_headers(path).values())
+
+
+def npz_types(path: str | os.PathLike) -> dict[str, TensorType]:
+    """The types of an .npz's arrays (see ``npz_headers``), keyed by blob name."""
+    return {k: TensorType(shape, str(dtype)) for k, (shape, dtype) in npz_headers(path).items()}
 
 
 class NpzBatches:
