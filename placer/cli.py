@@ -23,8 +23,16 @@ def _command_modules() -> dict:
     return {name: importlib.import_module(f"placer.commands.{name.replace('-', '_')}") for name in COMMANDS}
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with its errors on one line (the usage it would print first is what
+    ``--help`` shows): ``placer shard: error: argument --host-mem: ...``, exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message.translate(ONE_LINE)} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="placer",
         description="Decide which operators of a Caffe2/Caffe net run on the CPU and which on "
                     "the GPU, with the PCIe copies between them paid for.")

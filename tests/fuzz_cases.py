@@ -24,7 +24,7 @@ down) under an address-space cap (``RLIMIT_AS``) and a time cap, and sorts the r
 ======== ==============================================================================
 ok       exit 0
 refused  exit 2, exactly one line on stderr starting ``placer: error:``, no traceback
-usage    argparse rejected the command line (exit 2, its usage text; no traceback)
+usage    argparse rejected the command line (exit 2, one line ``placer CMD: error: ...``)
 -------- ------------------------------------------------------------------------------
 messy    exit 2 but stderr is not that one line
 wrote-on-failure exit 2, but the case's folder holds a new or changed file (a failed
@@ -787,7 +787,9 @@ def classify(case: Case, reply: dict, seconds: float) -> Outcome:
     if rc == 2 and reply.get("written"):
         return Outcome(case, "wrote-on-failure", seconds, rc, err, f"left behind: {', '.join(reply['written'])}")
     if rc == 2 and reply.get("usage"):
-        return Outcome(case, "usage", seconds, rc, err)
+        lines = err.splitlines()
+        good = len(lines) == 1 and lines[0].startswith("placer") and ": error: " in lines[0]
+        return Outcome(case, "usage" if good else "messy", seconds, rc, err)
     if rc == 2:
         lines = err.splitlines()
         good = len(lines) == 1 and lines[0].startswith("placer: error: ") and err.endswith("\n")

@@ -270,7 +270,9 @@ def test_sizes_fractions_and_counts_are_refused_by_their_own_option(capsys, tmp_
     before any file is read (the net named here does not exist)."""
     with pytest.raises(SystemExit) as refused:
         main([command, str(tmp_path / "absent.pbtxt"), f"{option}={value}"])  # = lets "-1" be a value
-    last = capsys.readouterr().err.splitlines()[-1]
-    assert refused.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert refused.value.code == 2 and len(lines) == 1, lines      # one line: no usage text above it
+    last = lines[0]
+    assert last.endswith(f"(see placer {command} --help)")
     assert last.startswith(f"placer {command}: error: argument {option}: expected {expected}"), last
     assert f"found '{value[:40]}" in last and len(last) < 300

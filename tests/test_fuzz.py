@@ -117,7 +117,8 @@ def test_classify_sorts_replies():
     assert classify(case, {**reply, "rc": None, "traceback": "Traceback ..."}, 0.1).kind == "traceback"
     assert classify(case, {**reply, "rc": 0, "stderr": ""}, 0.1).kind == "ok"
     assert classify(case, {**reply, "rc": 1}, 0.1).kind == "exit-1"
-    assert classify(case, {**reply, "usage": True, "stderr": "usage: ...\nplacer: error: ...\n"}, 0.1).kind == "usage"
+    assert classify(case, {**reply, "usage": True, "stderr": "placer plan: error: argument --x\n"}, 0.1).kind == "usage"
+    assert classify(case, {**reply, "usage": True, "stderr": "usage: ...\nplacer: error: ...\n"}, 0.1).kind == "messy"
     assert classify(case, {**reply, "written": ["out.pbtxt"]}, 0.1).kind == "wrote-on-failure"
     assert classify(case, {**reply, "rc": 0, "written": ["out.pbtxt"]}, 0.1).kind == "ok"
 
