@@ -28,7 +28,7 @@ from typing import Iterable
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
-from placer.errors import NetParseError, PlacerError
+from placer.errors import NetParseError, PlacerError, excerpt
 from placer.fileio import atomic_write_bytes, atomic_write_text
 from placer.formats import caffe2_pb as pb
 from placer.types import DATA_TYPE_TO_DTYPE, Args, Device, Net, Op, TensorType
@@ -112,7 +112,7 @@ def parse_text(text: str, path: str = "<text>"):
     except RecursionError:  # the text parser recurses per message level
         raise _too_deep(path) from None
     except text_format.ParseError as e:
-        message = _ERROR_PREFIX.sub("", str(e))
+        message = excerpt(_ERROR_PREFIX.sub("", str(e)), 120)  # protobuf quotes the token: any length
         hint = None
         if re.search(r"^\s*layers?\s*[{:]", text, re.M):
             hint = "this looks like a Caffe prototxt: load it with placer.formats.load_net"
