@@ -13,6 +13,7 @@ from placer.errors import InputError
 from placer.fileio import atomic_write_bytes, refuse_overwrite
 from placer.progress import Progress
 from placer.runtime import record as run_record
+from placer.runtime.devices import check_emulated_gpus
 from placer.runtime.executor import Executor
 from placer.runtime.footprint import Footprint, require_memory, run_footprint
 from placer.runtime.inputs import NPZ_HINT, NpzBatches, RandomBatches, npz_bytes, npz_files, random_inputs
@@ -117,8 +118,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.iterations < 1 or args.warmup < 0:
         raise InputError("--iterations must be >= 1 and --warmup >= 0")
-    if args.emulate_gpus is not None and args.emulate_gpus < 1:
-        raise InputError(f"--emulate-gpus {args.emulate_gpus}: emulate at least one GPU")
+    check_emulated_gpus(args.emulate_gpus)
     if args.print_every < 1:
         raise InputError("--print-every must be >= 1")
     files = npz_files(args.inputs_npz) if args.inputs_npz else []

@@ -17,24 +17,18 @@ parameters (the init net's fills) and the fed inputs, live throughout, plus the 
 What the profiler needs is the worst single op: its inputs plus the larger of its outputs
 and the temporaries of drawing its largest input.
 
-What the machine has is the smallest of the limits that apply: ``MemAvailable`` in
-/proc/meminfo, the cgroup's memory limit less its usage (v2, then v1), the address-space
-limit (``RLIMIT_AS``) less the process's size; elsewhere the free physical pages
-(``sysconf``); unknown (no check) when none can be read.
+What the machine has is ``placer.memory.available_bytes``.
 """
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from placer.errors import InputError
+from placer.memory import available_bytes, format_bytes
 from placer.types import Net, TensorType, TypedNet
 
 # float64 draw (8 bytes) for every element of a random input, before the cast.
 DRAW_BYTES_PER_ELEMENT = 8
-_UNLIMITED = 2**60  # cgroup v1 writes "no limit" as 2^63 rounded to a page
 
 
 @dataclass(frozen=True)
@@ -56,15 +50,6 @@ class Footprint:
         if len(phases) > 1:
             return f"{held} + the larger of {' and '.join(phases)}"
         return " + ".join([held, *phases])
-
-
-def format_bytes(n: float) -> str:
-    """Binary units, as numpy's MemoryError writes them (``7.28 TiB``)."""
-    for unit, size in (("EiB", 2**60), ("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30),
-                       ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{int(n)} B"
 
 
 # ---------------------------------------------------------------- what a command needs
@@ -121,18 +106,6 @@ def _last_uses(net: Net, steps_io, keep: set[str]) -> list[tuple[str, ...]]:
     return [tuple(d) for d in dying]
 
 
-# ---------------------------------------------------------------- what the machine has
-
-def available_bytes() -> tuple[int | None, str]:
-    """(bytes this process can still allocate, where that figure comes from); (None, "")
-    when no figure can be read."""
-    found = [(n, where) for n, where in (_meminfo(), _cgroup(), _address_space()) if n is not None]
-    if not found:
-        found = [_sysconf()]
-    found = [(n, where) for n, where in found if n is not None]
-    return min(found) if found else (None, "")
-
-
 def require_memory(need: Footprint, what: str, hint: str) -> None:
     """InputError when ``need`` exceeds what this machine has available."""
     have, where = available_bytes()
@@ -142,43 +115,3 @@ def require_memory(need: Footprint, what: str, hint: str) -> None:
                      f"this machine has {format_bytes(have)} available ({where})", hint=hint)
 
 
-def _read(path: str) -> str | None:
-    try:
-        return Path(path).read_text()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _meminfo() -> tuple[int | None, str]:
-    m = re.search(r"^MemAvailable:\s+(\d+) kB", _read("/proc/meminfo") or "", re.M)
-    return (int(m.group(1)) * 1024, "MemAvailable in /proc/meminfo") if m else (None, "")
-
-
-def _cgroup() -> tuple[int | None, str]:
-    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
-        limit, usage = (_read(limit_file) or "").strip(), (_read(usage_file) or "").strip()
-        if limit.isdigit() and usage.isdigit() and int(limit) < _UNLIMITED:
-            return max(0, int(limit) - int(usage)), f"cgroup limit {limit_file} less usage"
-    return None, ""
-
-
-def _address_space() -> tuple[int | None, str]:
-    try:
-        import resource
-    except ImportError:
-        return None, ""
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft == resource.RLIM_INFINITY:
-        return None, ""
-    m = re.search(r"^VmSize:\s+(\d+) kB", _read("/proc/self/status") or "", re.M)
-    used = int(m.group(1)) * 1024 if m else 0
-    return max(0, soft - used), "address-space limit (ulimit -v) less this process's size"
-
-
-def _sysconf() -> tuple[int | None, str]:
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "free physical memory"
-    except (ValueError, OSError, AttributeError):
-        return None, ""
