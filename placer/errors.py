@@ -11,8 +11,9 @@ and field) and its end (the hint).
 """
 from __future__ import annotations
 
-# The most characters of an error line (after "placer: error: "): a message plus a hint.
-MAX_MESSAGE_CHARS = 280
+# The most characters of an error line (after "placer: error: "): a message and its hint, room
+# for a long path and a full explanation (the longest written by placer ran to about 360).
+MAX_MESSAGE_CHARS = 500
 ELLIPSIS = "..."
 
 
@@ -87,9 +88,12 @@ def one_line(error: BaseException, limit: int = MAX_MESSAGE_CHARS) -> str:
         message, hint = str(error.message), str(error.hint or "")
     else:
         message, hint = str(error), ""
-    message, hint = message.translate(_ESCAPED), excerpt(hint.translate(_ESCAPED), limit // 3)
-    room = limit - (len(hint) + 3 if hint else 0)
-    return excerpt(message, room) + (f" ({hint})" if hint else "")
+    message, hint = message.translate(_ESCAPED), hint.translate(_ESCAPED)
+    if not hint:
+        return excerpt(message, limit)
+    # the hint keeps what the message leaves, and at least half the line
+    hint = excerpt(hint, max(limit // 2, limit - 3 - len(message)))
+    return f"{excerpt(message, limit - 3 - len(hint))} ({hint})"
 
 
 # Control characters (a newline in an op type read from a damaged file) printed escaped.

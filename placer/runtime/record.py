@@ -3,7 +3,9 @@
 The file is plain JSON with a ``schema`` tag and version so that a reader can refuse a
 file it does not understand; it is written atomically (``placer.fileio``).
 
-Conventions: times are seconds (median over the timed runs, every sample kept); an op's
+Conventions: times are seconds (median over the timed runs; ``samples_s`` every sample up
+to 256 runs, a uniform sample of 256 beyond, with ``count``, ``mean_s``, ``std_s``,
+``min_s``, ``max_s`` over all of them: ``runtime.timing``); an op's
 ``device`` is the device it is placed on and timed on (a copy's GPU end, as Caffe2 places
 copies); a copy's transfers are in ``links`` (source, target, bytes) and summed in
 ``copy_bytes`` / ``copy_direction``; ``timing_labels`` says how each device's times must
@@ -13,7 +15,7 @@ fed inputs, activations until their last reader) per device, not allocator overh
 Derived figures written beside them for readers without placer: ``total_s``,
 ``copy_bytes`` per direction, ``time_by_device_s`` and ``link_bytes`` per
 "source->target" link. Files of version 1 written before ``links`` existed read back
-with no links.
+with no links; those written before the running figures get them from their samples.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from dataclasses import asdict
 
 from placer.errors import PlacerError
 from placer.fileio import atomic_write_text
+from placer.runtime.timing import running
 from placer.types import OpRun, RunRecord
 
 SCHEMA = "placer.run_record"
@@ -47,7 +50,8 @@ def from_dict(data: dict, where: str = "run record") -> RunRecord:
                           f"(schema {data.get('schema')!r}, version {data.get('schema_version')!r})",
                           hint="write it again with `placer run --record`")
     try:
-        ops = tuple(OpRun(**{**o, "samples_s": tuple(o.get("samples_s", ())),
+        ops = tuple(OpRun(**{**running(o.get("samples_s", ())).summary(), **o,
+                             "samples_s": tuple(o.get("samples_s", ())),
                              "links": tuple((str(a), str(b), int(n)) for a, b, n in o.get("links", ()))})
                     for o in data["ops"])
         return RunRecord(net_name=data["net_name"], devices=tuple(data["devices"]), ops=ops,
