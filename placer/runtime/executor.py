@@ -112,12 +112,15 @@ def inplace_candidates(op: Op) -> frozenset:
 
 def peak_bytes(steps_io: list[tuple[tuple[str, ...], tuple[str, ...]]],
                sizes: Mapping[str, tuple[str, int]], initial: list[str],
-               frees: list[tuple[str, ...]]) -> dict[str, int]:
+               frees: list[tuple[str, ...]],
+               scratch: Sequence[tuple[str, int]] | None = None) -> dict[str, int]:
     """Peak live blob bytes per device over the op sequence.
 
     ``initial`` blobs (params, fed inputs) are live from the start; op i's outputs are
     added while its inputs are still live (the peak is taken there), then ``frees[i]``
     die. A blob rewritten in place is counted once. ``sizes[name] = (device, nbytes)``.
+    ``scratch[i]`` (device, bytes), when given, is op i's kernel temporaries, alive at
+    that peak only.
     """
     live: dict[str, tuple[str, int]] = {}
     current: dict[str, int] = {}
@@ -134,11 +137,14 @@ def peak_bytes(steps_io: list[tuple[tuple[str, ...], tuple[str, ...]]],
     for name in initial:
         add(name)
     peak.update(current)
-    for (_, outs), dead in zip(steps_io, frees):
+    for i, ((_, outs), dead) in enumerate(zip(steps_io, frees)):
         for name in outs:
             add(name)
         for dev, n in current.items():
             peak[dev] = max(peak.get(dev, 0), n)
+        if scratch is not None and scratch[i][1]:
+            dev, n = scratch[i]
+            peak[dev] = max(peak.get(dev, 0), current.get(dev, 0) + n)
         for name in dead:
             if name in live:
                 dev, n = live.pop(name)
