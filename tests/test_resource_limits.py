@@ -258,6 +258,22 @@ def test_a_run_record_keeps_every_sample_of_a_short_run():
     assert [o.max_s for o in again.ops] == [o.max_s for o in ex.record.ops]
 
 
+def test_a_long_run_keeps_a_bounded_sample_and_the_count():
+    from placer.formats.caffe2 import net_from_netdef, parse_text
+    from placer.runtime.executor import Executor
+    from placer.runtime.timing import RESERVOIR_SAMPLES
+    from placer.types import TensorType
+    net = net_from_netdef(parse_text(FC_NET), parse_text(fc_init(3, 8)))
+    ex = Executor(net)
+    ex.input_types["data"] = TensorType((2, 8))
+    n = RESERVOIR_SAMPLES + 100
+    ex.run({"data": np.ones((2, 8), np.float32)}, iterations=n, warmup=0)
+    for o in ex.record.ops:
+        assert o.count == n and len(o.samples_s) == RESERVOIR_SAMPLES
+        assert o.min_s <= o.time_s <= o.max_s and o.min_s <= o.mean_s <= o.max_s
+    assert ex.record.iterations == n
+
+
 # ---------------------------------------------------------------- declared temporaries hold
 
 def _unary_cases():
