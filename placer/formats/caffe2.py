@@ -77,34 +77,38 @@ def read_file_bytes(path: str | os.PathLike, hint: str = "check the path") -> by
 def check_net_file(path: Path, hint: str) -> None:
     """Refuse, before reading a byte, a net or weights file that cannot be parsed here.
 
-    A protobuf file is parsed whole, from memory, so it must be a regular file (a device
-    such as /dev/zero, a FIFO or a socket has no end to read to), under protobuf's 2 GiB
-    message limit, and its size times the memory parsing takes per byte
-    (``PARSE_BYTES_PER_FILE_BYTE``, text or binary by its first bytes) must fit in what
-    the machine has."""
-    if not path.exists():
-        raise NetParseError(str(path), "no such file: cannot read it", hint=hint)
-    mode = path.stat().st_mode
-    if stat.S_ISDIR(mode):
-        raise NetParseError(str(path), "is a directory, not a file", hint=hint)
-    if not stat.S_ISREG(mode):
-        raise NetParseError(str(path), f"is {_file_kind(mode)}, not a regular file: a net is read "
-                                       "whole from a file", hint="save it to a file and give that path")
-    size = path.stat().st_size
+    protobuf parses a message whole, from memory (no streaming), so the file must be a
+    regular file (a device such as /dev/zero, a FIFO or a socket has no end to read to),
+    under protobuf's 2 GiB message limit, and its size times the memory parsing takes per
+    byte (``PARSE_BYTES_PER_FILE_BYTE``, text or binary by its first bytes) must fit in
+    what the machine has."""
+    size = _regular_file_size(path, hint)
     if size > MAX_PROTO_BYTES:
         raise NetParseError(str(path), f"{format_bytes(size)}: over protobuf's message limit of "
                                        f"{format_bytes(MAX_PROTO_BYTES)} (Caffe2 reads no larger file)",
-                            hint="is this the right file? a net's weights go in its init net or .caffemodel")
+                            hint="is this the net? a NetDef or .caffemodel that large cannot be written")
     with open(path, "rb") as f:
         kind = "text" if looks_textual(f.read(65536), whole=False) else "binary"
-    need = size * PARSE_BYTES_PER_FILE_BYTE[kind]
+    factor = PARSE_BYTES_PER_FILE_BYTE[kind]
     have, where = available_bytes()
-    if have is not None and need > have:
+    if have is not None and size * factor > have:
         raise NetParseError(str(path), f"{format_bytes(size)} of {kind} protobuf: parsing it takes about "
-                                       f"{format_bytes(need)} ({PARSE_BYTES_PER_FILE_BYTE[kind]}x), this "
-                                       f"machine has {format_bytes(have)} available ({where})",
+                                       f"{format_bytes(size * factor)} ({factor}x), this machine has "
+                                       f"{format_bytes(have)} available ({where})",
                             hint="free memory, or give a smaller file" + (
                                 "; the binary form (.pb) of a net needs less" if kind == "text" else ""))
+
+
+def _regular_file_size(path: Path, hint: str) -> int:
+    if not path.exists():
+        raise NetParseError(str(path), "no such file: cannot read it", hint=hint)
+    info = path.stat()
+    if stat.S_ISDIR(info.st_mode):
+        raise NetParseError(str(path), "is a directory, not a file", hint=hint)
+    if not stat.S_ISREG(info.st_mode):
+        raise NetParseError(str(path), f"is {_file_kind(info.st_mode)}, not a regular file: a net is "
+                                       "read whole from a file", hint="save it to a file and give that path")
+    return info.st_size
 
 
 def _file_kind(mode: int) -> str:
