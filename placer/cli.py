@@ -56,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     except MemoryError:
         if args.debug:
             raise
-        print("placer: error: out of memory (a figure placer could not price beforehand; "
-              "try smaller shapes with --input, or --debug for where)", file=sys.stderr)
+        print("placer: error: out of memory: this step needed more than placer's memory check "
+              "could price (try smaller shapes with --input; --debug shows where)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("placer: interrupted", file=sys.stderr)

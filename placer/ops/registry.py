@@ -56,8 +56,9 @@ ScratchFn = Callable[[Sequence[TensorType], Sequence[TensorType], Args], float]
 # its own: above the most measured (tracemalloc's peak during the numpy kernel less its
 # outputs, float32): Conv 3x3 2.2, MaxPool 3x3/2 2.1, Logit 2.0, Elu/Softplus/Rsqrt 1.0,
 # FC 0.07, Relu/Sigmoid/Add/Sum 0. The output, not the largest input, is the unit: a
-# kernel's temporaries are shaped like what it computes (an FC of a 4 TB input into 16 GB
-# makes none the input's size; a 7x7/2 Conv's are 7x its input, 1.3x its output).
+# kernel's temporaries are shaped like what it computes (an FC from a 4 TB input to a
+# 160 GB output builds none of the input's size; a 7x7/2 Conv of 3 channels builds 7x its
+# input, 1.3x its output).
 DEFAULT_SCRATCH_FACTOR = 3.0
 
 
