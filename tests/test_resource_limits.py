@@ -305,3 +305,18 @@ def test_a_kernels_measured_temporaries_stay_within_its_declaration(op_type):
     out_types = [TensorType(o.shape, str(o.dtype)) for o in outputs]
     declared = opdef.scratch_bytes([TensorType(a.shape, str(a.dtype)) for a in inputs], out_types, args)
     assert peak - sum(o.nbytes for o in outputs) <= declared + 64 * 1024
+
+
+def test_running_out_of_memory_anyway_is_one_line(monkeypatch, capsys, relu):
+    """An allocation the checks did not foresee still ends in one line and exit 2."""
+    import placer.commands.inspect as inspect_command
+    from placer import cli
+
+    def exhausts(args):
+        raise MemoryError()
+    monkeypatch.setattr(inspect_command, "run", exhausts)
+    assert cli.main(["inspect", str(relu)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("placer: error: out of memory: ") and "--input" in err
+    with pytest.raises(MemoryError):
+        cli.main(["--debug", "inspect", str(relu)])
