@@ -2,7 +2,8 @@
 
 Each command module defines ``HELP`` (one line), ``DESCRIPTION``, ``add_arguments(parser)``
 and ``run(args) -> int``. A ``PlacerError`` (bad input, missing shape, infeasible plan)
-prints one line on stderr and exits with code 2; ``--debug`` shows the traceback.
+prints one line on stderr (at most ``errors.MAX_MESSAGE_CHARS`` characters, cut in the
+middle) and exits with code 2, as does running out of memory; ``--debug`` shows the traceback.
 """
 from __future__ import annotations
 
@@ -10,12 +11,10 @@ import argparse
 import importlib
 import sys
 
-from placer.errors import PlacerError
+from placer.errors import PlacerError, one_line
 
 # Subcommands in the order `placer --help` lists them.
 COMMANDS = ["inspect", "convert", "train-net", "run", "profile", "plan", "shard", "report", "demo"]
-# Control characters (a newline in an op type read from a damaged file) printed escaped: an error is one line.
-ONE_LINE = {c: repr(chr(c))[1:-1] for c in [*range(32), 127]}
 
 
 def _command_modules() -> dict:
@@ -28,7 +27,7 @@ class OneLineParser(argparse.ArgumentParser):
     ``--help`` shows): ``placer shard: error: argument --host-mem: ...``, exit code 2."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message.translate(ONE_LINE)} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {one_line(ValueError(message))} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,7 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     except PlacerError as e:
         if args.debug:
             raise
-        print(f"placer: error: {str(e).translate(ONE_LINE)}", file=sys.stderr)
+        print(f"placer: error: {one_line(e)}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        if args.debug:
+            raise
+        print("placer: error: out of memory: this step needed more than placer's memory check "
+              "could price (try smaller shapes with --input; --debug shows where)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("placer: interrupted", file=sys.stderr)

@@ -3,8 +3,18 @@
 Every error a user can cause (a bad file, a missing shape, an impossible plan) is a
 ``PlacerError``: the command line prints its message on one line and exits with code 2.
 A message names the object (file:line, op, blob), what was found, and what to try.
+
+A message stays short whatever the input: where it quotes user data (a file's text, a
+shape of 200,000 dimensions) the quote is cut with ``excerpt``, and the command line cuts
+the whole line to ``MAX_MESSAGE_CHARS`` (``one_line``), keeping its head (the file, line
+and field) and its end (the hint).
 """
 from __future__ import annotations
+
+# The most characters of an error line (after "placer: error: "): a message and its hint, room
+# for a long path and a full explanation (the longest written by placer ran to about 360).
+MAX_MESSAGE_CHARS = 500
+ELLIPSIS = "..."
 
 
 class PlacerError(Exception):
@@ -59,3 +69,32 @@ class ProfileError(PlacerError):
 
 class InfeasiblePlanError(PlacerError):
     """No placement satisfies the constraints (memory, pins)."""
+
+
+def excerpt(text: str, limit: int = 80) -> str:
+    """``text`` cut to at most ``limit`` characters: its start and end, joined by "..."."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    head = max(0, (limit - len(ELLIPSIS)) * 2 // 3)
+    tail = max(0, limit - len(ELLIPSIS) - head)
+    return text[:head] + ELLIPSIS + (text[-tail:] if tail else "")
+
+
+def one_line(error: BaseException, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """The error's text as one line of at most ``limit`` characters: the message cut in
+    its middle so that its head (file:line, op) and the hint after it survive."""
+    if isinstance(error, PlacerError):
+        message, hint = str(error.message), str(error.hint or "")
+    else:
+        message, hint = str(error), ""
+    message, hint = message.translate(_ESCAPED), hint.translate(_ESCAPED)
+    if not hint:
+        return excerpt(message, limit)
+    # the hint keeps what the message leaves, and at least half the line
+    hint = excerpt(hint, max(limit // 2, limit - 3 - len(message)))
+    return f"{excerpt(message, limit - 3 - len(hint))} ({hint})"
+
+
+# Control characters (a newline in an op type read from a damaged file) printed escaped.
+_ESCAPED = {c: repr(chr(c))[1:-1] for c in [*range(32), 127]}

@@ -300,6 +300,10 @@ def shape_str(types: Sequence[TensorType | None]) -> str:
 class OpRun:
     """One op of a run: where it ran and how long it took (median of ``samples_s``).
 
+    ``count`` is how many times it was timed, ``mean_s``, ``std_s``, ``min_s`` and
+    ``max_s`` are over all of them; ``samples_s`` is every time up to 256 runs, a uniform
+    sample of that many beyond (``runtime.timing``).
+
     ``copy_bytes`` and ``copy_direction`` ("h2d", "d2h", "d2d", "h2h", or "mixed" for an op
     whose copies went several ways) describe the transfers a copy op made; ``links`` lists
     each of them as (source device, target device, bytes); 0, "" and () for every other op.
@@ -315,6 +319,11 @@ class OpRun:
     copy_bytes: int = 0
     copy_direction: str = ""
     links: tuple[tuple[str, str, int], ...] = ()
+    count: int = 0
+    mean_s: float = 0.0
+    std_s: float = 0.0
+    min_s: float = 0.0
+    max_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ def _mlp(batch: int = 4):
 def test_entries_pool_samples_of_ops_that_share_a_key():
     typed = _mlp()
     samples = [[1.0, 2.0, 3.0], [10.0, 20.0, 30.0], [4.0, 5.0, 6.0], [40.0, 50.0, 60.0], [7.0, 8.0, 9.0]]
-    result = _entries(typed, samples)
+    result = _entries(typed, [(s, len(s)) for s in samples])
     relu_key = op_key("Relu", (TensorType((4, 16)),), {})
     relu = result.timings[relu_key]
     pooled = samples[1] + samples[3]           # ops 1 and 3 are the two Relus

@@ -14,6 +14,7 @@ from placer.errors import InputError
 from placer.fileio import atomic_write_bytes, refuse_overwrite
 from placer.progress import Progress
 from placer.runtime import record as run_record
+from placer.runtime.devices import check_emulated_gpus
 from placer.runtime.executor import Executor
 from placer.runtime.footprint import Footprint, require_memory, run_footprint
 from placer.runtime.inputs import NPZ_HINT, NpzBatches, RandomBatches, npz_bytes, npz_files, random_inputs
@@ -116,6 +117,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_emulated_gpus(args.emulate_gpus)
     files = npz_files(args.inputs_npz) if args.inputs_npz else []
     for path in files:  # before their shapes type the net
         _require_npz_fits(path)

@@ -20,7 +20,7 @@ import re
 from math import prod
 from pathlib import Path
 
-from placer.errors import NetParseError, PlacerError, ShapeError
+from placer.errors import NetParseError, PlacerError, ShapeError, excerpt
 from placer.fileio import atomic_write_text
 from placer.types import DATA_TYPE_TO_DTYPE, DTYPE_TO_DATA_TYPE, Net, TensorType
 
@@ -201,12 +201,28 @@ def check_dims(dims, where: str) -> tuple[int, ...]:
 def shape_problem(dims) -> str | None:
     """Why ``dims`` (unknown ones None) cannot be a blob's shape, or None when it can."""
     known = [int(d) for d in dims if d is not None]
-    shown = "x".join("?" if d is None else str(d) for d in dims)
     if any(d < 0 for d in known):
-        return f"shape {shown} has a negative dimension"
-    if prod(known) > MAX_ELEMENTS:
-        return f"shape {shown} has {prod(known):.3g} elements, more than int64 can count (2^63 - 1)"
+        return f"shape {shape_text(dims)} has a negative dimension"
+    count = prod(known)
+    if count > MAX_ELEMENTS:
+        return (f"shape {shape_text(dims)} has {_count_text(count)} elements, more than int64 "
+                "can count (2^63 - 1)")
     return None
+
+
+def shape_text(dims, limit: int = 60) -> str:
+    """``2x3x?``; past ``limit`` characters cut in its middle, with the rank added (a file
+    can give a shape of any rank, a message quotes a few of its dimensions)."""
+    text = "x".join("?" if d is None else str(d) for d in dims)
+    return text if len(text) <= limit else f"{excerpt(text, limit)} (rank {len(dims)})"
+
+
+def _count_text(n: int) -> str:
+    """An element count, in floating point where it fits, else as a power of two."""
+    try:
+        return f"{float(n):.3g}"
+    except OverflowError:  # more than 1.8e308: a shape of thousands of dimensions
+        return f"about 2^{n.bit_length() - 1}"
 
 
 def _load_caffe(path, phase, weights, input_shapes) -> Net:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
@@ -28,9 +29,10 @@ from typing import Iterable
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
-from placer.errors import NetParseError, PlacerError
+from placer.errors import NetParseError, PlacerError, excerpt
 from placer.fileio import atomic_write_bytes, atomic_write_text
 from placer.formats import caffe2_pb as pb
+from placer.memory import available_bytes, format_bytes
 from placer.types import DATA_TYPE_TO_DTYPE, Args, Device, Net, Op, TensorType
 
 # device_type numbers that are GPUs (PROTO_CUDA, PROTO_HIP); every other type runs on the host.
@@ -46,32 +48,87 @@ NESTED_NET_LEVELS = (MAX_MESSAGE_DEPTH - 1) // 3  # NetDef > OperatorDef > Argum
 # Where an Argument's `n` / `nets` field may start (a literal first: the scan is fast).
 _NESTED_NET_FIELD = re.compile(r"n(?:ets)?\s*[:{<]")
 _ERROR_PREFIX = re.compile(r"^\d+:\d+ : ")
+# protobuf counts a message's bytes in a signed 32-bit int: no message (and no file that
+# Caffe2's reader takes) is larger.
+MAX_PROTO_BYTES = 2**31 - 1
+# Peak memory of loading a file, per byte of it: the smallest figure measured (placer
+# inspect / load_net, peak RSS less the interpreter's) over the kinds of net, so that only
+# files that cannot fit are refused. Binary: 2.5 for an init net of GivenTensorFill values
+# (10 MB: the bytes, the decoded message, the arrays), 7 to 20 for op-heavy predict nets
+# (5 MB of ResNet-50 ops: 20, the Op records included). Text: 6.2 for GivenTensorFill values
+# (46 MB), 10 to 11 for predict nets (1 and 10 MB).
+PARSE_BYTES_PER_FILE_BYTE = {"binary": 2.5, "text": 6}
 
 
 # ---------------------------------------------------------------- reading and writing
 
 def read_file_bytes(path: str | os.PathLike, hint: str = "check the path") -> bytes:
-    """The bytes of a net (or weights) file, or a NetParseError saying why it cannot be read."""
+    """The bytes of a net (or weights) file, or a NetParseError saying why it cannot be read:
+    missing, not a regular file, or too large to parse here (``check_net_file``)."""
     p = Path(path)
-    if not p.exists():
-        raise NetParseError(str(path), "no such file: cannot read it", hint=hint)
-    if p.is_dir():
-        raise NetParseError(str(path), "is a directory, not a file", hint=hint)
     try:
-        return p.read_bytes()
+        check_net_file(p, hint)
+        with open(p, "rb") as f:
+            return f.read()
     except OSError as e:
         raise NetParseError(str(path), f"cannot read: {e.strerror or e}", hint=hint) from e
 
 
-def looks_textual(data: bytes) -> bool:
-    """True when the bytes are UTF-8 text without control characters (a text format)."""
+def check_net_file(path: Path, hint: str) -> None:
+    """Refuse, before reading a byte, a net or weights file that cannot be parsed here.
+
+    protobuf parses a message whole, from memory (no streaming), so the file must be a
+    regular file (a device such as /dev/zero, a FIFO or a socket has no end to read to),
+    under protobuf's 2 GiB message limit, and its size times the memory parsing takes per
+    byte (``PARSE_BYTES_PER_FILE_BYTE``, text or binary by its first bytes) must fit in
+    what the machine has."""
+    size = _regular_file_size(path, hint)
+    if size > MAX_PROTO_BYTES:
+        raise NetParseError(str(path), f"{format_bytes(size)}: over protobuf's message limit of "
+                                       f"{format_bytes(MAX_PROTO_BYTES)} (Caffe2 reads no larger file)",
+                            hint="is this the net? a NetDef or .caffemodel that large cannot be written")
+    with open(path, "rb") as f:
+        kind = "text" if looks_textual(f.read(65536), whole=False) else "binary"
+    factor = PARSE_BYTES_PER_FILE_BYTE[kind]
+    have, where = available_bytes()
+    if have is not None and size * factor > have:
+        raise NetParseError(str(path), f"{format_bytes(size)} of {kind} protobuf: parsing it takes about "
+                                       f"{format_bytes(size * factor)} ({factor}x), this machine has "
+                                       f"{format_bytes(have)} available ({where})",
+                            hint="free memory, or give a smaller file" + (
+                                "; the binary form (.pb) of a net needs less" if kind == "text" else ""))
+
+
+def _regular_file_size(path: Path, hint: str) -> int:
+    if not path.exists():
+        raise NetParseError(str(path), "no such file: cannot read it", hint=hint)
+    info = path.stat()
+    if stat.S_ISDIR(info.st_mode):
+        raise NetParseError(str(path), "is a directory, not a file", hint=hint)
+    if not stat.S_ISREG(info.st_mode):
+        raise NetParseError(str(path), f"is {_file_kind(info.st_mode)}, not a regular file: a net is "
+                                       "read whole from a file", hint="save it to a file and give that path")
+    return info.st_size
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+    return next((what for test, what in kinds if test(mode)), "not a file")
+
+
+def looks_textual(data: bytes, whole: bool = True) -> bool:
+    """True when the bytes are UTF-8 text without control characters (a text format);
+    ``whole=False`` for the first bytes of a file (a character may be cut at their end)."""
     if _TEXT_CONTROL.search(data[:65536]):
         return False
     try:
         data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
+    except UnicodeDecodeError as e:
+        return not whole and e.start >= len(data) - 3  # a UTF-8 character is 4 bytes at most
     return True
+
+
 
 
 def read_netdef(path: str | os.PathLike) -> tuple[object, str]:
@@ -112,7 +169,7 @@ def parse_text(text: str, path: str = "<text>"):
     except RecursionError:  # the text parser recurses per message level
         raise _too_deep(path) from None
     except text_format.ParseError as e:
-        message = _ERROR_PREFIX.sub("", str(e))
+        message = excerpt(_ERROR_PREFIX.sub("", str(e)), 120)  # protobuf quotes the token: any length
         hint = None
         if re.search(r"^\s*layers?\s*[{:]", text, re.M):
             hint = "this looks like a Caffe prototxt: load it with placer.formats.load_net"

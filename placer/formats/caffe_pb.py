@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from google.protobuf import text_format
 
-from placer.errors import NetParseError
+from placer.errors import NetParseError, excerpt
 from placer.formats.schema import build_file
 
 _ENGINE = {"DEFAULT": 0, "CAFFE": 1, "CUDNN": 2}
@@ -766,12 +766,12 @@ def parse_text(text: str, path: str = "<text>") -> tuple[object, list[str]]:
 
 def _where(error: text_format.ParseError) -> str:
     line, column = error.GetLine(), error.GetColumn()
-    message = str(error).split(" : ", 1)[-1]
+    message = excerpt(str(error).split(" : ", 1)[-1], 120)
     return f"line {line}:{column} ({message})" if line else message
 
 
 def _parse_error(path: str, error: text_format.ParseError) -> NetParseError:
-    message = str(error).split(" : ", 1)[-1]
+    message = excerpt(str(error).split(" : ", 1)[-1], 120)  # protobuf quotes the token: any length
     return NetParseError(path, f"not a valid Caffe prototxt: {message}",
                          line=error.GetLine(), column=error.GetColumn(),
                          hint="fix the text at that position (protobuf text format)")

@@ -37,7 +37,7 @@ from math import prod
 import numpy as np
 
 from placer.errors import NetParseError
-from placer.formats import caffe2_pb as c2, shape_problem
+from placer.formats import caffe2_pb as c2, shape_problem, shape_text
 from placer.formats.caffe import (DATA_LAYERS, CaffeNet, Shape, full_shape, layer_error, load_caffe,
                                   read_caffemodel)
 from placer.types import TensorType
@@ -209,7 +209,7 @@ class _Converter:
             self._fill(name, op_type, shape, seed=zlib.crc32(name.encode()) & 0x7FFFFFFF, **args)
             self.params[name] = tuple(shape)
         else:
-            known = "?" if shape is None else "x".join("?" if d is None else str(d) for d in shape)
+            known = _fmt(shape)
             self.result.missing_params[name] = (
                 f"parameter '{name}' of layer '{self.layer.name}' has shape {known}: it depends "
                 f"on input dimensions the file does not give")
@@ -281,9 +281,8 @@ def fit_blob(arr: np.ndarray, shape: Shape, name: str, layer: str, path: str = "
             a = a.reshape(a.shape[1:])
         if a.ndim == len(shape) and all(e is None or e == d for e, d in zip(shape, a.shape)):
             return a
-    want = "x".join("?" if d is None else str(d) for d in shape)
     raise NetParseError(path, f"layer '{layer}': blob for '{name}' has shape "
-                        f"{'x'.join(map(str, arr.shape))}, the prototxt needs {want}",
+                        f"{shape_text(arr.shape)}, the prototxt needs {_fmt(shape)}",
                         hint="use the .caffemodel that was trained with this prototxt")
 
 
@@ -313,7 +312,7 @@ def filler_of(param, field_name: str, default: tuple):
 # ---------------------------------------------------------------- shape arithmetic
 
 def _fmt(shape: Shape) -> str:
-    return "?" if shape is None else "x".join("?" if d is None else str(d) for d in shape)
+    return "?" if shape is None else shape_text(shape)
 
 
 def norm_axis(axis: int, rank: int | None) -> int | None:

@@ -22,7 +22,11 @@ An entry holds
   ``(inputs, args) -> int`` when it depends on them (filter taps, input count, a flag).
   The cost model charges one launch overhead for each. It is counted, not guessed: the
   tests run every conformance case on a stand-in for cupy that counts the calls making
-  device arrays (tests/cupy_standin.py) and hold the figure to that count.
+  device arrays (tests/cupy_standin.py) and hold the figure to that count;
+- ``scratch``: the temporaries its kernel allocates beyond its inputs and outputs, for the
+  memory pre-check of ``placer run`` / ``profile`` (``runtime.footprint``): a number,
+  bytes per byte of its largest output, or a function ``(inputs, outputs, args) -> bytes``;
+  None takes ``DEFAULT_SCRATCH_FACTOR`` (an op that moves data between devices: 0).
 
 Adding an op is one ``register(OpDef(...))`` call in the module of its family
 (``placer/ops/<family>.py``); ``placer/ops/__init__.py`` imports the families.
@@ -46,6 +50,16 @@ InferFn = Callable[[Sequence[TensorType], Args], Sequence[TensorType]]
 CostFn = Callable[[Sequence[TensorType], Sequence[TensorType], Args], OpFeatures]
 KernelFn = Callable[[Any, Sequence[Any], Args], tuple]
 LaunchFn = Callable[[Sequence[TensorType], Args], int]
+ScratchFn = Callable[[Sequence[TensorType], Sequence[TensorType], Args], float]
+
+# Kernel temporaries per byte of the largest output, for an entry that does not declare
+# its own: above the most measured (tracemalloc's peak during the numpy kernel less its
+# outputs, float32): Conv 3x3 2.2, MaxPool 3x3/2 2.1, Logit 2.0, Elu/Softplus/Rsqrt 1.0,
+# FC 0.07, Relu/Sigmoid/Add/Sum 0. The output, not the largest input, is the unit: a
+# kernel's temporaries are shaped like what it computes (an FC from a 4 TB input to a
+# 160 GB output builds none of the input's size; a 7x7/2 Conv of 3 channels builds 7x its
+# input, 1.3x its output).
+DEFAULT_SCRATCH_FACTOR = 3.0
 
 
 def io_bytes(inputs: Sequence[TensorType], outputs: Sequence[TensorType]) -> tuple[float, float]:
@@ -135,6 +149,16 @@ class OpDef:
     inplace: tuple[tuple[int, int], ...] = ()
     launches: int | LaunchFn = 1
     is_copy: bool = False       # moves its one input, unchanged, to another device (copy_types)
+    scratch: float | ScratchFn | None = None
+
+    def scratch_bytes(self, inputs: Sequence[TensorType | None], outputs: Sequence[TensorType | None],
+                      args: Mapping[str, Any]) -> int:
+        """Bytes of temporaries one run of the kernel allocates (see ``scratch``)."""
+        if callable(self.scratch):
+            return int(self.scratch(inputs, outputs, args if isinstance(args, Args) else Args(args)))
+        factor = self.scratch if self.scratch is not None else (
+            0.0 if self.transfer is not None else DEFAULT_SCRATCH_FACTOR)
+        return int(factor * max((t.nbytes for t in outputs if t is not None), default=0))
 
     def launch_count(self, inputs: Sequence[TensorType], args: Mapping[str, Any]) -> int:
         """Kernel launches of one run of the GPU kernel on ``inputs`` (see ``launches``)."""

@@ -64,7 +64,7 @@ def profile_in_network(typed_net: TypedNet, device_name: str = "cpu", iterations
                          progress=lambda done, _total: bar.update(done))
     except PlacerError as e:
         raise InNetworkUnavailable(f"the net does not run: {e}", {}) from e
-    return _entries(typed_net, [o.samples_s for o in executor.record.ops])
+    return _entries(typed_net, [(o.samples_s, o.count) for o in executor.record.ops])
 
 
 def _gpu_index(device_name: str) -> int | None:
@@ -95,20 +95,23 @@ def _check_runnable(typed_net: TypedNet, device_kind: str) -> None:
 
 
 def _entries(typed_net: TypedNet, samples_per_op: list) -> BenchResult:
-    """One OpTiming per key from the pooled samples of the ops that share it."""
+    """One OpTiming per key from the pooled samples of the ops that share it; each op's
+    entry of ``samples_per_op`` is (its kept samples, how many times it was timed)."""
     net, result = typed_net.net, BenchResult()
     pooled: dict[str, list[float]] = {}
+    counts: dict[str, int] = {}
     first: dict[str, tuple] = {}
-    for op, feats, samples in zip(net.ops, typed_net.features, samples_per_op):
+    for op, feats, (samples, count) in zip(net.ops, typed_net.features, samples_per_op):
         types = _input_types(typed_net, op)
         key = op_key(op.type, types, op.args)
         pooled.setdefault(key, []).extend(samples)
+        counts[key] = counts.get(key, 0) + count
         first.setdefault(key, (op, types, feats))
     for key, samples in pooled.items():
         op, types, feats = first[key]
         q1, med, q3 = np.percentile(samples, [25, 50, 75])
         result.timings[key] = OpTiming(
-            type=op.type, inputs=tuple(types), args=cost_args(op.args), samples=len(samples),
+            type=op.type, inputs=tuple(types), args=cost_args(op.args), samples=counts[key],
             median_s=float(med), iqr_s=float(q3 - q1), flops=feats.flops,
             bytes=feats.bytes_read + feats.bytes_written, method="in-network")
     result.ops_timed = len(result.timings)

@@ -21,7 +21,6 @@ as ``placer run`` does.
 from __future__ import annotations
 
 import os
-import statistics
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from placer.errors import PlacerError
+from placer.runtime.timing import RunningTimes
 
 REPORT_S = 0.02          # how often a worker reports the op it is running, at most
 RECV_TIMEOUT_S = 600.0   # a receive that waits longer names the sender and the tag
@@ -135,7 +135,9 @@ class ClusterWorker:
         self.options = options
         self.reported: dict[int, str] = {}          # rank -> the op that worker last reported
         self._heard: dict[int, int] = {}             # rank -> the number of its last report taken
-        self.current, self.samples, self.saved_state, self.warmups = "loading its nets", [], None, 0
+        self.current, self.saved_state, self.warmups = "loading its nets", None, 0
+        self.times: list[RunningTimes] = []     # per op, over the timed steps (bounded memory)
+        self.timed_steps = 0
         self.names = {"cpu": f"{self.host}/cpu"}
         for g in range(spec["gpus"]):
             for local in (f"cuda:{g}", f"emulated-cuda:{g}"):
@@ -220,7 +222,11 @@ class ClusterWorker:
             self.carry.keep(ex, outputs)
         self.current = "between steps"
         if timed:
-            self.samples.append([o.time_s for o in ex.record.ops])
+            if not self.times:
+                self.times = [RunningTimes() for _ in ex.record.ops]
+            for times, o in zip(self.times, ex.record.ops):
+                times.add(o.time_s)
+            self.timed_steps += 1
         else:
             self.warmups += 1
         return {"outputs": outputs if want_outputs else {}, "start": start, "busy_s": busy}
@@ -251,16 +257,16 @@ class ClusterWorker:
         rec = self.executor.record
         ops = []
         for j, o in enumerate(rec.ops):
-            samples = tuple(s[j] for s in self.samples)
-            ops.append(replace(o, device=self._name(o.device), samples_s=samples,
-                               time_s=statistics.median(samples) if samples else 0.0,
+            times = self.times[j] if j < len(self.times) else RunningTimes()
+            ops.append(replace(o, device=self._name(o.device), samples_s=times.samples,
+                               time_s=times.median, **times.summary(),
                                links=tuple((self._name(a), self._name(b), n) for a, b, n in o.links)))
         rec = replace(rec, ops=tuple(ops),
                       devices=tuple(self._name(d) for d in rec.devices),
                       peak_bytes={self._name(d): v for d, v in rec.peak_bytes.items()},
                       timing_labels={self._name(d): (f"{self._name(d)} (CPU timing)" if "emulated" in d else
                                                      self._name(d)) for d in rec.timing_labels},
-                      iterations=len(self.samples), warmup=self.warmups)
+                      iterations=self.timed_steps, warmup=self.warmups)
         return run_record.to_dict(rec)
 
     def _name(self, local: str) -> str:

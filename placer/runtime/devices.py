@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from placer import constants as K
 from placer.errors import DeviceError
 from placer.types import Device
 
@@ -344,6 +345,19 @@ def import_cupy() -> Any:
     return cupy
 
 
+def check_emulated_gpus(count: int | None) -> None:
+    """Refuse ``--emulate-gpus`` below one or above what placer models in one machine
+    (``constants.MAX_GPUS_PER_MACHINE``, the cap on ``--gpus``): every emulated GPU is made
+    up front, and a record lists each."""
+    if count is None:
+        return
+    if count < 1:
+        raise DeviceError(f"--emulate-gpus {count}: emulate at least one GPU")
+    if count > K.MAX_GPUS_PER_MACHINE:
+        raise DeviceError(f"--emulate-gpus {count}: placer models at most {K.MAX_GPUS_PER_MACHINE} "
+                          "GPUs in one machine", hint="emulate fewer GPUs; more than one machine is a cluster plan (placer plan --cluster)")
+
+
 class DeviceSet:
     """The devices one run uses: the host, and GPUs made on first use from a ``Device``.
 
@@ -355,8 +369,7 @@ class DeviceSet:
     """
 
     def __init__(self, emulate_gpu: bool = False, emulate_gpus: int | None = None):
-        if emulate_gpus is not None and emulate_gpus < 1:
-            raise DeviceError(f"--emulate-gpus {emulate_gpus}: emulate at least one GPU")
+        check_emulated_gpus(emulate_gpus)
         self.emulate_gpu = emulate_gpu or emulate_gpus is not None
         self.gpu_count = emulate_gpus
         self.cpu = CpuDevice()

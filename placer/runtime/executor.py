@@ -43,7 +43,6 @@ Placement rules (as Caffe2 runs a net):
 """
 from __future__ import annotations
 
-import statistics
 import zlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
@@ -54,6 +53,7 @@ from placer.errors import DeviceError, InputError, KernelMissingError, PlacerErr
 from placer.ops import registry
 from placer.ops.copy import inserted_copy
 from placer.runtime.devices import DeviceSet, EmulatedArray, device_name, location
+from placer.runtime.timing import RunningTimes
 from placer.runtime.transfers import Transfers, direction, transfer_ends
 from placer.shapes import infer
 from placer.types import Args, Device, Net, Op, OpRun, RunRecord, TensorType
@@ -78,7 +78,7 @@ class Step:
     frees: tuple[str, ...] = ()    # blobs whose last use is this op
     inplace_candidates: frozenset = frozenset()  # inputs it may update in place, if owned
     seed: int = 0                  # the op's seed at step 0
-    samples_s: list[float] = field(default_factory=list)
+    times: RunningTimes = field(default_factory=RunningTimes)   # this run's samples, bounded
     links: tuple[tuple[str, str, int], ...] = ()   # a transfer's copies: (source, target, bytes)
 
 
@@ -112,12 +112,15 @@ def inplace_candidates(op: Op) -> frozenset:
 
 def peak_bytes(steps_io: list[tuple[tuple[str, ...], tuple[str, ...]]],
                sizes: Mapping[str, tuple[str, int]], initial: list[str],
-               frees: list[tuple[str, ...]]) -> dict[str, int]:
+               frees: list[tuple[str, ...]],
+               scratch: Sequence[tuple[str, int]] | None = None) -> dict[str, int]:
     """Peak live blob bytes per device over the op sequence.
 
     ``initial`` blobs (params, fed inputs) are live from the start; op i's outputs are
     added while its inputs are still live (the peak is taken there), then ``frees[i]``
     die. A blob rewritten in place is counted once. ``sizes[name] = (device, nbytes)``.
+    ``scratch[i]`` (device, bytes), when given, is op i's kernel temporaries, alive at
+    that peak only.
     """
     live: dict[str, tuple[str, int]] = {}
     current: dict[str, int] = {}
@@ -134,11 +137,14 @@ def peak_bytes(steps_io: list[tuple[tuple[str, ...], tuple[str, ...]]],
     for name in initial:
         add(name)
     peak.update(current)
-    for (_, outs), dead in zip(steps_io, frees):
+    for i, ((_, outs), dead) in enumerate(zip(steps_io, frees)):
         for name in outs:
             add(name)
         for dev, n in current.items():
             peak[dev] = max(peak.get(dev, 0), n)
+        if scratch is not None and scratch[i][1]:
+            dev, n = scratch[i]
+            peak[dev] = max(peak.get(dev, 0), current.get(dev, 0) + n)
         for name in dead:
             if name in live:
                 dev, n = live.pop(name)
@@ -335,7 +341,7 @@ class Executor:
         ``inputs`` is one batch, or ``batch(step)`` giving the batch of each step (step
         counts the iterations run on the state so far, from 0; warm-ups get the first
         timed step's). Per-op times are the median of the ``iterations`` timed runs
-        (``self.record``). ``progress(done, total)`` is called after each op when given;
+        (``self.record``; bounded memory for any number, ``runtime.timing``). ``progress(done, total)`` is called after each op when given;
         ``on_step(step, values)`` after each timed iteration, with host copies of the
         ``watch`` blobs. The state carries over (see the module docstring): warm-ups train
         a copy of it.
@@ -347,7 +353,7 @@ class Executor:
         batches.get(first_step)  # checked before anything runs; sets the input signature
         self._watch(watch)
         for s in self.steps:
-            s.samples_s.clear()
+            s.times.clear()
         total = (warmup + iterations) * len(self.steps)
         # blob sizes (for peak memory) are measured once per input signature
         known = self._sizes.get(self._signature)
@@ -364,7 +370,7 @@ class Executor:
                                         tick, grant=timed and not self._owners_checked)
                 if timed:
                     for s in self.steps:
-                        s.samples_s.append(s.timer.seconds())
+                        s.times.add(s.timer.seconds())
                     self.steps_done += 1
                     if on_step is not None:
                         on_step(self.steps_done, {n: self._collect(blobs, n) for n in watch})
@@ -559,9 +565,9 @@ class Executor:
         peak = peak_bytes([(s.inputs, s.outputs) for s in self.steps], sizes, fed,
                           [s.frees for s in self.steps])
         ops = tuple(OpRun(index=s.op.index, name=s.op.name, type=s.op.type, device=s.device.name,
-                          time_s=statistics.median(s.samples_s) if s.samples_s else 0.0,
-                          samples_s=tuple(s.samples_s), copy_bytes=sum(n for *_, n in s.links),
-                          copy_direction=direction(s.links), links=s.links) for s in self.steps)
+                          time_s=s.times.median, samples_s=s.times.samples,
+                          copy_bytes=sum(n for *_, n in s.links), copy_direction=direction(s.links),
+                          links=s.links, **s.times.summary()) for s in self.steps)
         devices = self.devices.all()
         return RunRecord(net_name=self.net.name, devices=tuple(d.name for d in devices), ops=ops,
                          peak_bytes={d.name: int(peak.get(d.name, 0)) for d in devices},

@@ -182,6 +182,9 @@ def npz_headers(path: str | os.PathLike) -> dict[str, tuple[tuple[int, ...], np.
     header can claim any shape: nothing is allocated here)."""
     found = {}
     try:
+        if not Path(path).is_file():  # a FIFO or a device has no end for zipfile to seek to
+            what = "is a directory" if Path(path).is_dir() else "is not a regular file"
+            raise InputError(f"{path}: {what if Path(path).exists() else 'no such file'}", hint=NPZ_HINT)
         with zipfile.ZipFile(path) as z:
             for info in z.infolist():
                 with z.open(info) as f:

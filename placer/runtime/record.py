@@ -3,7 +3,9 @@
 The file is plain JSON with a ``schema`` tag and version so that a reader can refuse a
 file it does not understand; it is written atomically (``placer.fileio``).
 
-Conventions: times are seconds (median over the timed runs, every sample kept); an op's
+Conventions: times are seconds (median over the timed runs; ``samples_s`` every sample up
+to 256 runs, a uniform sample of 256 beyond, with ``count``, ``mean_s``, ``std_s``,
+``min_s``, ``max_s`` over all of them: ``runtime.timing``); an op's
 ``device`` is the device it is placed on and timed on (a copy's GPU end, as Caffe2 places
 copies); a copy's transfers are in ``links`` (source, target, bytes) and summed in
 ``copy_bytes`` / ``copy_direction``; ``timing_labels`` says how each device's times must
@@ -13,7 +15,7 @@ fed inputs, activations until their last reader) per device, not allocator overh
 Derived figures written beside them for readers without placer: ``total_s``,
 ``copy_bytes`` per direction, ``time_by_device_s`` and ``link_bytes`` per
 "source->target" link. Files of version 1 written before ``links`` existed read back
-with no links.
+with no links; those written before the running figures get them from their samples.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from dataclasses import asdict, fields
 from placer.documents import TEXT, check_document, number, read_document
 from placer.errors import PlacerError
 from placer.fileio import atomic_write_text
+from placer.runtime.timing import running
 from placer.types import OpRun, RunRecord
 
 SCHEMA = "placer.run_record"
@@ -60,6 +63,8 @@ RUN_RECORD_SCHEMA = {
                 "index": {"type": "integer", "minimum": 0, "description": "an op index (0 or more)"},
                 "name": TEXT, "type": TEXT, "device": TEXT, "time_s": _SECONDS,
                 "samples_s": {"type": "array", "items": _SECONDS}, "copy_bytes": _BYTES, "copy_direction": TEXT,
+                "count": {"type": "integer", "minimum": 0, "description": "a count of timed runs (0 or more)"},
+                "mean_s": _SECONDS, "std_s": _SECONDS, "min_s": _SECONDS, "max_s": _SECONDS,
                 "links": {"type": "array", "items": {
                     "type": "array", "minItems": 3, "maxItems": 3, "description": "[source, target, bytes]",
                     "prefixItems": [TEXT, TEXT, _BYTES]}}}}},
@@ -85,7 +90,10 @@ def check_dict(data, where: str = "run record", error: type = PlacerError) -> di
 def from_dict(data: dict, where: str = "run record") -> RunRecord:
     check_dict(data, where)
     known = {f.name for f in fields(OpRun)}    # a field a later version adds is left out
-    ops = tuple(OpRun(**{**{k: v for k, v in o.items() if k in known}, "samples_s": tuple(o.get("samples_s", ())),
+    # a record without the running figures (written before they were kept) gets them
+    # from its samples
+    ops = tuple(OpRun(**{**running(o.get("samples_s", ())).summary(), **{k: v for k, v in o.items() if k in known},
+                         "samples_s": tuple(o.get("samples_s", ())),
                          "links": tuple((a, b, n) for a, b, n in o.get("links", ()))})
                 for o in data["ops"])
     return RunRecord(net_name=data["net_name"], devices=tuple(data["devices"]), ops=ops,
