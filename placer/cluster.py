@@ -178,7 +178,9 @@ def find_cluster(name_or_path: str | Path) -> Path:
 
 def load_cluster(name_or_path: str | Path) -> ClusterMachine:
     """A cluster profile file (or a shipped name) as a ``ClusterMachine``."""
+    from placer.fileio import note_read
     path = find_cluster(name_or_path)
+    note_read(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as e:

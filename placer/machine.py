@@ -346,7 +346,9 @@ def load_machine(name_or_path: str | Path, host: DeviceProfile | None = None) ->
     """A machine profile file (or a shipped name); ``host`` replaces its host profile
     (a measured one, from ``--cpu-profile``)."""
     from placer.profiling import load_device_profile
+    from placer.fileio import note_read
     path = find_machine(name_or_path)
+    note_read(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as e:

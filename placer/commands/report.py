@@ -11,7 +11,7 @@ import json
 import os
 
 from placer.errors import InputError
-from placer.fileio import refuse_overwrite
+from placer.fileio import note_read, refuse_outputs
 from placer.report.trace import write_trace
 
 HELP = "write the HTML report (and Chrome trace) of a plan, optionally with a measured run"
@@ -38,9 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for out in (args.output, args.trace):
-        if out:
-            refuse_overwrite(out, args.plan, args.run)
+    refuse_outputs({"-o": args.output, "--trace": args.trace}, args.plan, args.run)
     plan = read_json(args.plan, "plan", "write it with `placer plan NET --json > plan.json`")
     if not isinstance(plan.get("ops"), list):
         raise InputError(f"{args.plan}: not a placer plan (no 'ops' list)",
@@ -59,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def read_json(path: str, what: str, hint: str) -> dict:
+    note_read(path)
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)

@@ -21,7 +21,7 @@ from math import prod
 from pathlib import Path
 
 from placer.errors import NetParseError, PlacerError, ShapeError
-from placer.fileio import atomic_write_text
+from placer.fileio import atomic_write_text, note_read
 from placer.types import DATA_TYPE_TO_DTYPE, DTYPE_TO_DATA_TYPE, Net, TensorType
 
 # The most elements a blob can have: Caffe2 counts them in int64, numpy in intp.
@@ -209,6 +209,7 @@ def shape_problem(dims) -> str | None:
 def read_json_file(path: Path, what: str):
     """A small JSON document, or a NetParseError: unreadable, not UTF-8, not JSON, or nested
     too deeply for the decoder (it recurses per level)."""
+    note_read(path)
     try:
         return json.loads(path.read_bytes().decode("utf-8"))
     except OSError as e:

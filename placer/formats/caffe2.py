@@ -29,7 +29,7 @@ from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
 from placer.errors import NetParseError, PlacerError
-from placer.fileio import atomic_write_bytes, atomic_write_text
+from placer.fileio import atomic_write_bytes, atomic_write_text, note_read
 from placer.formats import caffe2_pb as pb
 from placer.types import DATA_TYPE_TO_DTYPE, Args, Device, Net, Op, TensorType
 
@@ -53,6 +53,7 @@ _ERROR_PREFIX = re.compile(r"^\d+:\d+ : ")
 def read_file_bytes(path: str | os.PathLike, hint: str = "check the path") -> bytes:
     """The bytes of a net (or weights) file, or a NetParseError saying why it cannot be read."""
     p = Path(path)
+    note_read(p)
     if not p.exists():
         raise NetParseError(str(path), "no such file: cannot read it", hint=hint)
     if p.is_dir():

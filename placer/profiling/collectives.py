@@ -30,7 +30,7 @@ import numpy as np
 
 from placer.collectives import CollectiveModel, bus_bytes
 from placer.errors import DeviceError, ProfileError
-from placer.fileio import atomic_write_text
+from placer.fileio import atomic_write_text, note_read
 from placer.ops.collective_kernels import _NCCL_DTYPES, SUM
 from placer.profiling.link import fit_line
 
@@ -203,6 +203,7 @@ def save_measurements(m: CollectiveMeasurements, path: str) -> None:
 
 
 def load_measurements(path: str) -> CollectiveMeasurements:
+    note_read(path)
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from placer.constants import PROFILE_SCHEMA_VERSION
 from placer.errors import ProfileError
-from placer.fileio import atomic_write_text
+from placer.fileio import atomic_write_text, note_read
 from placer.formats import shape_problem
 from placer.types import TensorType
 
@@ -390,6 +390,7 @@ def _method(r: _Reader, raw: Mapping, where: str) -> str:
 def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile file."""
     path = Path(path)
+    note_read(path)
     try:
         text = path.read_bytes().decode("utf-8")
     except OSError as e:

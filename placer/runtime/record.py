@@ -22,7 +22,7 @@ import os
 from dataclasses import asdict
 
 from placer.errors import PlacerError
-from placer.fileio import atomic_write_text
+from placer.fileio import atomic_write_text, note_read
 from placer.types import OpRun, RunRecord
 
 SCHEMA = "placer.run_record"
@@ -63,6 +63,7 @@ def save(record: RunRecord, path: str | os.PathLike) -> None:
 
 
 def load(path: str | os.PathLike) -> RunRecord:
+    note_read(path)
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
