@@ -59,11 +59,14 @@ class _Command:
         return None
 
     def commit(self) -> None:
+        """FIFOs and devices first (opening one may wait for a reader: a signal still
+        interrupts), then every rename at once, with signals held off until done."""
+        for _, target, tmp, data in self.files:
+            if tmp is None:
+                _write_special(target, data)
         with _signals_held():
-            for _, target, tmp, data in self.files:
-                if tmp is None:
-                    _write_special(target, data)
-                else:
+            for _, target, tmp, _ in self.files:
+                if tmp is not None:
                     os.replace(tmp, target)
             for tmp, out in self.dirs:
                 _replace_dir(tmp, out)
@@ -89,7 +92,11 @@ def command_scope(stage: bool = True):
     outer, _current = _current, _Command(stage)
     try:
         yield _current
-        _current.commit()
+        try:
+            _current.commit()
+        except OSError as e:
+            raise PlacerError(f"{e.filename}: cannot write: {e.strerror or e}",
+                              hint="give an output path in a folder you can write to") from e
     finally:
         with _signals_held():
             _current.discard()
@@ -249,18 +256,19 @@ def check_output_dir(outdir: str | os.PathLike, option: str, kind: str, manifest
                           hint="give a new subfolder, e.g. -o out")
     if not out.exists():
         return out
+    _refuse_reads_under(out, f"{option} {outdir}")
     present = {str(p.relative_to(out)) for p in out.rglob("*") if not p.is_dir()}
     if present and not _previous_output(out, kind, manifest, present):
         raise PlacerError(f"{option} {outdir}: the folder holds files that are not a previous "
                           f"`{kind}` output of placer", hint="give a new or empty folder")
-    _refuse_reads_under(out, f"{option} {outdir}")
     return out
 
 
 def _refuse_reads_under(out: Path, what: str) -> None:
     for name in (_current.reads if _current is not None else ()):
         if Path(name) == out or out in Path(name).parents:
-            raise PlacerError(f"{what}: holds {name}, an input of this command", hint="give another output folder")
+            raise PlacerError(f"{what}: refusing to overwrite an input: the folder holds {name}, which this "
+                              "command reads", hint="give another output folder")
 
 
 def _previous_output(out: Path, kind: str, manifest: str, present: set[str]) -> bool:

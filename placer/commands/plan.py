@@ -297,6 +297,8 @@ def _value_info_path(placed_path: str, net_path: str) -> str | None:
     the input net's shapes were read from."""
     from pathlib import Path
     path = Path(placed_path)
+    if not path.name or path.is_dir():  # no file name: writing -o fails first, saying so
+        return None
     path = path.with_name(path.stem + ".value_info.json")
     src = Path(net_path)
     if path.exists() and path.resolve() in {p.resolve() for p in (
