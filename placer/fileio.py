@@ -297,15 +297,19 @@ class OutputDir:
 
     def __init__(self, outdir: str | os.PathLike, option: str, kind: str, manifest: str = "manifest.json",
                  inputs: tuple = ()):
-        self.kind, self.manifest = kind, manifest
+        self.kind, self.manifest, self.option = kind, manifest, option
         self.out = check_output_dir(outdir, option, kind, manifest, *inputs)
         self.given = Path(outdir)      # as the user wrote it, for messages
         self.tmp: Path | None = None
         self.files: list[str] = []
 
     def __enter__(self) -> "OutputDir":
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", suffix=".tmp", dir=self.out.parent))
+        try:
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", suffix=".tmp", dir=self.out.parent))
+        except OSError as e:
+            raise PlacerError(f"{self.option} {self.given}: cannot write: {e.strerror or e}",
+                              hint="give a folder in a place you can write to") from e
         return self
 
     def __exit__(self, kind, error, tb) -> None:
@@ -348,6 +352,9 @@ def commit_dir(tmp: Path, out: Path) -> None:
     try:
         with _signals_held():
             _replace_dir(tmp, out)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise PlacerError(f"{out}: cannot write: {e.strerror or e}", hint="give a folder you can write to") from e
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
