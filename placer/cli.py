@@ -83,11 +83,13 @@ def _terminate(signum, frame):
 
 @contextmanager
 def _signals_interrupt():
-    """SIGTERM and SIGHUP raise ``Terminated`` while a command runs (main thread only)."""
+    """SIGTERM and SIGHUP raise ``Terminated`` while a command runs (main thread only; a
+    signal already ignored, as under ``nohup``, stays ignored)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    kinds = [s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s]
+    kinds = [s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None))
+             if s and signal.getsignal(s) == signal.SIG_DFL]
     before = {s: signal.signal(s, _terminate) for s in kinds}
     try:
         yield

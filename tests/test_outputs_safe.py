@@ -235,9 +235,14 @@ def test_a_failing_output_leaves_the_ones_before_it_as_they_were(proj, capsys):
 
 # ---------------------------------------------------------------- signals
 
-def _start(argv: list[str], cwd: Path) -> subprocess.Popen:
+def _start(argv: list[str], cwd: Path, ignored: tuple = ()) -> subprocess.Popen:
+    """``python -m placer.cli ARGV`` with SIGINT, SIGTERM, SIGHUP at their defaults (a
+    background shell ignores SIGINT) but for ``ignored``."""
+    def dispositions():
+        for s in SIGNALS:
+            signal.signal(s, signal.SIG_IGN if s in ignored else signal.SIG_DFL)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "placer.cli", *argv], cwd=cwd, env=env,
+    return subprocess.Popen([sys.executable, "-m", "placer.cli", *argv], cwd=cwd, env=env, preexec_fn=dispositions,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -284,3 +289,15 @@ def test_a_signal_removes_the_cluster_writers_temporary_folder(tmp_path, signum)
     proc.communicate(timeout=60)
     assert proc.returncode == 128 + signum
     assert _snapshot(tmp_path) == before and not list(tmp_path.glob(".*"))
+
+
+def test_a_hangup_ignored_by_nohup_stays_ignored(proj):
+    os.mkfifo(proj / "t.fifo")
+    proc = _start(["run", NET, "--record", "r.json", "--trace", "t.fifo", "--quiet"], proj, ignored=(signal.SIGHUP,))
+    _wait_for(proc, proj, ".r.json.*.tmp")
+    proc.send_signal(signal.SIGHUP)
+    time.sleep(0.5)  # a hangup acted on would end it at once; it must still be waiting on the FIFO
+    assert proc.poll() is None, "SIGHUP ended a command started with it ignored"
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM and not (proj / "r.json").exists()
