@@ -11,10 +11,10 @@
   scope that stages, the outputs of a command are written to their temporaries as it goes
   and renamed into place together when it succeeds: a command that fails or is
   interrupted leaves every output as it was; two outputs on one path are refused.
-- Folders (``check_output_dir``, ``commit_dir``): written whole into a temporary folder
-  beside the target and moved into place only when the target is absent, empty, or holds
-  exactly a previous placer output of the same kind (its manifest's ``placer_output``
-  field and file list), never a folder of other files.
+- Folders (``OutputDir``): written whole into a temporary folder beside the target and
+  moved into place only when the target is absent, empty, or holds only the files of a
+  previous placer output of the same kind (its manifest's ``placer_output`` field and
+  ``files`` list), never a folder of other files, one holding an input, or the working folder.
 """
 from __future__ import annotations
 

@@ -14,7 +14,9 @@ HELP = "convert a Caffe .prototxt (+ .caffemodel) to Caffe2 predict_net and init
 DESCRIPTION = """\
 Convert a Caffe net (V2 `layer`, V1 `layers` or V0 prototxt) to Caffe2 NetDefs the way
 Caffe2's own translator mapped layers to ops, and write OUTDIR/predict_net.pbtxt and
-OUTDIR/init_net.pbtxt (with --binary also the .pb files).
+OUTDIR/init_net.pbtxt (with --binary also the .pb files). OUTDIR is written whole and moved
+into place: it must be new, empty or a previous conversion (OUTDIR/manifest.json lists the
+files placer wrote there).
 
 The input shapes the file gives (an Input layer, input_shape, input_dim, a data layer's
 parameters), completed or replaced by --input, go to OUTDIR/value_info.json in the

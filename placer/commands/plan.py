@@ -202,14 +202,15 @@ def _add_confidence(doc: dict, result, draws: int) -> None:
 def _check_outputs(args) -> None:
     """No output replaces an input file (named, or read so far), and no two outputs share
     a path; a cluster plan's -o is a folder that may receive it (``fileio.OutputDir``)."""
+    beside = None if args.cluster or not args.output else _value_info_path(args.output, args.net)
     outputs = {"-o": None if args.cluster else args.output, "--init-out": args.init_out,
-               "-o's value_info.json": None if args.cluster or not args.output else _value_info_path(args.output, args.net),
+               "-o's value_info.json": beside,
                "--plan-out": args.plan_out, "--graph-out": args.graph_out,
                "--report": getattr(args, "report", None), "--trace": getattr(args, "trace", None)}
     refuse_outputs(outputs, args.net, args.init_net, args.weights)
     if args.cluster and args.output:
         from placer.manifest import MANIFEST, OUTPUT_KIND
-        check_output_dir(args.output, "-o", OUTPUT_KIND, MANIFEST)
+        check_output_dir(args.output, "-o", OUTPUT_KIND, MANIFEST, args.net, args.init_net, args.weights)
 
 
 def _profiles(machine) -> dict:

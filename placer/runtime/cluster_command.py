@@ -38,7 +38,8 @@ def run_command(args) -> int:
     for w in manifest["workers"]:  # they are read: no output may be one of them
         note_read(outdir / w["net"])
         note_read(outdir / w["init_net"])
-    refuse_outputs({"--outputs": args.outputs, "--record": args.record, "--trace": args.trace}, *(args.inputs_npz or []))
+    refuse_outputs({"--outputs": args.outputs, "--record": args.record, "--trace": args.trace},
+                   *(args.inputs_npz or []))
     address = None if args.ray == "local" else args.ray
     run = run_on_ray(outdir, address, inputs, iterations=args.iterations, warmup=args.warmup,
                      emulate=bool(args.emulate_gpu or args.emulate_gpus), seed=args.seed, threads=args.threads,
