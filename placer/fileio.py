@@ -257,8 +257,7 @@ def check_output_dir(outdir: str | os.PathLike, option: str, kind: str, manifest
     if not out.exists():
         return out
     _refuse_reads_under(out, f"{option} {outdir}")
-    present = {str(p.relative_to(out)) for p in out.rglob("*") if not p.is_dir()}
-    if present and not _previous_output(out, kind, manifest, present):
+    if any(out.iterdir()) and not _previous_output(out, kind, manifest):
         raise PlacerError(f"{option} {outdir}: the folder holds files that are not a previous "
                           f"`{kind}` output of placer", hint="give a new or empty folder")
     return out
@@ -271,14 +270,18 @@ def _refuse_reads_under(out: Path, what: str) -> None:
                               "command reads", hint="give another output folder")
 
 
-def _previous_output(out: Path, kind: str, manifest: str, present: set[str]) -> bool:
+def _previous_output(out: Path, kind: str, manifest: str) -> bool:
+    """``out`` holds only files its manifest says placer wrote there, as output of ``kind``
+    (the manifest is read first: a folder without one is not walked)."""
     try:
         doc = json.loads((out / manifest).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     if not isinstance(doc, dict) or doc.get(OUTPUT_MARK) != kind or not isinstance(doc.get("files"), list):
         return False
-    return present <= {*map(str, doc["files"]), manifest}
+    listed = {*map(str, doc["files"]), manifest}
+    listed |= {str(d) for name in listed for d in Path(name).parents if str(d) != "."}   # their folders
+    return all(str(p.relative_to(out)) in listed for p in out.rglob("*"))
 
 
 class OutputDir:

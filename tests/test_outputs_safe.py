@@ -170,6 +170,9 @@ def test_a_previous_cluster_plan_is_replaced_and_one_with_a_file_added_is_not(tm
     (out / "workers" / "notes.txt").write_text("mine")
     err = _refused(capsys, ["plan", net, "--cluster", "local-2hosts", "-o", str(out), *FAST], tmp_path)
     assert "not a previous `cluster-plan` output" in err
+    (out / "workers" / "notes.txt").unlink()
+    (out / "mine").mkdir()                     # an empty folder of the user's is theirs too
+    _refused(capsys, ["plan", net, "--cluster", "local-2hosts", "-o", str(out), *FAST], tmp_path)
 
 
 def test_convert_into_a_folder(tmp_path, capsys):
