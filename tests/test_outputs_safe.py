@@ -197,6 +197,17 @@ def test_convert_into_a_folder(tmp_path, capsys):
     assert "`convert`" in _refused(capsys, ["convert", str(proto), "-o", str(tmp_path / "c")], tmp_path)
 
 
+@pytest.mark.parametrize("argv", [
+    ["train-net", str(EXAMPLES / "resnet_small_train.pbtxt"), "--loss", "loss", "--optimizer", "sgd", "--lr", "0.1"],
+    ["shard", str(EXAMPLES / "dlrm_small_train.pbtxt"), "--gpu-profile", "t4-pcie3", "--gpus", "2"],
+], ids=lambda a: a[0])
+def test_train_net_and_shard_refuse_a_folder_of_the_users(tmp_path, capsys, argv):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "train_net.pbtxt").write_text("my own train net")
+    err = _refused(capsys, [*argv, "-o", str(tmp_path / "mine")], tmp_path)
+    assert f"not a previous `{argv[0]}` output" in err
+
+
 def test_demo_refuses_a_folder_of_the_users(tmp_path, capsys):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "summary.txt").write_text("my summary")
