@@ -4,14 +4,20 @@ Each command module defines ``HELP`` (one line), ``DESCRIPTION``, ``add_argument
 and ``run(args) -> int``. A ``PlacerError`` (bad input, missing shape, infeasible plan)
 prints one line on stderr (at most ``errors.MAX_MESSAGE_CHARS`` characters, cut in the
 middle) and exits with code 2, as does running out of memory; ``--debug`` shows the traceback.
+SIGINT, SIGTERM and SIGHUP unwind the command like Ctrl-C (temporary files removed, no
+output half-replaced; ``placer.fileio.command_scope``) and exit with 128 + the signal.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 
 from placer.errors import PlacerError, one_line
+from placer.fileio import command_scope
 
 # Subcommands in the order `placer --help` lists them.
 COMMANDS = ["inspect", "convert", "train-net", "run", "profile", "plan", "shard", "report", "demo"]
@@ -44,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show the full traceback of an error")
         module.add_arguments(p)
-        p.set_defaults(_run=module.run)
+        p.set_defaults(_run=module.run, _stage=getattr(module, "STAGE_OUTPUTS", True))
     return parser
 
 
@@ -55,7 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args._run(args) or 0)
+        with _signals_interrupt(), command_scope(stage=args._stage):
+            try:
+                return int(args._run(args) or 0)
+            except BrokenPipeError:  # stdout closed early (| head): the files written still count
+                return 0
     except PlacerError as e:
         if args.debug:
             raise
@@ -67,11 +77,38 @@ def main(argv: list[str] | None = None) -> int:
         print("placer: error: out of memory: this step needed more than placer's memory check "
               "could price (try smaller shapes with --input; --debug shows where)", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print("placer: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 0
+        return 128 + getattr(e, "signum", signal.SIGINT)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the command is, to unwind as Ctrl-C does."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _terminate(signum, frame):
+    raise Terminated(signum)
+
+
+@contextmanager
+def _signals_interrupt():
+    """SIGTERM and SIGHUP raise ``Terminated`` while a command runs (main thread only; a
+    signal already ignored, as under ``nohup``, stays ignored)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kinds = [s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None))
+             if s and signal.getsignal(s) == signal.SIG_DFL]
+    before = {s: signal.signal(s, _terminate) for s in kinds}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
 
 
 if __name__ == "__main__":

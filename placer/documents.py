@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from placer.errors import PlacerError
+from placer.fileio import note_read
 
 MiB = 2 ** 20
 # The largest document read by default. Profiles and manifests are kilobytes to a few
@@ -80,7 +81,9 @@ def read_document(path: str | os.PathLike, schema: dict | None, what: str, error
                   hint: str | None = None, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
     """The JSON document at ``path``, checked against ``schema`` (module docstring);
     ``what`` names it in messages ("machine profile"), ``error`` makes the exception (a
-    PlacerError class, or any ``(message, hint=)`` callable), ``hint`` says what to try."""
+    PlacerError class, or any ``(message, hint=)`` callable), ``hint`` says what to try.
+    The path is noted as read: no output of the command may replace it (``fileio.note_read``)."""
+    note_read(path)
     data = parse_document(_read_bytes(Path(path), what, error, hint, max_bytes), str(path), what, error, hint)
     if schema is not None:
         check_document(data, schema, str(path), error, hint)

@@ -16,24 +16,25 @@ devices, GPU count, net, init net, the inputs the driver feeds it and the output
 returns, and the plan's predicted seconds on its devices; every message (tag, phase, blob,
 source and destination device, bytes); the predicted step (serial and overlapped).
 
-The directory is written whole into a sibling temporary directory and renamed into place,
-so a failed plan leaves no half-written directory; an existing directory is replaced only
-when it holds a manifest (a previous plan), never a directory of other files.
+The manifest's ``placer_output`` ("cluster-plan") and ``files`` mark the folder as placer's.
+The directory is written whole into a sibling temporary directory and renamed into place
+(``placer.fileio.OutputDir``), so a failed plan leaves no half-written directory; an existing
+directory is replaced only when it is empty or holds exactly a previous cluster plan.
 """
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from placer.documents import LARGEST_FLOAT, check_document, read_document
 from placer.errors import PlacerError
+from placer.fileio import OutputDir, atomic_write_text
 
 SCHEMA = "placer.cluster_manifest"
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
+OUTPUT_KIND = "cluster-plan"   # the manifest's placer_output field
 
 
 def write_plan_dir(outdir: str | os.PathLike, result, doc: dict, outputs_on_host: bool = True) -> list[tuple[str, str]]:
@@ -56,10 +57,7 @@ def write_placed_dir(outdir: str | os.PathLike, predict, init, cluster, types: d
     the per-worker split, the one-process net, the manifest (module docstring)."""
     from placer.formats.caffe2 import save_netdef
     from placer.rewrite_workers import ENGINE, WORLD, one_process, split_workers
-    out = Path(outdir)
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST).exists())):
-        raise PlacerError(f"-o {out}: exists and is not a placer cluster output directory",
-                          hint="give a new or empty directory")
+    folder = OutputDir(outdir, "-o", OUTPUT_KIND, MANIFEST)
     split = split_workers(predict, init, cluster, types, inputs)
     predicted = predicted or {"serial_s": None, "makespan_s": None, "by_device_s": {}}
     per_device = predicted.pop("by_device_s", {}) or {}
@@ -82,27 +80,21 @@ def write_placed_dir(outdir: str | os.PathLike, predict, init, cluster, types: d
         "messages": [vars(m) for m in split.messages],
         "collectives": split.collectives,
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        (tmp / "workers").mkdir()
-        save_netdef(predict, tmp / "placed.pbtxt")
-        save_netdef(one_process(predict, cluster), tmp / "one_process.pbtxt")
+    with folder:
+        save_netdef(predict, folder.path("placed.pbtxt"))
+        save_netdef(one_process(predict, cluster), folder.path("one_process.pbtxt"))
         if init is not None:
-            save_netdef(init, tmp / "placed_init.pbtxt")
-            save_netdef(one_process(init, cluster), tmp / "one_process_init.pbtxt")
-        (tmp / "one_process.value_info.json").write_text(json.dumps(_value_info(types, inputs), indent=1) + "\n")
+            save_netdef(init, folder.path("placed_init.pbtxt"))
+            save_netdef(one_process(init, cluster), folder.path("one_process_init.pbtxt"))
+        atomic_write_text(folder.path("one_process.value_info.json"),
+                          json.dumps(_value_info(types, inputs), indent=1) + "\n")
         for w in split.workers:
-            save_netdef(w.predict, tmp / f"workers/{w.host}.pbtxt")
-            save_netdef(w.init, tmp / f"workers/{w.host}_init.pbtxt")
+            save_netdef(w.predict, folder.path(f"workers/{w.host}.pbtxt"))
+            save_netdef(w.init, folder.path(f"workers/{w.host}_init.pbtxt"))
         if doc is not None:
-            (tmp / "plan.json").write_text(json.dumps(doc, indent=1) + "\n")
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-        _replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return [("cluster plan directory", f"{out} ({len(split.workers)} workers, {len(split.messages)} messages)")]
+            atomic_write_text(folder.path("plan.json"), json.dumps(doc, indent=1) + "\n")
+        folder.write_manifest(manifest)
+    return [("cluster plan directory", f"{outdir} ({len(split.workers)} workers, {len(split.messages)} messages)")]
 
 
 def placed_types(predict, init, known: dict, inputs: list[str], net_from_netdef) -> dict:
@@ -135,16 +127,6 @@ def _predicted_by_device(result) -> dict[str, float]:
         name = arr.devices[d]
         out[name] = out.get(name, 0.0) + float(arr.op_s[i, d])
     return out
-
-
-def _replace_dir(new: Path, out: Path) -> None:
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        out.rename(old)
-        new.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        new.rename(out)
 
 
 _NAMES = {"type": "array", "items": {"type": "string"}, "description": "a list of names"}

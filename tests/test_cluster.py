@@ -337,7 +337,7 @@ def test_plan_cluster_command_writes_the_directory_and_refuses_a_foreign_one(tmp
     (other / "notes.txt").write_text("keep")
     assert main(["plan", net, "--cluster", "local-2hosts", "-o", str(other)]) == 2
     assert (other / "notes.txt").read_text() == "keep" and not (other / "manifest.json").exists()
-    assert "not a placer cluster output directory" in capsys.readouterr().err
+    assert "not a previous `cluster-plan` output of placer" in capsys.readouterr().err
 
 
 def test_network_object_is_what_the_profile_says():

@@ -565,7 +565,8 @@ def test_big_init_nets_are_written_binary_only(tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     assert main(["convert", str(proto), "--weights", str(tmp_path / "w.caffemodel"), "-o", str(out)]) == 0
     assert "980 weight values: written binary only" in capsys.readouterr().out
-    assert sorted(p.name for p in out.iterdir()) == ["init_net.pb", "predict_net.pbtxt", "value_info.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["init_net.pb", "manifest.json", "predict_net.pbtxt",
+                                                     "value_info.json"]
     fill = next(op for op in load_netdef(out / "init_net.pb").op if op.output[0] == "ip_w")
     np.testing.assert_allclose(_args(fill)["values"], np.linspace(-1, 1, 980), atol=1e-6)
 

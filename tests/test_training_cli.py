@@ -98,7 +98,7 @@ def test_outputs_never_overwrite_the_input(tmp_path, capsys):
     net.write_text((DATA / "mlp_predict_net.pbtxt").read_text())
     code = main(["train-net", str(net), "--init-net", str(DATA / "mlp_init_net.pbtxt"), "--loss", "loss",
                  "--optimizer", "sgd", "--lr", "0.1", "-o", str(tmp_path)])
-    assert code == 2 and "refusing to overwrite an input file" in capsys.readouterr().err
+    assert code == 2 and "refusing to overwrite an input" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- convert --solver
@@ -117,7 +117,7 @@ def test_convert_with_a_solver_writes_the_train_nets(tmp_path, capsys, corpus):
     assert main(["convert", str(net), "--solver", str(solver), "--input", "data=4,1,28,28",
                  "-o", str(out)]) == 0
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["init_net.pbtxt", "predict_net.pbtxt", "train_init_net.pbtxt", "train_net.pbtxt",
+    assert names == ["init_net.pbtxt", "manifest.json", "predict_net.pbtxt", "train_init_net.pbtxt", "train_net.pbtxt",
                      "train_net.value_info.json", "value_info.json"]
     expected = solver_train_nets(net, solver, input_shapes={"data": TensorType((4, 1, 28, 28))})
     assert load_netdef(out / "train_net.pbtxt") == expected.train

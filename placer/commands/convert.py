@@ -6,7 +6,7 @@ from collections import Counter
 from pathlib import Path
 
 from placer.errors import InputError, PlacerError
-from placer.fileio import refuse_overwrite
+from placer.fileio import OutputDir
 from placer.units import fmt_bytes
 from placer.formats import VALUE_INFO, save_value_info
 
@@ -14,7 +14,9 @@ HELP = "convert a Caffe .prototxt (+ .caffemodel) to Caffe2 predict_net and init
 DESCRIPTION = """\
 Convert a Caffe net (V2 `layer`, V1 `layers` or V0 prototxt) to Caffe2 NetDefs the way
 Caffe2's own translator mapped layers to ops, and write OUTDIR/predict_net.pbtxt and
-OUTDIR/init_net.pbtxt (with --binary also the .pb files).
+OUTDIR/init_net.pbtxt (with --binary also the .pb files). OUTDIR is written whole and moved
+into place: it must be new, empty or a previous conversion (OUTDIR/manifest.json lists the
+files placer wrote there).
 
 The input shapes the file gives (an Input layer, input_shape, input_dim, a data layer's
 parameters), completed or replaced by --input, go to OUTDIR/value_info.json in the
@@ -37,7 +39,7 @@ example:
 # Above this many weight values the init net is written binary only: text costs about
 # 21 bytes and 4 us per value (protobuf text_format, measured), binary 5 bytes and ~0.
 TEXT_INIT_MAX_VALUES = 2_000_000
-OUTPUT_NAMES = ("predict_net.pbtxt", "init_net.pbtxt", "predict_net.pb", "init_net.pb")
+OUTPUT_KIND = "convert"   # OUTDIR/manifest.json's placer_output field
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,8 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise PlacerError(f"{out}: -o takes a folder, and this is a file",
                           hint="give a folder name; it is created when missing")
-    for name in (*OUTPUT_NAMES, VALUE_INFO):
-        refuse_overwrite(out / name, args.net, args.weights)
+    folder = OutputDir(out, "-o", OUTPUT_KIND, inputs=(args.net, args.weights, args.solver))
     user_shapes = parse_input_specs(args.inputs)
     solver_nets = None
     if args.solver:
@@ -91,16 +92,16 @@ def run(args: argparse.Namespace) -> int:
     if args.binary or not text_init:
         names.append("init_net.pb")
     written = []
-    for name in names:
-        netdef = result.predict if name.startswith("predict") else result.init
-        written.append(save_netdef(netdef, out / name, binary=name.endswith(".pb")))
-    if solver_nets is not None:
-        from placer.training.solver import save_solver_nets
-        written += save_solver_nets(solver_nets, out, args.binary)
-        result.notes += [f"train net ({args.solver}): {note}" for note in solver_nets.notes]
-    # always written, so that a value_info.json left by an earlier conversion into the
-    # same folder cannot lend its shapes to this net
-    written.append(save_value_info(result.input_shapes, out / VALUE_INFO))
+    with folder:
+        for name in names:
+            netdef = result.predict if name.startswith("predict") else result.init
+            written.append(folder.shown(save_netdef(netdef, folder.path(name), binary=name.endswith(".pb"))))
+        if solver_nets is not None:
+            from placer.training.solver import save_solver_nets
+            written += map(folder.shown, save_solver_nets(solver_nets, folder.tmp, args.binary))
+            result.notes += [f"train net ({args.solver}): {note}" for note in solver_nets.notes]
+        written.append(folder.shown(save_value_info(result.input_shapes, folder.path(VALUE_INFO))))
+        folder.write_manifest({"source": str(args.net), "weights": args.weights})
     _print_summary(args, result, written)
     return 0
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from placer import examples
 from placer.errors import InputError
-from placer.fileio import atomic_write_bytes, atomic_write_text
+from placer.fileio import OutputDir, atomic_write_bytes, atomic_write_text
 from placer.profiling import DEFAULT_GPU_PROFILE
 from placer.types import TensorType
 from placer.units import fmt_bytes, fmt_rate
@@ -61,6 +61,10 @@ OUT/commands.sh lists the placer commands the demo ran, to repeat any step by ha
   placer demo -o /tmp/demo --quick --quiet
 """
 
+# The subcommands read back what they write (plan.json, the placed nets): each output is
+# renamed into place as it is written, inside the demo's own temporary folder.
+STAGE_OUTPUTS = False
+OUTPUT_KIND = "demo"   # OUT/manifest.json's placer_output field
 RUNNABLE = ("dlrm_small", "resnet_small")
 FULL_SIZE = "dlrm_criteo_1tb"
 FULL_SIZE_GPUS = ("v100-16gb-pcie3", "a100-40gb-pcie4", "h200-141gb-pcie5")
@@ -97,22 +101,35 @@ def run(args: argparse.Namespace) -> int:
     if Path(args.output).exists() and not Path(args.output).is_dir():
         raise InputError(f"-o {args.output}: is a file; the demo writes a folder of files",
                          hint="give a folder, e.g. -o reports/demo")
-    demo = Demo(Path(args.output), EFFORT["quick" if args.quick else "full"], quiet=args.quiet)
-    return demo.main()
+    folder = OutputDir(args.output, "-o", OUTPUT_KIND)
+    with folder:
+        demo = Demo(folder.tmp, EFFORT["quick" if args.quick else "full"], quiet=args.quiet, final=folder.given)
+        status = demo.main()
+        for path in folder.tmp.rglob("*"):
+            if path.is_file():
+                folder.shown(path)
+        folder.write_manifest({"quick": args.quick})
+    return status
 
 
 class Demo:
-    """The five steps, each writing under ``out``; ``commands`` logs what was run."""
+    """The five steps, each writing under ``out``; ``commands`` logs what was run. ``final``:
+    where ``out`` is moved once done (``placer.fileio.OutputDir``), the folder messages name."""
 
-    def __init__(self, out: Path, effort: Effort, quiet: bool = False):
+    def __init__(self, out: Path, effort: Effort, quiet: bool = False, final: Path | None = None):
         self.out, self.effort, self.quiet = out, effort, quiet
+        self.final = final or out
         self.commands: list[str] = []
         self.written: list[Path] = []
         self.start = time.monotonic()
 
+    def shown(self, text: str) -> str:
+        """``text`` with the folder being written named as the final one."""
+        return text.replace(str(self.out), str(self.final))
+
     def say(self, text: str) -> None:
         if not self.quiet:
-            print(f"[{time.monotonic() - self.start:5.1f}s] {text}", file=sys.stderr, flush=True)
+            print(f"[{time.monotonic() - self.start:5.1f}s] {self.shown(text)}", file=sys.stderr, flush=True)
 
     def main(self) -> int:
         cpu_profile = self.profile_cpu()
@@ -132,14 +149,14 @@ class Demo:
             mismatched.append(TOWERS_NET)
         if mismatched:
             print(f"placer demo: FAILED: the placed net's outputs differ from the all-CPU run for "
-                  f"{', '.join(mismatched)} (see {self.out}/<net>/outputs_*.npz)", file=sys.stderr)
+                  f"{', '.join(mismatched)} (see {self.final}/<net>/outputs_*.npz)", file=sys.stderr)
             return 1
         return 0
 
     def print_files(self) -> None:
         names = "{" + ",".join(RUNNABLE) + "}"
         gpus = "{" + ",".join(g.split("-")[0] for g in FULL_SIZE_GPUS) + "}"
-        print(f"placer demo wrote {len(set(self.written))} files under {self.out}/")
+        print(f"placer demo wrote {len(set(self.written))} files under {self.final}/")
         for what, where in (
                 ("reports", f"{names}/report.html, {FULL_SIZE}/report-{gpus}.html (open in a browser)"),
                 ("traces", f"{names}/trace_{{predicted,measured}}.json (open in https://ui.perfetto.dev)"),
@@ -288,7 +305,7 @@ class Demo:
         parser = argparse.ArgumentParser(prog=f"placer {name}")
         module.add_arguments(parser)
         args = parser.parse_args(argv)
-        line = f"placer {name} " + " ".join(a if a == ">" else shlex.quote(a) for a in (shown or argv))
+        line = self.shown(f"placer {name} " + " ".join(a if a == ">" else shlex.quote(a) for a in (shown or argv)))
         self.commands.append(line)
         print("$ " + line, file=log)
         with contextlib.redirect_stdout(log):

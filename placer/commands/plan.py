@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from placer import arguments
 from placer.commands.common import StageClock, add_feed_argument, add_net_arguments, load_typed_net
 from placer.errors import PlacerError
-from placer.fileio import atomic_write_text, refuse_overwrite
+from placer.fileio import atomic_write_text, check_output_dir, refuse_outputs
 from placer.partition import METHODS
 from placer.planner import PlanOptions, plan
 from placer.planview import json_text, plan_json
@@ -121,6 +121,7 @@ def _run(args) -> int:
     if args.init_out and typed.net.init_proto is None:  # before anything is written
         raise PlacerError("--init-out: the net has no init net to place", hint="give --init-net")
     machine = None if args.cluster else machine_from_args(args)
+    _check_outputs(args)  # again: against every file read (the init net, value_info.json found beside NET)
     options = PlanOptions(method=args.method, gpu_mem_bytes=args.gpu_mem,
                           reserve=args.gpu_reserve, pins=tuple(args.pin),
                           keep_existing=args.keep_existing, outputs_on_host=args.outputs_on_host,
@@ -171,20 +172,17 @@ def _add_confidence(doc: dict, result, draws: int) -> None:
 
 
 def _check_outputs(args) -> None:
-    """No output replaces an input file, and no two outputs share a path."""
-    from pathlib import Path
-    outputs = {"-o": args.output, "--init-out": args.init_out, "--plan-out": args.plan_out,
-               "--graph-out": args.graph_out,
+    """No output replaces an input file (named, or read so far), and no two outputs share
+    a path; a cluster plan's -o is a folder that may receive it (``fileio.OutputDir``)."""
+    beside = None if args.cluster or not args.output else _value_info_path(args.output, args.net)
+    outputs = {"-o": None if args.cluster else args.output, "--init-out": args.init_out,
+               "-o's value_info.json": beside,
+               "--plan-out": args.plan_out, "--graph-out": args.graph_out,
                "--report": getattr(args, "report", None), "--trace": getattr(args, "trace", None)}
-    seen: dict = {}
-    for option, out in outputs.items():
-        if not out:
-            continue
-        refuse_overwrite(out, args.net, args.init_net, args.weights)
-        key = Path(out).resolve()
-        if key in seen:
-            raise PlacerError(f"{option} {out}: the same file as {seen[key]}", hint="give each output its own path")
-        seen[key] = option
+    refuse_outputs(outputs, args.net, args.init_net, args.weights)
+    if args.cluster and args.output:
+        from placer.manifest import MANIFEST, OUTPUT_KIND
+        check_output_dir(args.output, "-o", OUTPUT_KIND, MANIFEST, args.net, args.init_net, args.weights)
 
 
 def _profiles(machine) -> dict:
@@ -255,20 +253,28 @@ def _write_value_info(typed, placed_path: str, net_path: str) -> str | None:
     """Input shapes beside the placed net (``<stem>.value_info.json``, as the model zoo
     ships them), so that ``placer run placed.pbtxt`` needs no --input. A value_info the
     input net was read with (a placed net with the input's stem) is left as it is."""
-    from pathlib import Path
-
     from placer.types import DTYPE_TO_DATA_TYPE
     shapes = {b: typed.blobs.get(b) for b in typed.net.data_inputs}
     shapes = {b: [DTYPE_TO_DATA_TYPE.get(t.dtype, 1), list(t.shape)] for b, t in shapes.items() if t is not None}
-    if not shapes:
+    path = _value_info_path(placed_path, net_path)
+    if not shapes or path is None:
         return None
+    atomic_write_text(path, json.dumps(shapes, indent=1) + "\n")
+    return str(path)
+
+
+def _value_info_path(placed_path: str, net_path: str) -> str | None:
+    """``<stem>.value_info.json`` beside the placed net, or None where that is the file
+    the input net's shapes were read from."""
+    from pathlib import Path
     path = Path(placed_path)
+    if not path.name or path.is_dir():  # no file name: writing -o fails first, saying so
+        return None
     path = path.with_name(path.stem + ".value_info.json")
     src = Path(net_path)
     if path.exists() and path.resolve() in {p.resolve() for p in (
             src.with_name(src.stem + ".value_info.json"), src.with_name("value_info.json"))}:
         return None
-    atomic_write_text(path, json.dumps(shapes, indent=1) + "\n")
     return str(path)
 
 

@@ -151,8 +151,10 @@ def _device_kind(name: str) -> str:
 
 
 def _existing(path: str) -> Profile:
+    from placer.fileio import reading_to_update
     if Path(path).exists():
-        return load_profile(path)
+        with reading_to_update(path):
+            return load_profile(path)
     return Profile(name=Path(path).stem, devices={}, description="measured by placer profile")
 
 

@@ -10,7 +10,7 @@ import argparse
 import os
 
 from placer.errors import InputError
-from placer.fileio import refuse_overwrite
+from placer.fileio import refuse_outputs
 from placer.report.doc import read_plan
 from placer.report.trace import write_trace
 from placer.runtime import record as run_record
@@ -39,9 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for out in (args.output, args.trace):
-        if out:
-            refuse_overwrite(out, args.plan, args.run)
+    refuse_outputs({"-o": args.output, "--trace": args.trace}, args.plan, args.run)
     plan = read_plan(args.plan)
     run_dict = run_record.read_dict(args.run, InputError) if args.run else None
     write_report(plan, run_dict, args.output)

@@ -11,7 +11,7 @@ import numpy as np
 from placer import arguments
 from placer.commands.common import add_net_arguments, load_typed_net
 from placer.errors import InputError
-from placer.fileio import atomic_write_bytes, refuse_overwrite
+from placer.fileio import atomic_write_bytes, refuse_outputs
 from placer.progress import Progress
 from placer.runtime import record as run_record
 from placer.runtime.devices import check_emulated_gpus
@@ -121,9 +121,7 @@ def run(args: argparse.Namespace) -> int:
     files = npz_files(args.inputs_npz) if args.inputs_npz else []
     for path in files:  # before their shapes type the net
         _require_npz_fits(path)
-    for out in (args.outputs, args.record, args.trace, args.save_init):
-        if out:
-            refuse_overwrite(out, args.net, args.init_net, *files)
+    _check_outputs(args, files)
     if args.threads is not None:
         if not set_blas_threads(args.threads):
             print("placer: warning: could not set the BLAS thread count here; "
@@ -134,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         from placer.runtime.cluster_command import run_command
         return run_command(args)
     typed = load_typed_net(args)
+    _check_outputs(args, files)  # again: against the init net and value_info.json found beside NET
     net = typed.net
     if not args.quiet:
         from placer.commands.shard import sharding_notes
@@ -179,6 +178,12 @@ def run(args: argparse.Namespace) -> int:
         from placer.report.trace import write_trace
         write_trace(None, args.trace, run=run_record.to_dict(rec))
     return 0
+
+
+def _check_outputs(args, files) -> None:
+    """No output is an input (named, or read so far), no two outputs are one file."""
+    refuse_outputs({"--outputs": args.outputs, "--record": args.record, "--trace": args.trace,
+                    "--save-init": args.save_init}, args.net, args.init_net, *files)
 
 
 def _batches(args, files, executor, typed, trains):

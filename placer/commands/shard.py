@@ -7,7 +7,7 @@ import sys
 
 from placer import arguments
 from placer.errors import InputError
-from placer.fileio import atomic_write_text, refuse_overwrite
+from placer.fileio import OutputDir, atomic_write_text, note_read, refuse_outputs
 from placer.units import fmt_bytes, fmt_time
 
 HELP = "plan data parallelism and embedding-table sharding of a train net over the GPUs"
@@ -96,15 +96,14 @@ def run(args) -> int:
     from placer.machine import machine_from_args
     from placer.partition.sharding import plan_sharding
     settings = _settings(args)
-    if args.plan_out:
-        refuse_overwrite(args.plan_out, args.net, args.init_net)
+    refuse_outputs({"--plan-out": args.plan_out}, args.net, args.init_net)
     if args.output:
-        from placer.training.files import check_output_dir, train_net_paths
-        out = check_output_dir(args.output)
-        for path in train_net_paths(out) + [out / "train_net.value_info.json", out / SHARDING_MANIFEST]:
-            refuse_overwrite(path, args.net, args.init_net)
+        from placer.training.files import check_output_dir
+        OutputDir(check_output_dir(args.output), "-o", OUTPUT_KIND, SHARDING_MANIFEST, (args.net, args.init_net))
     source = _source(args)
     machine = _machine(args, machine_from_args)
+    refuse_outputs({"--plan-out": args.plan_out})  # again: against every file read
+    folder = OutputDir(args.output, "-o", OUTPUT_KIND, SHARDING_MANIFEST) if args.output else None
     global_batch, per_gpu = args.global_batch, args.batch_per_gpu
     if global_batch is None and per_gpu is None:
         global_batch = source.batch
@@ -113,7 +112,7 @@ def run(args) -> int:
     result = plan_sharding(source, machine, global_batch=global_batch, per_gpu_batch=per_gpu, settings=settings,
                            degrees=degrees, search_s=args.search_time, **limit)
     doc = result_json(result)
-    written, notes = write_sharded_net(result, source, args.output) if args.output else ([], [])
+    written, notes = write_sharded_net(result, source, folder) if folder else ([], [])
     if args.plan_out:
         atomic_write_text(args.plan_out, json.dumps(doc, indent=1) + "\n")
         written.append(args.plan_out)
@@ -135,15 +134,14 @@ def source_fed(typed) -> set:
 
 
 SHARDING_MANIFEST = "sharding.json"
+OUTPUT_KIND = "shard"   # sharding.json's placer_output field
 
 
-def write_sharded_net(result, source, out_dir) -> tuple[list, list]:
+def write_sharded_net(result, source, folder: OutputDir) -> tuple[list, list]:
     """The plan's sharded train net (``placer.training.sharded``), init net, the shapes of
     the blobs each GPU (and the host) is fed, and ``sharding.json`` (every table's layout
-    as written, its blobs and devices, the notes) into ``out_dir``. Returns the paths
+    as written, its blobs and devices, the notes) into ``folder``. Returns the paths
     written and the notes (uvm tables written as host tables, ...)."""
-    from pathlib import Path
-
     from placer.formats.caffe2 import params_from_init
     from placer.training.files import save_train_nets
     from placer.training.sharded import sharded
@@ -159,15 +157,13 @@ def write_sharded_net(result, source, out_dir) -> tuple[list, list]:
             layouts[o.table] = layout
     n = len(plan.ranks)
     nets = sharded(typed.net.proto, typed.net.init_proto, layouts, n, plan.global_batch)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = save_train_nets(out, nets.train, nets.init)
-    info = out / "train_net.value_info.json"
-    atomic_write_text(info, json.dumps(_fed_shapes(nets, typed, n), indent=1) + "\n")
-    manifest = out / SHARDING_MANIFEST
-    atomic_write_text(manifest, json.dumps(_manifest(nets, planned, [result.machine.names[r] for r in plan.ranks]),
-                                           indent=1) + "\n")
-    return [str(p) for p in written] + [str(info), str(manifest)], nets.notes
+    with folder:
+        written = [folder.shown(p) for p in save_train_nets(folder.tmp, nets.train, nets.init)]
+        info = folder.path("train_net.value_info.json")
+        atomic_write_text(info, json.dumps(_fed_shapes(nets, typed, n), indent=1) + "\n")
+        written.append(folder.shown(info))
+        folder.write_manifest(_manifest(nets, planned, [result.machine.names[r] for r in plan.ranks]))
+    return [str(p) for p in written] + [str(folder.given / SHARDING_MANIFEST)], nets.notes
 
 
 def _fed_shapes(nets, typed, n: int) -> dict:
@@ -211,6 +207,7 @@ def sharding_notes(net_path) -> list[str]:
     manifest = Path(net_path).parent / SHARDING_MANIFEST
     if Path(net_path).name not in ("train_net.pbtxt", "train_net.pb") or not manifest.is_file():
         return []
+    note_read(manifest)
     try:
         notes = json.loads(manifest.read_text()).get("notes", [])
     except (OSError, ValueError, AttributeError):

@@ -62,22 +62,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from placer.commands.common import parse_input_specs
-    from placer.fileio import refuse_overwrite
+    from placer.fileio import OutputDir
     from placer.formats import load_net
-    from placer.training.files import check_output_dir, save_train_nets, train_net_paths
+    from placer.training.files import check_output_dir, save_train_nets
     from placer.training.recipe import OptimizerChoice, make_train_nets, parse_lr_args
 
     choice = OptimizerChoice(args.optimizer, args.lr, momentum=args.momentum,
                              weight_decay=args.weight_decay, epsilon=args.epsilon,
                              policy=args.lr_policy,
                              policy_args=parse_lr_args(args.lr_policy, args.lr_arg))
-    out = check_output_dir(args.output)
-    for path in train_net_paths(out, binary=args.binary):
-        refuse_overwrite(path, args.net, args.init_net, args.weights)
+    folder = OutputDir(check_output_dir(args.output), "-o", "train-net", inputs=(args.net, args.init_net, args.weights))
     net = load_net(args.net, init_path=args.init_net, phase=args.phase, weights=args.weights,
                    input_shapes=parse_input_specs(args.inputs))
+    folder = OutputDir(args.output, "-o", "train-net")  # again: against the init net found beside NET
     result = make_train_nets(net, args.loss, choice)
-    written = save_train_nets(out, result.train, result.init, binary=args.binary)
+    with folder:
+        written = [folder.shown(p) for p in save_train_nets(folder.tmp, result.train, result.init, binary=args.binary)]
+        folder.write_manifest({"source": str(args.net)})
     _print_summary(args, net, result, written)
     return 0
 

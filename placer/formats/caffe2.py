@@ -30,7 +30,7 @@ from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
 from placer.errors import NetParseError, PlacerError, excerpt
-from placer.fileio import atomic_write_bytes, atomic_write_text
+from placer.fileio import atomic_write_bytes, atomic_write_text, note_read
 from placer.formats import caffe2_pb as pb
 from placer.memory import available_bytes, format_bytes
 from placer.types import DATA_TYPE_TO_DTYPE, Args, Device, Net, Op, TensorType
@@ -66,6 +66,7 @@ def read_file_bytes(path: str | os.PathLike, hint: str = "check the path") -> by
     """The bytes of a net (or weights) file, or a NetParseError saying why it cannot be read:
     missing, not a regular file, or too large to parse here (``check_net_file``)."""
     p = Path(path)
+    note_read(p)
     try:
         check_net_file(p, hint)
         with open(p, "rb") as f:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from placer.errors import PlacerError
+from placer.fileio import note_read
 from placer.runtime.cluster_worker import RECV_TIMEOUT_S, ClusterWorker
 
 RESOURCE = "placer_host_{}"
@@ -95,6 +96,9 @@ def run_on_ray(outdir: str | os.PathLike, address: str | None = None, inputs: di
     from placer.manifest import read_manifest
     manifest = read_manifest(outdir)
     hosts = [w["host"] for w in manifest["workers"]]
+    for w in manifest["workers"]:
+        note_read(Path(outdir) / w["net"])
+        note_read(Path(outdir) / w["init_net"])
     texts = {w["host"]: ((Path(outdir) / w["net"]).read_text(), (Path(outdir) / w["init_net"]).read_text())
              for w in manifest["workers"]}
     started = _connect(address, hosts)

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from placer.errors import InputError
-from placer.fileio import atomic_write_bytes, atomic_write_text
+from placer.fileio import atomic_write_bytes, atomic_write_text, note_read, refuse_outputs
 from placer.units import fmt_time
 
 
@@ -33,6 +33,11 @@ def run_command(args) -> int:
                          hint="give the OUTDIR of: placer plan NET --cluster NAME -o OUTDIR")
     manifest = read_manifest(outdir)
     inputs = one_process_inputs(outdir, manifest, _one_npz(args.inputs_npz), args.random_inputs or 0)
+    for w in manifest["workers"]:  # they are read: no output may be one of them
+        note_read(outdir / w["net"])
+        note_read(outdir / w["init_net"])
+    refuse_outputs({"--outputs": args.outputs, "--record": args.record, "--trace": args.trace},
+                   *(args.inputs_npz or []))
     address = None if args.ray == "local" else args.ray
     run = run_on_ray(outdir, address, inputs, iterations=args.iterations, warmup=args.warmup,
                      emulate=bool(args.emulate_gpu or args.emulate_gpus), seed=args.seed, threads=args.threads,

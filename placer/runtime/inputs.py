@@ -34,6 +34,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from placer.errors import InputError
+from placer.fileio import note_read
 from placer.types import Net, TensorType
 
 _SLS = {"SparseLengthsSum", "SparseLengthsMean", "SparseLengthsMax", "SparseLengthsSumFused8BitRowwise",
@@ -170,6 +171,8 @@ def npz_files(paths: Sequence[str | os.PathLike]) -> list[Path]:
             files.extend(found)
         else:
             files.append(p)
+    for f in files:
+        note_read(f)
     return files
 
 
