@@ -3,11 +3,15 @@
 Each command module defines ``HELP`` (one line), ``DESCRIPTION``, ``add_arguments(parser)``
 and ``run(args) -> int``. A ``PlacerError`` (bad input, missing shape, infeasible plan)
 prints one line on stderr and exits with code 2; ``--debug`` shows the traceback.
+Standard output that cannot be written (a full disk, ``> /dev/full``) is one line and
+exit code 1; any other exception is a bug in placer: one line naming its type and
+``--debug``, exit code 1, never a traceback unless asked for.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from placer.errors import PlacerError
@@ -16,6 +20,38 @@ from placer.errors import PlacerError
 COMMANDS = ["inspect", "convert", "train-net", "run", "profile", "plan", "shard", "report", "demo"]
 # Control characters (a newline in an op type read from a damaged file) printed escaped: an error is one line.
 ONE_LINE = {c: repr(chr(c))[1:-1] for c in [*range(32), 127]}
+# An unexpected exception's message is cut to this many characters: the line stays readable.
+MAX_MESSAGE_CHARS = 200
+
+
+class StdoutError(Exception):
+    """Writing standard output failed (disk full, pipe closed): the output is lost, not the input."""
+
+    def __init__(self, error: OSError):
+        super().__init__(error.strerror or str(error))
+        self.error = error
+
+
+class _GuardedStdout:
+    """Standard output whose write errors are told apart from the command's own OSErrors."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as e:
+            raise StdoutError(e) from e
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as e:
+            raise StdoutError(e) from e
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 def _command_modules() -> dict:
@@ -47,18 +83,58 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
+    real_stdout, sys.stdout = sys.stdout, _GuardedStdout(sys.stdout)
     try:
-        return int(args._run(args) or 0)
+        rc = int(args._run(args) or 0)
+        sys.stdout.flush()  # a failed write shows here, not at the interpreter's exit
+        return rc
     except PlacerError as e:
         if args.debug:
             raise
-        print(f"placer: error: {str(e).translate(ONE_LINE)}", file=sys.stderr)
+        _error(f"error: {e}")
         return 2
     except KeyboardInterrupt:
-        print("placer: interrupted", file=sys.stderr)
+        _error("interrupted")
         return 130
-    except BrokenPipeError:
-        return 0
+    except StdoutError as e:
+        _detach(real_stdout)
+        if isinstance(e.error, BrokenPipeError):  # `placer inspect net | head`: the reader has enough
+            return 0
+        if args.debug:
+            raise
+        _error(f"error: cannot write the output to standard output: {e} (redirect it to a file or "
+               "device with room)")
+        return 1
+    except Exception as e:  # noqa: BLE001 - the last line of defence: a bug, told in one line
+        if args.debug:
+            raise
+        message = str(e)[:MAX_MESSAGE_CHARS]
+        _error(f"internal error: {type(e).__name__}: {message} (a bug in placer; run again with "
+               "--debug for the traceback and report it)")
+        return 1
+    finally:
+        sys.stdout = real_stdout
+
+
+def _error(line: str) -> None:
+    """One line on stderr; a stderr that cannot be written either is left alone."""
+    try:
+        print(f"placer: {line.translate(ONE_LINE)}", file=sys.stderr)
+        sys.stderr.flush()
+    except OSError:
+        pass
+
+
+def _detach(stream) -> None:
+    """Point the stdout file descriptor at the null device, so the interpreter's own flush at
+    exit does not fail again on what is still buffered (a captured stream has no descriptor)."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, fd)
+    os.close(null)
 
 
 if __name__ == "__main__":
