@@ -16,6 +16,8 @@ from placer.types import DTYPE_TO_DATA_TYPE, TensorType, TypedNet
 INPUT_FORMAT = "NAME=d0,d1,...[:dtype]"
 # Caffe2 TensorProto data types a fed blob can have (string tensors are not fed from here).
 TENSOR_DTYPES = tuple(d for d in DTYPE_TO_DATA_TYPE if d != "object")
+# 2^63 - 1 has 19 digits: a longer dimension cannot be a Caffe2 size.
+MAX_DIM_DIGITS = len(str(2**63 - 1))
 _DTYPE_SUFFIX = re.compile(r"^(?P<dims>.*?)(?::(?P<dtype>[A-Za-z][A-Za-z0-9_]*))?$")
 
 
@@ -53,6 +55,9 @@ def parse_input_spec(spec: str) -> tuple[str, TensorType]:
         if not (d.isascii() and d.isdigit()):
             raise InputError(f"--input '{spec}': dimension '{d}' is not a non-negative integer "
                              f"(expected {INPUT_FORMAT}, e.g. data=1,3,224,224)")
+        if len(d.lstrip("0")) > MAX_DIM_DIGITS:  # read before int(): Python refuses 4300+ digits
+            raise InputError(f"--input {name}=...: dimension {d[:12]}... ({len(d)} digits) is larger than "
+                             "int64 can count (2^63 - 1)", hint="give the blob's real size")
         dims.append(int(d))
     problem = shape_problem(dims)
     if problem:

@@ -108,12 +108,14 @@ def parse_size(text: str | None) -> float | None:
 
 
 def parse_fraction(text: str) -> float:
+    forms = "give a percentage from 0% to below 100% (10%) or a fraction from 0 to below 1 (0.1)"
     try:
-        value = float(text.rstrip("%")) / (100 if text.strip().endswith("%") else 1)
+        value = float(text.strip().rstrip("%")) / (100 if text.strip().endswith("%") else 1)
     except ValueError:
-        raise PlacerError(f"--gpu-reserve '{text}': expected a percentage like 10%") from None
+        raise PlacerError(f"--gpu-reserve '{text}': not a number; {forms}") from None
     if not 0 <= value < 1:
-        raise PlacerError(f"--gpu-reserve '{text}': must be at least 0% and below 100%")
+        read = "a percentage" if text.strip().endswith("%") else "a fraction (no % sign)"
+        raise PlacerError(f"--gpu-reserve '{text}': out of range, read as {read}; {forms}")
     return value
 
 

@@ -266,6 +266,8 @@ def _degrees(text: str | None) -> list[int] | None:
         raise InputError(f"--degrees {text}: expected numbers of GPUs like 1,2,4,8") from None
     if not ks:
         raise InputError(f"--degrees {text}: give at least one number of GPUs")
+    if ks[0] < 1:
+        raise InputError(f"--degrees {text}: {ks[0]} is not a number of GPUs; each degree must be 1 or more")
     return ks
 
 
