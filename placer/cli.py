@@ -79,7 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:  # an option's converter raises a PlacerError naming the option (argparse passes it on)
+        args = parser.parse_args(argv)
+    except PlacerError as e:
+        if "--debug" in (sys.argv[1:] if argv is None else argv):
+            raise
+        _error(f"error: {e}")
+        return 2
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections import Counter
+
+from placer.errors import InputError
 
 HELP = "make a Caffe2 train net (gradients + optimizer) and its init net from a net"
 DESCRIPTION = """\
@@ -31,6 +34,28 @@ example:
 """
 
 
+def _number(option: str, rule: str, ok):
+    """An argparse ``type=``: a finite float that ``ok`` accepts, else an InputError naming
+    the option and the rule (raised through argparse, so the command line prints one line)."""
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise InputError(f"{option} {text}: not a number; {rule}") from None
+        if not math.isfinite(value) or not ok(value):
+            raise InputError(f"{option} {text}: {rule}")
+        return value
+    convert.__name__ = option.lstrip("-").replace("-", "_")  # argparse names the type in its own messages
+    return convert
+
+
+LEARNING_RATE = _number("--lr", "the learning rate must be positive and finite, e.g. 0.01", lambda v: v > 0)
+MOMENTUM = _number("--momentum", "the momentum must be from 0 to below 1, e.g. 0.9", lambda v: 0 <= v < 1)
+WEIGHT_DECAY = _number("--weight-decay", "the weight decay must be 0 or more and finite, e.g. 1e-4",
+                       lambda v: v >= 0)
+EPSILON = _number("--epsilon", "epsilon must be positive and finite, e.g. 1e-8", lambda v: v > 0)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from placer.commands.common import add_net_arguments
     from placer.training.recipe import OPTIMIZERS
@@ -42,12 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--loss", metavar="BLOB", action="append", required=True,
                         help="the loss blob (repeat for several losses; each is seeded with 1)")
     parser.add_argument("--optimizer", choices=OPTIMIZERS, required=True)
-    parser.add_argument("--lr", type=float, required=True, metavar="LR",
+    parser.add_argument("--lr", type=LEARNING_RATE, required=True, metavar="LR",
                         help="base learning rate (positive)")
-    parser.add_argument("--momentum", type=float, metavar="M",
+    parser.add_argument("--momentum", type=MOMENTUM, metavar="M",
                         help="momentum of --optimizer momentum / nesterov (default 0.9)")
-    parser.add_argument("--weight-decay", type=float, default=0.0, metavar="WD")
-    parser.add_argument("--epsilon", type=float, metavar="EPS",
+    parser.add_argument("--weight-decay", type=WEIGHT_DECAY, default=0.0, metavar="WD")
+    parser.add_argument("--epsilon", type=EPSILON, metavar="EPS",
                         help="Adagrad's / Adam's epsilon (Caffe2's defaults: 1e-4 / 1e-8)")
     parser.add_argument("--lr-policy", default="fixed", metavar="POLICY",
                         help="LearningRate policy: fixed (default), step, exp, inv, poly, ...")
@@ -60,14 +85,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from placer.commands.common import parse_input_specs
-    from placer.errors import InputError
     from placer.fileio import refuse_overwrite
     from placer.formats import load_net
     from placer.training.files import check_output_dir, save_train_nets, train_net_paths
     from placer.training.recipe import OptimizerChoice, make_train_nets, parse_lr_args
 
-    if args.lr <= 0:
-        raise InputError(f"--lr {args.lr:g}: the learning rate must be positive")
     choice = OptimizerChoice(args.optimizer, args.lr, momentum=args.momentum,
                              weight_decay=args.weight_decay, epsilon=args.epsilon,
                              policy=args.lr_policy,
