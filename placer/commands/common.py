@@ -158,8 +158,8 @@ def load_typed_net(args: argparse.Namespace, complete: bool = False,
     given_by = dict.fromkeys(shapes, "--input")
     for name, t in fed.items():  # arrays the net does not read are not fed (placer run ignores them)
         if name in known and name not in net.params and name not in shapes:
-            declared = net.input_shapes.get(name)
-            shapes[name] = t if declared is None else TensorType(t.shape, declared.dtype)
+            from placer.runtime.inputs import fed_type
+            shapes[name] = fed_type(net, name, t, net.input_shapes.get(name), fed_from)
             given_by[name] = fed_from
     changed = _changed_shapes(net, shapes, given_by)
     with clock("shapes"):
