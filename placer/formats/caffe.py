@@ -382,6 +382,18 @@ def _check_bottoms(caffe: CaffeNet, phase: str) -> None:
 def _declared_inputs(net, caffe: CaffeNet) -> None:
     """``input`` with ``input_shape`` (one per input) or ``input_dim`` (four per input)."""
     dims = list(net.input_dim)
+    # Caffe's Net::Init: "Must specify either input_shape OR deprecated input_dim, not both",
+    # and input_dim is "deprecated 4D dimensions": four per input, in order.
+    if dims and len(net.input_shape):
+        raise NetParseError(caffe.path, "the net gives both input_shape and input_dim",
+                            hint="keep one of them: input_shape { dim: ... } per input, or four input_dim per input")
+    if dims and len(dims) != 4 * len(net.input):
+        raise NetParseError(caffe.path, f"{len(dims)} input_dim value(s) for {len(net.input)} input(s): Caffe "
+                            f"needs four per input (N, C, H, W)",
+                            hint="give four input_dim per input, or an input_shape { dim: ... } per input")
+    if len(net.input_shape) > len(net.input):
+        raise NetParseError(caffe.path, f"{len(net.input_shape)} input_shape(s) for {len(net.input)} input(s)",
+                            hint="give one input_shape per input")
     for i, name in enumerate(net.input):
         shape: Shape = None
         if i < len(net.input_shape):
