@@ -120,12 +120,13 @@ def run(args) -> int:
                            degrees=degrees, search_s=args.search_time, **limit)
     doc = result_json(result)
     written, notes = write_sharded_net(result, source, args.output) if args.output else ([], [])
+    from placer.planview import finite_json
+    text = json.dumps(finite_json(doc), indent=1, allow_nan=False)  # strict JSON: an infinite cost is null
     if args.plan_out:
-        atomic_write_text(args.plan_out, json.dumps(doc, indent=1) + "\n")
+        atomic_write_text(args.plan_out, text + "\n")
         written.append(args.plan_out)
     if args.json:
-        json.dump(doc, sys.stdout, indent=1)
-        print()
+        print(text)
     else:
         print_result(doc)
         for path in written:
