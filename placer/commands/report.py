@@ -44,8 +44,7 @@ def run(args: argparse.Namespace) -> int:
     plan = read_json(args.plan, "plan", "write it with `placer plan NET --json > plan.json`")
     if plan.get("schema") == "placer.run_record":
         raise InputError(f"{args.plan}: this is a run record (placer run --record), not a plan",
-                         hint=f"give it with --run: placer report PLAN.json --run {args.plan} -o "
-                              f"{args.output}; write the plan with `placer plan NET --json > plan.json`")
+                         hint="give it with --run: placer report PLAN.json --run RUN.json -o OUT.html")
     if not isinstance(plan.get("ops"), list):
         raise InputError(f"{args.plan}: not a placer plan (no 'ops' list)",
                          hint="write it with `placer plan NET --json > plan.json`")

@@ -835,14 +835,14 @@ def _check_reshape(cv: _Converter, layer, dims: list[int], x: Shape, start: int 
     axes within the input, a 0 only where there is an input axis to copy, and as many
     elements out as in."""
     p = layer.reshape_param
-    fail = f"has reshape_param shape {dims} (axis {p.axis}, num_axes {p.num_axes})"
+    fail = f"has reshape_param shape {dims}"
     cv.require(dims.count(-1) <= 1 and min(dims, default=0) >= -1 and p.num_axes >= -1, layer,
                f"{fail}: at most one -1 may be inferred, no other size is negative, num_axes is -1 or more")
     if x is None:
         return
     rank = len(x)
     cv.require(0 <= start <= end <= rank, layer,
-               f"{fail}: the axes it replaces fall outside its {rank}-D input {_fmt(x)}",
+               f"{fail} from axis {p.axis} over {p.num_axes} axes, outside its {rank}-D input {_fmt(x)}",
                hint=f"use an axis from {-rank - 1} to {rank} and a num_axes that stays within the input")
     zeros = [i for i, d in enumerate(dims) if d == 0]
     cv.require(all(start + i < rank for i in zeros), layer,
@@ -851,8 +851,8 @@ def _check_reshape(cv: _Converter, layer, dims: list[int], x: Shape, start: int 
     total, made = dims_product(x), dims_product(out)
     kept = dims_product([d for i, d in enumerate(out) if i != start + dims.index(-1)]) if -1 in dims else None
     cv.require(total is None or not kept or total % kept == 0, layer,
-               f"{fail}: the other sizes ({kept} elements) do not divide the {total} elements of "
-               f"{_fmt(x)}, so the -1 cannot be inferred", hint="Caffe refuses this layer too")
+               f"{fail}: its other sizes ({kept} elements) do not divide {_fmt(x)} ({total}), so the -1 "
+               "cannot be inferred", hint="Caffe refuses this layer too")
     cv.require(total is None or made is None or total == made, layer,
                f"{fail}: makes {_fmt(out)} ({made} elements) from {_fmt(x)} ({total} elements)",
                hint="the new shape must hold as many elements as the input; Caffe refuses this layer too")

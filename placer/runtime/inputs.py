@@ -100,14 +100,14 @@ def fed_type(net: Net, name: str, fed: TensorType, declared: TensorType | None, 
     for a Caffe net's inputs (Caffe's blobs are float; its labels are read as labels).
     """
     dtype = np.dtype(fed.dtype)
-    role = roles(through_copies(net)).get(name)
+    (kind, *_), reader, _ = roles(through_copies(net)).get(name, ((None,), None, None))
     where = f"{source}: array '{name}' is {fed.dtype}"
     if dtype.kind not in "biuf":
         raise InputError(f"{where}, not a Caffe2 tensor type", hint=f"save '{name}' as float32 or an integer type")
-    if role is not None and role[0] in _ROLE_DTYPE:
+    if kind in _ROLE_DTYPE:
         if dtype.kind not in "iu":
-            raise InputError(f"{where}, but op {role[1].label} reads it as {role[0]}s",
-                             hint=f"save '{name}' as {_ROLE_DTYPE[role[0]]}")
+            raise InputError(f"{where}, but op {reader.label} reads it as {kind}s",
+                             hint=f"save '{name}' as {_ROLE_DTYPE[kind]}")
         return fed
     want = "float32" if net.source_format == "caffe-prototxt" else (declared.dtype if declared else None)
     if want is not None and str(dtype) != want:
