@@ -368,3 +368,9 @@ def test_plan_json_is_strict_json():
     refuse = lambda name: pytest.fail(f"{name} in the plan JSON")  # noqa: E731
     assert json.loads(text, parse_constant=refuse) == {
         "total_s": None, "gap": None, "ops": [{"time_s": {"cpu": 1.5, "cuda:0": None}}], "timeline": [1.0, None]}
+
+
+def test_layer_line_is_the_layers_when_the_net_has_its_name(capsys, tmp_path):
+    net = _file(tmp_path, "t.prototxt", BASE.replace('"hostile"', '"t"') +
+                'layer { name: "t" type: "Tile" bottom: "data" top: "a" tile_param { axis: 9 tiles: 2 } }\n')
+    assert f"{net}:3: layer 't' (Tile)" in _refused(capsys, ["inspect", net])

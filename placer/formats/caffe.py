@@ -356,13 +356,24 @@ def layer_error(path: str, layer, message: str, hint: str | None = None) -> NetP
                          line=layer_line(path, layer.name), hint=hint)
 
 
+def _in_layer_block(text: str, at: int) -> bool:
+    """Whether position ``at`` is directly inside a ``layer {`` or ``layers {`` block."""
+    opened = text.rfind("{", 0, at)
+    if opened < 0 or text.rfind("}", 0, at) > opened:
+        return False
+    return re.search(r"\blayers?\s*$", text[max(0, opened - 40):opened]) is not None
+
+
 def layer_line(path: str, name: str) -> int | None:
-    """The line of ``name: "<layer name>"`` in the file (the first one), if any."""
+    """The line of ``name: "<layer name>"`` in the file, if any: the first one inside a
+    ``layer {`` / ``layers {`` block (a net may have the name of one of its layers), else
+    the first one."""
     try:
         text = read_file_bytes(path).decode("utf-8", "replace")
     except NetParseError:
         return None
-    m = re.search(r'\bname\s*:\s*["\']' + re.escape(name) + r'["\']', text)
+    found = list(re.finditer(r'\bname\s*:\s*["\']' + re.escape(name) + r'["\']', text))
+    m = next((m for m in found if _in_layer_block(text, m.start())), found[0] if found else None)
     return text.count("\n", 0, m.start()) + 1 if m else None
 
 
