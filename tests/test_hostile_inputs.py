@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -122,9 +123,19 @@ def test_caffe_input_dim_with_input_shape(capsys, tmp_path):
 
 # ------------------------------------------------------------------ op shape functions
 
-AXIS_INTS = ("axis", "axis_w", "axis_a", "axis_b", "top_k")
-AXIS_LISTS = ("axes", "dims", "starts", "ends", "split")
-OUT_OF_RANGE = (9, -9, 2 ** 40)
+def _argument_names() -> dict[str, bool]:
+    """Every argument an op reads through a typed getter (``args.int("axis")``, ...), from
+    the op modules' source: name -> whether it is read as a list (``ints`` / ``floats``)."""
+    names: dict[str, bool] = {}
+    for path in sorted((ROOT / "placer" / "ops").glob("*.py")):
+        for getter, name in re.findall(r'args\.(int|ints|float|floats|bool)\("([A-Za-z0-9_.]+)"', path.read_text()):
+            names[name] = names.get(name, False) or getter.endswith("s")
+    return names
+
+
+ARGUMENT_NAMES = _argument_names()
+# Out of range for any axis, index, count or size: past the rank, negative, zero, past int32.
+OUT_OF_RANGE = (9, -9, 0, -1, 2 ** 40, -2 ** 40)
 
 
 def _op_samples():
@@ -161,22 +172,29 @@ def test_every_registered_op_has_a_sample():
     assert {t for t, _ in OP_SAMPLES} == set(registry.all_types())
 
 
+def test_the_ops_read_axis_arguments():
+    assert {"axis", "axes", "starts", "ends", "split", "dims", "num_classes"} <= set(ARGUMENT_NAMES)
+    assert ARGUMENT_NAMES["axes"] and not ARGUMENT_NAMES["axis"]
+
+
 @pytest.mark.parametrize("op_type, sample", OP_SAMPLES, ids=[t for t, _ in OP_SAMPLES])
-def test_op_shape_functions_refuse_axes_out_of_range(op_type, sample):
-    """Every axis-like argument set out of range (positive, negative, past int32): an op's
-    infer (and its cost) returns or raises a PlacerError naming the op, never IndexError."""
+def test_op_shape_functions_refuse_arguments_out_of_range(op_type, sample):
+    """Every argument an op reads set out of range (an axis past the rank, a negative or
+    huge count; lists of one and of four such values): infer, cost and the launch count
+    return, or raise a PlacerError naming the op, never IndexError, MemoryError, ..."""
     inputs, args, n_outputs = sample
     opdef = registry.get(op_type)
-    for name in AXIS_INTS + AXIS_LISTS:
+    for name, is_list in ARGUMENT_NAMES.items():
         for bad in OUT_OF_RANGE:
-            given = Args({**args, name: [bad] if name in AXIS_LISTS else bad}, op=f"#0 {op_type} 'x'",
-                         n_outputs=n_outputs)
-            try:
-                outputs = opdef.infer(inputs, given)
-                if outputs and all(o is not None for o in outputs):
-                    opdef.cost(inputs, outputs, given)
-            except PlacerError as e:  # anything else (IndexError, TypeError) fails the test
-                assert "#0" in str(e) and op_type in str(e), str(e)
+            for value in ([bad], [bad] * 4) if is_list else (bad,):
+                given = Args({**args, name: value}, op=f"#0 {op_type} 'x'", n_outputs=n_outputs)
+                try:
+                    outputs = opdef.infer(inputs, given)
+                    if outputs and all(o is not None for o in outputs):
+                        opdef.cost(inputs, outputs, given)
+                        opdef.launch_count(inputs, given)
+                except PlacerError as e:  # anything else fails the test
+                    assert "#0" in str(e) and op_type in str(e), str(e)
 
 
 def test_concat_axis_out_of_range_names_the_op():
