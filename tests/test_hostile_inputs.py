@@ -392,3 +392,14 @@ def test_layer_line_is_the_layers_when_the_net_has_its_name(capsys, tmp_path):
     net = _file(tmp_path, "t.prototxt", BASE.replace('"hostile"', '"t"') +
                 'layer { name: "t" type: "Tile" bottom: "data" top: "a" tile_param { axis: 9 tiles: 2 } }\n')
     assert f"{net}:3: layer 't' (Tile)" in _refused(capsys, ["inspect", net])
+
+
+def test_gpu_link_count_below_one(capsys, tmp_path):
+    line = _refused(capsys, ["plan", _caffe(tmp_path, RELU), "--gpus", "2", "--gpu-link", "nvlink2",
+                             "--gpu-link-count", "-1"])
+    assert "--gpu-link-count -1: a GPU pair has 1 or more links" in line
+
+
+def test_emulate_gpus_past_a_machine(capsys, tmp_path):
+    line = _refused(capsys, ["run", _caffe(tmp_path, RELU), "--emulate-gpus", "9" * 15])
+    assert "--emulate-gpus 999999999999999: emulate from 1 to 256 GPUs" in line

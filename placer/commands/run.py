@@ -9,6 +9,7 @@ import zipfile
 import numpy as np
 
 from placer.commands.common import add_net_arguments, load_typed_net
+from placer.constants import MAX_GPUS_PER_MACHINE
 from placer.errors import InputError
 from placer.fileio import atomic_write_bytes, refuse_overwrite
 from placer.progress import Progress
@@ -117,8 +118,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.iterations < 1 or args.warmup < 0:
         raise InputError("--iterations must be >= 1 and --warmup >= 0")
-    if args.emulate_gpus is not None and args.emulate_gpus < 1:
-        raise InputError(f"--emulate-gpus {args.emulate_gpus}: emulate at least one GPU")
+    if args.emulate_gpus is not None and not 1 <= args.emulate_gpus <= MAX_GPUS_PER_MACHINE:
+        raise InputError(f"--emulate-gpus {args.emulate_gpus}: emulate from 1 to {MAX_GPUS_PER_MACHINE} GPUs "
+                         "(the most one machine has in placer)")
     if args.print_every < 1:
         raise InputError("--print-every must be >= 1")
     files = npz_files(args.inputs_npz) if args.inputs_npz else []
