@@ -3,9 +3,9 @@
 Each command module defines ``HELP`` (one line), ``DESCRIPTION``, ``add_arguments(parser)``
 and ``run(args) -> int``. A ``PlacerError`` (bad input, missing shape, infeasible plan)
 prints one line on stderr and exits with code 2; ``--debug`` shows the traceback.
-Standard output that cannot be written (a full disk, ``> /dev/full``) is one line and
-exit code 1; any other exception is a bug in placer: one line naming its type and
-``--debug``, exit code 1, never a traceback unless asked for.
+Standard output that cannot be written (a full disk, ``> /dev/full``) and running out of
+memory are one line and exit code 1; any other exception is a bug in placer: one line
+naming its type and ``--debug``, exit code 1, never a traceback unless asked for.
 """
 from __future__ import annotations
 
@@ -111,10 +111,16 @@ def main(argv: list[str] | None = None) -> int:
         _error(f"error: cannot write the output to standard output: {e} (redirect it to a file or "
                "device with room)")
         return 1
+    except MemoryError:
+        if args.debug:
+            raise
+        _error("error: out of memory: the net's shapes or the options ask for more than this machine "
+               "has (give smaller shapes with --input, or fewer devices)")
+        return 1
     except Exception as e:  # noqa: BLE001 - the last line of defence: a bug, told in one line
         if args.debug:
             raise
-        message = str(e)[:MAX_MESSAGE_CHARS]
+        message = str(e)[:MAX_MESSAGE_CHARS] or "(no message)"
         _error(f"internal error: {type(e).__name__}: {message} (a bug in placer; run again with "
                "--debug for the traceback and report it)")
         return 1

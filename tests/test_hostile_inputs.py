@@ -251,6 +251,16 @@ def test_unexpected_exception_is_one_line_naming_debug(capsys, tmp_path, monkeyp
         main(["--debug", "inspect", str(_caffe(tmp_path, RELU))])
 
 
+def test_out_of_memory_is_one_line(capsys, tmp_path, monkeypatch):
+    import placer.commands.inspect as inspect_command
+
+    def exhausted(args):
+        raise MemoryError()
+    monkeypatch.setattr(inspect_command, "run", exhausted)
+    line = _refused(capsys, ["inspect", _caffe(tmp_path, RELU)], rc=1)
+    assert line.startswith("placer: error: out of memory") and "--input" in line
+
+
 # ------------------------------------------------------------------ --input
 
 def test_input_dimension_of_5000_digits(capsys, tmp_path):
