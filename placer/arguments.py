@@ -36,12 +36,23 @@ def size(text: str) -> float:
 
 def reserve(text: str) -> float:
     """``10%`` or ``0.1`` -> 0.1: a part of a whole kept back, at least 0 and below 1."""
+    forms = "a percentage from 0% to below 100% (10%) or a fraction from 0 to below 1 (0.1)"
+    percent = text.strip().endswith("%")
     try:
-        value = float(text.strip().rstrip("%")) / (100 if text.strip().endswith("%") else 1)
+        value = float(text.strip().rstrip("%")) / (100 if percent else 1)
     except ValueError:
-        raise _refuse("a percentage like 10%", text) from None
+        raise _refuse(forms, text) from None
     if not 0 <= value < 1:  # NaN fails too
-        raise _refuse("a percentage of at least 0% and below 100%", text)
+        read = "a percentage" if percent else "a fraction (no % sign)"
+        raise argparse.ArgumentTypeError(f"expected {forms}, found {text!r:.60}, read as {read}")
+    return value
+
+
+def momentum(text: str) -> float:
+    """A momentum (or an Adam beta): from 0 to below 1."""
+    value = _float(text, "a momentum from 0 to below 1 (0.9)")
+    if not 0 <= value < 1:  # NaN fails too
+        raise _refuse("a momentum from 0 to below 1 (0.9)", text)
     return value
 
 
@@ -106,4 +117,4 @@ def _float(text: str, expected: str) -> float:
         raise _refuse(expected, text) from None
 
 
-__all__ = ["size", "reserve", "share", "seconds", "positive", "finite", "non_negative", "count"]
+__all__ = ["size", "reserve", "momentum", "share", "seconds", "positive", "finite", "non_negative", "count"]

@@ -3,14 +3,19 @@
 Each command module defines ``HELP`` (one line), ``DESCRIPTION``, ``add_arguments(parser)``
 and ``run(args) -> int``. A ``PlacerError`` (bad input, missing shape, infeasible plan)
 prints one line on stderr (at most ``errors.MAX_MESSAGE_CHARS`` characters, cut in the
-middle) and exits with code 2, as does running out of memory; ``--debug`` shows the traceback.
-SIGINT, SIGTERM and SIGHUP unwind the command like Ctrl-C (temporary files removed, no
-output half-replaced; ``placer.fileio.command_scope``) and exit with 128 + the signal.
+middle) and exits with code 2; ``--debug`` shows the traceback. SIGINT, SIGTERM and SIGHUP
+unwind the command like Ctrl-C (temporary files removed, no output half-replaced;
+``placer.fileio.command_scope``) and exit with 128 + the signal. Standard output that
+cannot be written (a full disk, ``> /dev/full``) and running out of memory (an allocation
+the memory checks did not foresee) are one line and exit code 1; any other exception is a
+bug in placer: one line naming its type and ``--debug``, exit code 1, never a traceback
+unless asked for.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -21,6 +26,40 @@ from placer.fileio import command_scope
 
 # Subcommands in the order `placer --help` lists them.
 COMMANDS = ["inspect", "convert", "train-net", "run", "profile", "plan", "shard", "report", "demo"]
+# Control characters (a newline in an op type read from a damaged file) printed escaped: an error is one line.
+ONE_LINE = {c: repr(chr(c))[1:-1] for c in [*range(32), 127]}
+# An unexpected exception's message is cut to this many characters: the line stays readable.
+INTERNAL_MESSAGE_CHARS = 200
+
+
+class StdoutError(Exception):
+    """Writing standard output failed (disk full, pipe closed): the output is lost, not the input."""
+
+    def __init__(self, error: OSError):
+        super().__init__(error.strerror or str(error))
+        self.error = error
+
+
+class _GuardedStdout:
+    """Standard output whose write errors are told apart from the command's own OSErrors."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as e:
+            raise StdoutError(e) from e
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as e:
+            raise StdoutError(e) from e
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 def _command_modules() -> dict:
@@ -56,30 +95,79 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:  # an option's converter raises a PlacerError naming the option (argparse passes it on)
+        args = parser.parse_args(argv)
+    except PlacerError as e:
+        if "--debug" in (sys.argv[1:] if argv is None else argv):
+            raise
+        _error(f"error: {one_line(e)}")
+        return 2
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
+    real_stdout, sys.stdout = sys.stdout, _GuardedStdout(sys.stdout)
     try:
         with _signals_interrupt(), command_scope(stage=args._stage):
             try:
-                return int(args._run(args) or 0)
-            except BrokenPipeError:  # stdout closed early (| head): the files written still count
-                return 0
+                rc = int(args._run(args) or 0)
+                sys.stdout.flush()  # a failed write shows here, not at the interpreter's exit
+            except StdoutError as e:
+                if not isinstance(e.error, BrokenPipeError):
+                    raise
+                _detach(real_stdout)   # `placer inspect net | head`: the reader has enough,
+                return 0               # and the files written still count
+        return rc
     except PlacerError as e:
         if args.debug:
             raise
-        print(f"placer: error: {one_line(e)}", file=sys.stderr)
+        _error(f"error: {one_line(e)}")
         return 2
+    except KeyboardInterrupt as e:
+        _error("interrupted")
+        return 128 + getattr(e, "signum", signal.SIGINT)
+    except StdoutError as e:
+        _detach(real_stdout)
+        if args.debug:
+            raise
+        _error(f"error: cannot write the output to standard output: {e} (redirect it to a file or "
+               "device with room)")
+        return 1
     except MemoryError:
         if args.debug:
             raise
-        print("placer: error: out of memory: this step needed more than placer's memory check "
-              "could price (try smaller shapes with --input; --debug shows where)", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as e:
-        print("placer: interrupted", file=sys.stderr)
-        return 128 + getattr(e, "signum", signal.SIGINT)
+        _error("error: out of memory: this step needed more than placer's memory check could price "
+               "(give smaller shapes with --input, or fewer devices; --debug shows where)")
+        return 1
+    except Exception as e:  # noqa: BLE001 - the last line of defence: a bug, told in one line
+        if args.debug:
+            raise
+        message = str(e)[:INTERNAL_MESSAGE_CHARS] or "(no message)"
+        _error(f"internal error: {type(e).__name__}: {message} (a bug in placer; run again with "
+               "--debug for the traceback and report it)")
+        return 1
+    finally:
+        sys.stdout = real_stdout
+
+
+def _error(line: str) -> None:
+    """One line on stderr; a stderr that cannot be written either is left alone."""
+    try:
+        print(f"placer: {line.translate(ONE_LINE)}", file=sys.stderr)
+        sys.stderr.flush()
+    except OSError:
+        pass
+
+
+def _detach(stream) -> None:
+    """Point the stdout file descriptor at the null device, so the interpreter's own flush at
+    exit does not fail again on what is still buffered (a captured stream has no descriptor)."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, fd)
+    os.close(null)
 
 
 class Terminated(KeyboardInterrupt):

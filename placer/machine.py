@@ -437,7 +437,11 @@ def machine_from_args(args) -> Machine:
     link = getattr(args, "gpu_link", None) or "staged"
     if link not in PEER_KINDS:
         raise ProfileError(f"--gpu-link {link}: unknown link kind", hint=f"one of: {', '.join(PEER_KINDS)}")
-    count = getattr(args, "gpu_link_count", None) or 1
+    count = getattr(args, "gpu_link_count", None)
+    if count is not None and count < 1:
+        raise ProfileError(f"--gpu-link-count {count}: a GPU pair has 1 or more links",
+                           hint="give the NVLink count per pair, e.g. 2, or leave it out for 1")
+    count = count or 1
     return compose_machine(cpu, gpu, 1 if gpus is None else gpus, link, count)
 
 

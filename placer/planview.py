@@ -12,6 +12,7 @@ lookups), so the plan of a million-op net takes seconds.
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 
@@ -262,7 +263,10 @@ def json_text(doc) -> str:
 
     Python's json module encodes in C only without ``indent`` (its indented encoder is
     pure Python: about 6 s for the plan of a 100k-op net), so each record is encoded whole
-    by the C encoder and only the few enclosing dicts and lists are laid out here."""
+    by the C encoder and only the few enclosing dicts and lists are laid out here.
+
+    The text is strict JSON (no ``NaN`` / ``Infinity`` tokens, which JSON has not): a
+    value that is not finite (no limit, no figure) is written as null."""
     out: list[str] = []
     _lay_out(doc, 0, out)
     return "".join(out)
@@ -273,14 +277,33 @@ def _lay_out(value, depth: int, out: list[str]) -> None:
     if isinstance(value, dict) and value:
         out.append("{\n")
         for k, (key, item) in enumerate(value.items()):
-            out.append(f"{inner}{json.dumps(str(key))}: ")
+            out.append(f"{inner}{_strict(str(key))}: ")
             _lay_out(item, depth + 1, out)
             out.append(",\n" if k < len(value) - 1 else "\n")
         out.append(pad + "}")
     elif isinstance(value, list) and any(isinstance(item, (dict, list)) for item in value):
-        out.append("[\n" + ",\n".join(inner + json.dumps(item) for item in value) + "\n" + pad + "]")
+        out.append("[\n" + ",\n".join(inner + _strict(item) for item in value) + "\n" + pad + "]")
     else:
-        out.append(json.dumps(value))
+        out.append(_strict(value))
 
 
-__all__ = ["plan_json", "json_text", "serial_schedule", "optimality"]
+def _strict(value) -> str:
+    """One value in the C encoder; only a value holding a non-finite float is walked again."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError:
+        return json.dumps(finite_json(value), allow_nan=False)
+
+
+def finite_json(value):
+    """``value`` with every float that is not finite (inf, NaN) as None: JSON's null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value
+
+
+__all__ = ["plan_json", "json_text", "finite_json", "serial_schedule", "optimality"]

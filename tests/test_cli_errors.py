@@ -243,7 +243,7 @@ def test_a_net_already_spread_by_collectives_is_refused_with_what_to_use(capsys,
 @pytest.mark.parametrize("command, option, value, expected", [
     ("shard", "--host-mem", "12XB", "a size like 16GiB"),      # was reported against --gpu-mem
     ("shard", "--gpu-mem", "-1GB", "a size like 16GiB"),
-    ("shard", "--gpu-reserve", "100%", "a percentage of at least 0% and below 100%"),
+    ("shard", "--gpu-reserve", "100%", "a percentage from 0% to below 100% (10%) or a fraction"),
     ("shard", "--uvm-cache-hit-rate", "1.5", "a number between 0 and 1"),
     ("shard", "--uvm-cache-ratio", "nan", "a number between 0 and 1"),
     ("shard", "--global-batch", "0", "an integer >= 1"),

@@ -16,6 +16,8 @@ from placer.types import DTYPE_TO_DATA_TYPE, TensorType, TypedNet
 INPUT_FORMAT = "NAME=d0,d1,...[:dtype]"
 # Caffe2 TensorProto data types a fed blob can have (string tensors are not fed from here).
 TENSOR_DTYPES = tuple(d for d in DTYPE_TO_DATA_TYPE if d != "object")
+# 2^63 - 1 has 19 digits: a longer dimension cannot be a Caffe2 size.
+MAX_DIM_DIGITS = len(str(2**63 - 1))
 _DTYPE_SUFFIX = re.compile(r"^(?P<dims>.*?)(?::(?P<dtype>[A-Za-z][A-Za-z0-9_]*))?$")
 
 
@@ -53,6 +55,9 @@ def parse_input_spec(spec: str) -> tuple[str, TensorType]:
         if not (d.isascii() and d.isdigit()):
             raise InputError(f"--input '{spec}': dimension '{d}' is not a non-negative integer "
                              f"(expected {INPUT_FORMAT}, e.g. data=1,3,224,224)")
+        if len(d.lstrip("0")) > MAX_DIM_DIGITS:  # read before int(): Python refuses 4300+ digits
+            raise InputError(f"--input {name}=...: dimension {d[:12]}... ({len(d)} digits) is larger than "
+                             "int64 can count (2^63 - 1)", hint="give the blob's real size")
         dims.append(int(d))
     problem = shape_problem(dims)
     if problem:
@@ -153,8 +158,8 @@ def load_typed_net(args: argparse.Namespace, complete: bool = False,
     given_by = dict.fromkeys(shapes, "--input")
     for name, t in fed.items():  # arrays the net does not read are not fed (placer run ignores them)
         if name in known and name not in net.params and name not in shapes:
-            declared = net.input_shapes.get(name)
-            shapes[name] = t if declared is None else TensorType(t.shape, declared.dtype)
+            from placer.runtime.inputs import fed_type
+            shapes[name] = fed_type(net, name, t, net.input_shapes.get(name), fed_from)
             given_by[name] = fed_from
     changed = _changed_shapes(net, shapes, given_by)
     with clock("shapes"):

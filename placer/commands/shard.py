@@ -113,12 +113,13 @@ def run(args) -> int:
                            degrees=degrees, search_s=args.search_time, **limit)
     doc = result_json(result)
     written, notes = write_sharded_net(result, source, folder) if folder else ([], [])
+    from placer.planview import finite_json
+    text = json.dumps(finite_json(doc), indent=1, allow_nan=False)  # strict JSON: an infinite cost is null
     if args.plan_out:
-        atomic_write_text(args.plan_out, json.dumps(doc, indent=1) + "\n")
+        atomic_write_text(args.plan_out, text + "\n")
         written.append(args.plan_out)
     if args.json:
-        json.dump(doc, sys.stdout, indent=1)
-        print()
+        print(text)
     else:
         print_result(doc)
         for path in written:
@@ -254,6 +255,8 @@ def _degrees(text: str | None) -> list[int] | None:
         raise InputError(f"--degrees {text}: expected numbers of GPUs like 1,2,4,8") from None
     if not ks:
         raise InputError(f"--degrees {text}: give at least one number of GPUs")
+    if ks[0] < 1:
+        raise InputError(f"--degrees {text}: {ks[0]} is not a number of GPUs; each degree must be 1 or more")
     return ks
 
 

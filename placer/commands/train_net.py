@@ -33,6 +33,7 @@ example:
 """
 
 
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from placer.commands.common import add_net_arguments
     from placer.training.recipe import OPTIMIZERS
@@ -46,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--optimizer", choices=OPTIMIZERS, required=True)
     parser.add_argument("--lr", type=arguments.positive, required=True, metavar="LR",
                         help="base learning rate (positive)")
-    parser.add_argument("--momentum", type=arguments.finite, metavar="M",
+    parser.add_argument("--momentum", type=arguments.momentum, metavar="M",
                         help="momentum of --optimizer momentum / nesterov (default 0.9)")
     parser.add_argument("--weight-decay", type=arguments.non_negative, default=0.0, metavar="WD")
     parser.add_argument("--epsilon", type=arguments.positive, metavar="EPS",

@@ -356,13 +356,24 @@ def layer_error(path: str, layer, message: str, hint: str | None = None) -> NetP
                          line=layer_line(path, layer.name), hint=hint)
 
 
+def _in_layer_block(text: str, at: int) -> bool:
+    """Whether position ``at`` is directly inside a ``layer {`` or ``layers {`` block."""
+    opened = text.rfind("{", 0, at)
+    if opened < 0 or text.rfind("}", 0, at) > opened:
+        return False
+    return re.search(r"\blayers?\s*$", text[max(0, opened - 40):opened]) is not None
+
+
 def layer_line(path: str, name: str) -> int | None:
-    """The line of ``name: "<layer name>"`` in the file (the first one), if any."""
+    """The line of ``name: "<layer name>"`` in the file, if any: the first one inside a
+    ``layer {`` / ``layers {`` block (a net may have the name of one of its layers), else
+    the first one."""
     try:
         text = read_file_bytes(path).decode("utf-8", "replace")
     except NetParseError:
         return None
-    m = re.search(r'\bname\s*:\s*["\']' + re.escape(name) + r'["\']', text)
+    found = list(re.finditer(r'\bname\s*:\s*["\']' + re.escape(name) + r'["\']', text))
+    m = next((m for m in found if _in_layer_block(text, m.start())), found[0] if found else None)
     return text.count("\n", 0, m.start()) + 1 if m else None
 
 
@@ -382,6 +393,18 @@ def _check_bottoms(caffe: CaffeNet, phase: str) -> None:
 def _declared_inputs(net, caffe: CaffeNet) -> None:
     """``input`` with ``input_shape`` (one per input) or ``input_dim`` (four per input)."""
     dims = list(net.input_dim)
+    # Caffe's Net::Init: "Must specify either input_shape OR deprecated input_dim, not both",
+    # and input_dim is "deprecated 4D dimensions": four per input, in order.
+    if dims and len(net.input_shape):
+        raise NetParseError(caffe.path, "the net gives both input_shape and input_dim",
+                            hint="keep one of them: input_shape { dim: ... } per input, or four input_dim per input")
+    if dims and len(dims) != 4 * len(net.input):
+        raise NetParseError(caffe.path, f"{len(dims)} input_dim value(s) for {len(net.input)} input(s): Caffe "
+                            f"needs four per input (N, C, H, W)",
+                            hint="give four input_dim per input, or an input_shape { dim: ... } per input")
+    if len(net.input_shape) > len(net.input):
+        raise NetParseError(caffe.path, f"{len(net.input_shape)} input_shape(s) for {len(net.input)} input(s)",
+                            hint="give one input_shape per input")
     for i, name in enumerate(net.input):
         shape: Shape = None
         if i < len(net.input_shape):

@@ -230,6 +230,18 @@ class _Converter:
         if not ok:
             raise layer_error(self.caffe.path, layer, message, hint=hint)
 
+    def axis(self, layer, field_name: str, axis: int, x: Shape) -> int | None:
+        """Caffe's ``Blob::CanonicalAxisIndex``: an axis in [-rank, rank), negative counting
+        from the end, else Caffe stops at setup; None while the rank is unknown and the axis
+        counts from the end."""
+        if x is None:
+            return None if axis < 0 else axis
+        rank = len(x)
+        self.require(-rank <= axis < rank, layer,
+                     f"has {field_name} {axis}, out of range for its {rank}-D input {_fmt(x)}",
+                     hint=f"use an axis from {-rank} to {rank - 1}; Caffe refuses this layer too")
+        return axis % rank
+
     def unknown(self, layer, why: str = "") -> None:
         self.result.unknown_layers.append((layer.name, layer.type))
         if why:
@@ -313,12 +325,6 @@ def filler_of(param, field_name: str, default: tuple):
 
 def _fmt(shape: Shape) -> str:
     return "?" if shape is None else shape_text(shape)
-
-
-def norm_axis(axis: int, rank: int | None) -> int | None:
-    if axis >= 0:
-        return axis
-    return None if rank is None else rank + axis
 
 
 def dims_product(dims) -> int | None:
@@ -425,7 +431,7 @@ def _deconv(cv: _Converter, layer) -> None:
 def _inner_product(cv: _Converter, layer) -> None:
     p = layer.inner_product_param
     x = cv.ins(layer)[0]
-    axis = norm_axis(p.axis, None if x is None else len(x))
+    axis = cv.axis(layer, "inner_product_param.axis", p.axis, x)
     n = int(p.num_output)
     k = None if x is None or axis is None else dims_product(x[axis:])
     weights = cv.blob(layer, 0)
@@ -452,6 +458,15 @@ def _pooling(cv: _Converter, layer) -> None:
     ceil = p.round_mode == 0
     cv.require(x is None or len(x) == 4, layer, f"reads a blob of shape {_fmt(x)}; 2-D pooling "
                                                 "takes N x C x H x W")
+    # PoolingLayer::LayerSetUp: "With Global_pooling: true Filter size cannot specified" and
+    # "With Global_pooling: true; only pad = 0 and stride = 1".
+    if p.global_pooling:
+        cv.require(not (p.HasField("kernel_size") or p.HasField("kernel_h") or p.HasField("kernel_w")), layer,
+                   "has global_pooling with a kernel size: a global pooling's window is the whole input",
+                   hint="drop kernel_size (or kernel_h / kernel_w), or global_pooling; Caffe refuses this layer too")
+        cv.require(max(pad) == 0 and min(stride) == 1 == max(stride), layer,
+                   f"has global_pooling with pad {pad} and stride {stride}: only pad 0 and stride 1 are allowed",
+                   hint="Caffe refuses this layer too")
     if not p.global_pooling:
         cv.require(min(kernel) > 0 and min(stride) > 0 and all(a < k for a, k in zip(pad, kernel)), layer,
                    f"has kernel {kernel}, stride {stride}, pad {pad}: kernel and stride must be at "
@@ -517,7 +532,8 @@ def _scale(cv: _Converter, layer) -> None:
     p = layer.scale_param
     shapes = cv.ins(layer)
     x = shapes[0]
-    axis = norm_axis(p.axis, None if x is None else len(x))
+    axis = cv.axis(layer, "scale_param.axis", p.axis, x)
+    _check_num_axes(cv, layer, "scale_param", axis, p.num_axes, x)
     if len(layer.bottom) > 1:
         factor, bias_blob = layer.bottom[1], 0
     else:
@@ -541,7 +557,8 @@ def _bias(cv: _Converter, layer) -> None:
     if len(layer.bottom) > 1:
         b = layer.bottom[1]
     else:
-        axis = norm_axis(p.axis, None if x is None else len(x))
+        axis = cv.axis(layer, "bias_param.axis", p.axis, x)
+        _check_num_axes(cv, layer, "bias_param", axis, p.num_axes, x)
         end = None if x is None or axis is None else (len(x) if p.num_axes == -1 else axis + p.num_axes)
         b = cv.param(cv.param_name(layer, 0, "b"), None if end is None else x[axis:end],
                      filler_of(p, "filler", ("constant", 0.0)), cv.blob(layer, 0))
@@ -554,6 +571,16 @@ def _eltwise(cv: _Converter, layer) -> None:
     x = cv.ins(layer)[0]
     top = layer.top[0]
     inputs = list(layer.bottom)
+    # EltwiseLayer::LayerSetUp: "Eltwise Layer takes one coefficient per bottom blob", and
+    # "Eltwise layer only takes coefficients for summation"; Reshape: every bottom has one shape.
+    cv.require(len(p.coeff) in (0, len(inputs)), layer,
+               f"has {len(p.coeff)} coeff value(s) for {len(inputs)} bottoms: give one per bottom, or none")
+    cv.require(p.operation == 1 or not len(p.coeff), layer,
+               "has coeff values with a PROD or MAX operation: coefficients are for SUM only")
+    for blob, s in zip(inputs[1:], cv.ins(layer)[1:]):
+        cv.require(x is None or s is None or len(s) != len(x) or
+                   all(u is None or v is None or u == v for u, v in zip(s, x)), layer,
+                   f"combines '{blob}' {_fmt(s)} with '{inputs[0]}' {_fmt(x)}: every bottom needs the same shape")
     if p.operation == 1:  # SUM
         coeffs = list(p.coeff)
         if coeffs and any(c != 1.0 for c in coeffs):
@@ -608,7 +635,7 @@ def _softmax(cv: _Converter, layer) -> None:
     one with extent > 1; otherwise the axis is moved last around the Softmax."""
     x = cv.ins(layer)[0]
     axis = layer.softmax_param.axis
-    a = norm_axis(axis, None if x is None else len(x))
+    a = cv.axis(layer, "softmax_param.axis", axis, x)
     top = layer.top[0]
     if x is None or a is None or dims_product(x[a + 1:]) == 1:
         cv.op("Softmax", [layer.bottom[0]], [top], axis=axis)
@@ -655,6 +682,10 @@ def _lrn(cv: _Converter, layer) -> None:
     p = layer.lrn_param
     if p.norm_region != 0:
         return _unknown(cv, layer, "LRN WITHIN_CHANNEL has no Caffe2 op")
+    # LRNLayer::LayerSetUp: "LRN only supports odd values for local_size".
+    cv.require(p.local_size % 2 == 1, layer, f"has lrn_param.local_size {p.local_size}: LRN needs an "
+                                             "odd window size", hint="use an odd local_size, e.g. 5; "
+                                                                     "Caffe refuses this layer too")
     top = layer.top[0]
     cv.op("LRN", [layer.bottom[0]], [top, f"_{top}_scale"], size=int(p.local_size),
           alpha=float(p.alpha), beta=float(p.beta), bias=float(p.k), order="NCHW")
@@ -675,7 +706,8 @@ def _concat(cv: _Converter, layer) -> None:
     shapes = cv.ins(layer)
     axis = p.axis if p.HasField("axis") or not p.HasField("concat_dim") else int(p.concat_dim)
     x = shapes[0]
-    a = norm_axis(axis, None if x is None else len(x))
+    a = cv.axis(layer, "concat_param.axis", axis, x)
+    _check_concat_inputs(cv, layer, shapes, a)
     out = None
     if x is not None and a is not None and all(s is not None and len(s) == len(x) for s in shapes):
         sizes = [s[a] for s in shapes]
@@ -690,10 +722,11 @@ def _slice(cv: _Converter, layer) -> None:
     p = layer.slice_param
     x = cv.ins(layer)[0]
     axis = p.axis if p.HasField("axis") or not p.HasField("slice_dim") else int(p.slice_dim)
-    a = norm_axis(axis, None if x is None else len(x))
+    a = cv.axis(layer, "slice_param.axis", axis, x)
     dim = None if x is None or a is None else x[a]
     points = [int(v) for v in p.slice_point]
     n = len(layer.top)
+    _check_slice_points(cv, layer, points, dim)
     if points:
         if dim is None:
             return _unknown(cv, layer, "slice points need the input's size on the slice axis")
@@ -704,6 +737,46 @@ def _slice(cv: _Converter, layer) -> None:
     cv.op("Split", [layer.bottom[0]], list(layer.top), axis=axis, split=sizes if points else None)
     cv.set(layer.top, [None if sizes is None else (*x[:a], s, *x[a + 1:]) for s in sizes]
            if sizes else [None] * n)
+
+
+def _check_concat_inputs(cv: _Converter, layer, shapes, axis: int | None) -> None:
+    """ConcatLayer::Reshape: every input has the first one's rank and its sizes off the axis."""
+    known = [(b, s) for b, s in zip(layer.bottom, shapes) if s is not None]
+    if not known or axis is None:
+        return
+    first, x = known[0]
+    for blob, s in known[1:]:
+        cv.require(len(s) == len(x) and all(u is None or v is None or u == v
+                                            for i, (u, v) in enumerate(zip(s, x)) if i != axis), layer,
+                   f"concatenates '{blob}' {_fmt(s)} with '{first}' {_fmt(x)} on axis {axis}: every "
+                   "input needs the same rank and the same sizes off that axis")
+
+
+def _check_slice_points(cv: _Converter, layer, points: list[int], dim: int | None) -> None:
+    """SliceLayer::Reshape: one slice point fewer than tops, increasing and positive; with
+    none, the tops split the axis evenly."""
+    n = len(layer.top)
+    if points:
+        cv.require(len(points) == n - 1, layer,
+                   f"has {len(points)} slice_point value(s) for {n} tops: give one fewer than the tops")
+        cv.require(all(b > a for a, b in zip([0, *points], points)) and (dim is None or points[-1] <= dim),
+                   layer, f"has slice_point {points} over an axis of size {dim if dim is not None else '?'}: "
+                          "the points must increase from above 0 and stay within the axis")
+    elif dim is not None:
+        cv.require(n > 0 and dim % n == 0, layer,
+                   f"splits an axis of size {dim} into {n} tops: the tops must divide it evenly",
+                   hint="give slice_point values, or a number of tops that divides the axis")
+
+
+def _check_num_axes(cv: _Converter, layer, param: str, axis: int | None, num_axes: int, x: Shape) -> None:
+    """ScaleLayer / BiasLayer::LayerSetUp: num_axes is -1 (to the end) or reaches no further
+    than the input's last axis."""
+    cv.require(num_axes >= -1, layer, f"has {param}.num_axes {num_axes}: it must be -1 (to the end) or more",
+               hint="Caffe refuses this layer too")
+    if x is not None and axis is not None and num_axes >= 0:
+        cv.require(axis + num_axes <= len(x), layer,
+                   f"has {param} axis {axis} and num_axes {num_axes}, past the end of its {len(x)}-D "
+                   f"input {_fmt(x)}", hint="Caffe refuses this layer too")
 
 
 def _split(cv: _Converter, layer) -> None:
@@ -718,7 +791,11 @@ def _flatten(cv: _Converter, layer) -> None:
     p = layer.flatten_param
     x = cv.ins(layer)[0]
     rank = None if x is None else len(x)
-    a, e = norm_axis(p.axis, rank), norm_axis(p.end_axis, rank)
+    a = cv.axis(layer, "flatten_param.axis", p.axis, x)
+    e = cv.axis(layer, "flatten_param.end_axis", p.end_axis, x)
+    cv.require(a is None or e is None or a <= e, layer,
+               f"has flatten_param axis {p.axis} after end_axis {p.end_axis} on a {rank}-D input",
+               hint="end_axis must not come before axis")
     out = None if x is None else (*x[:a], dims_product(x[a:e + 1]), *x[e + 1:])
     if p.axis == 1 and p.end_axis == -1:
         cv.op("Flatten", [layer.bottom[0]], [layer.top[0]], axis=1)
@@ -738,6 +815,7 @@ def _reshape(cv: _Converter, layer) -> None:
     rank = None if x is None else len(x)
     start = p.axis if p.axis >= 0 else (None if rank is None else rank + p.axis + 1)
     end = None if rank is None else (rank if p.num_axes == -1 else start + p.num_axes)
+    _check_reshape(cv, layer, dims, x, start, end)
     if start is None or (end is None and (start != 0 or p.num_axes != -1)):
         return _unknown(cv, layer, "the input's rank is unknown")
     tail = [] if x is None else list(x[end:])
@@ -750,6 +828,35 @@ def _reshape(cv: _Converter, layer) -> None:
     cv.set([top, f"_{top}_old_shape"], [out, None if x is None else (len(x),)])  # the input's shape
 
 
+def _check_reshape(cv: _Converter, layer, dims: list[int], x: Shape, start: int | None,
+                   end: int | None) -> None:
+    """ReshapeLayer::LayerSetUp and Reshape: at most one -1, no size below -1, the replaced
+    axes within the input, a 0 only where there is an input axis to copy, and as many
+    elements out as in."""
+    p = layer.reshape_param
+    fail = f"has reshape_param shape {dims}"
+    cv.require(dims.count(-1) <= 1 and min(dims, default=0) >= -1 and p.num_axes >= -1, layer,
+               f"{fail}: at most one -1 may be inferred, no other size is negative, num_axes is -1 or more")
+    if x is None:
+        return
+    rank = len(x)
+    cv.require(0 <= start <= end <= rank, layer,
+               f"{fail} from axis {p.axis} over {p.num_axes} axes, outside its {rank}-D input {_fmt(x)}",
+               hint=f"use an axis from {-rank - 1} to {rank} and a num_axes that stays within the input")
+    zeros = [i for i, d in enumerate(dims) if d == 0]
+    cv.require(all(start + i < rank for i in zeros), layer,
+               f"{fail}: a 0 copies an input axis, and its {rank}-D input {_fmt(x)} has none there")
+    out = caffe_reshape(x, dims, start, end)
+    total, made = dims_product(x), dims_product(out)
+    kept = dims_product([d for i, d in enumerate(out) if i != start + dims.index(-1)]) if -1 in dims else None
+    cv.require(total is None or not kept or total % kept == 0, layer,
+               f"{fail}: its other sizes ({kept} elements) do not divide {_fmt(x)} ({total}), so the -1 "
+               "cannot be inferred", hint="Caffe refuses this layer too")
+    cv.require(total is None or made is None or total == made, layer,
+               f"{fail}: makes {_fmt(out)} ({made} elements) from {_fmt(x)} ({total} elements)",
+               hint="the new shape must hold as many elements as the input; Caffe refuses this layer too")
+
+
 def caffe_reshape(x: tuple, dims: list[int], start: int, end: int) -> tuple:
     """Caffe's Reshape: dims replace x[start:end]; 0 copies that input dim, -1 is inferred."""
     middle = [x[start + i] if d == 0 else d for i, d in enumerate(dims)]
@@ -757,7 +864,7 @@ def caffe_reshape(x: tuple, dims: list[int], start: int, end: int) -> tuple:
     if -1 in middle:
         at = start + middle.index(-1)
         total, rest = dims_product(x), dims_product(full[:at] + full[at + 1:])
-        full[at] = None if total is None or not rest else total // rest
+        full[at] = None if total is None or not rest or total % rest else total // rest
     return tuple(full)
 
 
@@ -782,7 +889,9 @@ def _clip(cv: _Converter, layer) -> None:
 def _tile(cv: _Converter, layer) -> None:
     p = layer.tile_param
     x = cv.ins(layer)[0]
-    a = norm_axis(p.axis, None if x is None else len(x))
+    a = cv.axis(layer, "tile_param.axis", p.axis, x)
+    cv.require(p.tiles > 0, layer, f"has tile_param.tiles {p.tiles}: the number of tiles must be "
+                                   "positive", hint="set tiles to 1 or more; Caffe refuses this layer too")
     cv.op("Tile", [layer.bottom[0]], [layer.top[0]], tiles=int(p.tiles), axis=int(p.axis))
     out = None if x is None or a is None or x[a] is None else (*x[:a], x[a] * p.tiles, *x[a + 1:])
     cv.set(layer.top, [out])

@@ -320,7 +320,11 @@ def _transpose_geometry(inputs, args: Args):
 
 def _adj(args: Args) -> tuple[int, int]:
     if "adjs" in args:
-        return tuple(args.ints("adjs"))
+        adjs = tuple(args.ints("adjs"))
+        if len(adjs) != 2:
+            raise ArgumentError(f"op {args.op}: ConvTranspose 'adjs' has {len(adjs)} value(s); a 2-D "
+                                "ConvTranspose takes two (height, width)")
+        return adjs
     if "adj" in args:
         return (args.int("adj"),) * 2
     return (args.int("adj_h", 0), args.int("adj_w", 0))

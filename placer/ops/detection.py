@@ -226,7 +226,18 @@ class _DetectionArgs:
         self.nms_threshold = args.float("nms_param.nms_threshold", 0.3)
         self.top_k = args.int("nms_param.top_k", -1)
         self.eta = args.float("nms_param.eta", 1.0)
-        self.classes = [c for c in range(self.num_classes) if c != self.background]
+        if self.num_classes < 1:
+            raise ArgumentError(f"op {args.op}: DetectionOutput num_classes {self.num_classes} must be 1 or more")
+
+    @property
+    def classes(self) -> list[int]:
+        """The classes that get detections: all but the background (read after the inputs'
+        shapes are checked against num_classes, so a huge num_classes never gets a list)."""
+        return [c for c in range(self.num_classes) if c != self.background]
+
+    @property
+    def n_classes(self) -> int:
+        return self.num_classes - (1 if 0 <= self.background < self.num_classes else 0)
 
     def candidates(self, num_priors: int) -> int:
         """Boxes per (image, class) that enter NMS."""
@@ -236,7 +247,7 @@ class _DetectionArgs:
         """The output's fixed row count: the most detections the batch can give (at least 1)."""
         if self.keep_top_k > -1:
             return max(batch * self.keep_top_k, 1)
-        return max(batch * len(self.classes) * self.candidates(num_priors), 1)
+        return max(batch * self.n_classes * self.candidates(num_priors), 1)
 
 
 def _detection_dims(inputs, args, p: _DetectionArgs) -> tuple[int, int]:

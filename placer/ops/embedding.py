@@ -28,6 +28,7 @@ so they are registered for the CPU only and the planner pins them there.
 """
 from __future__ import annotations
 
+from math import prod
 from typing import Sequence
 
 import numpy as np
@@ -123,7 +124,7 @@ def segment_reduce(xp, data, lengths, indices=None, weights=None, mean: bool = F
     own rows when ``indices`` is None); output shape ``(len(lengths),) + data.shape[1:]``.
     Inputs must already be checked (``_checked``)."""
     n_seg = lengths.shape[0]
-    flat = data.reshape(data.shape[0], -1)
+    flat = data.reshape(data.shape[0], prod(data.shape[1:]))  # no -1: no rows
     out_dtype = accumulation_dtype(xp, data.dtype)
     if on_host(xp) and data.dtype in (xp.float32, xp.float64):
         out = _csr_product(flat, lengths, indices, weights)
@@ -272,7 +273,7 @@ def ids_to_lengths(xp, ids, op_type: str, args: Args):
 
 def segment_max(xp, data, lengths):
     """Per-segment maximum of consecutive rows; 0 for an empty segment."""
-    out = max_of_segments(xp, data.reshape(data.shape[0], -1), lengths)
+    out = max_of_segments(xp, data.reshape(data.shape[0], prod(data.shape[1:])), lengths)
     return out.reshape((lengths.shape[0],) + data.shape[1:])
 
 

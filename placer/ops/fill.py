@@ -113,12 +113,20 @@ def _given_values(op_type: str, args: Args) -> tuple[np.ndarray, str]:
         raw = args.get("values")
         if not isinstance(raw, (list, tuple)) or len(raw) != 1:
             raise ArgumentError(f"op {args.op}: {op_type} needs 'values' holding exactly one string")
-        data = raw[0].encode("utf-8") if isinstance(raw[0], str) else bytes(raw[0])
+        if not isinstance(raw[0], (str, bytes)):
+            raise ArgumentError(f"op {args.op}: {op_type} needs 'values' holding exactly one string, "
+                                f"found {type(raw[0]).__name__} {raw[0]!r}"[:200])
+        data = raw[0].encode("utf-8") if isinstance(raw[0], str) else raw[0]
         return np.frombuffer(data, dtype=np.uint8), "uint8"
     dtype = GIVEN_DTYPES[op_type]
     if op_type == "GivenTensorFill" and "dtype" in args:  # Caffe2 lets dtype pick the type
         dtype = DATA_TYPE_TO_DTYPE.get(args.int("dtype"), "float32")
     values = args.floats("values") if dtype.startswith("float") else args.ints("values")
+    if values and dtype.startswith("int"):  # Caffe2 reads an argument only where the conversion is lossless
+        low, high = np.iinfo(dtype).min, np.iinfo(dtype).max
+        bad = next((v for v in values if not low <= v <= high), None)
+        if bad is not None:
+            raise ArgumentError(f"op {args.op}: {op_type} value {bad} does not fit {dtype} ({low}..{high})")
     return np.asarray(values, dtype=dtype), dtype
 
 

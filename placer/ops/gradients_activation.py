@@ -61,7 +61,7 @@ def _sigmoid(xp, x):
 def _softmax_grad(xp, y, dy, args):
     axis = canonical_axis(args.int("axis", 1), y.ndim, args)
     n = prod(y.shape[:axis])
-    y2, dy2 = y.reshape(n, -1), dy.reshape(n, -1)
+    y2, dy2 = y.reshape(n, prod(y.shape[axis:])), dy.reshape(n, prod(y.shape[axis:]))  # n may be 0
     dot = (y2 * dy2).sum(axis=1, keepdims=True, dtype=y.dtype)
     return (y2 * (dy2 - dot)).reshape(y.shape)
 

@@ -49,7 +49,7 @@ def _fc_grad_kernel(transposed: bool):
         axis = canonical_axis(args.int("axis", 1), x.ndim, args)
         m = prod(x.shape[:axis])
         k = x.size // m if m else prod(x.shape[axis:])
-        x2, dy2 = x.reshape(m, k), dy.reshape(m, -1)
+        x2, dy2 = x.reshape(m, k), dy.reshape(m, prod(dy.shape[axis:]))  # no -1: m may be 0
         dw = xp.matmul(x2.T, dy2) if transposed else xp.matmul(dy2.T, x2)   # W is (K, N) / (N, K)
         outs = (dw.reshape(w.shape), dy2.sum(axis=0, dtype=dy.dtype))
         if not _fc_has_dx(args):

@@ -95,7 +95,7 @@ def _lce_grad_infer(inputs, args):
 def _lce_grad_kernel(xp, inputs, args):
     x, label, dy = inputs
     n = x.shape[0] if x.ndim > 1 else 1
-    x2 = x.reshape(n, -1)
+    x2 = x.reshape(n, x.size // n if n else prod(x.shape[1:]))  # no -1: n may be 0
     rows, labels = xp.arange(n), label.reshape(n)
     dx = xp.zeros_like(x2)
     dx[rows, labels] = -dy.reshape(n) / xp.maximum(x2[rows, labels], x.dtype.type(LOG_THRESHOLD))
@@ -147,7 +147,7 @@ def _l2_grad_infer(inputs, args):
 def _l2_grad_kernel(xp, inputs, args):
     x, y, dd = inputs
     n = x.shape[0] if x.ndim else 1
-    dx = ((x - y).reshape(n, -1) * dd.reshape(n, 1)).reshape(x.shape).astype(x.dtype, copy=False)
+    dx = ((x - y).reshape(n, prod(x.shape[1:])) * dd.reshape(n, 1)).reshape(x.shape).astype(x.dtype, copy=False)
     return dx, -dx
 
 

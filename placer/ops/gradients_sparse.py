@@ -37,7 +37,7 @@ confirmed in the 1.8.1 sources).
 """
 from __future__ import annotations
 
-from math import log2
+from math import log2, prod
 
 from placer.errors import InputError, ShapeError
 from placer.ops.registry import OpDef, movement_cost, register
@@ -151,7 +151,7 @@ def _checked_rows(xp, indices, rows: int | None, args: Args, what: str) -> int:
 
 def _sum_rows(xp, values, ids, rows: int):
     """``values`` rows summed per id into (rows,) + values.shape[1:], in values' dtype."""
-    flat = values.reshape(values.shape[0], -1)
+    flat = values.reshape(values.shape[0], prod(values.shape[1:]))  # no -1: no rows
     return sum_by_id(xp, flat, ids, rows).astype(values.dtype, copy=False).reshape((rows,) + values.shape[1:])
 
 

@@ -262,7 +262,7 @@ def _l2_infer(inputs, args):
 def _l2_kernel(xp, inputs, args):
     x, y = inputs
     n = x.shape[0] if x.ndim else 1
-    diff = (x - y).reshape(n, -1)
+    diff = (x - y).reshape(n, prod(x.shape[1:]))  # no -1: n may be 0
     return ((diff * diff).sum(axis=1) * 0.5).astype(x.dtype, copy=False),
 
 

@@ -375,6 +375,11 @@ class ScaledTrainNet:
         first_backward, first_update = phases(net)
         tables = find_tables(typed, first_backward, first_update)
         self.batch = _batch(tables, typed)
+        if self.batch < 1:  # every other batch is scaled from this one: it must hold a sample
+            fed = ", ".join(f"'{b}' {t}" for b, t in list(self.fed.items())[:3])
+            raise ShardingInputError(f"net {net.name or net.path}: batch {self.batch} (fed {fed or 'blobs'}): "
+                                     "a training step needs at least one sample",
+                                     hint="give the fed blobs a batch of 1 or more with --input")
         self.name = net.name or net.path
         self._typed = {self.batch: typed}
 

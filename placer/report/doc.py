@@ -84,6 +84,9 @@ def read_plan(path: str | os.PathLike) -> dict:
     draws it as infeasible; plans written before the plan JSON became strict JSON carry
     it); anywhere else, and NaN anywhere, is refused at its field."""
     data = read_document(path, None, "plan", InputError, PLAN_HINT, max_bytes=MAX_PLAN_BYTES)
+    if isinstance(data, dict) and data.get("schema") == "placer.run_record":
+        raise InputError(f"{path}: this is a run record (placer run --record), not a plan",
+                         hint="give it with --run: placer report PLAN.json --run RUN.json -o OUT.html")
     baselines = data.get("baselines") if isinstance(data, dict) else None
     for entry in (baselines.values() if isinstance(baselines, dict) else ()):
         for key, value in (entry.items() if isinstance(entry, dict) else ()):

@@ -18,7 +18,9 @@ A blob in one of those roles whose declared dtype is a float (``--input`` defaul
 float32) is made int64 for indices and int32 for lengths and labels, as Caffe2 expects.
 
 ``npz_types`` gives the types of an .npz's arrays from its headers alone: ``placer run
---inputs`` (and ``plan`` / ``profile --inputs``) infer shapes at them.
+--inputs`` (and ``plan`` / ``profile --inputs``) infer shapes at them; ``fed_type`` refuses
+an array whose dtype the net does not read (an int32 image for a float32 input) rather
+than cast it.
 
 Training feeds a batch per step: ``NpzBatches`` (one .npz per step, cycled; a folder
 gives its files in name order) or ``RandomBatches`` (step k drawn from (seed, k)).
@@ -87,6 +89,32 @@ def through_copies(net: Net) -> Net:
             source[op.outputs[0]] = inputs[0]
         ops.append(op if inputs == tuple(op.inputs) else replace(op, inputs=inputs))
     return replace(net, ops=ops) if source else net
+
+
+def fed_type(net: Net, name: str, fed: TensorType, declared: TensorType | None, source: str) -> TensorType:
+    """The type an array fed from ``source`` gives blob ``name``: its shape, and its dtype
+    where the net reads that dtype, else an InputError (the array is never cast, so a run
+    computes in the dtype the net declares or not at all).
+
+    A blob read as indices, lengths or labels (``ROLES``) takes any integer dtype. Any other
+    blob takes the dtype its file declares: value_info.json beside a Caffe2 net, float32
+    for a Caffe net's inputs (Caffe's blobs are float; its labels are read as labels).
+    """
+    dtype = np.dtype(fed.dtype)
+    (kind, *_), reader, _ = roles(through_copies(net)).get(name, ((None,), None, None))
+    where = f"{source}: array '{name}' is {fed.dtype}"
+    if dtype.kind not in "biuf":
+        raise InputError(f"{where}, not a Caffe2 tensor type", hint=f"save '{name}' as float32 or an integer type")
+    if kind in _ROLE_DTYPE:
+        if dtype.kind not in "iu":
+            raise InputError(f"{where}, but op {reader.label} reads it as {kind}s",
+                             hint=f"save '{name}' as {_ROLE_DTYPE[kind]}")
+        return fed
+    want = "float32" if net.source_format == "caffe-prototxt" else (declared.dtype if declared else None)
+    if want is not None and str(dtype) != want:
+        raise InputError(f"{where}; the net reads it as {want} (it is not cast)",
+                         hint=f"save it as {want}, e.g. np.savez(path, {name}=array.astype(np.{want}))")
+    return fed
 
 
 def random_inputs(net: Net, types: Mapping[str, TensorType | None], names: list[str],

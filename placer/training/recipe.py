@@ -10,6 +10,7 @@ brew tags them.
 from __future__ import annotations
 
 import copy
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -101,7 +102,10 @@ def _typed_lr_arg(key: str, value: str, spec: str):
         if base in INT_LR_ARGS:
             return int(value)
         if base in FLOAT_LR_ARGS or base == "lr_scale":
-            return float(value)
+            number = float(value)
+            if not math.isfinite(number):
+                raise TrainNetError(f"--lr-arg '{spec}': {value} is not a finite number")
+            return number
     except ValueError:
         raise TrainNetError(f"--lr-arg '{spec}': '{value}' is not a number") from None
     raise TrainNetError(f"--lr-arg '{spec}': LearningRate has no argument '{key}'",

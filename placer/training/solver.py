@@ -24,6 +24,7 @@ naming the file and the field.
 from __future__ import annotations
 
 import copy
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -135,6 +136,7 @@ def solver_settings(solver, path: str) -> SolverSettings:
     policy = solver.lr_policy
     if policy not in POLICIES:
         fail("lr_policy", f"unknown policy '{policy}'", f"use one of {', '.join(POLICIES)}")
+    _check_numbers(solver, kind, fail)
     settings = _policy_settings(solver, policy, fail)
     if solver.regularization_type not in ("L2", "L1"):
         fail("regularization_type", f"'{solver.regularization_type}' is not L1 or L2")
@@ -156,6 +158,32 @@ def solver_settings(solver, path: str) -> SolverSettings:
     if len(solver.weights):
         out.notes.append(f"solver weights ({', '.join(solver.weights)}) not loaded: pass --weights")
     return out
+
+
+# (field, rule, test) for the numbers every update reads; a value outside the rule would be
+# written into the train net as it stands (a NaN rate trains nothing, momentum 5 diverges).
+_NUMBER_RULES = (
+    ("base_lr", "must be positive and finite, e.g. 0.01", lambda v: v > 0),
+    ("weight_decay", "must be 0 or more and finite", lambda v: v >= 0),
+    ("clip_gradients", "must be finite (negative turns clipping off)", lambda v: True),
+    ("gamma", "must be finite", lambda v: True),
+    ("power", "must be finite", lambda v: True),
+)
+# Momentum-like fields, by the solver types that read them: each a decay rate in [0, 1).
+_RATE_FIELDS = {"momentum": (("SGD", "Nesterov", "AdaDelta", "Adam"), 0.9), "momentum2": (("Adam",), 0.999)}
+
+
+def _check_numbers(solver, kind: str, fail) -> None:
+    for name, rule, ok in _NUMBER_RULES:
+        value = getattr(solver, name)
+        if solver.HasField(name) and not (math.isfinite(value) and ok(value)):
+            fail(name, f"{value:g} {rule}")
+    for name, (kinds, usual) in _RATE_FIELDS.items():
+        value = getattr(solver, name)
+        if kind in kinds and not (math.isfinite(value) and 0 <= value < 1):
+            fail(name, f"{value:g} must be from 0 to below 1 for {kind}, e.g. {usual}")
+    if kind in ("AdaGrad", "AdaDelta", "Adam") and not (math.isfinite(solver.delta) and solver.delta > 0):
+        fail("delta", f"{solver.delta:g} must be positive and finite for {kind}, e.g. 1e-8")
 
 
 def _policy_settings(solver, policy: str, fail) -> dict:
