@@ -7,9 +7,9 @@ middle) and exits with code 2; ``--debug`` shows the traceback. SIGINT, SIGTERM 
 unwind the command like Ctrl-C (temporary files removed, no output half-replaced;
 ``placer.fileio.command_scope``) and exit with 128 + the signal. Standard output that
 cannot be written (a full disk, ``> /dev/full``) and running out of memory (an allocation
-the memory checks did not foresee) are one line and exit code 1; any other exception is a
-bug in placer: one line naming its type and ``--debug``, exit code 1, never a traceback
-unless asked for.
+the memory checks did not foresee) are one line and exit code 2 too; any other exception
+is a bug in placer: one line naming its type and ``--debug``, exit code 1, never a
+traceback unless asked for.
 """
 from __future__ import annotations
 
@@ -131,13 +131,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         _error(f"error: cannot write the output to standard output: {e} (redirect it to a file or "
                "device with room)")
-        return 1
+        return 2
     except MemoryError:
         if args.debug:
             raise
         _error("error: out of memory: this step needed more than placer's memory check could price "
                "(give smaller shapes with --input, or fewer devices; --debug shows where)")
-        return 1
+        return 2
     except Exception as e:  # noqa: BLE001 - the last line of defence: a bug, told in one line
         if args.debug:
             raise

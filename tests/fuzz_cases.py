@@ -23,7 +23,8 @@ down) under an address-space cap (``RLIMIT_AS``) and a time cap, and sorts the r
 
 ======== ==============================================================================
 ok       exit 0
-refused  exit 2, exactly one line on stderr starting ``placer: error:``, no traceback
+refused  exit 2, exactly one line on stderr starting ``placer: error:``, under 300
+         characters, no traceback
 usage    argparse rejected the command line (exit 2, one line ``placer CMD: error: ...``)
 -------- ------------------------------------------------------------------------------
 messy    exit 2 but stderr is not that one line
@@ -57,6 +58,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "nets"
 SEED = 20250607
 ACCEPTED = ("ok", "refused", "usage")
+MAX_LINE = 300  # characters of the one error line, its file paths included
 STARTUP_S = 120.0  # importing placer and its commands in a fresh worker, on a busy host
 
 # Caffe2 TensorProto.DataType FLOAT, and dimensions that overflow int64 once multiplied.
@@ -788,11 +790,12 @@ def classify(case: Case, reply: dict, seconds: float) -> Outcome:
         return Outcome(case, "wrote-on-failure", seconds, rc, err, f"left behind: {', '.join(reply['written'])}")
     if rc == 2 and reply.get("usage"):
         lines = err.splitlines()
-        good = len(lines) == 1 and lines[0].startswith("placer") and ": error: " in lines[0]
+        good = len(lines) == 1 and lines[0].startswith("placer") and ": error: " in lines[0] and len(lines[0]) < MAX_LINE
         return Outcome(case, "usage" if good else "messy", seconds, rc, err)
     if rc == 2:
         lines = err.splitlines()
-        good = len(lines) == 1 and lines[0].startswith("placer: error: ") and err.endswith("\n")
+        good = len(lines) == 1 and lines[0].startswith("placer: error: ") and err.endswith("\n") \
+            and len(lines[0]) < MAX_LINE
         return Outcome(case, "refused" if good else "messy", seconds, rc, err)
     return Outcome(case, f"exit-{rc}", seconds, rc, err)
 

@@ -225,7 +225,7 @@ def test_stdout_that_cannot_be_written_is_one_line(capsys, tmp_path, monkeypatch
     monkeypatch.setattr(sys, "stdout", _FullStream())
     rc = main(["inspect", str(net)])
     err = capsys.readouterr().err
-    assert rc == 1 and err.count("\n") == 1 and "No space left on device" in err and len(err) < MAX_LINE
+    assert rc == 2 and err.count("\n") == 1 and "No space left on device" in err and len(err) < MAX_LINE
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
@@ -236,7 +236,7 @@ def test_stdout_to_dev_full_in_a_real_process(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "placer.cli", "inspect", str(net)], stdout=full,
                               stderr=subprocess.PIPE, text=True, cwd=ROOT, timeout=120,
                               env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and "cannot write the output" in proc.stderr, proc.stderr
 
 
@@ -260,7 +260,7 @@ def test_out_of_memory_is_one_line(capsys, tmp_path, monkeypatch):
     def exhausted(args):
         raise MemoryError()
     monkeypatch.setattr(inspect_command, "run", exhausted)
-    line = _refused(capsys, ["inspect", _caffe(tmp_path, RELU)], rc=1)
+    line = _refused(capsys, ["inspect", _caffe(tmp_path, RELU)])
     assert line.startswith("placer: error: out of memory") and "--input" in line
 
 

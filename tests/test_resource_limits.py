@@ -308,14 +308,14 @@ def test_a_kernels_measured_temporaries_stay_within_its_declaration(op_type):
 
 
 def test_running_out_of_memory_anyway_is_one_line(monkeypatch, capsys, relu):
-    """An allocation the checks did not foresee still ends in one line (exit 1: a gap in placer's checks)."""
+    """An allocation the checks did not foresee still ends in one line and exit 2."""
     import placer.commands.inspect as inspect_command
     from placer import cli
 
     def exhausts(args):
         raise MemoryError()
     monkeypatch.setattr(inspect_command, "run", exhausts)
-    assert cli.main(["inspect", str(relu)]) == 1
+    assert cli.main(["inspect", str(relu)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("placer: error: out of memory: ") and "--input" in err
     with pytest.raises(MemoryError):
