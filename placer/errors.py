@@ -11,9 +11,10 @@ and field) and its end (the hint).
 """
 from __future__ import annotations
 
-# The most characters of an error line (after "placer: error: "): a message and its hint, room
-# for a long path and a full explanation (the longest written by placer ran to about 360).
-MAX_MESSAGE_CHARS = 500
+# The most characters of an error's text (after "placer: error: ", 15 more): the whole line
+# stays under 300, room for a file path, the field and the hint; a longer message is cut in
+# its middle, where it quotes the user's data.
+MAX_MESSAGE_CHARS = 284
 ELLIPSIS = "..."
 
 

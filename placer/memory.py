@@ -66,7 +66,7 @@ def _address_space() -> tuple[int | None, str]:
         return None, ""
     m = re.search(r"^VmSize:\s+(\d+) kB", _read("/proc/self/status") or "", re.M)
     used = int(m.group(1)) * 1024 if m else 0
-    return max(0, soft - used), "address-space limit (ulimit -v) less this process's size"
+    return max(0, soft - used), "address-space limit (ulimit -v) less this process"
 
 
 def _sysconf() -> tuple[int | None, str]:

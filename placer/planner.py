@@ -112,10 +112,10 @@ def refuse_collectives(net: Net) -> None:
             found[op.type] = found.get(op.type, 0) + 1
     if found:
         kinds = ", ".join(f"{n} {t}" for t, n in found.items())
-        raise PlacerError(f"{net.path or net.name or 'the net'}: the net already runs over several devices "
-                          f"through collectives ({kinds}); placer plan places a one-device net",
-                          hint="plan data parallelism and sharding from the one-device train net with "
-                               "placer shard, or run this net as it is (placer run --emulate-gpus N)")
+        raise PlacerError(f"{net.path or net.name or 'the net'}: runs over several devices through "
+                          f"collectives ({kinds}); placer plan takes a one-device net",
+                          hint="placer shard plans it from the one-device train net; "
+                               "placer run --emulate-gpus N runs it as it is")
 
 
 def graph_arguments(net: Net, costs: NetCosts, machine: Machine, options: PlanOptions, usable) -> dict:

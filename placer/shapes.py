@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from placer.errors import PlacerError, ShapeError
+from placer.errors import PlacerError, ShapeError, excerpt
 from placer.ops import registry
 from placer.types import Net, Op, OpFeatures, TensorType, TypedNet
 
@@ -165,11 +165,11 @@ def _note_missing(typed: TypedNet, blob: str, maker: Op | None) -> None:
         typed.missing[blob] = f"blob '{blob}' has no shape: give {spec}"
 
 
-def missing_summary(typed: TypedNet, limit: int = 5) -> str:
+def missing_summary(typed: TypedNet, limit: int = 3) -> str:
     """One line naming the blobs without shape and the options that supply them."""
     names = list(typed.missing)
-    shown = ", ".join(f"'{n}'" for n in names[:limit]) + (f" and {len(names) - limit} more"
-                                                          if len(names) > limit else "")
+    shown = ", ".join(f"'{excerpt(n, 40)}'" for n in names[:limit]) + (f" and {len(names) - limit} more"
+                                                                       if len(names) > limit else "")
     options = "--init-net INIT or --input NAME=d0,d1,..." if any(
         "--init-net" in m for m in typed.missing.values()) else "--input NAME=d0,d1,..."
     return f"{len(names)} blob(s) have no shape: {shown}; give {options}"

@@ -251,9 +251,9 @@ def test_a_run_that_cannot_fit_is_refused_with_both_figures(tmp_path, capsys, se
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
     params, inputs, draw, activations = (4 * 100 + 4) * 4, 4e12, 8e12, 4e12 + 1.25 * 1e10 * 4 * 4
     assert f"needs {_tib(params + inputs + max(draw, activations))} of memory" in err
-    assert (f"(parameters {_tib(params)} + inputs 3.64 TiB + the larger of peak activations "
-            f"{_tib(activations)} and random draw 7.28 TiB)") in err
-    assert "this machine has" in err and "available (" in err and "--input" in err
+    assert (f"(parameters {_tib(params)} + inputs 3.64 TiB + max(peak activations "
+            f"{_tib(activations)}, random draw 7.28 TiB))") in err
+    assert " available (" in err and "--input" in err
 
 
 def test_run_footprint_counts_what_the_executor_keeps_alive():

@@ -53,7 +53,7 @@ class Footprint:
         held = " + ".join(f"{what} {format_bytes(n)}" for what, n in self.held if n) or "nothing held"
         phases = [f"{what} {format_bytes(n)}" for what, n in self.phases if n]
         if len(phases) > 1:
-            return f"{held} + the larger of {' and '.join(phases)}"
+            return f"{held} + max({', '.join(phases)})"
         return " + ".join([held, *phases])
 
 
@@ -138,7 +138,7 @@ def require_memory(need: Footprint, what: str, hint: str) -> None:
     have, where = available_bytes()
     if have is None or need.total_bytes <= have:
         return
-    raise InputError(f"{what} needs {format_bytes(need.total_bytes)} of memory ({need.describe()}); "
-                     f"this machine has {format_bytes(have)} available ({where})", hint=hint)
+    raise InputError(f"{what} needs {format_bytes(need.total_bytes)} of memory ({need.describe()}), "
+                     f"{format_bytes(have)} available ({where})", hint=hint)
 
 

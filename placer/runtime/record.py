@@ -24,7 +24,7 @@ import os
 from dataclasses import asdict, fields
 
 from placer.documents import TEXT, check_document, number, read_document
-from placer.errors import PlacerError
+from placer.errors import PlacerError, excerpt
 from placer.fileio import atomic_write_text
 from placer.runtime.timing import running
 from placer.types import OpRun, RunRecord
@@ -82,7 +82,7 @@ def check_dict(data, where: str = "run record", error: type = PlacerError) -> di
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or data.get("schema_version") != SCHEMA_VERSION:
         found = (data.get("schema"), data.get("schema_version")) if isinstance(data, dict) else (None, None)
         raise error(f"{where}: not a placer run record of version {SCHEMA_VERSION} "
-                    f"(schema {found[0]!r}, version {found[1]!r})", hint=HINT)
+                    f"(schema {excerpt(repr(found[0]), 40)}, version {excerpt(repr(found[1]), 40)})", hint=HINT)
     check_document(data, RUN_RECORD_SCHEMA, where, error, HINT)
     return data
 
