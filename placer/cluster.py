@@ -200,7 +200,8 @@ CLUSTER_SCHEMA = {
         "network": {"type": "object", "description": "an object: kind, bytes_per_s, latency_s, gpudirect_rdma",
                     "required": ["bytes_per_s", "latency_s"], "properties": {
                         "kind": TEXT, "source": TEXT, "bytes_per_s": POSITIVE, "latency_s": NON_NEGATIVE,
-                        "gpudirect_rdma": {"type": "boolean", "description": "true or false"}}}}}
+                        "gpudirect_rdma": {"type": "boolean", "description": "true or false"}}}},
+    "additionalProperties": False}
 
 
 def load_cluster(name_or_path: str | Path) -> ClusterMachine:

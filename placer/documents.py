@@ -162,6 +162,10 @@ def describe_error(err, schema: dict) -> str:
     if err.validator == "required":
         missing = next((k for k in err.validator_value if k not in err.instance), "?")
         return f"field '{field_path([*path, missing])}': missing"
+    if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+        known = list(err.schema.get("properties", {}))
+        extra = next((k for k in err.instance if k not in known), "?")
+        return f"field '{field_path([*path, extra])}': not a key placer knows here (known: {', '.join(known)})"
     expected = _description(schema, list(err.absolute_schema_path)) or _default_expectation(err)
     where = f"field '{field_path(path)}': " if path else ""
     return f"{where}expected {expected}, found {shown(err.instance)}"

@@ -363,7 +363,7 @@ MACHINE_SCHEMA = {
                                                        "GPUs in one machine)"}}}}},
         "peer_default": _PEER_KIND,
         "peer_links": {"type": "array", "items": {
-            "type": "object", "required": ["gpus", "kind"], "properties": {
+            "type": "object", "required": ["gpus", "kind"], "additionalProperties": False, "properties": {
                 "gpus": {"type": "array", "minItems": 2, "maxItems": 2, "items": _GPU_NUMBER,
                          "description": "a pair of GPU numbers [a, b]"},
                 "kind": _PEER_KIND, "count": COUNT}}},
@@ -377,7 +377,8 @@ MACHINE_SCHEMA = {
                     "type": "array", "minItems": 2, "maxItems": 2, "description": "[bytes > 0, seconds >= 0]",
                     "prefixItems": [number("[bytes > 0, seconds >= 0]", positive=True),
                                     number("[bytes > 0, seconds >= 0]")]}}}}},
-        "sources": {"type": "object", "additionalProperties": TEXT}}}
+        "sources": {"type": "object", "additionalProperties": TEXT}},
+    "additionalProperties": False}
 
 
 def load_machine(name_or_path: str | Path, host: DeviceProfile | None = None) -> Machine:

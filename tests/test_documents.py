@@ -3,6 +3,7 @@ the schemas it checks (each a valid JSON Schema that the shipped files meet)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -146,3 +147,30 @@ def test_a_written_run_record_and_plan_meet_their_schemas(tmp_path):
     plan = four_gpu_plan()
     check_document(plan, schemas["plan"], "plan")
     check_document(four_gpu_run(plan), schemas["run record"], "run")
+
+
+@pytest.mark.parametrize("kind", ["machine", "cluster", "profile"])
+def test_a_misspelt_key_is_named_with_the_known_ones(tmp_path, kind):
+    """A key placer does not read would silently change nothing (a misspelt ``peer_links``
+    drops the NVLink topology): every profile a person writes names it instead."""
+    from placer.cluster import load_cluster
+    from placer.errors import ProfileError
+    from placer.machine import load_machine
+    from placer.profiling import load_profile
+    root = Path(__file__).resolve().parents[1] / "profiles"
+    source = {"machine": root / "machines" / "4x-v100-sxm2-nvlink.json",
+              "cluster": next((root / "clusters").glob("*.json")), "profile": root / "v100-16gb-pcie3.json"}[kind]
+    data = json.loads(source.read_text())
+    if kind == "machine":
+        data["peer_link"] = data.pop("peer_links")
+        wrong = "peer_link"
+    else:
+        data["descripton"] = data.pop("description", "x")
+        wrong = "descripton"
+    path = tmp_path / f"{kind}.json"
+    path.write_text(json.dumps(data))
+    load = {"machine": load_machine, "cluster": load_cluster, "profile": load_profile}[kind]
+    with pytest.raises(ProfileError) as refused:
+        load(path)
+    message = str(refused.value)
+    assert f"field '{wrong}': not a key placer knows here" in message and "known: " in message

@@ -242,7 +242,8 @@ PROFILE_SCHEMA = {
                            "description": f"version {PROFILE_SCHEMA_VERSION} (the version this placer reads)"},
         "name": TEXT, "description": TEXT,
         "devices": {"type": "array", "minItems": 1, "items": _DEVICE,
-                    "description": "a list of at least one device"}}}
+                    "description": "a list of at least one device"}},
+    "additionalProperties": False}
 PROFILE_HINT = "fix the field or re-create the profile with `placer profile`"
 
 
