@@ -35,7 +35,7 @@ from typing import Mapping
 import numpy as np
 
 from placer import constants as K
-from placer.documents import COUNT, NON_NEGATIVE, POSITIVE, TEXT, check_document, read_document
+from placer.documents import BYTES_PER_S, COUNT, LATENCY_S, POSITIVE, TEXT, check_document, read_document
 from placer.errors import ProfileError
 from placer.machine import HOST, Hop, Link, Machine, MachineDevice, load_machine
 from placer.profiling.schema import LinkCurve
@@ -199,7 +199,7 @@ CLUSTER_SCHEMA = {
                       "properties": {**_HOST, "name": TEXT}}}},
         "network": {"type": "object", "description": "an object: kind, bytes_per_s, latency_s, gpudirect_rdma",
                     "required": ["bytes_per_s", "latency_s"], "properties": {
-                        "kind": TEXT, "source": TEXT, "bytes_per_s": POSITIVE, "latency_s": NON_NEGATIVE,
+                        "kind": TEXT, "source": TEXT, "bytes_per_s": BYTES_PER_S, "latency_s": LATENCY_S,
                         "gpudirect_rdma": {"type": "boolean", "description": "true or false"}}}},
     "additionalProperties": False}
 

@@ -235,6 +235,19 @@ def number(description: str, minimum: float = 0.0, positive: bool = False) -> di
     return {"type": "number", **bound, "maximum": LARGEST_FLOAT, "description": description}
 
 
+def within(description: str, low: float, high: float) -> dict:
+    """A JSON number from ``low`` to ``high``: a hardware figure outside any real machine's
+    range (a peak of 5e-324 FLOP/s, a launch overhead of 1e308 s) is a typo, and prices
+    every op as zero or forever."""
+    return {"type": "number", "minimum": low, "maximum": high, "description": f"{description} ({low:g} to {high:g})"}
+
+
+# The ranges of real hardware, generously: anything outside is refused at its field.
+FLOPS = within("FLOP/s", 1e6, 1e18)
+BYTES_PER_S = within("bytes per second", 1e3, 1e15)
+CAPACITY_BYTES = within("bytes", 1e6, 1e16)
+OVERHEAD_S = within("seconds", 0.0, 1.0)
+LATENCY_S = within("seconds", 0.0, 10.0)
 POSITIVE = number("a positive finite number", positive=True)
 NON_NEGATIVE = number("a non-negative finite number")
 COUNT = {"type": "integer", "minimum": 1, "description": "a positive integer"}

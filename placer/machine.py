@@ -31,7 +31,8 @@ import numpy as np
 
 from placer import arguments
 from placer import constants as K
-from placer.documents import COUNT, NON_NEGATIVE, POSITIVE, TEXT, check_document, number, read_document
+from placer.documents import (BYTES_PER_S, COUNT, LATENCY_S, TEXT, check_document, number,
+                              read_document)
 from placer.errors import ProfileError
 from placer.profiling.schema import DeviceProfile, LinkCurve
 
@@ -372,7 +373,7 @@ MACHINE_SCHEMA = {
         "peer_curves": {"type": "array", "items": {
             "type": "object", "required": ["src", "dst", "latency_s", "bytes_per_s"], "properties": {
                 "src": _GPU_NUMBER, "dst": _GPU_NUMBER, "p2p": {"type": "boolean"},
-                "latency_s": NON_NEGATIVE, "bytes_per_s": POSITIVE,
+                "latency_s": LATENCY_S, "bytes_per_s": BYTES_PER_S,
                 "points": {"type": "array", "items": {
                     "type": "array", "minItems": 2, "maxItems": 2, "description": "[bytes > 0, seconds >= 0]",
                     "prefixItems": [number("[bytes > 0, seconds >= 0]", positive=True),

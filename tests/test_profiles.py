@@ -194,10 +194,13 @@ def test_unreadable_json_is_a_profile_error(tmp_path, text, words):
 
 
 @pytest.mark.parametrize("field, value, words", [
-    ("memory_bandwidth_bytes_per_s", 10 ** 400, "finite"),   # too large for a float
-    ("memory_bandwidth_bytes_per_s", float("nan"), "finite"),
-    ("memory_bandwidth_bytes_per_s", -1.0, "positive"),
-    ("launch_overhead_s", float("inf"), "finite"),
+    ("memory_bandwidth_bytes_per_s", 10 ** 400, "bytes per second (1000 to 1e+15)"),   # too large for a float
+    ("memory_bandwidth_bytes_per_s", float("nan"), "bytes per second (1000 to 1e+15)"),
+    ("memory_bandwidth_bytes_per_s", -1.0, "bytes per second (1000 to 1e+15)"),
+    ("memory_bandwidth_bytes_per_s", 1e-300, "bytes per second (1000 to 1e+15)"),  # priced every copy forever
+    ("launch_overhead_s", float("inf"), "seconds (0 to 1)"),
+    ("launch_overhead_s", 1e308, "seconds (0 to 1)"),
+    ("peak_flops", {"float32": 5e-324}, "FLOP/s (1e+06 to 1e+18)"),                # divided by zero
 ])
 def test_absurd_figures_name_the_field(tmp_path, field, value, words):
     data = _valid()

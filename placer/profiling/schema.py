@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from placer.constants import PROFILE_SCHEMA_VERSION
-from placer.documents import (NON_NEGATIVE, POSITIVE, TEXT, check_document, number, parse_document,
-                              read_document)
+from placer.documents import (BYTES_PER_S, CAPACITY_BYTES, FLOPS, LATENCY_S, NON_NEGATIVE, OVERHEAD_S, POSITIVE,
+                              TEXT, check_document, number, parse_document, read_document)
 from placer.errors import ProfileError
 from placer.fileio import atomic_write_text
 from placer.formats import shape_problem
@@ -193,7 +193,7 @@ def op_key(op_type: str, inputs: Sequence[TensorType | None], args: Mapping[str,
 # ---------------------------------------------------------------------- validation
 
 _CURVE = {"type": "object", "required": ["latency_s", "bytes_per_s"], "properties": {
-    "latency_s": NON_NEGATIVE, "bytes_per_s": POSITIVE,
+    "latency_s": LATENCY_S, "bytes_per_s": BYTES_PER_S,
     "points": {"type": "array", "items": {
         "type": "array", "minItems": 2, "maxItems": 2, "description": "[bytes > 0, seconds >= 0]",
         "prefixItems": [number("[bytes > 0, seconds >= 0]", positive=True),
@@ -225,10 +225,10 @@ _DEVICE = {"type": "object", "description": "a device object",
            "required": ["kind", "name", "source", "peak_flops", "memory_bandwidth_bytes_per_s",
                         "memory_capacity_bytes", "launch_overhead_s"], "properties": {
     "kind": {"enum": ["cpu", "gpu"], "description": "'cpu' or 'gpu'"}, "name": TEXT, "source": _SOURCE,
-    "peak_flops": {"type": "object", "required": ["float32"], "additionalProperties": POSITIVE,
+    "peak_flops": {"type": "object", "required": ["float32"], "additionalProperties": FLOPS,
                    "description": "an object of FLOP/s per dtype"},
-    "memory_bandwidth_bytes_per_s": POSITIVE, "memory_capacity_bytes": POSITIVE,
-    "launch_overhead_s": NON_NEGATIVE,
+    "memory_bandwidth_bytes_per_s": BYTES_PER_S, "memory_capacity_bytes": CAPACITY_BYTES,
+    "launch_overhead_s": OVERHEAD_S,
     "link": {"type": "object", "required": list(DIRECTIONS),
              "properties": {d: _DIRECTION for d in DIRECTIONS}},
     "ops": {"type": "array", "items": _OP},
