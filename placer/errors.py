@@ -11,6 +11,8 @@ and field) and its end (the hint).
 """
 from __future__ import annotations
 
+import re
+
 # The most characters of an error's text (after "placer: error: ", 15 more): the whole line
 # stays under 300, room for a file path, the field and the hint; a longer message is cut in
 # its middle, where it quotes the user's data.
@@ -90,11 +92,24 @@ def one_line(error: BaseException, limit: int = MAX_MESSAGE_CHARS) -> str:
     else:
         message, hint = str(error), ""
     message, hint = message.translate(_ESCAPED), hint.translate(_ESCAPED)
+    if len(message) + len(hint) + 3 > limit:  # long folders go first: the file's name and the reason stay
+        message, hint = _short_paths(message), _short_paths(hint)
     if not hint:
         return excerpt(message, limit)
     # the hint keeps what the message leaves, and at least half the line
     hint = excerpt(hint, max(limit // 2, limit - 3 - len(message)))
     return f"{excerpt(message, limit - 3 - len(hint))} ({hint})"
+
+
+_PATH = re.compile(r"/[^\s:'\",()]+")
+
+
+def _short_paths(text: str, longest: int = 40) -> str:
+    """Absolute paths past ``longest`` characters as ``.../folder/file``."""
+    def short(m: "re.Match") -> str:
+        parts = m.group(0).split("/")
+        return m.group(0) if len(m.group(0)) <= longest or len(parts) <= 4 else ".../" + "/".join(parts[-2:])
+    return _PATH.sub(short, text)
 
 
 # Control characters (a newline in an op type read from a damaged file) printed escaped.
