@@ -266,6 +266,8 @@ def test_profile_line(done):
     cpu = load_profile(done["out"] / "profiles" / "cpu-measured.json").device("cpu")
     assert m and int(m.group(1)) == len(cpu.ops)
     assert float(m.group(2)) == pytest.approx(cpu.peak_flops["float32"] / 1e9, abs=0.51)
+    # the path it names is where the file is now, not the folder it was written in
+    assert line.endswith(f"({done['out'] / 'profiles' / 'cpu-measured.json'})"), line
 
 
 def test_compare_flags_a_difference_and_a_missing_output():

@@ -138,7 +138,8 @@ class Demo:
         several = self.several_gpus()
         self.save_text(self.out / "commands.sh", "#!/bin/sh\n# what `placer demo` ran\nset -e\n"
                        + "\n".join(self.commands) + "\n")
-        lines = summary_lines(results, full_size, cpu_profile, time.monotonic() - self.start, several)
+        lines = [self.shown(line) for line in      # the paths it names are the final ones
+                 summary_lines(results, full_size, cpu_profile, time.monotonic() - self.start, several)]
         self.save_text(self.out / "summary.txt", "\n".join(lines) + "\n")
         self.print_files()
         print("summary:")
