@@ -48,52 +48,26 @@ def reserve(text: str) -> float:
     return value
 
 
-def momentum(text: str) -> float:
-    """A momentum (or an Adam beta): from 0 to below 1."""
-    value = _float(text, "a momentum from 0 to below 1 (0.9)")
-    if not 0 <= value < 1:  # NaN fails too
-        raise _refuse("a momentum from 0 to below 1 (0.9)", text)
-    return value
+def _number(expected: str, accepts, doc: str):
+    """A converter for floats that ``accepts`` (NaN fails every comparison, so it is refused
+    by each), refused as ``expected``."""
+    def convert(text: str) -> float:
+        value = _float(text, expected)
+        if not (math.isfinite(value) and accepts(value)):
+            raise _refuse(expected, text)
+        return value
+    convert.__doc__, convert.__name__ = doc, expected
+    return convert
 
 
-def share(text: str) -> float:
-    """A share between 0 and 1 inclusive (a hit rate, a cached ratio)."""
-    value = _float(text, "a number between 0 and 1")
-    if not 0 <= value <= 1:
-        raise _refuse("a number between 0 and 1", text)
-    return value
-
-
-def seconds(text: str) -> float:
-    """A finite number of seconds, 0 or more."""
-    value = _float(text, "a number of seconds >= 0")
-    if not (math.isfinite(value) and value >= 0):
-        raise _refuse("a number of seconds >= 0", text)
-    return value
-
-
-def positive(text: str) -> float:
-    """A finite number above 0 (a learning rate, an epsilon)."""
-    value = _float(text, "a positive number")
-    if not (math.isfinite(value) and value > 0):
-        raise _refuse("a positive number", text)
-    return value
-
-
-def finite(text: str) -> float:
-    """Any finite number."""
-    value = _float(text, "a finite number")
-    if not math.isfinite(value):
-        raise _refuse("a finite number", text)
-    return value
-
-
-def non_negative(text: str) -> float:
-    """A finite number, 0 or more (a weight decay)."""
-    value = _float(text, "a number >= 0")
-    if not (math.isfinite(value) and value >= 0):
-        raise _refuse("a number >= 0", text)
-    return value
+share = _number("a number between 0 and 1", lambda v: 0 <= v <= 1,
+                "A share between 0 and 1 inclusive (a hit rate, a cached ratio).")
+seconds = _number("a number of seconds >= 0", lambda v: v >= 0, "A finite number of seconds, 0 or more.")
+positive = _number("a positive number", lambda v: v > 0, "A finite number above 0 (a learning rate, an epsilon).")
+finite = _number("a finite number", lambda v: True, "Any finite number.")
+non_negative = _number("a number >= 0", lambda v: v >= 0, "A finite number, 0 or more (a weight decay).")
+momentum = _number("a momentum from 0 to below 1 (0.9)", lambda v: 0 <= v < 1,
+                   "A momentum (or an Adam beta): from 0 to below 1.")
 
 
 def count(minimum: int = 0):

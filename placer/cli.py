@@ -21,13 +21,11 @@ import sys
 import threading
 from contextlib import contextmanager
 
-from placer.errors import PlacerError, one_line
+from placer.errors import ESCAPED, PlacerError, one_line
 from placer.fileio import command_scope
 
 # Subcommands in the order `placer --help` lists them.
 COMMANDS = ["inspect", "convert", "train-net", "run", "profile", "plan", "shard", "report", "demo"]
-# Control characters (a newline in an op type read from a damaged file) printed escaped: an error is one line.
-ONE_LINE = {c: repr(chr(c))[1:-1] for c in [*range(32), 127]}
 # An unexpected exception's message is cut to this many characters: the line stays readable.
 INTERNAL_MESSAGE_CHARS = 200
 
@@ -141,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - the last line of defence: a bug, told in one line
         if args.debug:
             raise
-        message = str(e)[:INTERNAL_MESSAGE_CHARS] or "(no message)"
+        message = one_line(e, INTERNAL_MESSAGE_CHARS) or "(no message)"
         _error(f"internal error: {type(e).__name__}: {message} (a bug in placer; run again with "
                "--debug for the traceback and report it)")
         return 1
@@ -152,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
 def _error(line: str) -> None:
     """One line on stderr; a stderr that cannot be written either is left alone."""
     try:
-        print(f"placer: {line.translate(ONE_LINE)}", file=sys.stderr)
+        print(f"placer: {line.translate(ESCAPED)}", file=sys.stderr)
         sys.stderr.flush()
     except OSError:
         pass

@@ -91,7 +91,7 @@ def one_line(error: BaseException, limit: int = MAX_MESSAGE_CHARS) -> str:
         message, hint = str(error.message), str(error.hint or "")
     else:
         message, hint = str(error), ""
-    message, hint = message.translate(_ESCAPED), hint.translate(_ESCAPED)
+    message, hint = message.translate(ESCAPED), hint.translate(ESCAPED)
     if len(message) + len(hint) + 3 > limit:  # long folders go first: the file's name and the reason stay
         message, hint = _short_paths(message), _short_paths(hint)
     if not hint:
@@ -113,4 +113,4 @@ def _short_paths(text: str, longest: int = 40) -> str:
 
 
 # Control characters (a newline in an op type read from a damaged file) printed escaped.
-_ESCAPED = {c: repr(chr(c))[1:-1] for c in [*range(32), 127]}
+ESCAPED = {c: repr(chr(c))[1:-1] for c in [*range(32), 127]}

@@ -128,6 +128,7 @@ def inject_copies(net: Net) -> Net:
         if op.type in copies:
             raise PlacerError(f"{net.path or net.name}: --inject-copies: op {op.label} already copies between "
                               f"devices", hint="remove the net's copy ops, or run it without --inject-copies")
+    # every GPU the net names, however many (cuda:0..N-1, or any subset of them)
     gpus = sorted({op.device.index for op in net.ops if op.device is not None and op.device.is_gpu})
     devs = _Devices(("cpu", *(f"cuda:{g}" for g in gpus)), ("cpu", *("gpu" for _ in gpus)), (0, *gpus))
     placement = existing_placement(net, devs)

@@ -51,6 +51,8 @@ PLAN_SCHEMA = {
                 "source": {"type": ["object", "null"], "additionalProperties": _TEXT},
                 "reason": _TEXT, "flops": _NUM, "param_bytes": _NUM, "output_bytes": _NUM, "outputs": _NAMES,
                 "pinned": {"type": ["string", "array", "null"], "items": {"type": "string"}},
+                # version-1 plans (one CPU and one GPU) priced each op per kind; version 2
+                # gives time_s per device, for any number of devices
                 "copies_in": _NAMES, "copies_out": _NAMES, "cpu_s": _NUM, "gpu_s": _NUM,
                 "cpu_source": _TEXT, "gpu_source": _TEXT}}},
         "tensors": {"type": "array", "items": {"type": "object", "properties": {
