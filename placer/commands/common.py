@@ -177,8 +177,9 @@ def _infer_at(net, shapes: dict[str, TensorType], changed: str) -> TypedNet:
     except ShapeError as e:
         if not changed:
             raise
-        # the op's input types (shapes.infer adds them) follow from the shapes named first
-        reason = e.message.rsplit(" (inputs: ", 1)[0]
+        # the op's own reason, without the input types shapes.infer adds to it (they follow
+        # from the shapes named first)
+        reason = e.__cause__.message if isinstance(e.__cause__, ShapeError) else e.message
         raise ShapeError(f"{changed} cannot run: {reason}", e.hint or (
             "the weights fix all but the batch (and, where the net allows, the spatial size)")) from e
     _refuse_impossible_blobs(typed)
