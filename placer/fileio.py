@@ -43,6 +43,10 @@ class _Command:
         self.updating: set[str] = set()            # being read to be rewritten (a profile merged into)
         self.files: list[tuple[str, Path, Path | None, bytes | None]] = []  # (shown, target, temp, data)
         self.dirs: list[tuple[Path, Path]] = []    # (temp folder, target)
+        # Every temporary file or folder made so far and not yet renamed into place,
+        # noted the moment it exists (signals held), so that an interrupt at any point
+        # (between writes, while a folder is being committed) leaves none behind.
+        self.temps: set[Path] = set()
 
     def read_by(self, path: Path) -> str | None:
         """The input ``path`` is (a path this command read), or None."""
@@ -70,6 +74,7 @@ class _Command:
                     os.replace(tmp, target)
             for tmp, out in self.dirs:
                 _replace_dir(tmp, out)
+            self.temps.clear()
         self.files, self.dirs = [], []
 
     def discard(self) -> None:
@@ -78,7 +83,9 @@ class _Command:
                 os.unlink(tmp)
         for tmp, _ in self.dirs:
             shutil.rmtree(tmp, ignore_errors=True)
-        self.files, self.dirs = [], []
+        for tmp in self.temps:
+            _remove(tmp)
+        self.files, self.dirs, self.temps = [], [], set()
 
 
 _current: _Command | None = None
@@ -195,7 +202,9 @@ def _atomic_write(path: Path, data: bytes) -> Path:
             _write_special(target, data)
         return path
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    with _signals_held():   # an interrupt lands after the temporary is noted, never between
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        _note_temp(Path(tmp))
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -205,12 +214,31 @@ def _atomic_write(path: Path, data: bytes) -> Path:
         if staged:
             _current.files.append((str(path), target, Path(tmp), None))
         else:
-            os.replace(tmp, target)
+            with _signals_held():
+                os.replace(tmp, target)
+                _forget_temp(Path(tmp))
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
     return path
+
+
+def _note_temp(tmp: Path) -> None:
+    if _current is not None:
+        _current.temps.add(tmp)
+
+
+def _forget_temp(tmp: Path) -> None:
+    if _current is not None:
+        _current.temps.discard(tmp)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.unlink(path)
 
 
 def _write_special(target: Path, data: bytes) -> None:
@@ -309,7 +337,9 @@ class OutputDir:
     def __enter__(self) -> "OutputDir":
         try:
             self.out.parent.mkdir(parents=True, exist_ok=True)
-            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", suffix=".tmp", dir=self.out.parent))
+            with _signals_held():   # noted the moment it exists (``_Command.temps``)
+                self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", suffix=".tmp", dir=self.out.parent))
+                _note_temp(self.tmp)
         except OSError as e:
             raise PlacerError(f"{self.option} {self.given}: cannot write: {e.strerror or e}",
                               hint="give a folder in a place you can write to") from e
@@ -317,9 +347,10 @@ class OutputDir:
 
     def __exit__(self, kind, error, tb) -> None:
         if kind is None:
-            commit_dir(self.tmp, self.out)
+            commit_dir(self.tmp, self.out)   # removes the folder if it fails or is interrupted
         else:
             shutil.rmtree(self.tmp, ignore_errors=True)
+            _forget_temp(self.tmp)
 
     def path(self, name: str) -> Path:
         """Where the file ``name`` (relative to the folder) is written now."""
@@ -346,8 +377,9 @@ def commit_dir(tmp: Path, out: Path) -> None:
     outputs when they are staged); ``tmp`` is removed on failure."""
     try:
         _refuse_reads_under(out, str(out))
-    except PlacerError:
+    except BaseException:   # refused, or a signal arrived: the folder goes
         shutil.rmtree(tmp, ignore_errors=True)
+        _forget_temp(tmp)
         raise
     if _current is not None and _current.stage:
         _current.dirs.append((tmp, out))
@@ -355,6 +387,7 @@ def commit_dir(tmp: Path, out: Path) -> None:
     try:
         with _signals_held():
             _replace_dir(tmp, out)
+            _forget_temp(tmp)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise PlacerError(f"{out}: cannot write: {e.strerror or e}", hint="give a folder you can write to") from e

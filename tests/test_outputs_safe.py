@@ -315,3 +315,41 @@ def test_a_hangup_ignored_by_nohup_stays_ignored(proj):
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM and not (proj / "r.json").exists()
+
+
+# An interrupt can land between any two bytecodes. Where the window is too narrow to hit
+# with a real signal from outside, the interrupt is raised at that point in-process.
+
+def _interrupt(*_args, **_kwargs):
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("stage", [True, False], ids=["staged", "unstaged"])
+def test_an_interrupt_while_a_folder_is_committed_leaves_no_temporary(tmp_path, monkeypatch, stage):
+    from placer import fileio
+    (tmp_path / "keep.txt").write_text("mine")
+    before = _snapshot(tmp_path)
+    monkeypatch.setattr(fileio, "_refuse_reads_under", _interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        with fileio.command_scope(stage=stage):
+            with fileio.OutputDir(tmp_path / "out", "-o", "test") as folder:
+                fileio.atomic_write_text(folder.path("workers/a.pbtxt"), "a\n")
+                folder.write_manifest()
+    assert _snapshot(tmp_path) == before
+
+
+def test_an_interrupt_right_after_a_temporary_is_made_leaves_none(tmp_path, monkeypatch):
+    from placer import fileio
+    made = []
+    real = fileio._note_temp
+
+    def note_then_interrupt(tmp):
+        real(tmp)
+        made.append(tmp)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(fileio, "_note_temp", note_then_interrupt)
+    for stage in (True, False):
+        with pytest.raises(KeyboardInterrupt):
+            with fileio.command_scope(stage=stage):
+                fileio.atomic_write_text(tmp_path / "o.json", "{}\n")
+    assert len(made) == 2 and list(tmp_path.iterdir()) == []
