@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from accuracy_nets import LOADERS  # noqa: E402
-from placer.costs import CostModel, family_of, variant_of  # noqa: E402
+from placer.costs.model import CostModel, family_of, variant_of  # noqa: E402
 from placer.profiling import calibration  # noqa: E402
 from placer.profiling.bench import profile_net  # noqa: E402
 from placer.profiling.host import measure_host  # noqa: E402

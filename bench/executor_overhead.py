@@ -6,7 +6,7 @@ Usage: python bench/executor_overhead.py [--ops 1000] [--repeats 20]
 Prints microseconds per op for both and their difference (the executor's cost: dict
 look-ups, the device check, timers, output adoption, freeing). Target: < 10 us per op.
 
---emulate-gpus K places the chain over K emulated GPUs with placer.rewrite: K contiguous
+--emulate-gpus K places the chain over K emulated GPUs with placer.rewrite.netdef: K contiguous
 blocks, one per GPU (a host -> GPU copy, K - 1 GPU -> GPU copies, a GPU -> host copy), or
 with --interleave op i on GPU i mod K (a GPU -> GPU copy before every op). The overhead
 is then per compute op with the copies' cost included, and the copies are counted.
@@ -43,10 +43,10 @@ def chain(n_ops: int, device_type: int | None):
 
 
 def over_gpus(net, gpus: int, interleave: bool):
-    """``net`` placed by placer.rewrite over ``gpus`` GPUs (device i + 1 is cuda:i)."""
-    from placer.machine import compose_machine
+    """``net`` placed by placer.rewrite.netdef over ``gpus`` GPUs (device i + 1 is cuda:i)."""
+    from placer.hardware.machine import compose_machine
     from placer.profiling import load_device_profile
-    from placer.rewrite import place
+    from placer.rewrite.netdef import place
     machine = compose_machine(load_device_profile("host-ci-2core", "cpu"),
                               load_device_profile("v100-16gb-sxm2", "gpu"), gpus=gpus, gpu_link="nvlink2")
     n = len(net.ops)

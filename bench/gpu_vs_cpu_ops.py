@@ -10,7 +10,7 @@ needs nothing beside the repository. ``--batch`` sets the first dimension of eve
 of a file (a generated net takes it as its batch size).
 
 The CPU run puts every op on the CPU. The GPU run puts every op that has a GPU kernel on
-cuda:0 and the others on the CPU, with the copies ``placer.rewrite`` inserts (all-GPU with
+cuda:0 and the others on the CPU, with the copies ``placer.rewrite.netdef`` inserts (all-GPU with
 CPU fallback, as Caffe2 runs a net by itself); the per-op rows are its non-copy ops, in
 the net's order. Each run is ``--repeats`` timed iterations after two warm-ups; an op's
 time is its median.
@@ -41,12 +41,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from placer import examples, rewrite  # noqa: E402
-from placer.costs import CostModel  # noqa: E402
+from placer.costs.model import CostModel  # noqa: E402
 from placer.errors import PlacerError  # noqa: E402
 from placer.examples import dlrm, resnet  # noqa: E402
 from placer.formats import load_net  # noqa: E402
 from placer.formats.caffe2 import net_from_netdef  # noqa: E402
-from placer.machine import compose_machine  # noqa: E402
+from placer.hardware.machine import compose_machine  # noqa: E402
 from placer.ops import registry  # noqa: E402
 from placer.profiling import default_profiles, find_profile, load_profile  # noqa: E402
 from placer.runtime.executor import Executor  # noqa: E402

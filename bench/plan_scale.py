@@ -4,7 +4,7 @@ Each case runs in a fresh process so that its peak RSS (getrusage ru_maxrss) is 
 Modes, on the host + one GPU: "serial" (exact min-cut, Plan with copies and reasons),
 "memory" (GPU capacity at half of what the unconstrained optimum uses; Lagrangian +
 repair + moves, MILP off), "graph" (build the networkx cost graph from the cost tables
-``placer.costs`` writes, ``synthetic.to_net_costs``, then its arrays, then plan from them).
+``placer.costs.model`` writes, ``synthetic.to_net_costs``, then its arrays, then plan from them).
 Targets (issue): 100k ops under 5 s, 1M ops under 60 s.
 
     python bench/plan_scale.py              # every mode, 1k..1M (the 1M graph needs ~4 GB)
@@ -34,7 +34,7 @@ def one(n: int, mode: str) -> dict:
     arr = random_arrays(n, seed=n)
     out = {"n_ops": n, "mode": mode, "tensors": arr.n_tensors, "gen_s": time.perf_counter() - t0}
     if mode == "graph":
-        from placer.graph import build_cost_graph
+        from placer.costs.graph import build_cost_graph
         costs = to_net_costs(arr)
         t0 = time.perf_counter()
         g = build_cost_graph(costs, arr.allowed, arr.pin_reason)

@@ -10,7 +10,7 @@
 """
 from __future__ import annotations
 
-from placer.machine import Machine, compose_machine, load_machine
+from placer.hardware.machine import Machine, compose_machine, load_machine
 from placer.profiling import load_device_profile
 
 
@@ -23,6 +23,6 @@ def machine(name: str) -> tuple[Machine, str]:
         return (compose_machine(host, load_device_profile("v100-16gb-sxm2", "gpu"), 8, "nvlink2"),
                 "--gpu-profile v100-16gb-sxm2 --gpus 8 --gpu-link nvlink2")
     if name == "2x8-a100":
-        from placer.cluster import load_cluster
+        from placer.hardware.cluster import load_cluster
         return load_cluster("2x-dgx-a100-200g"), "cluster profile 2x-dgx-a100-200g"
     raise ValueError(name)

@@ -27,10 +27,10 @@ import time
 import numpy as np
 
 from placer.examples.dlrm import DlrmConfig
-from placer.machine import compose_machine
-from placer.partition.sharding_cost import ShardEstimator, ShardSettings
-from placer.partition.sharding_net import DlrmTrainNet, train_view
-from placer.partition.sharding_search import (Search, balanced_start, milp_assignment, multi_start, table_wise_on_one,
+from placer.hardware.machine import compose_machine
+from placer.sharding.cost import ShardEstimator, ShardSettings
+from placer.sharding.net import DlrmTrainNet, train_view
+from placer.sharding.search import (Search, balanced_start, milp_assignment, multi_start, table_wise_on_one,
                                               torchrec_greedy, uniform)
 from placer.profiling import load_device_profile
 

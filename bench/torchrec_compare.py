@@ -40,12 +40,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from sharding_machines import machine as bench_machine  # noqa: E402
 
 from placer.examples import dlrm  # noqa: E402
-from placer.machine import compose_machine  # noqa: E402
-from placer.partition.sharding import plan_sharding  # noqa: E402
-from placer.partition.sharding_cost import ShardEstimator, ShardSettings  # noqa: E402
-from placer.partition.sharding_net import DlrmTrainNet, train_view  # noqa: E402
-from placer.partition.sharding_search import Choice, Search  # noqa: E402
-from placer.partition.sharding_types import (COLUMN_WISE, DATA_PARALLEL, HBM, ROW_WISE, TABLE_WISE, UVM,  # noqa: E402
+from placer.hardware.machine import compose_machine  # noqa: E402
+from placer.sharding.plan import plan_sharding  # noqa: E402
+from placer.sharding.cost import ShardEstimator, ShardSettings  # noqa: E402
+from placer.sharding.net import DlrmTrainNet, train_view  # noqa: E402
+from placer.sharding.search import Choice, Search  # noqa: E402
+from placer.sharding.types import (COLUMN_WISE, DATA_PARALLEL, HBM, ROW_WISE, TABLE_WISE, UVM,  # noqa: E402
                                              UVM_CACHING)
 from placer.profiling import load_device_profile  # noqa: E402
 from placer.units import fmt_time  # noqa: E402

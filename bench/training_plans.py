@@ -33,10 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from placer.examples import DATA  # noqa: E402
-from placer.machine import compose_machine  # noqa: E402
+from placer.hardware.machine import compose_machine  # noqa: E402
 from placer.partition.problem import memory_use  # noqa: E402
 from placer.partition.schedule import Simulator  # noqa: E402
-from placer.planner import PlanOptions, plan  # noqa: E402
+from placer.planning.planner import PlanOptions, plan  # noqa: E402
 from placer.profiling import load_device_profile  # noqa: E402
 from placer.types import DATA_TYPE_TO_DTYPE, TensorType  # noqa: E402
 from placer.units import fmt_bytes, fmt_time  # noqa: E402
@@ -130,7 +130,7 @@ def one_launch_per_gpu_op():
     kernels) instead of one per kernel placer's own cupy kernel launches."""
     from contextlib import contextmanager
 
-    from placer.costs import CostModel
+    from placer.costs.model import CostModel
 
     @contextmanager
     def patched():

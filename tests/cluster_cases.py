@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from placer.cluster import Network, build_cluster
+from placer.hardware.cluster import Network, build_cluster
 from placer.formats import caffe2_pb as pb
-from placer.machine import compose_machine
+from placer.hardware.machine import compose_machine
 from placer.profiling import load_device_profile
 from placer.types import TensorType
 

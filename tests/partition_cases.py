@@ -2,7 +2,7 @@
 
 ``brute_force_costs`` enumerates every placement of a small net and prices it from the
 definition of the serial objective (``placement_reference.serial_costs``), never by the
-code under test. ``hand_net_costs`` writes the cost tables ``placer.costs`` makes
+code under test. ``hand_net_costs`` writes the cost tables ``placer.costs.model`` makes
 (``NetCosts``) from short rows, on the CPU + one GPU machine of the default profiles."""
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def brute_force_best(arr) -> np.ndarray:
 
 def cpu_gpu_machine():
     """The CPU + one GPU machine of the default profiles."""
-    from placer.machine import compose_machine
+    from placer.hardware.machine import compose_machine
     from placer.profiling import default_profiles
     return compose_machine(*default_profiles())
 
@@ -49,7 +49,7 @@ def hand_net_costs(ops, tensors, machine=None):
     producer -1 is the host, -2 the init net."""
     import pandas as pd
 
-    from placer.costs import OP_COLUMNS, NetCosts, TensorTable
+    from placer.costs.model import OP_COLUMNS, NetCosts, TensorTable
     machine = machine or cpu_gpu_machine()
     n = len(ops)
     ops_frame = pd.DataFrame({"index": range(n), "name": [f"op{i}" for i in range(n)], "type": ["FC"] * n,

@@ -13,15 +13,15 @@ import pytest
 from cluster_cases import TEN_GBE, chain_net, dp_linear, tiny_cluster
 from placement_reference import placements, serial_costs
 from placer.cli import main
-from placer.cluster import Network, load_cluster, plan_cluster
+from placer.hardware.cluster import Network, load_cluster, plan_cluster
 from placer.errors import PlacerError, ProfileError
 from placer.formats import load_net
 from placer.partition.hosts import HostsFirstPartitioner, host_arrays
 from placer.partition.problem import serial_cost
 from placer.partition.synthetic import random_small
-from placer.planner import PlanOptions
-from placer.rewrite import place
-from placer.rewrite_workers import one_process, split_workers
+from placer.planning.planner import PlanOptions
+from placer.rewrite.netdef import place
+from placer.rewrite.workers import one_process, split_workers
 from placer.shapes import infer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -208,7 +208,7 @@ def _forced_split(tmp_path=None):
 def test_every_copy_between_hosts_becomes_one_send_and_one_receive_with_one_tag():
     typed, c, result = _forced_split()
     placed = place(typed.net, result.plan.placement, c)
-    from placer.manifest import placed_types
+    from placer.rewrite.manifest import placed_types
     from placer.formats.caffe2 import net_from_netdef
     types = placed_types(placed.predict, placed.init, typed.blobs, typed.net.data_inputs, net_from_netdef)
     split = split_workers(placed.predict, placed.init, c, types, typed.net.data_inputs)
@@ -271,7 +271,7 @@ def test_on_hosts_copies_what_another_host_reads_and_leaves_collectives_to_the_s
     """A net over the cluster's GPUs numbered across hosts (as one_process writes it):
     hosts from the GPU numbers, CPU ops on the first host, one Copy per blob read on
     another host (to host memory for an input the op reads there)."""
-    from placer.rewrite_workers import on_hosts
+    from placer.rewrite.workers import on_hosts
     predict, init, inputs, _, types = dp_linear(("h0/cuda:0", "h1/cuda:0"))
     c = tiny_cluster(1)
     flat_predict, flat_init = one_process(predict, c), one_process(init, c)

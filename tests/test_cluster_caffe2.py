@@ -12,10 +12,10 @@ import pytest
 from caffe2_oracle import run_caffe2
 from cluster_cases import dp_linear, tiny_cluster
 from test_cluster import _forced_split
-from placer.manifest import placed_types
+from placer.rewrite.manifest import placed_types
 from placer.formats.caffe2 import net_from_netdef
-from placer.rewrite import place
-from placer.rewrite_workers import split_workers
+from placer.rewrite.netdef import place
+from placer.rewrite.workers import split_workers
 
 pytestmark = pytest.mark.caffe2
 

@@ -15,11 +15,11 @@ from test_cluster import _forced_split, pipeline_plan
 from placer.cli import main
 from placer.commands.plan import _profiles
 from placer.formats import load_net
-from placer.manifest import read_manifest, write_placed_dir, write_plan_dir
-from placer.planview import plan_json
+from placer.rewrite.manifest import read_manifest, write_placed_dir, write_plan_dir
+from placer.planning.view import plan_json
 from placer.report.trace import validate_trace
-from placer.runtime.cluster import ClusterRunError, run_on_ray
-from placer.runtime.cluster_command import one_process_inputs
+from placer.runtime.ray.driver import ClusterRunError, run_on_ray
+from placer.runtime.ray.command import one_process_inputs
 from placer.runtime.executor import Executor
 
 ray = pytest.importorskip("ray")
@@ -164,10 +164,10 @@ def test_data_parallel_model_layout_over_two_hosts_trains_like_one_device(local_
     two hosts (on_hosts) and split: two steps on Ray give every replica the parameters of
     two steps of the one-device net on the whole batch."""
     from test_data_parallel_run import N, one_device, shard, state_blobs
-    from placer.cluster import load_cluster
+    from placer.hardware.cluster import load_cluster
     from placer.formats.caffe2 import net_from_netdef
-    from placer.manifest import placed_types
-    from placer.rewrite_workers import on_hosts
+    from placer.rewrite.manifest import placed_types
+    from placer.rewrite.workers import on_hosts
     from placer.shapes import infer
     from placer.training.data_parallel import data_parallel
     from placer.types import TensorType

@@ -1,4 +1,4 @@
-"""The collective cost model (placer/collectives.py) against hand-computed formulas, brute
+"""The collective cost model (placer/hardware/collectives.py) against hand-computed formulas, brute
 force over ring orders, and the bus bandwidths NCCL users measure (MULTIDEVICE_FACTS.md)."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from placer.collectives import (HOP_LATENCY_S, NCCL_BASE_LATENCY_S, CollectiveModel, bus_bytes, op_time,
+from placer.hardware.collectives import (HOP_LATENCY_S, NCCL_BASE_LATENCY_S, CollectiveModel, bus_bytes, op_time,
                                 ring_edge_bytes)
 from placer.errors import PlacerError
-from placer.machine import HOST, Hop, Link, Machine, MachineDevice, build_machine, compose_machine, load_machine
+from placer.hardware.machine import HOST, Hop, Link, Machine, MachineDevice, build_machine, compose_machine, load_machine
 from placer.profiling import load_device_profile
 from placer.profiling.schema import LinkCurve
 from placer.types import TensorType

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from placer.collectives import ring_edge_bytes
+from placer.hardware.collectives import ring_edge_bytes
 from placer.errors import PlacerError, ShapeError
 from placer.formats import caffe2_pb as pb
 from placer.formats.caffe2 import net_from_netdef

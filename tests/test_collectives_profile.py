@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 import placer.commands.profile as profile_command
-from placer.collectives import bus_bytes
+from placer.hardware.collectives import bus_bytes
 from placer.errors import DeviceError, PlacerError
-from placer.machine import load_machine
-from placer.profiling.collectives import (KINDS, compare, load_measurements, measure_collectives,
+from placer.hardware.machine import load_machine
+from placer.profiling.collective_bench import (KINDS, compare, load_measurements, measure_collectives,
                                           save_measurements)
 
 BUS_BYTES_PER_S = 150e9
@@ -195,7 +195,7 @@ def run_profile(argv):
 
 
 def test_the_command_writes_the_file_and_prints_each_collective(sim, tmp_path, capsys, monkeypatch):
-    import placer.profiling.collectives as pc
+    import placer.profiling.collective_bench as pc
     monkeypatch.setattr(pc, "SIZES", SIZES)
     out = tmp_path / "coll.json"
     assert run_profile(["--collectives", "--collective-gpus", "0,1,2,3", "--machine", "4x-v100-sxm2-nvlink",

@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from placer.constants import DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY, default_efficiency
-from placer.costs import (OP_COLUMNS, CostModel, annotate, curve_time, family_of, fit_family,
+from placer.hardware.constants import DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY, default_efficiency
+from placer.costs.model import (OP_COLUMNS, CostModel, annotate, curve_time, family_of, fit_family,
                           gemm_dims, row_efficiency)
 from placer.profiling import default_profiles, load_device_profile
 from placer.profiling.schema import DeviceProfile, LinkCurve, OpTiming
@@ -161,7 +161,7 @@ def _small_net() -> Net:
 
 
 def test_annotate_small_net():
-    from placer.machine import compose_machine
+    from placer.hardware.machine import compose_machine
     typed = infer(_small_net(), {"data": TensorType((4, 8))})
     cpu, gpu = default_profiles()
     fc1 = OpTiming("FC", (TensorType((4, 8)), TensorType((16, 8)), TensorType((16,))), {}, 9, 3.5e-5, 1e-6)
@@ -326,7 +326,7 @@ def test_gemm_fit_survives_a_profile_round_trip():
 # ----------------------------------------------------------------- fit quality
 
 def test_variants_separate_what_runs_differently():
-    from placer.costs import variant_of
+    from placer.costs.model import variant_of
     x = TensorType((1, 32, 28, 28))
 
     def conv(cout, cin_per_group, k, **args):
@@ -380,7 +380,7 @@ def test_fit_quality_is_measured_on_its_points():
 
 
 def test_a_family_one_roofline_cannot_cover_is_labelled():
-    from placer.constants import FIT_MAX_MEDIAN_ERROR_PCT
+    from placer.hardware.constants import FIT_MAX_MEDIAN_ERROR_PCT
     model = CostModel(_cpu(_two_kernel_fc_points() + _relu_points()), default_profiles()[1], use_measured=False)
     fits = model.fits("cpu")
     assert fits["type:FC"].median_abs_pct_error > FIT_MAX_MEDIAN_ERROR_PCT and not fits["type:FC"].covered
@@ -395,7 +395,7 @@ def test_a_family_one_roofline_cannot_cover_is_labelled():
 
 
 def test_the_finest_covering_fit_prices_an_op():
-    from placer.costs import choose_fit
+    from placer.costs.model import choose_fit
     from placer.profiling.schema import FamilyFit
 
     def fit(covered, overhead):
@@ -424,7 +424,7 @@ def test_op_spread_follows_the_source_of_the_time():
 
 
 def test_stored_fits_of_the_same_entries_are_not_fitted_again(monkeypatch):
-    import placer.costs as costs
+    import placer.costs.model as costs
     from placer.profiling.schema import Profile, profile_from_dict, profile_to_dict
     prof = _cpu(_relu_points() + _two_kernel_fc_points())
     prof.fits = CostModel(prof, default_profiles()[1]).fits("cpu")

@@ -107,11 +107,11 @@ def test_field_paths_read_as_json_paths():
 
 
 def _schemas():
-    from placer.cluster import CLUSTER_SCHEMA
+    from placer.hardware.cluster import CLUSTER_SCHEMA
     from placer.formats import VALUE_INFO_SCHEMA
-    from placer.machine import MACHINE_SCHEMA
-    from placer.manifest import MANIFEST_SCHEMA
-    from placer.profiling.collectives import MEASUREMENTS_SCHEMA
+    from placer.hardware.machine import MACHINE_SCHEMA
+    from placer.rewrite.manifest import MANIFEST_SCHEMA
+    from placer.profiling.collective_bench import MEASUREMENTS_SCHEMA
     from placer.profiling.schema import PROFILE_SCHEMA
     from placer.report.doc import PLAN_SCHEMA
     from placer.runtime.record import RUN_RECORD_SCHEMA
@@ -153,9 +153,9 @@ def test_a_written_run_record_and_plan_meet_their_schemas(tmp_path):
 def test_a_misspelt_key_is_named_with_the_known_ones(tmp_path, kind):
     """A key placer does not read would silently change nothing (a misspelt ``peer_links``
     drops the NVLink topology): every profile a person writes names it instead."""
-    from placer.cluster import load_cluster
+    from placer.hardware.cluster import load_cluster
     from placer.errors import ProfileError
-    from placer.machine import load_machine
+    from placer.hardware.machine import load_machine
     from placer.profiling import load_profile
     root = Path(__file__).resolve().parents[1] / "profiles"
     source = {"machine": root / "machines" / "4x-v100-sxm2-nvlink.json",

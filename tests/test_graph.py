@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from placer.graph import build_cost_graph
+from placer.costs.graph import build_cost_graph
 from placer.partition.problem import from_graph, serial_cost
 from placer.partition.synthetic import random_arrays, to_net_costs
 

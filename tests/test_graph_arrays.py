@@ -15,14 +15,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-from placer import planner
-from placer.costs import TensorTable, annotate
+from placer.planning import planner
+from placer.costs.model import TensorTable, annotate
 from placer.examples.builder import NetBuilder
 from placer.formats.caffe2 import net_from_netdef
-from placer.graph import build_cost_graph, cost_arrays
-from placer.machine import load_machine
+from placer.costs.graph import build_cost_graph, cost_arrays
+from placer.hardware.machine import load_machine
 from placer.partition.problem import from_graph
-from placer.planner import PlanOptions
+from placer.planning.planner import PlanOptions
 from placer.shapes import infer
 from placer.types import TensorType
 

@@ -18,7 +18,7 @@ import pytest
 from placer.cli import main
 from placer.errors import PlacerError
 from placer.ops import registry
-from placer.planview import json_text
+from placer.planning.view import json_text
 from placer.types import Args, TensorType
 
 ROOT = Path(__file__).resolve().parent.parent

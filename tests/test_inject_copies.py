@@ -14,7 +14,7 @@ from placer.formats import caffe2_pb as pb
 from placer.formats import load_net
 from placer.formats.caffe2 import save_netdef
 from placer.ops.registry import copy_types
-from placer.rewrite import inject_copies
+from placer.rewrite.netdef import inject_copies
 
 U = float(np.finfo(np.float32).eps) / 2   # float32 unit roundoff, 2**-24
 

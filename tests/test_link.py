@@ -105,7 +105,7 @@ def test_peer_curves_fit_each_ordered_pair_and_say_whether_p2p_is_on():
 def test_measured_peer_curves_make_a_machine_profile_placer_loads(tmp_path):
     """The machine file `placer profile --link` writes beside the GPU profile loads with
     --machine: every pair's link is the measured curve, named as measured."""
-    from placer.machine import load_machine
+    from placer.hardware.machine import load_machine
     from placer.profiling.link import machine_profile, peer_curves
     gpu = load_profile(find_profile("t4-pcie3"))
     gpu.name = "mygpu"
@@ -143,7 +143,7 @@ def test_profile_link_on_several_gpus_writes_a_machine_file_that_loads(tmp_path,
     profile for its GPUs, and --machine loads it with the measured links."""
     from placer import cli
     from placer.commands import profile as command
-    from placer.machine import load_machine
+    from placer.hardware.machine import load_machine
     from placer.profiling.link import peer_curves
 
     def fake_link(profile, args):

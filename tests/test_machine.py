@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from placer.errors import ProfileError
-from placer.machine import (HOST, add_machine_arguments, compose_machine, load_machine, machine_from_args,
+from placer.hardware.machine import (HOST, add_machine_arguments, compose_machine, load_machine, machine_from_args,
                             shipped_machine_names)
 from placer.profiling import add_profile_arguments, load_device_profile
 

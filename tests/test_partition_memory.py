@@ -267,7 +267,7 @@ def test_the_milp_a_plan_runs_itself_is_sized_to_its_time_limit():
     99 s against 5 s), so the memory partitioner skips a MILP with more variables than
     ``vars_within(time limit)`` and says why; within that size it runs and proves."""
     from placer.partition import milp
-    from placer.planview import optimality
+    from placer.planning.view import optimality
     assert milp.vars_within(10) == milp.ROOT_LP_VARS_IN_10S
     assert milp.vars_within(40) == 2 * milp.ROOT_LP_VARS_IN_10S and milp.vars_within(0) == 0
     arr = random_arrays(120, seed=53, tensor_bytes=2e6)

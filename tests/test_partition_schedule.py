@@ -113,7 +113,7 @@ def test_a_blob_read_on_two_devices_is_copied_once_to_each():
 
 
 def test_a_staged_copy_on_a_machine_profile_takes_the_sum_of_its_hops():
-    from placer.machine import load_machine
+    from placer.hardware.machine import load_machine
     machine = load_machine("2x-t4-pcie3")
     tables = machine.link_classes()
     nbytes = np.array([64e6])

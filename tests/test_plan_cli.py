@@ -545,7 +545,7 @@ def test_timings_name_every_stage_on_stderr_and_leave_stdout_alone(capsys, mixed
 def test_plan_json_text_is_the_document_one_record_a_line(capsys, mixed, tmp_path):
     """The written plan parses to the document (the json module is the oracle), with each
     op, tensor and copy on a line of its own, and --json prints the same text."""
-    from placer.planview import json_text
+    from placer.planning.view import json_text
     rc, out, err = cli_plan(capsys, mixed["predict"], "--init-net", mixed["init"], "--gpus", "2", "--json",
                             "--plan-out", tmp_path / "plan.json")
     assert rc == 0, err

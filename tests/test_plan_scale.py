@@ -10,7 +10,7 @@ executes (``sys.settrace``). At 4x the ops a linear function executes about 4x t
 timing is not; the wall-clock figures are bench/plan_cli_scale.py's job.
 
 Work done inside C (numpy, protobuf) is not counted: a scan of a protobuf list per op
-would pass here, so such scans are written as set lookups (see placer/rewrite.py).
+would pass here, so such scans are written as set lookups (see placer/rewrite/netdef.py).
 """
 from __future__ import annotations
 
@@ -166,9 +166,9 @@ def test_prices_and_spreads_once_per_signature_equal_them_op_by_op():
 
     import numpy as np
 
-    from placer.costs import annotate
+    from placer.costs.model import annotate
     from placer.formats.caffe2 import net_from_netdef
-    from placer.machine import build_machine
+    from placer.hardware.machine import build_machine
     from placer.partition.stability import op_spreads
     from placer.profiling import default_profiles, load_device_profile
     from placer.profiling.schema import OpTiming

@@ -11,17 +11,17 @@ import numpy as np
 import pytest
 from test_plan_cli import recompute
 
-from placer import planner
-from placer.costs import annotate
+from placer.planning import planner
+from placer.costs.model import annotate
 from placer.errors import InfeasiblePlanError, PlacerError
 from placer.examples.builder import NetBuilder
 from placer.formats.caffe2 import net_from_netdef
-from placer.machine import compose_machine
+from placer.hardware.machine import compose_machine
 from placer.partition.check import PlanInvariantError
-from placer.planner import PlanOptions, plan
-from placer.planview import plan_json, serial_schedule
+from placer.planning.planner import PlanOptions, plan
+from placer.planning.view import plan_json, serial_schedule
 from placer.profiling import default_profiles
-from placer.rewrite import place
+from placer.rewrite.netdef import place
 from placer.runtime.executor import Executor
 from placer.shapes import infer
 from placer.types import PlanCopy, TensorType

@@ -11,9 +11,9 @@ from google.protobuf import text_format
 from placer.examples.builder import NetBuilder
 from placer.formats import caffe2_pb as pb
 from placer.formats.caffe2 import net_from_netdef
-from placer.machine import compose_machine
+from placer.hardware.machine import compose_machine
 from placer.profiling import load_device_profile
-from placer.rewrite import place
+from placer.rewrite.netdef import place
 from placer.runtime.executor import Executor
 
 CPU, GPU = 0, 1   # device indices of the machine below

@@ -11,8 +11,8 @@ from caffe2_oracle import run_caffe2
 from placer.examples.builder import NetBuilder
 from placer.formats import caffe2_pb as pb
 from placer.formats.caffe2 import net_from_netdef
-from placer.machine import load_machine
-from placer.rewrite import place
+from placer.hardware.machine import load_machine
+from placer.rewrite.netdef import place
 
 
 def random_net(rng, n_ops: int, with_params: bool):

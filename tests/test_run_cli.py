@@ -134,9 +134,9 @@ def test_caffe_lenet_placed_by_rewrite_runs_emulated_with_the_same_outputs(corpu
                                                                             restore_blas_threads):
     """The same random weights (seeded per parameter) and inputs give the same outputs
     whether the net runs unplaced on the CPU or placed half on an emulated GPU."""
-    from placer import rewrite
+    from placer.rewrite import netdef as rewrite
     from placer.formats import load_net
-    from placer.machine import load_machine
+    from placer.hardware.machine import load_machine
     src = corpus / "caffe" / "mnist_lenet.prototxt"
     net = load_net(src)
     placement = [1 if op.type in ("Conv", "Relu") else 0 for op in net.ops]    # cuda:0 or the host

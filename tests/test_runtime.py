@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from placer import rewrite
+from placer.rewrite import netdef as rewrite
 from placer.errors import DeviceError, InputError, KernelMissingError
 from placer.formats import caffe2_pb as pb
 from placer.formats.caffe2 import net_from_netdef
@@ -366,13 +366,13 @@ def test_corpus_caffe_nets_run_end_to_end_on_random_weights(corpus, name, one_bl
 
 def cpu_and_one_gpu():
     """The machine of CPU + one GPU (device 0 the host, device 1 cuda:0)."""
-    from placer.machine import compose_machine
+    from placer.hardware.machine import compose_machine
     from placer.profiling import load_device_profile
     return compose_machine(load_device_profile("host-ci-2core", "cpu"), load_device_profile("t4-pcie3", "gpu"))
 
 
 def test_nets_placed_by_rewrite_run_emulated_and_match_cpu():
-    """Every 4-op placement of the MLP, written by placer.rewrite with its copies."""
+    """Every 4-op placement of the MLP, written by placer.rewrite.netdef with its copies."""
     machine = cpu_and_one_gpu()
     plain = mlp([None] * 4)
     for mask in range(16):

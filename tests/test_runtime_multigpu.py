@@ -19,9 +19,9 @@ from placer.errors import DeviceError
 from placer.examples.builder import NetBuilder
 from placer.formats import caffe2_pb as pb
 from placer.formats.caffe2 import net_from_netdef
-from placer.machine import load_machine
+from placer.hardware.machine import load_machine
 from placer.ops import registry
-from placer.rewrite import place
+from placer.rewrite.netdef import place
 from placer.runtime import record as run_record
 from placer.runtime.executor import Executor
 from placer.shapes import infer

@@ -9,16 +9,16 @@ import re
 import numpy as np
 import pytest
 
-from placer.costs import annotate
+from placer.costs.model import annotate
 from placer.examples import dlrm
 from placer.examples.dlrm import DlrmConfig
-from placer.machine import compose_machine, load_machine
-from placer.partition.sharding import plan_sharding
-from placer.partition.sharding_cost import Layout, Load, ShardEstimator, ShardSettings
-from placer.partition.sharding_net import DlrmTrainNet, find_tables, phases, train_view
-from placer.partition.sharding_search import Search, _partition, brute_force, milp_assignment
-from placer.partition.sharding_step import CommsQueue, StepModel
-from placer.partition.sharding_types import HBM, TABLE_WISE, UVM, UVM_CACHING, Perf, Storage
+from placer.hardware.machine import compose_machine, load_machine
+from placer.sharding.plan import plan_sharding
+from placer.sharding.cost import Layout, Load, ShardEstimator, ShardSettings
+from placer.sharding.net import DlrmTrainNet, find_tables, phases, train_view
+from placer.sharding.search import Search, _partition, brute_force, milp_assignment
+from placer.sharding.step import CommsQueue, StepModel
+from placer.sharding.types import HBM, TABLE_WISE, UVM, UVM_CACHING, Perf, Storage
 from placer.profiling import load_device_profile
 
 # MLPerf DLRM Criteo Terabyte (DLRM_FACTS.md): table rows, bottom and top MLP widths
@@ -285,7 +285,7 @@ def test_where_the_plan_differs_from_torchrecs_the_output_says_what_its_choice_c
 def _scan_proposals(search, options):
     """TorchRec's GreedyProposer written as it reads (every table scanned for the largest
     storage each step), the reference for the heap in ``sharding_search._proposals``."""
-    from placer.partition.sharding_search import _score, _storage
+    from placer.sharding.search import _score, _storage
     n = len(options)
     for use_depth in (True, False):
         ranked = [sorted(opts, key=lambda i, t=t: _score(search.layouts[t][i], use_depth))
@@ -309,7 +309,7 @@ def test_the_greedy_proposer_heap_proposes_what_the_scan_of_every_table_does(see
     """Random tables with 1-4 layouts each (storage with ties and zeros, 1-2 shards over
     four ranks): the same proposal sequence as the reference scan, and the partition of
     each one rated as before."""
-    from placer.partition.sharding_search import _LayoutKeys, _proposals
+    from placer.sharding.search import _LayoutKeys, _proposals
     rng = np.random.default_rng(seed)
     k, n = 4, int(rng.integers(5, 30))
     layouts = []

@@ -179,7 +179,7 @@ LAYOUTS = {
 def _layouts(spec: dict, tables) -> dict:
     """Layouts as given, or through the plan's records (sharding type, kernel, GPUs): what
     ``placer shard -o`` writes for a plan's option."""
-    from placer.partition.sharding_types import Shard, ShardingOption
+    from placer.sharding.types import Shard, ShardingOption
     out = {}
     for name, v in spec.items():
         if isinstance(v, tuple):

@@ -17,10 +17,10 @@ import pytest
 
 from placer.examples.builder import NetBuilder, make_op
 from placer.formats.caffe2 import net_from_netdef
-from placer.machine import compose_machine
+from placer.hardware.machine import compose_machine
 from placer.partition.problem import memory_use, serial_cost
 from placer.partition.schedule import Simulator
-from placer.planner import PlanOptions, plan
+from placer.planning.planner import PlanOptions, plan
 from placer.profiling import load_device_profile
 from placer.shapes import infer, require_complete
 from placer.training.placement import state_groups, state_writers

@@ -17,9 +17,9 @@ import pytest
 
 from placer.examples import DATA, train_nets, word2vec
 from placer.formats import load_net
-from placer.machine import compose_machine
+from placer.hardware.machine import compose_machine
 from placer.partition.problem import memory_use
-from placer.planner import PlanOptions, plan
+from placer.planning.planner import PlanOptions, plan
 from placer.profiling import load_device_profile
 from placer.shapes import infer, require_complete
 from placer.types import DATA_TYPE_TO_DTYPE, TensorType

@@ -17,7 +17,7 @@ import numpy as np
 from test_training_plan import dense_net, machine, sparse_net, typed
 
 from placer.cli import main
-from placer.costs import annotate
+from placer.costs.model import annotate
 from placer.examples.builder import NetBuilder
 from placer.formats import load_net
 from placer.shapes import infer, require_complete

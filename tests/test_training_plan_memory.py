@@ -20,11 +20,11 @@ import pytest
 from placer.examples import DATA
 from placer.formats import load_net
 from placer.formats.caffe2 import net_from_netdef
-from placer.machine import compose_machine
+from placer.hardware.machine import compose_machine
 from placer.partition.problem import memory_use
-from placer.planner import PlanOptions, plan
+from placer.planning.planner import PlanOptions, plan
 from placer.profiling import load_device_profile
-from placer.rewrite import place
+from placer.rewrite.netdef import place
 from placer.runtime.executor import Executor
 from placer.runtime.inputs import random_inputs
 from placer.shapes import infer, require_complete

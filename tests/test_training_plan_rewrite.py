@@ -9,7 +9,7 @@ import pytest
 from test_training_plan import dense_net, machine, typed
 
 from placer.formats.caffe2 import net_from_netdef
-from placer.rewrite import place
+from placer.rewrite.netdef import place
 from placer.runtime.executor import Executor
 from placer.runtime.inputs import random_inputs
 

@@ -1,7 +1,7 @@
 """Placed train nets: a forced CPU/GPU mix trains to the all-CPU run's parameters.
 
 The train net (placer train-net's, for the models of tests/training_models.py) is placed by
-``placer.rewrite.place`` on a mix of the CPU and GPU 0 chosen to cross devices often:
+``placer.rewrite.netdef.place`` on a mix of the CPU and GPU 0 chosen to cross devices often:
 - ops that share state (a parameter and its optimizer state, SpatialBN's running
   statistics: blobs the init net makes and the net writes) form groups that stay on one
   device, as training needs (a parameter is updated where it lives); groups alternate
@@ -27,11 +27,11 @@ from training_models import batches, choice, initial_values, model
 from placer.formats import caffe2_pb as pb
 from placer.formats.caffe2 import net_from_netdef
 from placer.ops import registry
-from placer.rewrite import place
+from placer.rewrite.netdef import place
 from placer.runtime.executor import Executor
 from placer.runtime.state import trained_init_net
 from placer.training.recipe import make_train_nets
-from placer.machine import compose_machine
+from placer.hardware.machine import compose_machine
 from placer.profiling import default_profiles
 from placer.types import Net
 

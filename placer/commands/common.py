@@ -146,7 +146,7 @@ def load_typed_net(args: argparse.Namespace, complete: bool = False,
                        phase=getattr(args, "phase", "test"), weights=getattr(args, "weights", None),
                        input_shapes={**fed, **shapes})
         if getattr(args, "inject_copies", False):
-            from placer.rewrite import inject_copies
+            from placer.rewrite.netdef import inject_copies
             net = inject_copies(net)
     known = set(net.external_inputs) | set(net.params) | set(net.input_shapes)
     known.update(b for op in net.ops for b in (*op.inputs, *op.outputs))

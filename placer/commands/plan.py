@@ -12,12 +12,12 @@ from placer.commands.common import StageClock, add_feed_argument, add_net_argume
 from placer.errors import PlacerError
 from placer.fileio import atomic_write_text, check_output_dir, refuse_outputs
 from placer.partition import METHODS
-from placer.planner import PlanOptions, plan
-from placer.planview import json_text, plan_json
+from placer.planning.planner import PlanOptions, plan
+from placer.planning.view import json_text, plan_json
 from placer.units import fmt_bytes, fmt_time
-from placer.machine import add_machine_arguments, machine_from_args
+from placer.hardware.machine import add_machine_arguments, machine_from_args
 from placer.profiling import add_profile_arguments
-from placer.cluster import add_cluster_argument, cluster_plan_from_args, host_summary
+from placer.hardware.cluster import add_cluster_argument, cluster_plan_from_args, host_summary
 
 HELP = "find the best placement over the CPU and GPUs and write the placed net"
 DESCRIPTION = """\
@@ -181,7 +181,7 @@ def _check_outputs(args) -> None:
                "--report": getattr(args, "report", None), "--trace": getattr(args, "trace", None)}
     refuse_outputs(outputs, args.net, args.init_net, args.weights)
     if args.cluster and args.output:
-        from placer.manifest import MANIFEST, OUTPUT_KIND
+        from placer.rewrite.manifest import MANIFEST, OUTPUT_KIND
         check_output_dir(args.output, "-o", OUTPUT_KIND, MANIFEST, args.net, args.init_net, args.weights)
 
 
@@ -202,7 +202,7 @@ def _source(profile) -> str:
 def _write_outputs(args, result, doc, clock) -> list[tuple[str, str]]:
     written = _write_placed(args, result, doc, clock)
     if args.graph_out:
-        from placer.graph import write_graph
+        from placer.costs.graph import write_graph
         with clock("graph-out"):
             write_graph(result.graph, args.graph_out)
         written.append(("cost graph", args.graph_out))
@@ -226,10 +226,10 @@ def _write_outputs(args, result, doc, clock) -> list[tuple[str, str]]:
 def _write_placed(args, result, doc, clock) -> list[tuple[str, str]]:
     """The placed nets (on a cluster, -o is the directory of every worker's nets)."""
     from placer.formats.caffe2 import save_netdef
-    from placer.rewrite import place
+    from placer.rewrite.netdef import place
     written = []
     if args.cluster and args.output:
-        from placer.manifest import write_plan_dir
+        from placer.rewrite.manifest import write_plan_dir
         with clock("write"):
             written += write_plan_dir(args.output, result, doc, outputs_on_host=args.outputs_on_host)
     elif args.output or args.init_out:

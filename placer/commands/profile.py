@@ -8,7 +8,7 @@ from pathlib import Path
 
 from placer import arguments
 from placer.commands.common import add_feed_argument, add_net_arguments, load_typed_net
-from placer.constants import FIT_MAX_MEDIAN_ERROR_PCT
+from placer.hardware.constants import FIT_MAX_MEDIAN_ERROR_PCT
 from placer.errors import DeviceError, InputError, ShapeError
 from placer.fileio import refuse_overwrite
 from placer.profiling import DEFAULT_GPU_PROFILE, find_profile, load_profile, shipped_profile_names
@@ -263,7 +263,7 @@ def _write_machine(profile: Profile, args: argparse.Namespace, gpus: list[int], 
 
 
 def _merge_ops(profile: Profile, args: argparse.Namespace, kind: str) -> None:
-    from placer.costs import FIT_VERSION, CostModel
+    from placer.costs.model import FIT_VERSION, CostModel
     from placer.runtime.footprint import profile_footprint, require_memory
     if kind == "gpu":
         _require_gpu(f"--device {args.device}")
@@ -354,13 +354,13 @@ def _today() -> str:
 
 def _write_collectives(args: argparse.Namespace) -> int:
     """``--collectives``: measure, set beside the machine's model when given, write."""
-    from placer.profiling.collectives import KINDS, SIZES, compare, load_measurements, measure_collectives, \
+    from placer.profiling.collective_bench import KINDS, SIZES, compare, load_measurements, measure_collectives, \
         save_measurements
     if Path(args.output).exists():
         load_measurements(args.output)      # a ProfileError unless it is a collectives file
     machine = None
     if args.machine:
-        from placer.machine import load_machine
+        from placer.hardware.machine import load_machine
         machine = load_machine(args.machine)
     gpus = _gpu_list(args.collective_gpus)
     _require_gpu("--collectives")

@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     if args.ray is not None:
         if args.inject_copies:
             raise InputError("--inject-copies: a cluster plan has its copies already", hint="drop --inject-copies")
-        from placer.runtime.cluster_command import run_command
+        from placer.runtime.ray.command import run_command
         return run_command(args)
     typed = load_typed_net(args)
     _check_outputs(args, files)  # again: against the init net and value_info.json found beside NET

@@ -47,8 +47,8 @@ DLRM_CONFIGS = ("criteo-1tb", "small", "40gb")
 
 
 def add_arguments(p) -> None:
-    from placer.cluster import add_cluster_argument
-    from placer.machine import add_machine_arguments
+    from placer.hardware.cluster import add_cluster_argument
+    from placer.hardware.machine import add_machine_arguments
     from placer.profiling import add_profile_arguments
     p.add_argument("net", metavar="NET", nargs="?", help="the train net (Caffe2 NetDef); or give --dlrm")
     p.add_argument("--init-net", metavar="INIT", dest="init_net", help="its init net (parameters, optimizer state)")
@@ -93,8 +93,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from placer.machine import machine_from_args
-    from placer.partition.sharding import plan_sharding
+    from placer.hardware.machine import machine_from_args
+    from placer.sharding.plan import plan_sharding
     settings = _settings(args)
     refuse_outputs({"--plan-out": args.plan_out}, args.net, args.init_net)
     if args.output:
@@ -113,7 +113,7 @@ def run(args) -> int:
                            degrees=degrees, search_s=args.search_time, **limit)
     doc = result_json(result)
     written, notes = write_sharded_net(result, source, folder) if folder else ([], [])
-    from placer.planview import finite_json
+    from placer.planning.view import finite_json
     text = json.dumps(finite_json(doc), indent=1, allow_nan=False)  # strict JSON: an infinite cost is null
     if args.plan_out:
         atomic_write_text(args.plan_out, text + "\n")
@@ -130,7 +130,7 @@ def run(args) -> int:
 
 
 def source_fed(typed) -> set:
-    from placer.partition.sharding_net import init_blobs
+    from placer.sharding.net import init_blobs
     return set(typed.net.data_inputs) - init_blobs(typed.net)
 
 
@@ -221,14 +221,14 @@ def _machine(args, machine_from_args):
     if getattr(args, "cluster", None):
         if args.machine or args.gpu_profile or args.gpus is not None:
             raise InputError("--cluster already names the hosts and GPUs; drop --machine / --gpu-profile / --gpus")
-        from placer.cluster import load_cluster
+        from placer.hardware.cluster import load_cluster
         return load_cluster(args.cluster)
     return machine_from_args(args)
 
 
 def _settings(args):
-    from placer.partition.sharding_cost import ShardSettings
-    from placer.partition.sharding_types import KERNELS, SHARDING_TYPES
+    from placer.sharding.cost import ShardSettings
+    from placer.sharding.types import KERNELS, SHARDING_TYPES
     kw = {"reserve": args.gpu_reserve, "gpu_mem_bytes": args.gpu_mem}
     if args.host_mem is not None:
         kw["host_mem_bytes"] = args.host_mem
@@ -261,7 +261,7 @@ def _degrees(text: str | None) -> list[int] | None:
 
 
 def _source(args):
-    from placer.partition.sharding_net import DlrmTrainNet, ScaledTrainNet
+    from placer.sharding.net import DlrmTrainNet, ScaledTrainNet
     if args.dlrm and args.net:
         raise InputError("give a train net or --dlrm, not both")
     if args.dlrm:
@@ -285,7 +285,7 @@ def _source(args):
 # ------------------------------------------------------------------ JSON
 
 def result_json(result) -> dict:
-    from placer.partition.sharding_step import imbalance
+    from placer.sharding.step import imbalance
     plan, names = result.plan, result.machine.names
     tables = {t.name: t for t in result.search.est.tables} if result.search else {}
     return {
@@ -383,7 +383,7 @@ def print_result(doc: dict, out=None) -> None:
     print("\nbaselines (placer's cost model):", file=out)
     per_sample = doc["step_s"] / doc["global_batch"]
     for name, b in doc["baselines"].items():
-        from placer.partition.sharding import BASELINES
+        from placer.sharding.plan import BASELINES
         label = f"  {BASELINES.get(name, name)} over {b['gpus']} GPU(s)"
         if b["feasible"]:
             ratio = b["step_s"] / b["global_batch"] / per_sample

@@ -36,7 +36,7 @@ a world of size 1 is the one it forms; a larger one is refused when it is create
 
 Kernels (placer/ops/collective_kernels.py): on real GPUs with ``cupy.cuda.nccl``
 available, one NCCL call per rank grouped (ncclGroupStart/End) on each GPU's own stream,
-the bytes NCCL's ring moves noted per link (``placer.collectives.ring_edge_bytes``);
+the bytes NCCL's ring moves noted per link (``placer.hardware.collectives.ring_edge_bytes``);
 otherwise (emulated GPUs, the host, no NCCL, two ranks on one device) the same ring
 algorithms written with ``transfers.copy`` (peer-to-peer or staged copies), so the run
 record counts the bytes a ring moves.

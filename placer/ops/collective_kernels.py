@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from placer.collectives import ring_edge_bytes
+from placer.hardware.collectives import ring_edge_bytes
 
 # ------------------------------------------------------------------ moving and adding
 

@@ -14,7 +14,7 @@ have the sent tensor's shape and type: the worker's init net fills it), ReceiveT
 three outputs (the sender's rank and the tag, CPU int scalars in Caffe2).
 
 A **world** is the process's connection to the others (like MPI's COMM_WORLD, one per
-process): ``install_world(world)`` sets it; ``placer.runtime.cluster`` installs a Ray-based
+process): ``install_world(world)`` sets it; ``placer.runtime.ray.driver`` installs a Ray-based
 one in each worker. Without one, a SendTensor or ReceiveTensor says that the net is one
 worker's part of a split net and how to run it. SendTensor and ReceiveTensor are
 registered here; CreateCommonWorld, Allreduce and Broadcast are registered by the

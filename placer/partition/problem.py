@@ -1,9 +1,9 @@
 """The partitioners' view of a cost graph over k devices: flat arrays, and what a placement costs.
 
-Every partitioner turns the networkx cost graph (``placer.graph``) into ``CostArrays``
+Every partitioner turns the networkx cost graph (``placer.costs.graph``) into ``CostArrays``
 once, because a million-op net is too big to walk node by node in Python while solving.
 A **placement** is an int array ``dev`` with one device index per op (0 is the host CPU,
-see ``placer.machine``).
+see ``placer.hardware.machine``).
 
 Serial cost (Caffe2 ``simple`` nets run ops one after another):
   total = sum over ops of op_s[i, dev[i]]
@@ -13,7 +13,7 @@ where src(t) is the device of t's producer, or the host for a blob fed from the 
 an external output read back on the host (``outputs_on_host``) counts as a reader on the
 host. Parameters (producer PARAM) are never copied: the init net makes them on every
 device that reads them, which costs memory only. Copy times are per **link class**
-(``placer.machine.Machine.link_classes``): ``class_s[link_class[a, b], t]``.
+(``placer.hardware.machine.Machine.link_classes``): ``class_s[link_class[a, b], t]``.
 
 Memory per device (``device_memory``): the parameters read there + the peak over op steps
 of live activation bytes there. A blob made on device d by op p lives on d from step p to
@@ -39,7 +39,7 @@ FREE = -1                # ``forced`` value of an op not forced to one device
 
 @dataclass
 class CostArrays:
-    """A cost graph as arrays (units as in ``placer.graph``). Tensors are in CSR form:
+    """A cost graph as arrays (units as in ``placer.costs.graph``). Tensors are in CSR form:
     the consumers of tensor t are ``t_cons[t_ptr[t]:t_ptr[t+1]]`` (no op twice)."""
 
     op_s: np.ndarray                # float [n, k]: seconds of op i on device d
@@ -206,7 +206,7 @@ class CostArrays:
 
 
 def from_graph(graph) -> CostArrays:
-    """CostArrays of a networkx cost graph (``placer.graph``), or the arrays themselves."""
+    """CostArrays of a networkx cost graph (``placer.costs.graph``), or the arrays themselves."""
     if isinstance(graph, CostArrays):
         return graph
     n = graph.number_of_nodes()

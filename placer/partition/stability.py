@@ -76,7 +76,7 @@ def op_spreads(typed_net, model, devices: Sequence) -> np.ndarray:
     """(ops x devices) run-to-run spreads (IQR / median) of the model's op times; devices
     that share a profile share a column, and ops that share a signature (``costs.
     op_signature``: the layers of a deep net) a row, each computed once."""
-    from placer.costs import op_signature
+    from placer.costs.model import op_signature
     net = typed_net.net
     devices = list(devices)
     first: dict = {}

@@ -2,7 +2,7 @@
 
 ``random_arrays(n, seed, gpus=1)`` builds ``CostArrays`` directly (vectorised: a million
 ops in a second or two) for a machine of the host CPU and ``gpus`` GPUs.
-``to_net_costs(arr)`` writes the same net as the cost tables ``placer.costs`` makes
+``to_net_costs(arr)`` writes the same net as the cost tables ``placer.costs.model`` makes
 (``NetCosts`` on ``synthetic_machine``, whose links price every copy as the arrays do),
 so that the cost graph can be built from them as the planner builds it.
 
@@ -128,7 +128,7 @@ def synthetic_machine(gpus: int = 1, peer: str = "mixed"):
     curves are ``LATENCY_S + bytes / H2D_BPS`` (``D2H_BPS`` back), pairs on the fast
     peer class joined by a ``LATENCY_S + bytes / PEER_BPS`` curve, the others staged
     through the host. Op times come from the arrays, so the profiles carry no op figures."""
-    from placer.machine import build_machine
+    from placer.hardware.machine import build_machine
     from placer.profiling.schema import DeviceProfile, LinkCurve
 
     def profile(kind: str, link: dict) -> DeviceProfile:
@@ -151,7 +151,7 @@ def to_net_costs(arr: CostArrays, peer: str = "mixed"):
     ``model`` is None: nothing was priced by a cost model."""
     import pandas as pd
 
-    from placer.costs import OP_COLUMNS, NetCosts, TensorTable
+    from placer.costs.model import OP_COLUMNS, NetCosts, TensorTable
     n, k = arr.op_s.shape
     machine = synthetic_machine(k - 1, peer)
     every = np.arange(arr.n_tensors)

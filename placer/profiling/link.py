@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from placer import constants as K
-from placer.costs import curve_time
+from placer.hardware import constants as K
+from placer.costs.model import curve_time
 from placer.profiling.schema import DIRECTIONS, MEMORY_KINDS, LinkCurve
 
 SIZES = [4096 * 4 ** k for k in range(10)]  # 4 KiB, 16 KiB, ..., 1 GiB (powers of 4)

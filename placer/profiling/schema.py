@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from placer.constants import PROFILE_SCHEMA_VERSION
+from placer.hardware.constants import PROFILE_SCHEMA_VERSION
 from placer.documents import (BYTES_PER_S, CAPACITY_BYTES, FLOPS, LATENCY_S, NON_NEGATIVE, OVERHEAD_S, POSITIVE,
                               TEXT, check_document, number, parse_document, read_document)
 from placer.errors import ProfileError

@@ -301,11 +301,11 @@ def error_stats(pairs: list[dict]) -> dict:
 
 
 def family_errors(pairs: list[dict]) -> list[dict]:
-    """Where the model is off, by op family (``placer.costs.family_of``): per family the
+    """Where the model is off, by op family (``placer.costs.model.family_of``): per family the
     timed ops, their measured share of the run, predicted and measured sums, the error of
     the sum and the median per-op |error| (percent), and how the predictions were made
     (``measured: 3, fitted: 9``); the largest measured share first."""
-    from placer.costs import family_of
+    from placer.costs.model import family_of
     groups: dict[str, list[dict]] = {}
     for p in pairs:
         if _finite(p["predicted_s"]) and _finite(p["measured_s"]) and p["measured_s"] > 0:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from placer import constants as K
+from placer.hardware import constants as K
 from placer.errors import DeviceError
 from placer.types import Device
 

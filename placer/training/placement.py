@@ -78,7 +78,7 @@ import dataclasses
 
 import numpy as np
 
-from placer.costs import PARAMETER, TensorTable
+from placer.costs.model import PARAMETER, TensorTable
 from placer.types import Net
 
 
@@ -142,7 +142,7 @@ def inplace_pairs(net: Net) -> list[tuple[int, int]]:
 
 
 def step_costs(typed, costs):
-    """``costs`` (``placer.costs.NetCosts``) as the planner prices one step of the net:
+    """``costs`` (``placer.costs.model.NetCosts``) as the planner prices one step of the net:
     an in-place output nobody reads adds no memory (rule 6) and, on a train net, state
     read away from its device is copied every step (rule 2). Returns (costs, the
     state-copy rows)."""

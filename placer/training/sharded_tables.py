@@ -151,7 +151,7 @@ def layout_of_option(option, ranks: list, shape) -> TableLayout | None:
     """The layout a plan's ``ShardingOption`` is written as (None: data-parallel, the
     net's own layout); ``ranks``: the plan's GPUs, whose positions number the GPUs of the
     net. uvm and uvm_caching tables become host tables with a note (module docstring)."""
-    from placer.partition import sharding_types as st
+    from placer.sharding import types as st
     rows, dim = shape[0], shape[-1]
     if option.sharding_type == st.DATA_PARALLEL:
         return None

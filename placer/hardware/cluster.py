@@ -1,4 +1,4 @@
-"""A cluster: hosts, each a machine (``placer.machine``), and the network between them, as
+"""A cluster: hosts, each a machine (``placer.hardware.machine``), and the network between them, as
 one ``Machine`` whose devices are named ``HOST/DEVICE`` (``h0/cpu``, ``h1/cuda:0``).
 
 Device indices follow the machine convention: index 0 is the first host's CPU
@@ -34,10 +34,10 @@ from typing import Mapping
 
 import numpy as np
 
-from placer import constants as K
+from placer.hardware import constants as K
 from placer.documents import BYTES_PER_S, COUNT, LATENCY_S, POSITIVE, TEXT, check_document, read_document
 from placer.errors import ProfileError
-from placer.machine import HOST, Hop, Link, Machine, MachineDevice, load_machine
+from placer.hardware.machine import HOST, Hop, Link, Machine, MachineDevice, load_machine
 from placer.profiling.schema import LinkCurve
 
 @dataclass(frozen=True)
@@ -268,7 +268,7 @@ def cluster_memory_limits(cluster: ClusterMachine, options) -> tuple[np.ndarray,
     """(capacity, usable) bytes per device: GPUs as on one machine (``planner.memory_limits``);
     each host's CPU memory from its profile (or ``options.host_mem_bytes``), all of it
     usable: parameters kept in several hosts' CPU memory are what a cluster plan is for."""
-    from placer.planner import memory_limits
+    from placer.planning.planner import memory_limits
     capacity, usable = memory_limits(cluster, options)
     for d, dev in enumerate(cluster.devices):
         if not dev.is_gpu:
@@ -280,11 +280,11 @@ def cluster_memory_limits(cluster: ClusterMachine, options) -> tuple[np.ndarray,
 def plan_cluster(typed, cluster: ClusterMachine, options=None):
     """``planner.plan`` over a cluster: the same stages, per-host CPU memory limits, and
     the hosts-first partitioner (``partition.hosts``) for the default method."""
-    from placer.costs import annotate
+    from placer.costs.model import annotate
     from placer.errors import PlacerError
     from placer.partition import baselines, partition
     from placer.partition.check import check_plan
-    from placer.planner import PlanOptions, PlanResult, overlapped, refuse_collectives, step_arrays
+    from placer.planning.planner import PlanOptions, PlanResult, overlapped, refuse_collectives, step_arrays
     from placer.shapes import require_complete
     from placer.training.placement import state_copy_bytes
     options = options or PlanOptions()

@@ -1,7 +1,7 @@
 """The cost graph: one networkx DiGraph that users can export, and its array form the partitioners solve.
 
 ``build_cost_graph(net_costs, allowed, ...)`` turns the cost tables written by
-``placer.costs`` (``NetCosts``) and the planner's restrictions into the graph below, and
+``placer.costs.model`` (``NetCosts``) and the planner's restrictions into the graph below, and
 ``write_graph`` exports it as GraphML (``placer plan --graph-out``). Partitioners work on
 ``placer.partition.problem.CostArrays``, the graph's flat form: ``from_graph`` makes it
 from a networkx graph, and ``cost_arrays`` (same arguments as ``build_cost_graph``) makes
@@ -20,7 +20,7 @@ Nodes are op indices ``0 .. n-1`` in net order (a topological order).
 Node attributes (written here from ``NetCosts.ops`` and the planner's restrictions):
   ``name``, ``type`` (str)   op name (may be "") and Caffe2 op type
   ``time_s`` (tuple, s)      predicted time of one run of the op on each device, in
-                             ``G.graph["devices"]`` order (costs: ``placer.costs``)
+                             ``G.graph["devices"]`` order (costs: ``placer.costs.model``)
   ``allowed`` (tuple of int) device indices the op may run on: the devices whose kind
                              has a kernel for it (an unknown op type: the host only),
                              narrowed by the user's pins
@@ -37,7 +37,7 @@ Edges ``u -> v``, one per producer/consumer pair of ops:
 Graph attributes (``G.graph``):
   ``devices``, ``device_kinds`` (tuples of str), ``host`` (int): the machine's devices,
       index 0 the host CPU that feeds inputs and reads outputs;
-  ``tensors``: ``placer.costs.TensorTable``, the authoritative blob table (producer: op
+  ``tensors``: ``placer.costs.model.TensorTable``, the authoritative blob table (producer: op
       index, -1 fed from the host, -2 a parameter made by the init net; readers; bytes;
       external_output);
   ``link_class`` (int [k, k]) and ``class_s`` (s, [classes, tensors]): the copy time of

@@ -40,7 +40,7 @@ OUTPUT_KIND = "cluster-plan"   # the manifest's placer_output field
 def write_plan_dir(outdir: str | os.PathLike, result, doc: dict, outputs_on_host: bool = True) -> list[tuple[str, str]]:
     """Write OUTDIR for a cluster plan (``cluster.plan_cluster``'s result, its plan JSON)."""
     from placer.formats.caffe2 import net_from_netdef
-    from placer.rewrite import place
+    from placer.rewrite.netdef import place
     cluster, net = result.machine, result.typed.net
     placed = place(net, result.plan.placement, cluster, outputs_on_host=outputs_on_host)
     inputs = list(net.data_inputs)
@@ -56,7 +56,7 @@ def write_placed_dir(outdir: str | os.PathLike, predict, init, cluster, types: d
     """Write OUTDIR for a placed cluster net (``device_option.node_name`` on every op):
     the per-worker split, the one-process net, the manifest (module docstring)."""
     from placer.formats.caffe2 import save_netdef
-    from placer.rewrite_workers import ENGINE, WORLD, one_process, split_workers
+    from placer.rewrite.workers import ENGINE, WORLD, one_process, split_workers
     folder = OutputDir(outdir, "-o", OUTPUT_KIND, MANIFEST)
     split = split_workers(predict, init, cluster, types, inputs)
     predicted = predicted or {"serial_s": None, "makespan_s": None, "by_device_s": {}}

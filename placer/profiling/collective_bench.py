@@ -10,7 +10,7 @@ a point the median of ``repeats`` runs after one warm-up. From the points:
   reduce-scatter, all-to-all, 1 for broadcast), nccl-tests' definitions;
 - a line t = latency + (bus bytes: S times that factor) / B fitted per collective
   (``link.fit_line``, relative error), whose B is the bus bandwidth the cost model uses
-  (``placer.collectives``), and whose latency is the model's latency term;
+  (``placer.hardware.collectives``), and whose latency is the model's latency term;
 - beside them, when a machine profile is given, the model's own time and busbw at every
   size (``compare``), their ratio above 1 where the machine is slower than its profile.
 
@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from placer.collectives import CollectiveModel, bus_bytes
+from placer.hardware.collectives import CollectiveModel, bus_bytes
 from placer.documents import NON_NEGATIVE, TEXT, check_document, read_document
 from placer.errors import DeviceError, ProfileError
 from placer.fileio import atomic_write_text

@@ -2,7 +2,7 @@
 
 The step of k ranks over global batch G, given the summed ``Load`` of the tables'
 layouts (``sharding_cost``) and the dense part of a replica (``sharding_net.DenseModel``),
-each collective priced by ``placer.collectives`` over the group (all-to-all: affine in the
+each collective priced by ``placer.hardware.collectives`` over the group (all-to-all: affine in the
 largest per-rank buffer, ``alpha + beta S``):
 
     A_in  = alltoall(max_r idx_r)                          indices to the shards' ranks
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from placer.partition.sharding_cost import Load, ShardEstimator
-from placer.partition.sharding_types import PathStep, RankStats, StepTime
+from placer.sharding.cost import Load, ShardEstimator
+from placer.sharding.types import PathStep, RankStats, StepTime
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from placer.partition.problem import device_memory
-from placer.planner import PlanResult
+from placer.planning.planner import PlanResult
 from placer.types import Plan
 from placer.units import fmt_bytes, fmt_time
 

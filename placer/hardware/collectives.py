@@ -3,7 +3,7 @@
 The unit of a collective is S, the bytes nccl-tests sizes it by: one rank's buffer for
 all-reduce, broadcast and reduce; the whole gathered (or not yet scattered) tensor for
 all-gather and reduce-scatter; one rank's send buffer for all-to-all. n ranks, each a
-device of a ``placer.machine.Machine``.
+device of a ``placer.hardware.machine.Machine``.
 
 **Ring** (NCCL's default; NCCL src/graph/tuning.cc). Ranks in a ring r0 -> r1 -> ... ->
 r0; every step each rank sends one chunk to the next, all edges at once, so a step lasts
@@ -50,7 +50,7 @@ rank i+k (S/n bytes). A round is a permutation, priced like a ring step (slowest
 with lane sharing), so on a switch whose every pair runs at the port rate B it gives
 (n-1)/n * S / B, and on a partial mesh the slow pairs show.
 
-Figures from links are the machine profile's (``placer/machine.py``, every one with its
+Figures from links are the machine profile's (``placer/hardware/machine.py``, every one with its
 source); ``MULTIDEVICE_FACTS.md`` lists the measured busbw these are checked against
 (tests/test_collectives_cost.py).
 """
@@ -61,7 +61,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from placer.constants import NVLS_EFFICIENCY, NVLS_LINK_KINDS
+from placer.hardware.constants import NVLS_EFFICIENCY, NVLS_LINK_KINDS
 from placer.errors import PlacerError
 
 # NCCL src/graph/tuning.cc: baseLat (Ring, Simple) and hwLat (Ring, Simple) per hop, in us.

@@ -6,7 +6,7 @@ lay a table out: a sharding type, a kernel (where its rows live and who reads th
 its shards, each a block of rows x columns on one device with its ``Perf`` (seconds) and
 ``Storage`` (bytes). A **plan** (``ShardingPlan``) is one option per table over a
 data-parallel group of GPUs (the *ranks*), priced by the step model
-(``placer.partition.sharding_step``) into a ``StepTime`` with its critical path, and
+(``placer.sharding.step``) into a ``StepTime`` with its critical path, and
 summarised per rank (``RankStats``).
 
 Sharding types (TorchRec's names):

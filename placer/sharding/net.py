@@ -31,11 +31,11 @@ import re
 from dataclasses import dataclass, field
 import numpy as np
 
-from placer.costs import CostModel, annotate, tensor_table
+from placer.costs.model import CostModel, annotate, tensor_table
 from placer.errors import PlacerError
 from placer.formats.caffe2 import net_from_netdef
 from placer.ops import registry
-from placer.partition.sharding_types import Table
+from placer.sharding.types import Table
 from placer.shapes import infer, require_complete
 from placer.types import Net, TensorType, TypedNet
 

@@ -42,10 +42,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from placer.collectives import CollectiveModel
-from placer.machine import Machine
-from placer.partition.sharding_net import TableOps, TrainView
-from placer.partition.sharding_types import (COLUMN_WISE, DATA_PARALLEL, HBM, HOST, ROW_WISE, TABLE_WISE, UVM,
+from placer.hardware.collectives import CollectiveModel
+from placer.hardware.machine import Machine
+from placer.sharding.net import TableOps, TrainView
+from placer.sharding.types import (COLUMN_WISE, DATA_PARALLEL, HBM, HOST, ROW_WISE, TABLE_WISE, UVM,
                                              UVM_CACHING, Perf, Shard, ShardingOption, Storage, Table)
 
 UVM_ROW_EFFICIENCY = 0.1    # TorchRec constants.kernel_bw_lookup: fused_uvm at hbm_to_ddr_mem_bw / 10

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from placer.errors import PlacerError
 from placer.fileio import note_read
-from placer.runtime.cluster_worker import RECV_TIMEOUT_S, ClusterWorker
+from placer.runtime.ray.worker import RECV_TIMEOUT_S, ClusterWorker
 
 RESOURCE = "placer_host_{}"
 START_TIMEOUT_S = 300.0  # workers that have not started by then could not be placed
@@ -93,7 +93,7 @@ def run_on_ray(outdir: str | os.PathLike, address: str | None = None, inputs: di
                threads: int | None = None, max_restarts: int = 0, fault: dict | None = None,
                recv_timeout_s: float = RECV_TIMEOUT_S, want_state: bool = False) -> ClusterRun:
     """Run OUTDIR's workers on Ray (module docstring); ``inputs`` as a single run takes them."""
-    from placer.manifest import read_manifest
+    from placer.rewrite.manifest import read_manifest
     manifest = read_manifest(outdir)
     hosts = [w["host"] for w in manifest["workers"]]
     for w in manifest["workers"]:

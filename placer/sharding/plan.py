@@ -4,7 +4,7 @@
 
 - one GPU, and data parallelism over k of the machine's GPUs (k = 1, 2, 4, ... and all of
   them, those the batch divides), the dense part replicated at the per-replica batch,
-  each dense gradient all-reduced over the k (``placer.collectives``) while the backward
+  each dense gradient all-reduced over the k (``placer.hardware.collectives``) while the backward
   pass goes on, the optimizer on every replica;
 - per embedding table every layout of ``sharding_cost`` (data-parallel, table-wise,
   row-wise over all ranks or one host's, column-wise; in GPU memory, in host memory read
@@ -29,12 +29,12 @@ import time
 from dataclasses import dataclass, field
 
 from placer.errors import InfeasiblePlanError
-from placer.machine import Machine
-from placer.partition.sharding_cost import ShardEstimator, ShardSettings
-from placer.partition.sharding_net import train_view
-from placer.partition.sharding_search import (Choice, Search, balanced_start, milp_assignment, multi_start,
+from placer.hardware.machine import Machine
+from placer.sharding.cost import ShardEstimator, ShardSettings
+from placer.sharding.net import train_view
+from placer.sharding.search import (Choice, Search, balanced_start, milp_assignment, multi_start,
                                               table_wise_on_one, torchrec_greedy, uniform)
-from placer.partition.sharding_types import DATA_PARALLEL, HBM, HOST, ROW_WISE, TABLE_WISE, ShardingPlan
+from placer.sharding.types import DATA_PARALLEL, HBM, HOST, ROW_WISE, TABLE_WISE, ShardingPlan
 from placer.units import fmt_bytes, fmt_time
 
 BASELINES = {"data_parallel": "pure data parallelism (every table on every GPU)",

@@ -17,7 +17,7 @@ Order of trust for an op on a device (``CostModel.op_time``):
    points, the finest one still answers but the source is ``poor-fit``: one roofline
    does not describe that group, and the estimate says so instead of passing for a fit.
 3. ``roofline``: the same formula with the datasheet peak and bandwidth and the default
-   efficiencies of ``placer.constants``.
+   efficiencies of ``placer.hardware.constants``.
 4. ``unknown``: an op type with no registry entry or with unknown shapes costs
    ``unknown_op_cost_s`` (default 0) on each device.
 
@@ -34,7 +34,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from placer.constants import (DEFAULT_HALF_EFFICIENCY_ROWS, FIT_MAX_MEDIAN_ERROR_PCT, PEAK_GEMM_ROWS,
+from placer.hardware.constants import (DEFAULT_HALF_EFFICIENCY_ROWS, FIT_MAX_MEDIAN_ERROR_PCT, PEAK_GEMM_ROWS,
                                default_efficiency)
 from placer.errors import ProfileError
 from placer.ops import registry
@@ -462,7 +462,7 @@ class CostModel:
 
     def copy_time(self, nbytes: float, direction: str, pinned: bool = True) -> float:
         """Seconds to copy ``nbytes`` host->GPU ("h2d") or GPU->host ("d2h") over the first
-        GPU's PCIe link (a machine's other links: ``placer.machine``)."""
+        GPU's PCIe link (a machine's other links: ``placer.hardware.machine``)."""
         if nbytes <= 0:
             return 0.0
         link = self.profiles["gpu"].link

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from placer.costs import NetCosts, annotate
+from placer.costs.model import NetCosts, annotate
 from placer.errors import InfeasiblePlanError, PlacerError
-from placer.graph import build_cost_graph, cost_arrays
-from placer.machine import Machine
+from placer.costs.graph import build_cost_graph, cost_arrays
+from placer.hardware.machine import Machine
 from placer.partition import baselines, partition
 from placer.partition.check import check_plan
 from placer.partition.problem import fits, memory_use
@@ -63,7 +63,7 @@ class PlanResult:
 
     @cached_property
     def graph(self):
-        """The networkx cost graph of the plan (``placer.graph``), built on first use: the
+        """The networkx cost graph of the plan (``placer.costs.graph``), built on first use: the
         planner itself works on ``arrays``, which equal this graph's array form."""
         graph = build_cost_graph(self.step if self.step is not None else self.costs, **self.graph_args)
         if self.state_reads is not None:

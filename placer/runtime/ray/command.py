@@ -25,8 +25,8 @@ from placer.units import fmt_time
 
 
 def run_command(args) -> int:
-    from placer.manifest import read_manifest
-    from placer.runtime.cluster import run_on_ray
+    from placer.rewrite.manifest import read_manifest
+    from placer.runtime.ray.driver import run_on_ray
     outdir = Path(args.net)
     if not outdir.is_dir():
         raise InputError(f"--ray: {outdir} is not a directory",

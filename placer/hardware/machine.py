@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from placer import arguments
-from placer import constants as K
+from placer.hardware import constants as K
 from placer.documents import (BYTES_PER_S, COUNT, LATENCY_S, TEXT, check_document, number,
                               read_document)
 from placer.errors import ProfileError

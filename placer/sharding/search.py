@@ -39,9 +39,9 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
-from placer.partition.sharding_cost import Layout, Load, ShardEstimator
-from placer.partition.sharding_step import StepModel
-from placer.partition.sharding_types import HOST, ROW_WISE, TABLE_WISE
+from placer.sharding.cost import Layout, Load, ShardEstimator
+from placer.sharding.step import StepModel
+from placer.sharding.types import HOST, ROW_WISE, TABLE_WISE
 
 MAX_POSITION_SETS = 24      # column-wise shards: rank sets tried per layout in local search
 MS, MIB, GIB = 1e3, 2.0 ** 20, 2.0 ** 30

@@ -1,0 +1,1 @@
+"""Hardware: devices, machines, clusters, links, and the collective cost model."""

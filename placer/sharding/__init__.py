@@ -1,0 +1,1 @@
+"""Sharding: data parallelism and embedding-table layouts over GPUs (types, estimator, search, step model, net view)."""
