@@ -51,7 +51,7 @@ from placer.profiling import calibration  # noqa: E402
 from placer.profiling.bench import profile_net  # noqa: E402
 from placer.profiling.host import measure_host  # noqa: E402
 from placer.profiling.in_network import profile_in_network  # noqa: E402
-from placer.profiling.schema import op_key  # noqa: E402
+from placer.hardware.device_profile import op_key  # noqa: E402
 from placer.runtime.threads import set_blas_threads  # noqa: E402
 
 TRAIN = [("alexnet", 1), ("resnet50", 1), ("dlrm", 8)]

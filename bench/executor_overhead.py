@@ -45,7 +45,7 @@ def chain(n_ops: int, device_type: int | None):
 def over_gpus(net, gpus: int, interleave: bool):
     """``net`` placed by placer.rewrite.netdef over ``gpus`` GPUs (device i + 1 is cuda:i)."""
     from placer.hardware.machine import compose_machine
-    from placer.profiling import load_device_profile
+    from placer.hardware.profiles import load_device_profile
     from placer.rewrite.netdef import place
     machine = compose_machine(load_device_profile("host-ci-2core", "cpu"),
                               load_device_profile("v100-16gb-sxm2", "gpu"), gpus=gpus, gpu_link="nvlink2")

@@ -119,7 +119,7 @@ choose_python() {  # prints the Python to use; the env step's log says what was 
   python_ok "$venv/bin/python" >&2 && echo "$venv/bin/python"
 }
 
-has_gpu_device() { [ -f "$1" ] && timeout 30 "$PY" -c "from placer.profiling import load_profile; import sys; load_profile(sys.argv[1]).device('gpu')" "$1" >/dev/null 2>&1; }
+has_gpu_device() { [ -f "$1" ] && timeout 30 "$PY" -c "from placer.hardware.profiles import load_profile; import sys; load_profile(sys.argv[1]).device('gpu')" "$1" >/dev/null 2>&1; }
 
 # 1. a Python with placer's dependencies
 echo "== env"

@@ -48,7 +48,7 @@ from placer.formats import load_net  # noqa: E402
 from placer.formats.caffe2 import net_from_netdef  # noqa: E402
 from placer.hardware.machine import compose_machine  # noqa: E402
 from placer.ops import registry  # noqa: E402
-from placer.profiling import default_profiles, find_profile, load_profile  # noqa: E402
+from placer.hardware.profiles import default_profiles, find_profile, load_profile  # noqa: E402
 from placer.runtime.executor import Executor  # noqa: E402
 from placer.runtime.inputs import random_inputs  # noqa: E402
 from placer.shapes import infer  # noqa: E402

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from placer.errors import PlacerError  # noqa: E402
-from placer.profiling import find_profile, load_profile  # noqa: E402
+from placer.hardware.profiles import find_profile, load_profile  # noqa: E402
 from placer.profiling.link import compare_link  # noqa: E402
 from placer.units import fmt_bytes, fmt_rate, fmt_time  # noqa: E402
 

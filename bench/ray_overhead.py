@@ -27,7 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from placer.hardware.cluster import load_cluster, plan_cluster  # noqa: E402
+from placer.hardware.cluster import load_cluster  # noqa: E402
+from placer.planning.cluster import plan_cluster  # noqa: E402
 from placer.commands.plan import _profiles  # noqa: E402
 from placer.formats import caffe2_pb as pb, load_net  # noqa: E402
 from placer.formats.caffe2 import net_from_netdef  # noqa: E402
@@ -35,7 +36,7 @@ from placer.rewrite.manifest import read_manifest, write_plan_dir  # noqa: E402
 from placer.planning.planner import PlanOptions  # noqa: E402
 from placer.planning.view import plan_json  # noqa: E402
 from placer.runtime.ray.driver import run_on_ray  # noqa: E402
-from placer.runtime.ray.command import one_process_inputs  # noqa: E402
+from placer.commands.run_ray import one_process_inputs  # noqa: E402
 from placer.runtime.executor import Executor  # noqa: E402
 from placer.shapes import infer  # noqa: E402
 from placer.types import TensorType  # noqa: E402

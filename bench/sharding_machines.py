@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from placer.hardware.machine import Machine, compose_machine, load_machine
-from placer.profiling import load_device_profile
+from placer.hardware.profiles import load_device_profile
 
 
 def machine(name: str) -> tuple[Machine, str]:

@@ -35,7 +35,7 @@ from placer.formats.caffe2 import net_from_netdef  # noqa: E402
 from placer.hardware.machine import compose_machine, load_machine  # noqa: E402
 from placer.sharding.plan import plan_sharding  # noqa: E402
 from placer.sharding.net import DlrmTrainNet, typed_train_net  # noqa: E402
-from placer.profiling import load_device_profile  # noqa: E402
+from placer.hardware.profiles import load_device_profile  # noqa: E402
 from placer.types import TensorType  # noqa: E402
 from placer.units import fmt_time  # noqa: E402
 

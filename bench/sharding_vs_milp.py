@@ -32,7 +32,7 @@ from placer.sharding.cost import ShardEstimator, ShardSettings
 from placer.sharding.net import DlrmTrainNet, train_view
 from placer.sharding.search import (Search, balanced_start, milp_assignment, multi_start, table_wise_on_one,
                                               torchrec_greedy, uniform)
-from placer.profiling import load_device_profile
+from placer.hardware.profiles import load_device_profile
 
 GPUS = ("v100-16gb-sxm2", "a100-40gb-sxm4", "t4-pcie3")
 LINKS = ("nvlink2", "pcie-p2p", "staged")

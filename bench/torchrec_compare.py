@@ -47,7 +47,7 @@ from placer.sharding.net import DlrmTrainNet, train_view  # noqa: E402
 from placer.sharding.search import Choice, Search  # noqa: E402
 from placer.sharding.types import (COLUMN_WISE, DATA_PARALLEL, HBM, ROW_WISE, TABLE_WISE, UVM,  # noqa: E402
                                              UVM_CACHING)
-from placer.profiling import load_device_profile  # noqa: E402
+from placer.hardware.profiles import load_device_profile  # noqa: E402
 from placer.units import fmt_time  # noqa: E402
 
 PER_RANK_BATCH = 2048

@@ -37,7 +37,7 @@ from placer.hardware.machine import compose_machine  # noqa: E402
 from placer.partition.problem import memory_use  # noqa: E402
 from placer.partition.schedule import Simulator  # noqa: E402
 from placer.planning.planner import PlanOptions, plan  # noqa: E402
-from placer.profiling import load_device_profile  # noqa: E402
+from placer.hardware.profiles import load_device_profile  # noqa: E402
 from placer.types import DATA_TYPE_TO_DTYPE, TensorType  # noqa: E402
 from placer.units import fmt_bytes, fmt_time  # noqa: E402
 

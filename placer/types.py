@@ -12,7 +12,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from placer.errors import ArgumentError
+from placer.errors import ArgumentError, excerpt
 
 # Caffe2 TensorProto.DataType numbers <-> numpy dtype names (PROTO_FACTS.md).
 DATA_TYPE_TO_DTYPE = {
@@ -482,3 +482,34 @@ class Plan:
         """The most memory any one GPU uses (one-GPU machines: that GPU's)."""
         gpu = [m for m, kind in zip(self.memory_bytes.tolist(), self.device_kinds) if kind == "gpu"]
         return max(gpu, default=0.0)
+
+
+# The most elements a blob can have: Caffe2 counts them in int64, numpy in intp.
+MAX_ELEMENTS = 2**63 - 1
+
+
+def shape_problem(dims) -> str | None:
+    """Why ``dims`` (unknown ones None) cannot be a blob's shape, or None when it can."""
+    known = [int(d) for d in dims if d is not None]
+    if any(d < 0 for d in known):
+        return f"shape {shape_text(dims)} has a negative dimension"
+    count = prod(known)
+    if count > MAX_ELEMENTS:
+        return (f"shape {shape_text(dims)} has {_count_text(count)} elements, more than int64 "
+                "can count (2^63 - 1)")
+    return None
+
+
+def shape_text(dims, limit: int = 60) -> str:
+    """``2x3x?``; past ``limit`` characters cut in its middle, with the rank added (a file
+    can give a shape of any rank, a message quotes a few of its dimensions)."""
+    text = "x".join("?" if d is None else str(d) for d in dims)
+    return text if len(text) <= limit else f"{excerpt(text, limit)} (rank {len(dims)})"
+
+
+def _count_text(n: int) -> str:
+    """An element count, in floating point where it fits, else as a power of two."""
+    try:
+        return f"{float(n):.3g}"
+    except OverflowError:  # more than 1.8e308: a shape of thousands of dimensions
+        return f"about 2^{n.bit_length() - 1}"

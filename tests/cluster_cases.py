@@ -17,7 +17,7 @@ import numpy as np
 from placer.hardware.cluster import Network, build_cluster
 from placer.formats import caffe2_pb as pb
 from placer.hardware.machine import compose_machine
-from placer.profiling import load_device_profile
+from placer.hardware.profiles import load_device_profile
 from placer.types import TensorType
 
 TEN_GBE = Network("10gbe", 1.17e9, 5e-5, False, "test figures")

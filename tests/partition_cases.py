@@ -37,7 +37,7 @@ def brute_force_best(arr) -> np.ndarray:
 def cpu_gpu_machine():
     """The CPU + one GPU machine of the default profiles."""
     from placer.hardware.machine import compose_machine
-    from placer.profiling import default_profiles
+    from placer.hardware.profiles import default_profiles
     return compose_machine(*default_profiles())
 
 

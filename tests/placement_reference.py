@@ -121,7 +121,7 @@ def hand_arrays(ops, tensors, link_class=None, devices=None, colocate=(), output
     5th ext_output (default False) and 6th bytes (default 1e6); producer -1 is the host,
     -2 the init net. ``link_class`` [k, k] defaults to host <-> GPU classes 0 (h2d) and
     1 (d2h) and class 2 between GPUs."""
-    from placer.partition.problem import CostArrays
+    from placer.costs.arrays import CostArrays
     n, k = len(ops), len(ops[0])
     devices = devices or ("cpu",) + tuple(f"cuda:{g}" for g in range(k - 1))
     if link_class is None:

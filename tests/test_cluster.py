@@ -13,7 +13,8 @@ import pytest
 from cluster_cases import TEN_GBE, chain_net, dp_linear, tiny_cluster
 from placement_reference import placements, serial_costs
 from placer.cli import main
-from placer.hardware.cluster import Network, load_cluster, plan_cluster
+from placer.hardware.cluster import Network, load_cluster
+from placer.planning.cluster import plan_cluster
 from placer.errors import PlacerError, ProfileError
 from placer.formats import load_net
 from placer.partition.hosts import HostsFirstPartitioner, host_arrays

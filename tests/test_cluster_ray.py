@@ -19,7 +19,7 @@ from placer.rewrite.manifest import read_manifest, write_placed_dir, write_plan_
 from placer.planning.view import plan_json
 from placer.report.trace import validate_trace
 from placer.runtime.ray.driver import ClusterRunError, run_on_ray
-from placer.runtime.ray.command import one_process_inputs
+from placer.commands.run_ray import one_process_inputs
 from placer.runtime.executor import Executor
 
 ray = pytest.importorskip("ray")

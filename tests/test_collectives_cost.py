@@ -7,12 +7,13 @@ import math
 
 import pytest
 
-from placer.hardware.collectives import (HOP_LATENCY_S, NCCL_BASE_LATENCY_S, CollectiveModel, bus_bytes, op_time,
-                                ring_edge_bytes)
+from placer.hardware.collectives import (HOP_LATENCY_S, NCCL_BASE_LATENCY_S, CollectiveModel, bus_bytes,
+                                         ring_edge_bytes)
+from placer.ops.collective import op_time
 from placer.errors import PlacerError
 from placer.hardware.machine import HOST, Hop, Link, Machine, MachineDevice, build_machine, compose_machine, load_machine
-from placer.profiling import load_device_profile
-from placer.profiling.schema import LinkCurve
+from placer.hardware.profiles import load_device_profile
+from placer.hardware.device_profile import LinkCurve
 from placer.types import TensorType
 
 NVL, PCI, NET = HOP_LATENCY_S["nvlink"], HOP_LATENCY_S["pcie"], HOP_LATENCY_S["network"]

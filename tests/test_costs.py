@@ -9,8 +9,8 @@ import pytest
 from placer.hardware.constants import DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY, default_efficiency
 from placer.costs.model import (OP_COLUMNS, CostModel, annotate, curve_time, family_of, fit_family,
                           gemm_dims, row_efficiency)
-from placer.profiling import default_profiles, load_device_profile
-from placer.profiling.schema import DeviceProfile, LinkCurve, OpTiming
+from placer.hardware.profiles import default_profiles, load_device_profile
+from placer.hardware.device_profile import DeviceProfile, LinkCurve, OpTiming
 from placer.shapes import infer
 from placer.types import Args, Net, Op, OpFeatures, TensorType
 
@@ -298,7 +298,7 @@ def test_gemm_fit_survives_a_profile_round_trip():
     efficiency for every row count, and other families never carry the field."""
     import json
 
-    from placer.profiling.schema import Profile, profile_from_dict, profile_to_dict
+    from placer.hardware.device_profile import Profile, profile_from_dict, profile_to_dict
     relu = [OpTiming("Relu", (TensorType((n, 64)),), {}, 5, 1e-6 * n, 0.0, 64.0 * n, 512.0 * n) for n in (8, 64)]
     prof = _gemm_cpu([_gemm_truth(8, k, n, eff_max=1.0, m0=9.0) for k, n in [(256, 512), (1024, 1024)]] + relu)
     prof.fits = CostModel(prof, default_profiles()[1]).fits("cpu")
@@ -396,7 +396,7 @@ def test_a_family_one_roofline_cannot_cover_is_labelled():
 
 def test_the_finest_covering_fit_prices_an_op():
     from placer.costs.model import choose_fit
-    from placer.profiling.schema import FamilyFit
+    from placer.hardware.device_profile import FamilyFit
 
     def fit(covered, overhead):
         return FamilyFit(overhead, 0.5, 0.5, 5, 1.0 if covered else 60.0, covered=covered)
@@ -425,7 +425,7 @@ def test_op_spread_follows_the_source_of_the_time():
 
 def test_stored_fits_of_the_same_entries_are_not_fitted_again(monkeypatch):
     import placer.costs.model as costs
-    from placer.profiling.schema import Profile, profile_from_dict, profile_to_dict
+    from placer.hardware.device_profile import Profile, profile_from_dict, profile_to_dict
     prof = _cpu(_relu_points() + _two_kernel_fc_points())
     prof.fits = CostModel(prof, default_profiles()[1]).fits("cpu")
     prof.fits_digest = prof.fit_inputs_digest(costs.FIT_VERSION)

@@ -17,7 +17,7 @@ import pytest
 from placer import cli
 from placer.commands import demo
 from placer.formats.caffe2 import load_netdef
-from placer.profiling import load_profile
+from placer.hardware.profiles import load_profile
 from placer.report.html import SECTIONS
 from placer.report.trace import validate_trace
 

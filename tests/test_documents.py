@@ -112,7 +112,7 @@ def _schemas():
     from placer.hardware.machine import MACHINE_SCHEMA
     from placer.rewrite.manifest import MANIFEST_SCHEMA
     from placer.profiling.collective_bench import MEASUREMENTS_SCHEMA
-    from placer.profiling.schema import PROFILE_SCHEMA
+    from placer.hardware.device_profile import PROFILE_SCHEMA
     from placer.report.doc import PLAN_SCHEMA
     from placer.runtime.record import RUN_RECORD_SCHEMA
     return {"profile": PROFILE_SCHEMA, "machine": MACHINE_SCHEMA, "cluster": CLUSTER_SCHEMA,
@@ -129,7 +129,7 @@ def test_every_schema_is_a_json_schema_one_can_publish(name):
 
 
 def test_the_shipped_profiles_meet_their_schemas():
-    from placer.profiling import shipped_profiles_dir
+    from placer.hardware.profiles import shipped_profiles_dir
     schemas = _schemas()
     root = shipped_profiles_dir()
     checked = 0
@@ -156,7 +156,7 @@ def test_a_misspelt_key_is_named_with_the_known_ones(tmp_path, kind):
     from placer.hardware.cluster import load_cluster
     from placer.errors import ProfileError
     from placer.hardware.machine import load_machine
-    from placer.profiling import load_profile
+    from placer.hardware.profiles import load_profile
     root = Path(__file__).resolve().parents[1] / "profiles"
     source = {"machine": root / "machines" / "4x-v100-sxm2-nvlink.json",
               "cluster": next((root / "clusters").glob("*.json")), "profile": root / "v100-16gb-pcie3.json"}[kind]

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from placer.profiling import find_profile, load_profile
+from placer.hardware.profiles import find_profile, load_profile
 from placer.profiling.link import SIZES, compare_link, fit_line
-from placer.profiling.schema import LinkCurve, save_profile
+from placer.hardware.device_profile import LinkCurve, save_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 

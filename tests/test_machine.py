@@ -10,7 +10,7 @@ import pytest
 from placer.errors import ProfileError
 from placer.hardware.machine import (HOST, add_machine_arguments, compose_machine, load_machine, machine_from_args,
                             shipped_machine_names)
-from placer.profiling import add_profile_arguments, load_device_profile
+from placer.hardware.profiles import add_profile_arguments, load_device_profile
 
 
 def test_shipped_machines_load_with_sourced_links():

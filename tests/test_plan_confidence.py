@@ -9,7 +9,7 @@ import pytest
 
 from placer import cli
 from placer.examples.builder import NetBuilder
-from placer.profiling.schema import DeviceProfile, OpTiming, Profile, save_profile
+from placer.hardware.device_profile import DeviceProfile, OpTiming, Profile, save_profile
 from placer.types import TensorType
 
 FC_INPUTS = (TensorType((4, 8)), TensorType((16, 8)), TensorType((16,)))

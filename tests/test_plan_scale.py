@@ -170,8 +170,8 @@ def test_prices_and_spreads_once_per_signature_equal_them_op_by_op():
     from placer.formats.caffe2 import net_from_netdef
     from placer.hardware.machine import build_machine
     from placer.partition.stability import op_spreads
-    from placer.profiling import default_profiles, load_device_profile
-    from placer.profiling.schema import OpTiming
+    from placer.hardware.profiles import default_profiles, load_device_profile
+    from placer.hardware.device_profile import OpTiming
     from placer.shapes import infer
     from placer.types import TensorType
 

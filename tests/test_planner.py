@@ -20,7 +20,7 @@ from placer.hardware.machine import compose_machine
 from placer.partition.check import PlanInvariantError
 from placer.planning.planner import PlanOptions, plan
 from placer.planning.view import plan_json, serial_schedule
-from placer.profiling import default_profiles
+from placer.hardware.profiles import default_profiles
 from placer.rewrite.netdef import place
 from placer.runtime.executor import Executor
 from placer.shapes import infer

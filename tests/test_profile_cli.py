@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from placer.cli import main
-from placer.profiling.schema import load_profile
+from placer.hardware.device_profile import load_profile
 from placer.types import TensorType
 
 NET = '''name: "tiny"

@@ -8,7 +8,7 @@ import pytest
 from placer.examples.builder import NetBuilder, make_op
 from placer.formats.caffe2 import net_from_netdef, parse_text
 from placer.profiling.in_network import InNetworkUnavailable, _entries, profile_in_network
-from placer.profiling.schema import op_key
+from placer.hardware.device_profile import op_key
 from placer.shapes import infer
 from placer.types import TensorType
 

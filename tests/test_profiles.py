@@ -7,9 +7,9 @@ import json
 import pytest
 
 from placer.errors import ProfileError
-from placer.profiling import (DEFAULT_CPU_PROFILE, DEFAULT_GPU_PROFILE, default_profiles,
+from placer.hardware.profiles import (DEFAULT_CPU_PROFILE, DEFAULT_GPU_PROFILE, default_profiles,
                               find_profile, shipped_profile_names, shipped_profiles_dir)
-from placer.profiling.schema import (SOURCED_FIGURES, OpTiming, load_profile, op_key,
+from placer.hardware.device_profile import (SOURCED_FIGURES, OpTiming, load_profile, op_key,
                                      profile_to_dict, save_profile)
 from placer.types import TensorType
 

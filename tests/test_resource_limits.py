@@ -182,7 +182,7 @@ def test_a_rank_200000_fill_is_quoted_in_short(tmp_path):
 
 def test_a_shape_past_float_range_is_named_not_an_overflow(tmp_path):
     """2^200000 elements cannot be written as a float: the count is a power of two."""
-    from placer.formats import shape_problem
+    from placer.types import shape_problem
     problem = shape_problem([2] * 200_000)
     assert problem.endswith("(rank 200000) has about 2^200000 elements, more than int64 can count (2^63 - 1)")
     assert len(problem) < 200

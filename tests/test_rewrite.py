@@ -12,7 +12,7 @@ from placer.examples.builder import NetBuilder
 from placer.formats import caffe2_pb as pb
 from placer.formats.caffe2 import net_from_netdef
 from placer.hardware.machine import compose_machine
-from placer.profiling import load_device_profile
+from placer.hardware.profiles import load_device_profile
 from placer.rewrite.netdef import place
 from placer.runtime.executor import Executor
 

@@ -367,7 +367,7 @@ def test_corpus_caffe_nets_run_end_to_end_on_random_weights(corpus, name, one_bl
 def cpu_and_one_gpu():
     """The machine of CPU + one GPU (device 0 the host, device 1 cuda:0)."""
     from placer.hardware.machine import compose_machine
-    from placer.profiling import load_device_profile
+    from placer.hardware.profiles import load_device_profile
     return compose_machine(load_device_profile("host-ci-2core", "cpu"), load_device_profile("t4-pcie3", "gpu"))
 
 

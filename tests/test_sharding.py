@@ -19,7 +19,7 @@ from placer.sharding.net import DlrmTrainNet, find_tables, phases, train_view
 from placer.sharding.search import Search, _partition, brute_force, milp_assignment
 from placer.sharding.step import CommsQueue, StepModel
 from placer.sharding.types import HBM, TABLE_WISE, UVM, UVM_CACHING, Perf, Storage
-from placer.profiling import load_device_profile
+from placer.hardware.profiles import load_device_profile
 
 # MLPerf DLRM Criteo Terabyte (DLRM_FACTS.md): table rows, bottom and top MLP widths
 CRITEO_ROWS = (39884406, 39043, 17289, 7420, 20263, 3, 7120, 1543, 63, 38532951, 2953546, 403346, 10, 2208,

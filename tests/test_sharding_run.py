@@ -2,7 +2,7 @@
 
 A one-device train net (placer's train-net recipe, RowWiseSparseAdagrad on the tables,
 Adagrad on the MLPs) on a global batch of G rows, against its sharded layout
-(``placer.training.sharded``) over n emulated GPUs: each table whole on its owner GPU,
+(``placer.sharding.train_net``) over n emulated GPUs: each table whole on its owner GPU,
 which looks up every sample's rows; the pooled outputs exchanged by AllToAll; each GPU
 running the dense part on its G/n rows, its gradients all-reduced. After one step the
 summed per-GPU losses (each scaled by 1/n) equal the one-device loss, and every table
@@ -26,8 +26,8 @@ from placer.examples.builder import NetBuilder
 from placer.formats.caffe2 import net_from_netdef
 from placer.runtime.executor import Executor
 from placer.training.recipe import OptimizerChoice, make_train_nets
-from placer.training.sharded import sharded
-from placer.training.sharded_tables import (COLUMN_WISE, HOST, ROW_WISE, TABLE_WISE, TableLayout, TableShard,
+from placer.sharding.train_net import sharded
+from placer.sharding.tables import (COLUMN_WISE, HOST, ROW_WISE, TABLE_WISE, TableLayout, TableShard,
                                             layout_of_option)
 
 B, P = 3, 2        # rows per GPU, lookups per sample
@@ -288,7 +288,7 @@ def test_a_shard_is_filled_as_its_block_of_the_table(fill, kind, args):
     from placer.formats import caffe2_pb as pb
     from placer.formats.caffe2 import params_from_init
     from placer.training.gradients import make_op
-    from placer.training.sharded_tables import shard_fill_ops
+    from placer.sharding.tables import shard_fill_ops
     op = make_op(fill, [], ["emb"], shape=[10, 6], **args)
     init = pb.NetDef()
     init.op.append(op)

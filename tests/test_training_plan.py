@@ -21,7 +21,7 @@ from placer.hardware.machine import compose_machine
 from placer.partition.problem import memory_use, serial_cost
 from placer.partition.schedule import Simulator
 from placer.planning.planner import PlanOptions, plan
-from placer.profiling import load_device_profile
+from placer.hardware.profiles import load_device_profile
 from placer.shapes import infer, require_complete
 from placer.training.placement import state_groups, state_writers
 from placer.types import TensorType

@@ -20,7 +20,7 @@ from placer.formats import load_net
 from placer.hardware.machine import compose_machine
 from placer.partition.problem import memory_use
 from placer.planning.planner import PlanOptions, plan
-from placer.profiling import load_device_profile
+from placer.hardware.profiles import load_device_profile
 from placer.shapes import infer, require_complete
 from placer.types import DATA_TYPE_TO_DTYPE, TensorType
 

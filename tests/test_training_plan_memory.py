@@ -23,7 +23,7 @@ from placer.formats.caffe2 import net_from_netdef
 from placer.hardware.machine import compose_machine
 from placer.partition.problem import memory_use
 from placer.planning.planner import PlanOptions, plan
-from placer.profiling import load_device_profile
+from placer.hardware.profiles import load_device_profile
 from placer.rewrite.netdef import place
 from placer.runtime.executor import Executor
 from placer.runtime.inputs import random_inputs

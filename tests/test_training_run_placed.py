@@ -32,7 +32,7 @@ from placer.runtime.executor import Executor
 from placer.runtime.state import trained_init_net
 from placer.training.recipe import make_train_nets
 from placer.hardware.machine import compose_machine
-from placer.profiling import default_profiles
+from placer.hardware.profiles import default_profiles
 from placer.types import Net
 
 STEPS = 4

@@ -10,7 +10,7 @@ from contextlib import contextmanager, nullcontext
 import numpy as np
 
 from placer.errors import InputError, ShapeError
-from placer.formats import MAX_ELEMENTS, shape_problem
+from placer.types import MAX_ELEMENTS, shape_problem
 from placer.types import DTYPE_TO_DATA_TYPE, TensorType, TypedNet
 
 INPUT_FORMAT = "NAME=d0,d1,...[:dtype]"

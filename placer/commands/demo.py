@@ -37,7 +37,7 @@ import numpy as np
 from placer import examples
 from placer.errors import InputError
 from placer.fileio import OutputDir, atomic_write_bytes, atomic_write_text
-from placer.profiling import DEFAULT_GPU_PROFILE
+from placer.hardware.profiles import DEFAULT_GPU_PROFILE
 from placer.types import TensorType
 from placer.units import fmt_bytes, fmt_rate
 
@@ -434,7 +434,7 @@ def ms(seconds: float) -> str:
 
 
 def profile_line(path: Path) -> str:
-    from placer.profiling import load_profile
+    from placer.hardware.profiles import load_profile
     cpu = load_profile(path).device("cpu")
     return (f"CPU profile: {len(cpu.ops)} op timings, {cpu.peak_flops['float32'] / 1e9:.0f} GFLOP/s GEMM, "
             f"{fmt_rate(cpu.memory_bandwidth_bytes_per_s)} streaming ({path})")

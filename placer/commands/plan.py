@@ -16,8 +16,9 @@ from placer.planning.planner import PlanOptions, plan
 from placer.planning.view import json_text, plan_json
 from placer.units import fmt_bytes, fmt_time
 from placer.hardware.machine import add_machine_arguments, machine_from_args
-from placer.profiling import add_profile_arguments
-from placer.hardware.cluster import add_cluster_argument, cluster_plan_from_args, host_summary
+from placer.hardware.profiles import add_profile_arguments
+from placer.hardware.cluster import add_cluster_argument
+from placer.planning.cluster import cluster_plan_from_args, host_summary
 
 HELP = "find the best placement over the CPU and GPUs and write the placed net"
 DESCRIPTION = """\

@@ -11,8 +11,8 @@ from placer.commands.common import add_feed_argument, add_net_arguments, load_ty
 from placer.hardware.constants import FIT_MAX_MEDIAN_ERROR_PCT
 from placer.errors import DeviceError, InputError, ShapeError
 from placer.fileio import refuse_overwrite
-from placer.profiling import DEFAULT_GPU_PROFILE, find_profile, load_profile, shipped_profile_names
-from placer.profiling.schema import DeviceProfile, Profile, save_profile
+from placer.hardware.profiles import DEFAULT_GPU_PROFILE, find_profile, load_profile, shipped_profile_names
+from placer.hardware.device_profile import DeviceProfile, Profile, save_profile
 from placer.progress import Progress
 from placer.units import fmt_rate, fmt_time
 
@@ -248,7 +248,7 @@ def _write_machine(profile: Profile, args: argparse.Namespace, gpus: list[int], 
     (and host, when the file has one) the profile just written."""
     import json
     from placer.fileio import atomic_write_text
-    from placer.profiling import DEFAULT_CPU_PROFILE
+    from placer.hardware.profiles import DEFAULT_CPU_PROFILE
     from placer.profiling.link import machine_profile
     out = Path(args.output)
     target = Path(args.machine_out) if args.machine_out else out.with_name(f"{out.stem}-machine.json")

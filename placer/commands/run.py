@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import io
 import sys
-import zipfile
 
 import numpy as np
 
@@ -17,11 +16,11 @@ from placer.runtime import record as run_record
 from placer.runtime.devices import check_emulated_gpus
 from placer.runtime.executor import Executor
 from placer.runtime.footprint import Footprint, require_memory, run_footprint
-from placer.runtime.inputs import NPZ_HINT, NpzBatches, RandomBatches, npz_bytes, npz_files, random_inputs
+from placer.report.tables import run_table
+from placer.runtime.inputs import NpzBatches, RandomBatches, npz_files, random_inputs, read_npz, require_npz_fits
 from placer.runtime.state import loss_blobs, save_trained_init
 from placer.runtime.threads import set_blas_threads
-from placer.types import RunRecord, TensorType
-from placer.units import fmt_bytes
+from placer.types import TensorType
 
 HELP = "run a net on numpy (CPU) / cupy (GPU) and time every op"
 DESCRIPTION = """\
@@ -120,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     check_emulated_gpus(args.emulate_gpus)
     files = npz_files(args.inputs_npz) if args.inputs_npz else []
     for path in files:  # before their shapes type the net
-        _require_npz_fits(path)
+        require_npz_fits(path)
     _check_outputs(args, files)
     if args.threads is not None:
         if not set_blas_threads(args.threads):
@@ -129,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     if args.ray is not None:
         if args.inject_copies:
             raise InputError("--inject-copies: a cluster plan has its copies already", hint="drop --inject-copies")
-        from placer.runtime.ray.command import run_command
+        from placer.commands.run_ray import run_command
         return run_command(args)
     typed = load_typed_net(args)
     _check_outputs(args, files)  # again: against the init net and value_info.json found beside NET
@@ -159,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
                                progress=lambda done, _total: bar.update(done), watch=watch, on_step=show)
     rec = executor.record
     if not args.quiet:
-        print(format_table(rec))
+        print(run_table(rec))
         if trains:
             print(f"trained {args.iterations} step(s)"
                   + (f"; the {args.warmup} warm-up run(s) trained a copy of the state, then dropped"
@@ -189,7 +188,7 @@ def _check_outputs(args, files) -> None:
 def _batches(args, files, executor, typed, trains):
     """One batch for every step, or a batch per step (several files; random on a train net)."""
     if files:
-        batches = NpzBatches(files, _read_npz)
+        batches = NpzBatches(files, read_npz)
         return batches if len(files) > 1 else batches(0)
     seed = args.random_inputs or 0
     names = executor.expected_inputs()
@@ -239,55 +238,3 @@ def _written_state_bytes(typed) -> int:
     made = {o for op in net.init_proto.op for o in op.output} if net.init_proto is not None else set()
     written = {o for op in net.ops for o in op.outputs}
     return sum(typed.blobs[b].nbytes for b in made & written if typed.blobs.get(b) is not None)
-
-
-def _read_npz(path: str) -> dict[str, np.ndarray]:
-    """The arrays of an .npz, after its headers say they fit in memory (a header can claim
-    any shape; numpy allocates the whole array before reading a byte of it)."""
-    _require_npz_fits(path)
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        raise InputError(f"{path}: cannot read input arrays ({e})", hint=NPZ_HINT) from e
-
-
-def _require_npz_fits(path) -> None:
-    """Refuse an .npz whose headers claim more memory than this machine has."""
-    require_memory(Footprint((("arrays", npz_bytes(path)),)), f"reading {path}", hint="feed smaller arrays")
-
-
-def format_table(rec: RunRecord) -> str:
-    """Per-op times, then per device its time and peak memory, per link its bytes."""
-    rows = [f"{'#':>4}  {'op':<28} {'type':<20} {'device':<16} {'ms':>9}  copy"]
-    for o in rec.ops:
-        copy = f"{o.copy_bytes:,} B {o.copy_direction}" if o.copy_direction else ""
-        rows.append(f"{o.index:>4}  {(o.name or '-')[:28]:<28} {o.type[:20]:<20} {o.device:<16} "
-                    f"{o.time_s * 1e3:>9.3f}  {copy}")
-    rows.append(f"total {rec.total_s * 1e3:.3f} ms (median of {rec.iterations} run(s) "
-                f"after {rec.warmup} warm-up) over {len(rec.ops)} ops")
-    times = rec.time_by_device_s()
-    for dev in rec.devices:
-        rows.append(f"  {rec.timing_labels.get(dev, dev)}: {times.get(dev, 0.0) * 1e3:.3f} ms, "
-                    f"peak {fmt_bytes(rec.peak_bytes.get(dev, 0))}")
-    for direction in ("h2d", "d2h", "d2d"):
-        if rec.copy_bytes(direction):
-            rows.append(f"  copies {direction}: {rec.copy_bytes(direction):,} B")
-    rows += _link_rows(rec)
-    if rec.emulated:
-        rows.append("  GPU emulated on the CPU: times are CPU times (a structure check, not a speed figure)")
-    return "\n".join(rows)
-
-
-def _link_rows(rec: RunRecord) -> list[str]:
-    """One row per link and direction: copies, bytes, and the time of the copies that used
-    only that link (an op moving over several links is counted in bytes, not in time)."""
-    links: dict[tuple[str, str], list] = {}
-    for o in rec.ops:
-        for src, dst, nbytes in o.links:
-            row = links.setdefault((src, dst), [0, 0, 0.0])
-            row[0] += 1
-            row[1] += nbytes
-            row[2] += o.time_s if len(o.links) == 1 else 0.0
-    return [f"  link {src} -> {dst}: {n} cop{'y' if n == 1 else 'ies'}, {fmt_bytes(nbytes)}, {t * 1e3:.3f} ms"
-            for (src, dst), (n, nbytes, t) in sorted(links.items())]

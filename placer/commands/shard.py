@@ -49,7 +49,7 @@ DLRM_CONFIGS = ("criteo-1tb", "small", "40gb")
 def add_arguments(p) -> None:
     from placer.hardware.cluster import add_cluster_argument
     from placer.hardware.machine import add_machine_arguments
-    from placer.profiling import add_profile_arguments
+    from placer.hardware.profiles import add_profile_arguments
     p.add_argument("net", metavar="NET", nargs="?", help="the train net (Caffe2 NetDef); or give --dlrm")
     p.add_argument("--init-net", metavar="INIT", dest="init_net", help="its init net (parameters, optimizer state)")
     p.add_argument("--input", metavar="NAME=d0,d1,...[:dtype]", dest="inputs", action="append", default=[],
@@ -139,14 +139,14 @@ OUTPUT_KIND = "shard"   # sharding.json's placer_output field
 
 
 def write_sharded_net(result, source, folder: OutputDir) -> tuple[list, list]:
-    """The plan's sharded train net (``placer.training.sharded``), init net, the shapes of
+    """The plan's sharded train net (``placer.sharding.train_net``), init net, the shapes of
     the blobs each GPU (and the host) is fed, and ``sharding.json`` (every table's layout
     as written, its blobs and devices, the notes) into ``folder``. Returns the paths
     written and the notes (uvm tables written as host tables, ...)."""
     from placer.formats.caffe2 import params_from_init
     from placer.training.files import save_train_nets
-    from placer.training.sharded import sharded
-    from placer.training.sharded_tables import layout_of_option
+    from placer.sharding.train_net import sharded
+    from placer.sharding.tables import layout_of_option
     plan = result.plan
     typed = source.typed_at_batch(plan.global_batch)
     shapes = params_from_init(typed.net.init_proto)

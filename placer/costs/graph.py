@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 
 from placer.fileio import atomic_write_bytes
-from placer.partition.problem import CostArrays
+from placer.costs.arrays import CostArrays
 
 if TYPE_CHECKING:
     import networkx as nx

@@ -38,7 +38,7 @@ from placer.hardware.constants import (DEFAULT_HALF_EFFICIENCY_ROWS, FIT_MAX_MED
                                default_efficiency)
 from placer.errors import ProfileError
 from placer.ops import registry
-from placer.profiling.schema import DeviceProfile, FamilyFit, LinkCurve, OpTiming, op_key
+from placer.hardware.device_profile import DeviceProfile, FamilyFit, LinkCurve, OpTiming, op_key
 from placer.shapes import args_key
 from placer.types import OpFeatures, TensorType, TypedNet
 
@@ -317,7 +317,7 @@ class CostModel:
                  devices: Sequence[DeviceProfile] | None = None):
         if devices is None:
             if cpu_profile is None or gpu_profile is None:
-                from placer.profiling import default_profiles
+                from placer.hardware.profiles import default_profiles
                 cpu_default, gpu_default = default_profiles()
                 cpu_profile = cpu_profile or cpu_default
                 gpu_profile = gpu_profile or gpu_default

@@ -17,15 +17,11 @@ from __future__ import annotations
 import json
 import os
 import re
-from math import prod
 from pathlib import Path
 
-from placer.errors import NetParseError, PlacerError, ShapeError, excerpt
+from placer.errors import NetParseError, PlacerError, ShapeError
 from placer.fileio import atomic_write_text
-from placer.types import DATA_TYPE_TO_DTYPE, DTYPE_TO_DATA_TYPE, Net, TensorType
-
-# The most elements a blob can have: Caffe2 counts them in int64, numpy in intp.
-MAX_ELEMENTS = 2**63 - 1
+from placer.types import DATA_TYPE_TO_DTYPE, DTYPE_TO_DATA_TYPE, Net, TensorType, shape_problem
 
 # A Caffe NetParameter at top level: layers, or the deprecated input dims.
 _CAFFE_TOP = re.compile(rb"^\s*(layers?|input_dim|input_shape)\s*[:{]", re.M)
@@ -196,33 +192,6 @@ def check_dims(dims, where: str) -> tuple[int, ...]:
     if problem:
         raise ShapeError(f"{where}: {problem}", hint="dimensions are sizes of 0 or more, with under 2^63 elements in all")
     return dims
-
-
-def shape_problem(dims) -> str | None:
-    """Why ``dims`` (unknown ones None) cannot be a blob's shape, or None when it can."""
-    known = [int(d) for d in dims if d is not None]
-    if any(d < 0 for d in known):
-        return f"shape {shape_text(dims)} has a negative dimension"
-    count = prod(known)
-    if count > MAX_ELEMENTS:
-        return (f"shape {shape_text(dims)} has {_count_text(count)} elements, more than int64 "
-                "can count (2^63 - 1)")
-    return None
-
-
-def shape_text(dims, limit: int = 60) -> str:
-    """``2x3x?``; past ``limit`` characters cut in its middle, with the rank added (a file
-    can give a shape of any rank, a message quotes a few of its dimensions)."""
-    text = "x".join("?" if d is None else str(d) for d in dims)
-    return text if len(text) <= limit else f"{excerpt(text, limit)} (rank {len(dims)})"
-
-
-def _count_text(n: int) -> str:
-    """An element count, in floating point where it fits, else as a power of two."""
-    try:
-        return f"{float(n):.3g}"
-    except OverflowError:  # more than 1.8e308: a shape of thousands of dimensions
-        return f"about 2^{n.bit_length() - 1}"
 
 
 def _load_caffe(path, phase, weights, input_shapes) -> Net:

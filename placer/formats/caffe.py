@@ -30,9 +30,9 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from placer.errors import NetParseError
-from placer.formats import caffe_pb as pb, shape_problem
+from placer.formats import caffe_pb as pb
 from placer.formats.caffe2 import read_file_bytes
-from placer.types import Net, TensorType
+from placer.types import Net, TensorType, shape_problem
 
 # A partial shape: None (rank unknown) or a tuple whose unknown dimensions are None.
 Shape = tuple | None

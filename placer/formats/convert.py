@@ -37,10 +37,10 @@ from math import prod
 import numpy as np
 
 from placer.errors import NetParseError
-from placer.formats import caffe2_pb as c2, shape_problem, shape_text
+from placer.formats import caffe2_pb as c2
 from placer.formats.caffe import (DATA_LAYERS, CaffeNet, Shape, full_shape, layer_error, load_caffe,
                                   read_caffemodel)
-from placer.types import TensorType
+from placer.types import TensorType, shape_problem, shape_text
 
 CAFFE_LEGACY_POOLING = 3
 

@@ -252,11 +252,3 @@ class CollectiveModel:
         bandwidth = (n - 1) * chunk / transfer if transfer > 0 else math.inf
         return CollectiveTime("alltoall", "pairwise", ranks, float(nbytes), bandwidth, latency,
                               latency + transfer)
-
-
-def op_time(model: CollectiveModel, op_type: str, input_types: Sequence, ranks: Sequence[int]) -> CollectiveTime:
-    """The cost of one registered collective op (``placer.ops.collective.COLLECTIVE_OPS``)
-    over ``ranks``, its data inputs typed ``input_types`` (the op's own inputs)."""
-    from placer.ops.collective import collective_of
-    kind, nbytes = collective_of(op_type, input_types)
-    return model.time(kind, nbytes, ranks)

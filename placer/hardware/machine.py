@@ -34,7 +34,8 @@ from placer.hardware import constants as K
 from placer.documents import (BYTES_PER_S, COUNT, LATENCY_S, TEXT, check_document, number,
                               read_document)
 from placer.errors import ProfileError
-from placer.profiling.schema import DeviceProfile, LinkCurve
+from placer.hardware.device_profile import DeviceProfile, LinkCurve
+from placer.types import Net
 
 HOST = 0  # index of the host CPU in every machine
 
@@ -330,17 +331,17 @@ def _peer_lane(a: int, b: int) -> str:
 # ------------------------------------------------------------------------- loading
 
 def shipped_machines_dir() -> Path:
-    from placer.profiling import shipped_profiles_dir
+    from placer.hardware.profiles import shipped_profiles_dir
     return shipped_profiles_dir() / "machines"
 
 
 def shipped_machine_names() -> list[str]:
-    from placer.profiling import shipped_names
+    from placer.hardware.profiles import shipped_names
     return shipped_names(shipped_machines_dir())
 
 
 def find_machine(name_or_path: str | Path) -> Path:
-    from placer.profiling import find_shipped
+    from placer.hardware.profiles import find_shipped
     return find_shipped(name_or_path, shipped_machines_dir(), "machine profile")
 
 
@@ -385,7 +386,7 @@ MACHINE_SCHEMA = {
 def load_machine(name_or_path: str | Path, host: DeviceProfile | None = None) -> Machine:
     """A machine profile file (or a shipped name); ``host`` replaces its host profile
     (a measured one, from ``--cpu-profile``)."""
-    from placer.profiling import load_device_profile
+    from placer.hardware.profiles import load_device_profile
     path = find_machine(name_or_path)
     data = read_document(path, None, "machine profile", ProfileError)
     if not isinstance(data, Mapping) or data.get("kind") != "machine":
@@ -428,7 +429,7 @@ def compose_machine(host: DeviceProfile, gpu: DeviceProfile, gpus: int = 1,
 
 def machine_from_args(args) -> Machine:
     """The machine the command line describes (module docstring)."""
-    from placer.profiling import profiles_from_args, load_device_profile
+    from placer.hardware.profiles import profiles_from_args, load_device_profile
     given_cpu = getattr(args, "cpu_profile", None)
     if getattr(args, "machine", None):
         if getattr(args, "gpu_profile", None) or getattr(args, "gpus", None) is not None:
@@ -461,3 +462,18 @@ def add_machine_arguments(parser) -> None:
     g.add_argument("--gpu-link-count", type=arguments.count(1), metavar="N",
                    help="links per GPU pair for the nvlink kinds (default 1)")
 
+
+def existing_placement(net: Net, machine: Machine) -> np.ndarray | None:
+    """The placement the file carries (device index per op; ops without a device option
+    on the host), when any op has one and every device it names exists on the machine."""
+    if all(op.device is None for op in net.ops):
+        return None
+    names = machine.names
+    dev = np.zeros(len(net.ops), np.int64)
+    for op in net.ops:
+        if op.device is not None and op.device.kind != "cpu":
+            name = f"cuda:{op.device.index}"
+            if name not in names:
+                return None
+            dev[op.index] = names.index(name)
+    return dev

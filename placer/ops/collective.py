@@ -49,6 +49,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from placer.errors import PlacerError, ShapeError
+from placer.hardware.collectives import CollectiveModel, CollectiveTime
 from placer.ops.collective_kernels import (_compute, _nccl_allgather, _nccl_allreduce, _nccl_alltoall,
                                            _nccl_broadcast, _nccl_reduce, _nccl_reducescatter, _plain, _send,
                                            chain_broadcast, chain_reduce, nccl_module, pairwise_alltoall,
@@ -393,3 +394,10 @@ _register("Broadcast", infer_gloo_inplace, kernel_broadcast(1), move_broadcast(1
           2, first=1, doc="Gloo: the root process's first buffer onto every buffer, in place")
 _register("Allgather", infer_gloo_allgather, kernel_gloo_allgather, move_gloo_allgather, PLACED, data_cost(1),
           2, doc="Gloo: every process's buffers flattened, concatenated in rank order")
+
+
+def op_time(model: CollectiveModel, op_type: str, input_types: Sequence, ranks: Sequence[int]) -> CollectiveTime:
+    """The cost of one registered collective op (``COLLECTIVE_OPS``) over ``ranks``, its
+    data inputs typed ``input_types`` (the op's own inputs)."""
+    kind, nbytes = collective_of(op_type, input_types)
+    return model.time(kind, nbytes, ranks)

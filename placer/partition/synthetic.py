@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from placer.partition.problem import CostArrays
+from placer.costs.arrays import CostArrays
 
 H2D_BPS, D2H_BPS, PEER_BPS, LATENCY_S = 12e9, 13e9, 40e9, 1e-5
 
@@ -129,7 +129,7 @@ def synthetic_machine(gpus: int = 1, peer: str = "mixed"):
     peer class joined by a ``LATENCY_S + bytes / PEER_BPS`` curve, the others staged
     through the host. Op times come from the arrays, so the profiles carry no op figures."""
     from placer.hardware.machine import build_machine
-    from placer.profiling.schema import DeviceProfile, LinkCurve
+    from placer.hardware.device_profile import DeviceProfile, LinkCurve
 
     def profile(kind: str, link: dict) -> DeviceProfile:
         return DeviceProfile(kind=kind, name=f"synthetic {kind}", source={"kind": "synthetic"},

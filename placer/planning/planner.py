@@ -18,7 +18,7 @@ import numpy as np
 from placer.costs.model import NetCosts, annotate
 from placer.errors import InfeasiblePlanError, PlacerError
 from placer.costs.graph import build_cost_graph, cost_arrays
-from placer.hardware.machine import Machine
+from placer.hardware.machine import Machine, existing_placement
 from placer.partition import baselines, partition
 from placer.partition.check import check_plan
 from placer.partition.problem import fits, memory_use
@@ -254,19 +254,3 @@ def parameter_groups(net: Net) -> list[set[int]]:
     its device; ops that only read it may sit elsewhere and pay a copy per step
     (``placer.training.placement``, rules 1 and 2)."""
     return state_groups(net)
-
-
-def existing_placement(net: Net, machine: Machine) -> np.ndarray | None:
-    """The placement the file carries (device index per op; ops without a device option
-    on the host), when any op has one and every device it names exists on the machine."""
-    if all(op.device is None for op in net.ops):
-        return None
-    names = machine.names
-    dev = np.zeros(len(net.ops), np.int64)
-    for op in net.ops:
-        if op.device is not None and op.device.kind != "cpu":
-            name = f"cuda:{op.device.index}"
-            if name not in names:
-                return None
-            dev[op.index] = names.index(name)
-    return dev

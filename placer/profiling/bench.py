@@ -17,7 +17,7 @@ import numpy as np
 
 from placer.errors import DeviceError
 from placer.ops import registry
-from placer.profiling.schema import OpTiming, cost_args, op_key
+from placer.hardware.device_profile import OpTiming, cost_args, op_key
 from placer.progress import Progress
 from placer.runtime.devices import CpuDevice, CudaDevice
 from placer.types import Op, TensorType, TypedNet

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from placer.profiling.schema import DeviceProfile
+from placer.hardware.device_profile import DeviceProfile
 
 
 def gemm_flops(n: int = 1024, repeats: int = 3, clock=time.perf_counter) -> float:

@@ -28,7 +28,7 @@ import numpy as np
 from placer.errors import PlacerError
 from placer.ops import registry
 from placer.profiling.bench import BenchResult
-from placer.profiling.schema import OpTiming, cost_args, op_key
+from placer.hardware.device_profile import OpTiming, cost_args, op_key
 from placer.progress import Progress
 from placer.types import Device, TensorType, TypedNet
 

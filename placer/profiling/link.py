@@ -17,7 +17,7 @@ import numpy as np
 
 from placer.hardware import constants as K
 from placer.costs.model import curve_time
-from placer.profiling.schema import DIRECTIONS, MEMORY_KINDS, LinkCurve
+from placer.hardware.device_profile import DIRECTIONS, MEMORY_KINDS, LinkCurve
 
 SIZES = [4096 * 4 ** k for k in range(10)]  # 4 KiB, 16 KiB, ..., 1 GiB (powers of 4)
 

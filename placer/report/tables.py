@@ -16,7 +16,8 @@ import numpy as np
 
 from placer.report.doc import (device_kind, device_kinds, direction, link_rows, memory_rows, op_source,
                                op_time, plan_devices, span_label, time_columns)
-from placer.units import fmt_time
+from placer.types import RunRecord
+from placer.units import fmt_bytes, fmt_time
 
 BASELINE_LABELS = {
     "all_cpu": "all-CPU",
@@ -404,3 +405,39 @@ def _link_comparison(plan: dict, run: dict) -> list[dict]:
                     "predicted_copies": int(p.get("copies") or 0), "measured_copies": int(m.get("copies") or 0),
                     "predicted_s": float(p.get("time_s") or 0.0), "measured_s": float(m.get("time_s") or 0.0)})
     return out
+
+
+def run_table(rec: RunRecord) -> str:
+    """Per-op times, then per device its time and peak memory, per link its bytes."""
+    rows = [f"{'#':>4}  {'op':<28} {'type':<20} {'device':<16} {'ms':>9}  copy"]
+    for o in rec.ops:
+        copy = f"{o.copy_bytes:,} B {o.copy_direction}" if o.copy_direction else ""
+        rows.append(f"{o.index:>4}  {(o.name or '-')[:28]:<28} {o.type[:20]:<20} {o.device:<16} "
+                    f"{o.time_s * 1e3:>9.3f}  {copy}")
+    rows.append(f"total {rec.total_s * 1e3:.3f} ms (median of {rec.iterations} run(s) "
+                f"after {rec.warmup} warm-up) over {len(rec.ops)} ops")
+    times = rec.time_by_device_s()
+    for dev in rec.devices:
+        rows.append(f"  {rec.timing_labels.get(dev, dev)}: {times.get(dev, 0.0) * 1e3:.3f} ms, "
+                    f"peak {fmt_bytes(rec.peak_bytes.get(dev, 0))}")
+    for way in ("h2d", "d2h", "d2d"):
+        if rec.copy_bytes(way):
+            rows.append(f"  copies {way}: {rec.copy_bytes(way):,} B")
+    rows += _link_rows(rec)
+    if rec.emulated:
+        rows.append("  GPU emulated on the CPU: times are CPU times (a structure check, not a speed figure)")
+    return "\n".join(rows)
+
+
+def _link_rows(rec: RunRecord) -> list[str]:
+    """One row per link and direction: copies, bytes, and the time of the copies that used
+    only that link (an op moving over several links is counted in bytes, not in time)."""
+    links: dict[tuple[str, str], list] = {}
+    for o in rec.ops:
+        for src, dst, nbytes in o.links:
+            row = links.setdefault((src, dst), [0, 0, 0.0])
+            row[0] += 1
+            row[1] += nbytes
+            row[2] += o.time_s if len(o.links) == 1 else 0.0
+    return [f"  link {src} -> {dst}: {n} cop{'y' if n == 1 else 'ies'}, {fmt_bytes(nbytes)}, {t * 1e3:.3f} ms"
+            for (src, dst), (n, nbytes, t) in sorted(links.items())]

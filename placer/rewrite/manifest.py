@@ -38,7 +38,7 @@ OUTPUT_KIND = "cluster-plan"   # the manifest's placer_output field
 
 
 def write_plan_dir(outdir: str | os.PathLike, result, doc: dict, outputs_on_host: bool = True) -> list[tuple[str, str]]:
-    """Write OUTDIR for a cluster plan (``cluster.plan_cluster``'s result, its plan JSON)."""
+    """Write OUTDIR for a cluster plan (``placer.planning.cluster.plan_cluster``'s result, its plan JSON)."""
     from placer.formats.caffe2 import net_from_netdef
     from placer.rewrite.netdef import place
     cluster, net = result.machine, result.typed.net

@@ -122,7 +122,7 @@ def inject_copies(net: Net) -> Net:
     from dataclasses import replace
 
     from placer.formats.caffe2 import net_from_netdef
-    from placer.planning.planner import existing_placement
+    from placer.hardware.machine import existing_placement
     copies = registry.copy_types()
     for op in net.ops:
         if op.type in copies:

@@ -37,6 +37,7 @@ import numpy as np
 
 from placer.errors import InputError
 from placer.fileio import note_read
+from placer.runtime.footprint import Footprint, require_memory
 from placer.types import Net, TensorType
 
 _SLS = {"SparseLengthsSum", "SparseLengthsMean", "SparseLengthsMax", "SparseLengthsSumFused8BitRowwise",
@@ -266,3 +267,19 @@ class RandomBatches:
         if self._last is None or self._last[0] != step:
             self._last = (step, random_inputs(self.net, self.types, self.names, seed=(self.seed, step)))
         return self._last[1]
+
+
+def read_npz(path: str) -> dict[str, np.ndarray]:
+    """The arrays of an .npz, after its headers say they fit in memory (a header can claim
+    any shape; numpy allocates the whole array before reading a byte of it)."""
+    require_npz_fits(path)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise InputError(f"{path}: cannot read input arrays ({e})", hint=NPZ_HINT) from e
+
+
+def require_npz_fits(path) -> None:
+    """Refuse an .npz whose headers claim more memory than this machine has."""
+    require_memory(Footprint((("arrays", npz_bytes(path)),)), f"reading {path}", hint="feed smaller arrays")

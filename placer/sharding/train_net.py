@@ -3,7 +3,7 @@
 ``sharded(train, init, layouts, devices)`` writes, for a one-device train net, the layout
 of DLRM-style hybrid parallelism on ``devices`` GPUs, in data_parallel_model's naming
 (``placer.training.data_parallel``, whose layout it extends). ``layouts`` gives each
-sharded table a ``TableLayout`` (``placer.training.sharded_tables``: table-wise,
+sharded table a ``TableLayout`` (``placer.sharding.tables``: table-wise,
 row-wise, column-wise, host) or, for a table-wise one, its owner GPU; a table it does
 not name stays data-parallel.
 
@@ -48,7 +48,7 @@ from placer.training.data_parallel import (CUDA_TYPE, DEVICE_BLOB, RATE_BLOB, Da
                                            _backward, _init_net, _Layout, _Names, _net_fields, _parameters,
                                            _passes, _renamed, _replicate, _roles, _seeds, split_train_net)
 from placer.training.gradients import GradientSlice, make_op
-from placer.training.sharded_tables import (COLUMN_WISE, LOOKUP_TYPES, TABLE_WISE, Piece, TableLayout, TableShard,
+from placer.sharding.tables import (COLUMN_WISE, LOOKUP_TYPES, TABLE_WISE, Piece, TableLayout, TableShard,
                                             check_layout, combine_ops, host_producers, lookup_ops, shard_fill_ops,
                                             table_update_ops)
 

@@ -43,11 +43,11 @@ def run_command(args) -> int:
                      emulate=bool(args.emulate_gpu or args.emulate_gpus), seed=args.seed, threads=args.threads,
                      max_restarts=args.max_restarts)
     if not args.quiet:
-        from placer.commands.run import format_table
+        from placer.report.tables import run_table
         from placer.runtime.record import from_dict
         for host, rec in run.records.items():
             print(f"worker {host}:")
-            print(format_table(from_dict(rec)))
+            print(run_table(from_dict(rec)))
         print(summary(manifest, run))
     if args.outputs:
         buf = io.BytesIO()
@@ -74,9 +74,9 @@ def _one_npz(given) -> Path | None:
 
 def one_process_inputs(outdir: Path, manifest: dict, npz: str | Path | None, seed: int) -> dict:
     """The arrays ``placer run OUTDIR/one_process.pbtxt`` would feed (module docstring)."""
-    from placer.commands.run import _read_npz
+    from placer.runtime.inputs import read_npz
     if npz:
-        return _read_npz(npz)
+        return read_npz(npz)
     from placer.formats import load_net
     from placer.runtime.inputs import random_inputs
     from placer.shapes import infer

@@ -18,7 +18,7 @@ from placer.documents import (BYTES_PER_S, CAPACITY_BYTES, FLOPS, LATENCY_S, NON
                               TEXT, check_document, number, parse_document, read_document)
 from placer.errors import ProfileError
 from placer.fileio import atomic_write_text
-from placer.formats import shape_problem
+from placer.types import shape_problem
 from placer.types import TensorType
 
 DIRECTIONS = ("h2d", "d2h")

@@ -1,5 +1,5 @@
 """The embedding tables of a sharded train net: how each is laid out, and the ops that
-look it up, route its indices, fill and update its shards (``placer.training.sharded``
+look it up, route its indices, fill and update its shards (``placer.sharding.train_net``
 writes the net around them).
 
 A table's ``TableLayout`` is one of
