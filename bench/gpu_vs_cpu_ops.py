@@ -40,7 +40,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from placer import examples, rewrite  # noqa: E402
+from placer import examples  # noqa: E402
+from placer.rewrite import netdef as rewrite  # noqa: E402
 from placer.costs.model import CostModel  # noqa: E402
 from placer.errors import PlacerError  # noqa: E402
 from placer.examples import dlrm, resnet  # noqa: E402
