@@ -3,8 +3,8 @@
 - Caffe2 NetDef, text or binary (``formats.caffe2``), with an optional init net (found
   beside the predict net under a conventional name when not given) and input shapes from
   a model-zoo ``value_info.json`` beside it;
-- Caffe prototxt, ``layer {}`` / ``layers {}`` (``formats.caffe``), with optional
-  ``.caffemodel`` weights.
+- Caffe prototxt, ``layer {}`` / ``layers {}`` (read by ``formats.caffe``, converted to
+  Caffe2 by ``formats.convert``), with optional ``.caffemodel`` weights.
 
 The suffix is never trusted (binary NetDefs named ``.pbtxt`` exist); the content decides.
 

@@ -15,8 +15,8 @@
   error at the layer's line, not an IndexError in the converter.
 - ``.caffemodel`` files are binary NetParameters; each layer's ``blobs`` are its weights.
 
-``formats.convert`` converts the net to Caffe2 (``load_caffe_net``: the ``Net`` that the
-rest of placer works on).
+``formats.convert`` converts the net to Caffe2; its ``load_caffe_net`` returns the ``Net``
+that the rest of placer works on.
 """
 from __future__ import annotations
 
