@@ -8,8 +8,7 @@ import pytest
 
 from placer.cli import main
 from placer.formats import caffe_pb as pb
-from placer.formats.caffe import load_caffe_net
-from placer.formats.convert import caffe_pool_out, convert_caffe
+from placer.formats.convert import caffe_pool_out, convert_caffe, load_caffe_net
 from placer.types import TensorType
 from conftest import corpus_dir, corpus_files
 

@@ -8,8 +8,8 @@ import pytest
 
 from placer.errors import NetParseError
 from placer.formats import caffe_pb as pb
-from placer.formats.caffe import (blob_array, layer_included, load_caffe, load_caffe_net,
-                                  read_caffemodel)
+from placer.formats.caffe import blob_array, layer_included, load_caffe, read_caffemodel
+from placer.formats.convert import load_caffe_net
 from conftest import corpus_dir, corpus_files
 
 PROTOTXTS = corpus_files("caffe", ".prototxt")

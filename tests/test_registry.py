@@ -1,6 +1,11 @@
 """The op registry: the op types placer promises, each with inference, costs and a kernel."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from placer.errors import ShapeError
@@ -31,6 +36,22 @@ def test_unknown_type_is_none_and_double_registration_is_refused():
     with pytest.raises(ValueError, match="registered twice"):
         register(OpDef("Conv", infer=lambda i, a: i))
     assert registry.all_types() == sorted(registry.all_types()) and len(registry.all_types()) >= len(PROMISED)
+
+
+@pytest.mark.parametrize("statement", ["import placer.ops.registry as registry",
+                                       "from placer.ops import registry",
+                                       "from placer.ops.registry import get, all_types, copy_types"])
+def test_importing_only_the_registry_fills_it(statement):
+    """The registry does not import the families: the package ``placer.ops`` does, and any
+    import of the registry runs it first, so a fresh interpreter that imports nothing else
+    sees every op (the same types and copies as this process)."""
+    root = Path(__file__).resolve().parent.parent
+    script = (f"{statement}\nimport placer.ops.registry as r\n"
+              "print(len(r.all_types()), len(r.copy_types()), r.get('Conv') is not None)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                         cwd=root, check=True).stdout.split()
+    assert out == [str(len(registry.all_types())), str(len(registry.copy_types())), "True"]
 
 
 def test_every_op_that_moves_one_blob_between_devices_is_a_copy_type():

@@ -34,11 +34,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from placer.hardware.constants import (DEFAULT_HALF_EFFICIENCY_ROWS, FIT_MAX_MEDIAN_ERROR_PCT, PEAK_GEMM_ROWS,
-                               default_efficiency)
 from placer.errors import ProfileError
-from placer.ops import registry
+from placer.hardware.constants import (DEFAULT_HALF_EFFICIENCY_ROWS, FIT_MAX_MEDIAN_ERROR_PCT, PEAK_GEMM_ROWS,
+                                       default_efficiency)
 from placer.hardware.device_profile import DeviceProfile, FamilyFit, LinkCurve, OpTiming, op_key
+from placer.hardware.profiles import default_profiles
+from placer.ops import registry
 from placer.shapes import args_key
 from placer.types import OpFeatures, TensorType, TypedNet
 
@@ -317,7 +318,6 @@ class CostModel:
                  devices: Sequence[DeviceProfile] | None = None):
         if devices is None:
             if cpu_profile is None or gpu_profile is None:
-                from placer.hardware.profiles import default_profiles
                 cpu_default, gpu_default = default_profiles()
                 cpu_profile = cpu_profile or cpu_default
                 gpu_profile = gpu_profile or gpu_default

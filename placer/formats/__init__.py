@@ -3,8 +3,8 @@
 - Caffe2 NetDef, text or binary (``formats.caffe2``), with an optional init net (found
   beside the predict net under a conventional name when not given) and input shapes from
   a model-zoo ``value_info.json`` beside it;
-- Caffe prototxt, ``layer {}`` / ``layers {}`` (``formats.caffe``), with optional
-  ``.caffemodel`` weights.
+- Caffe prototxt, ``layer {}`` / ``layers {}`` (read by ``formats.caffe``, converted to
+  Caffe2 by ``formats.convert``), with optional ``.caffemodel`` weights.
 
 The suffix is never trusted (binary NetDefs named ``.pbtxt`` exist); the content decides.
 
@@ -19,8 +19,11 @@ import os
 import re
 from pathlib import Path
 
+from placer.documents import read_document
 from placer.errors import NetParseError, PlacerError, ShapeError
 from placer.fileio import atomic_write_text
+from placer.formats.caffe2 import load_caffe2_net, looks_textual, read_file_bytes
+from placer.formats.convert import load_caffe_net
 from placer.types import DATA_TYPE_TO_DTYPE, DTYPE_TO_DATA_TYPE, Net, TensorType, shape_problem
 
 # A Caffe NetParameter at top level: layers, or the deprecated input dims.
@@ -30,7 +33,6 @@ _CAFFE2_TOP = re.compile(rb"^\s*(op|external_input|external_output)\s*[:{]", re.
 
 def sniff_format(data: bytes) -> str:
     """"caffe-prototxt", "caffe2-text" or "caffe2-binary" (a guess; the parser decides)."""
-    from placer.formats.caffe2 import looks_textual
     if not looks_textual(data):
         return "caffe2-binary"
     head = data[:1 << 20]
@@ -51,8 +53,7 @@ def load_net(path: str | os.PathLike, init_path: str | os.PathLike | None = None
     their names count here (a blob the user feeds need not be listed in external_input;
     ``shapes.infer`` takes the shapes).
     """
-    from placer.formats import caffe2
-    data = caffe2.read_file_bytes(path)
+    data = read_file_bytes(path)
     fmt = sniff_format(data)
     if fmt == "caffe-prototxt":
         if init_path:
@@ -66,7 +67,7 @@ def load_net(path: str | os.PathLike, init_path: str | os.PathLike | None = None
         init_path = find_init_net(path)
     if init_path is not None:
         _check_init_net(init_path)
-    net = caffe2.load_caffe2_net(path, init_path, fed=input_shapes or ())
+    net = load_caffe2_net(path, init_path, fed=input_shapes or ())
     _check_text_fields(net)
     _check_param_shapes(net)
     net.input_shapes.update(read_value_info(path))
@@ -151,7 +152,6 @@ def read_value_info(path: str | os.PathLike) -> dict[str, TensorType]:
     ``value_info_paths``): ``{blob: [data_type, shape]}`` with TensorProto.DataType numbers.
     Anything else (dimensions that are negative, not integers, or too many elements to
     address) is a NetParseError naming the file and the blob."""
-    from placer.documents import read_document
     for candidate in value_info_paths(path):
         if candidate.exists():  # a folder of that name is refused, not passed over
             def error(message: str, hint: str | None = None) -> NetParseError:
@@ -195,14 +195,12 @@ def check_dims(dims, where: str) -> tuple[int, ...]:
 
 
 def _load_caffe(path, phase, weights, input_shapes) -> Net:
-    from placer.formats.caffe import load_caffe_net
     if input_shapes:
         return load_caffe_net(str(path), phase=phase, weights=weights, input_shapes=input_shapes)
     return load_caffe_net(str(path), phase=phase, weights=weights)
 
 
 def _check_init_net(init_path) -> None:
-    from placer.formats.caffe2 import read_file_bytes
     if sniff_format(read_file_bytes(init_path)) == "caffe-prototxt":
         raise NetParseError(str(init_path), "the init net is a Caffe prototxt, not a Caffe2 NetDef",
                             hint="--init-net takes the Caffe2 init_net.pb(txt) that fills the parameters")

@@ -15,8 +15,8 @@
   error at the layer's line, not an IndexError in the converter.
 - ``.caffemodel`` files are binary NetParameters; each layer's ``blobs`` are its weights.
 
-``load_caffe_net`` converts to Caffe2 (``formats.convert``) and returns the ``Net`` that
-the rest of placer works on.
+``formats.convert`` converts the net to Caffe2; its ``load_caffe_net`` returns the ``Net``
+that the rest of placer works on.
 """
 from __future__ import annotations
 
@@ -30,9 +30,10 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from placer.errors import NetParseError
-from placer.formats import caffe_pb as pb
+from placer.formats.caffe_pb import (TEST, TRAIN, V1_TYPE_NAMES, LayerParameter, NetParameter, V1LayerParameter,
+                                     parse_text)
 from placer.formats.caffe2 import read_file_bytes
-from placer.types import Net, TensorType, shape_problem
+from placer.types import shape_problem
 
 # A partial shape: None (rank unknown) or a tuple whose unknown dimensions are None.
 Shape = tuple | None
@@ -110,7 +111,7 @@ def read_prototxt(path: str | os.PathLike):
         raise NetParseError(str(path), "not a Caffe prototxt: the file is not text",
                             hint="a binary .caffemodel goes to --weights") from None
     try:
-        return pb.parse_text(text, str(path))
+        return parse_text(text, str(path))
     except RecursionError:  # protobuf's text parser recurses per level of braces it skips
         raise NetParseError(str(path), "not a valid Caffe prototxt: braces nested too deeply "
                                        "to parse (caffe.proto nests a few levels)") from None
@@ -123,7 +124,7 @@ def read_caffemodel(path: str | os.PathLike) -> dict[str, list[np.ndarray]]:
     A blob's shape is its ``shape`` field, else the legacy (num, channels, height, width).
     """
     data = read_file_bytes(path, hint="check the --weights path")
-    net = pb.NetParameter()
+    net = NetParameter()
     try:
         net.ParseFromString(data)
     except DecodeError as e:
@@ -166,8 +167,8 @@ def upgrade_layers(net) -> tuple[list, str]:
 
 
 def _upgrade_v1(v1):
-    layer = pb.LayerParameter(name=v1.name, type=pb.V1_TYPE_NAMES.get(
-        pb.V1LayerParameter.LayerType.Name(v1.type), ""))
+    layer = LayerParameter(name=v1.name, type=V1_TYPE_NAMES.get(
+        V1LayerParameter.LayerType.Name(v1.type), ""))
     layer.bottom.extend(v1.bottom)
     layer.top.extend(v1.top)
     layer.include.extend(v1.include)
@@ -214,7 +215,7 @@ def _upgrade_v0(v1_layers) -> list:
 def _v0_to_v1(v1):
     """One V0 layer as a V1 layer: the flat V0 fields moved into their *_param messages."""
     v0 = v1.layer
-    out = pb.V1LayerParameter(name=v0.name or v1.name)
+    out = V1LayerParameter(name=v0.name or v1.name)
     out.bottom.extend(v1.bottom)
     out.top.extend(v1.top)
     out.include.extend(v1.include)
@@ -226,7 +227,7 @@ def _v0_to_v1(v1):
     if kind is None:
         raise NetParseError("<V0 net>", f"layer '{v0.name}': unknown V0 layer type '{v0.type}'",
                             hint="upgrade the file with Caffe's upgrade_net_proto_text")
-    out.type = pb.V1LayerParameter.LayerType.Value(kind)
+    out.type = V1LayerParameter.LayerType.Value(kind)
     has = v0.HasField
     if kind in ("CONVOLUTION", "INNER_PRODUCT"):
         p = out.convolution_param if kind == "CONVOLUTION" else out.inner_product_param
@@ -304,7 +305,7 @@ def phase_number(phase: str) -> int:
     p = str(phase).lower()
     if p not in ("test", "train"):
         raise NetParseError("<phase>", f"unknown phase '{phase}'", hint="use --phase test or --phase train")
-    return pb.TEST if p == "test" else pb.TRAIN
+    return TEST if p == "test" else TRAIN
 
 
 # ---------------------------------------------------------------- the net and its inputs
@@ -512,39 +513,3 @@ def full_shape(shape: Shape) -> bool:
 
 
 # ---------------------------------------------------------------- the Net
-
-def load_caffe_net(path: str | os.PathLike, phase: str = "test", weights: str | os.PathLike | None = None,
-                   input_shapes: dict[str, TensorType] | None = None) -> Net:
-    """A Caffe prototxt (and optional ``.caffemodel``) as a ``Net`` over Caffe2 NetDefs.
-
-    The net is converted to Caffe2 in memory (``formats.convert``): ``proto``/``init_proto``
-    are the converted predict and init nets, ``params`` come from the init net's fill ops,
-    ``input_shapes`` from the file. ``input_shapes`` given here (the user's ``--input``)
-    complete inputs whose shape the file leaves open, so that the parameters that depend on
-    them (the first convolution's channels) get their shapes too.
-    """
-    from placer.formats.caffe2 import net_from_netdef
-    from placer.formats.convert import convert_caffe
-    result = convert_caffe(path, phase=phase, weights=weights, input_shapes=input_shapes)
-    net = net_from_netdef(result.predict, result.init, path=str(path),
-                          source_format="caffe-prototxt")
-    net.input_shapes.update(result.input_shapes)
-    net.shape_hints.update(_unknown_op_shapes(result))
-    net.path = str(path)
-    net.notes.extend(result.notes)
-    return net
-
-
-def _unknown_op_shapes(result) -> dict[str, TensorType]:
-    """Complete shapes, by the Caffe layer's own rules, of the tops of layers kept as ops
-    placer has no entry for (Python, Power, ...)."""
-    from placer.ops import registry
-    hints = {}
-    for op in result.predict.op:
-        if registry.get(op.type) is not None:
-            continue
-        for top in op.output:
-            shape = result.shapes.get(top)
-            if shape is not None and all(d is not None for d in shape):
-                hints[top] = TensorType(tuple(int(d) for d in shape))
-    return hints

@@ -31,7 +31,7 @@ from google.protobuf.message import DecodeError
 
 from placer.errors import NetParseError, PlacerError, excerpt
 from placer.fileio import atomic_write_bytes, atomic_write_text, note_read
-from placer.formats import caffe2_pb as pb
+from placer.formats.caffe2_pb import Argument, NetDef, OperatorDef
 from placer.memory import available_bytes, format_bytes
 from placer.types import DATA_TYPE_TO_DTYPE, Args, Device, Net, Op, TensorType
 
@@ -164,7 +164,7 @@ def parse_text(text: str, path: str = "<text>"):
     stripped = text.lstrip()
     if stripped[:1] in ("{", "["):
         raise NetParseError(path, "looks like JSON, not a Caffe2 NetDef or Caffe prototxt", 1, 1)
-    netdef = pb.NetDef()
+    netdef = NetDef()
     try:
         text_format.Parse(rename_old_fields(text), netdef)
     except RecursionError:  # the text parser recurses per message level
@@ -222,7 +222,7 @@ def rename_old_fields(text: str) -> str:
 
 
 def _try_binary(data: bytes):
-    netdef = pb.NetDef()
+    netdef = NetDef()
     try:
         netdef.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError):
@@ -233,7 +233,7 @@ def _try_binary(data: bytes):
 def _exceeds_decode_depth(data: bytes) -> bool:
     """True when the binary decoder stopped at its nesting limit (upb says MaxDepth)."""
     try:
-        pb.NetDef().ParseFromString(data)
+        NetDef().ParseFromString(data)
     except DecodeError as e:
         return "depth" in str(e).lower()
     return False
@@ -318,11 +318,11 @@ def _floats_as_text_format(message, text: str) -> str | None:
     """``text`` with each float argument line holding text_format's rendering of the value,
     taken from the message in print order (a net's ops' arguments, then its own); None
     for a message that holds arguments elsewhere (nested nets are printed apart)."""
-    if isinstance(message, pb.NetDef):
+    if isinstance(message, NetDef):
         args = [a for op in message.op for a in op.arg] + list(message.arg)
-    elif isinstance(message, pb.OperatorDef):
+    elif isinstance(message, OperatorDef):
         args = message.arg
-    elif isinstance(message, pb.Argument):
+    elif isinstance(message, Argument):
         args = [message]
     else:
         return None
@@ -341,7 +341,7 @@ def _float_text(value: float) -> str:
     """How text_format prints a float argument of this value (asked once per value)."""
     key = repr(value)  # -0.0 and 0.0 are equal keys; their reprs are not
     if key not in _FLOAT_TEXT:
-        _FLOAT_TEXT[key] = text_format.MessageToString(pb.Argument(f=value)).strip()[len("f: "):]
+        _FLOAT_TEXT[key] = text_format.MessageToString(Argument(f=value)).strip()[len("f: "):]
     return _FLOAT_TEXT[key]
 
 
@@ -351,7 +351,7 @@ def _fields_printed_differently() -> set[str]:
     from google.protobuf.descriptor import FieldDescriptor as F
     names: set[str] = set()
     seen: set[str] = set()
-    todo = [pb.NetDef.DESCRIPTOR]
+    todo = [NetDef.DESCRIPTOR]
     while todo:
         message = todo.pop()
         if message.full_name in seen:

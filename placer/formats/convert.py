@@ -25,6 +25,8 @@ Parameter shapes need the shapes of the layers' inputs, so blob shapes are propa
 with Caffe's own rules (partial shapes: an unknown dimension is None). The init net has one
 fill op per parameter: ``GivenTensorFill`` with the ``.caffemodel`` values when given,
 else a seeded random fill chosen from the layer's filler.
+
+``load_caffe_net`` returns the converted nets as the ``Net`` that the rest of placer works on.
 """
 from __future__ import annotations
 
@@ -37,10 +39,12 @@ from math import prod
 import numpy as np
 
 from placer.errors import NetParseError
-from placer.formats import caffe2_pb as c2
-from placer.formats.caffe import (DATA_LAYERS, CaffeNet, Shape, full_shape, layer_error, load_caffe,
+from placer.formats.caffe import (DATA_LAYERS, CaffeNet, Shape, blob_array, full_shape, layer_error, load_caffe,
                                   read_caffemodel)
-from placer.types import TensorType, shape_problem, shape_text
+from placer.formats.caffe2 import net_from_netdef
+from placer.formats.caffe2_pb import NetDef
+from placer.ops import registry
+from placer.types import Net, TensorType, shape_problem, shape_text
 
 CAFFE_LEGACY_POOLING = 3
 
@@ -79,6 +83,40 @@ def convert_net(caffe: CaffeNet, weights: dict[str, list[np.ndarray]] | None = N
     return _Converter(caffe, weights, input_shapes, phase, weights_path).run()
 
 
+def load_caffe_net(path: str | os.PathLike, phase: str = "test", weights: str | os.PathLike | None = None,
+                   input_shapes: dict[str, TensorType] | None = None) -> Net:
+    """A Caffe prototxt (and optional ``.caffemodel``) as a ``Net`` over Caffe2 NetDefs.
+
+    The net is converted to Caffe2 in memory (``convert_caffe``): ``proto``/``init_proto``
+    are the converted predict and init nets, ``params`` come from the init net's fill ops,
+    ``input_shapes`` from the file. ``input_shapes`` given here (the user's ``--input``)
+    complete inputs whose shape the file leaves open, so that the parameters that depend on
+    them (the first convolution's channels) get their shapes too.
+    """
+    result = convert_caffe(path, phase=phase, weights=weights, input_shapes=input_shapes)
+    net = net_from_netdef(result.predict, result.init, path=str(path),
+                          source_format="caffe-prototxt")
+    net.input_shapes.update(result.input_shapes)
+    net.shape_hints.update(_unknown_op_shapes(result))
+    net.path = str(path)
+    net.notes.extend(result.notes)
+    return net
+
+
+def _unknown_op_shapes(result) -> dict[str, TensorType]:
+    """Complete shapes, by the Caffe layer's own rules, of the tops of layers kept as ops
+    placer has no entry for (Python, Power, ...)."""
+    hints = {}
+    for op in result.predict.op:
+        if registry.get(op.type) is not None:
+            continue
+        for top in op.output:
+            shape = result.shapes.get(top)
+            if shape is not None and all(d is not None for d in shape):
+                hints[top] = TensorType(tuple(int(d) for d in shape))
+    return hints
+
+
 # ---------------------------------------------------------------- the converter
 
 class _Converter:
@@ -89,8 +127,8 @@ class _Converter:
         self.random_despite_weights: list[str] = []
         self.user_shapes = dict(input_shapes or {})
         self.is_test = str(phase).lower() == "test"
-        self.predict = c2.NetDef(name=caffe.name)
-        self.init = c2.NetDef(name=f"{caffe.name}_init" if caffe.name else "init")
+        self.predict = NetDef(name=caffe.name)
+        self.init = NetDef(name=f"{caffe.name}_init" if caffe.name else "init")
         self.shapes: dict[str, Shape] = {}
         self.params: dict[str, tuple] = {}
         self.result = Conversion(self.predict, self.init, {}, self.params, self.shapes,
@@ -176,7 +214,6 @@ class _Converter:
     def blob(self, layer, index: int) -> np.ndarray | None:
         blobs = self.weights.get(layer.name) or []
         if not blobs and len(layer.blobs) > index:  # weights written into the prototxt itself
-            from placer.formats.caffe import blob_array
             return blob_array(layer.blobs[index])
         return blobs[index] if index < len(blobs) else None
 
@@ -944,7 +981,6 @@ def unknown_op_type(caffe_type: str) -> str:
     """The op type of a layer kept unconverted: its Caffe type, or "Caffe<type>" where a
     Caffe2 op of that name exists with other semantics (an LRN within channels, an Exp of
     another base, a Slice by points), so the registry never runs the wrong kernel."""
-    from placer.ops import registry
     return f"Caffe{caffe_type}" if registry.get(caffe_type) is not None else caffe_type
 
 

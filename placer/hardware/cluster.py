@@ -39,6 +39,7 @@ from placer.documents import BYTES_PER_S, COUNT, LATENCY_S, POSITIVE, TEXT, chec
 from placer.errors import ProfileError
 from placer.hardware.machine import HOST, Hop, Link, Machine, MachineDevice, load_machine
 from placer.hardware.device_profile import LinkCurve
+from placer.hardware.profiles import find_shipped, load_device_profile, shipped_names, shipped_profiles_dir
 
 @dataclass(frozen=True)
 class Network:
@@ -162,17 +163,14 @@ def _across(net: Network, host_a: str, ma: Machine, a: int, host_b: str, mb: Mac
 # ------------------------------------------------------------------------- loading
 
 def shipped_clusters_dir() -> Path:
-    from placer.hardware.profiles import shipped_profiles_dir
     return shipped_profiles_dir() / "clusters"
 
 
 def shipped_cluster_names() -> list[str]:
-    from placer.hardware.profiles import shipped_names
     return shipped_names(shipped_clusters_dir())
 
 
 def find_cluster(name_or_path: str | Path) -> Path:
-    from placer.hardware.profiles import find_shipped
     return find_shipped(name_or_path, shipped_clusters_dir(), "cluster profile")
 
 
@@ -230,7 +228,6 @@ def _host_entries(hosts: list | Mapping, path: Path) -> list[dict]:
 
 def _host_machine(entry: Mapping, path: Path) -> Machine:
     """A host's machine: its machine profile, with the CPU profile and memory the entry gives."""
-    from placer.hardware.profiles import load_device_profile
     base = path.parent.parent if path.parent.name == "clusters" else path.parent
     ref = entry["machine"]
     local = base / "machines" / f"{ref}.json"

@@ -35,6 +35,8 @@ from placer.documents import (BYTES_PER_S, COUNT, LATENCY_S, TEXT, check_documen
                               read_document)
 from placer.errors import ProfileError
 from placer.hardware.device_profile import DeviceProfile, LinkCurve
+from placer.hardware.profiles import (find_shipped, load_device_profile, profiles_from_args, shipped_names,
+                                     shipped_profiles_dir)
 from placer.types import Net
 
 HOST = 0  # index of the host CPU in every machine
@@ -331,17 +333,14 @@ def _peer_lane(a: int, b: int) -> str:
 # ------------------------------------------------------------------------- loading
 
 def shipped_machines_dir() -> Path:
-    from placer.hardware.profiles import shipped_profiles_dir
     return shipped_profiles_dir() / "machines"
 
 
 def shipped_machine_names() -> list[str]:
-    from placer.hardware.profiles import shipped_names
     return shipped_names(shipped_machines_dir())
 
 
 def find_machine(name_or_path: str | Path) -> Path:
-    from placer.hardware.profiles import find_shipped
     return find_shipped(name_or_path, shipped_machines_dir(), "machine profile")
 
 
@@ -386,7 +385,6 @@ MACHINE_SCHEMA = {
 def load_machine(name_or_path: str | Path, host: DeviceProfile | None = None) -> Machine:
     """A machine profile file (or a shipped name); ``host`` replaces its host profile
     (a measured one, from ``--cpu-profile``)."""
-    from placer.hardware.profiles import load_device_profile
     path = find_machine(name_or_path)
     data = read_document(path, None, "machine profile", ProfileError)
     if not isinstance(data, Mapping) or data.get("kind") != "machine":
@@ -429,7 +427,6 @@ def compose_machine(host: DeviceProfile, gpu: DeviceProfile, gpus: int = 1,
 
 def machine_from_args(args) -> Machine:
     """The machine the command line describes (module docstring)."""
-    from placer.hardware.profiles import profiles_from_args, load_device_profile
     given_cpu = getattr(args, "cpu_profile", None)
     if getattr(args, "machine", None):
         if getattr(args, "gpu_profile", None) or getattr(args, "gpus", None) is not None:

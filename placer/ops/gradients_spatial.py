@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from placer.errors import ShapeError
+from placer.ops.conv import conv_kernel, conv_launches
 from placer.ops.registry import OpDef, io_bytes, register
 from placer.ops.spatial_args import parse_window, shape_of
 from placer.types import Args, OpFeatures, TensorType, shape_str
@@ -500,7 +501,6 @@ def _conv_transpose_grad_infer(inputs, args):
 def _conv_transpose_grad_kernel(xp, inputs, args):
     """ConvTranspose is the adjoint of Conv with X and Y swapped, so its dW is Conv's dW for
     input dY and output gradient X, and its dX is Conv(dY, W)."""
-    from placer.ops.conv import conv_kernel
     x, w, dy = inputs
     conv_args = _conv_args(args)
     (dw,) = _conv_grad_kernel(xp, [dy, w, x], conv_args.with_values(no_bias=1, no_gradient_to_input=1))
@@ -523,7 +523,6 @@ def _conv_transpose_grad_cost(inputs, outputs, args) -> OpFeatures:
 
 def _conv_transpose_grad_launches(inputs, args) -> int:
     """Conv's dW launches for input dY and output gradient X, the db sum, Conv(dY, W)'s."""
-    from placer.ops.conv import conv_launches
     x, w, dy = inputs
     conv_args = _conv_args(args)
     has_db, has_dx = _conv_outputs(args)

@@ -39,7 +39,7 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 
 from placer.errors import PlacerError, ShapeError
-from placer.ops.registry import ANYWHERE, PLACED, OpDef, Transfer, movement_cost, override, register
+from placer.ops.registry import ANYWHERE, LIKE_INPUT, PLACED, OpDef, Transfer, movement_cost, override, register
 from placer.types import Args, TensorType
 
 
@@ -224,11 +224,8 @@ def _check_targets(t, args: Args) -> None:
 
 
 def _inplace_transfer(move) -> Transfer:
-    """Output j where input j + 1 is (the collectives' rule), or on the op's device."""
-    if "like_input_from" in getattr(Transfer, "__dataclass_fields__", {}):
-        from placer.ops.registry import LIKE_INPUT
-        return Transfer(ANYWHERE, LIKE_INPUT, move, like_input_from=1)
-    return Transfer(ANYWHERE, PLACED, move)
+    """Output j where input j + 1 is (the collectives' rule)."""
+    return Transfer(ANYWHERE, LIKE_INPUT, move, like_input_from=1)
 
 
 register(OpDef("SendTensor", infer_send, kernel_send, movement_cost, transfer=Transfer(ANYWHERE, PLACED, move_send),

@@ -173,6 +173,9 @@ class OpDef:
             raise ShapeError(f"op {label}: {self.type} takes {want} inputs, found {n_inputs}")
 
 
+# Filled by the family modules. This module sits in the package ``placer.ops``, whose
+# ``__init__`` imports every family, so any import of it (``from placer.ops import registry``,
+# ``import placer.ops.registry``) returns with the registry full.
 _REGISTRY: dict[str, OpDef] = {}
 
 
@@ -189,7 +192,6 @@ def override(opdef: OpDef) -> OpDef | None:
     return the entry it replaces. Only for a process that runs one worker of a net split
     over processes: the ops spanning processes get their cross-process kernels this way
     (``ops/p2p.py``)."""
-    import placer.ops  # noqa: F401  (the families register first, so nothing replaces this entry)
     previous = _REGISTRY.get(opdef.type)
     _REGISTRY[opdef.type] = opdef
     return previous
@@ -197,16 +199,13 @@ def override(opdef: OpDef) -> OpDef | None:
 
 def get(op_type: str) -> OpDef | None:
     """The entry for an op type, or None for an unknown type."""
-    import placer.ops  # noqa: F401  (imports every family so that the registry is full)
     return _REGISTRY.get(op_type)
 
 
 def copy_types() -> frozenset[str]:
     """The op types that copy one blob between devices (``OpDef.is_copy``)."""
-    import placer.ops  # noqa: F401
     return frozenset(t for t, d in _REGISTRY.items() if d.is_copy)
 
 
 def all_types() -> list[str]:
-    import placer.ops  # noqa: F401
     return sorted(_REGISTRY)
