@@ -10,7 +10,6 @@ from placer.fileio import OutputDir
 from placer.units import fmt_bytes
 from placer.formats import VALUE_INFO, save_value_info
 
-HELP = "convert a Caffe .prototxt (+ .caffemodel) to Caffe2 predict_net and init_net"
 DESCRIPTION = """\
 Convert a Caffe net (V2 `layer`, V1 `layers` or V0 prototxt) to Caffe2 NetDefs the way
 Caffe2's own translator mapped layers to ops, and write OUTDIR/predict_net.pbtxt and

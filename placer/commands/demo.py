@@ -41,7 +41,6 @@ from placer.hardware.profiles import DEFAULT_GPU_PROFILE
 from placer.types import TensorType
 from placer.units import fmt_bytes, fmt_rate
 
-HELP = "profile this CPU, then plan, run and report the bundled example nets (no GPU needed)"
 DESCRIPTION = """\
 Runs the whole job on nets that ship with placer, with no GPU:
 - profiles this CPU on a small DLRM-style recommender and a small ResNet-style CNN;

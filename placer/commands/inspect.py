@@ -12,7 +12,6 @@ from placer.shapes import missing_summary
 from placer.types import TypedNet, shape_str
 from placer.units import fmt_bytes
 
-HELP = "show a net's ops, shapes, FLOPs, bytes and parameters"
 DESCRIPTION = """\
 Load a net (Caffe2 NetDef text/binary with its init net, or Caffe prototxt), infer every
 blob's shape and print one row per op: index, name (or first output), type, output shapes,

@@ -20,7 +20,6 @@ from placer.hardware.profiles import add_profile_arguments
 from placer.hardware.cluster import add_cluster_argument
 from placer.planning.cluster import cluster_plan_from_args, host_summary
 
-HELP = "find the best placement over the CPU and GPUs and write the placed net"
 DESCRIPTION = """\
 Prices every op on the CPU and on every GPU of the machine (device profiles: measured op
 times where the profile has them, else a fitted or datasheet roofline), then places each

@@ -16,7 +16,6 @@ from placer.hardware.device_profile import DeviceProfile, Profile, save_profile
 from placer.progress import Progress
 from placer.units import fmt_rate, fmt_time
 
-HELP = "time a net's ops, the host CPU or the PCIe link into a device profile"
 DESCRIPTION = """\
 Four measurements, each written (merged) into the profile file given with -o:
 

@@ -15,7 +15,6 @@ from placer.report.doc import read_plan
 from placer.report.trace import write_trace
 from placer.runtime import record as run_record
 
-HELP = "write the HTML report (and Chrome trace) of a plan, optionally with a measured run"
 DESCRIPTION = """\
 Turn a plan (`placer plan --json > plan.json`) into one self-contained HTML page: the plan
 against every baseline, the placement drawn on the net's graph, per-op costs, the predicted

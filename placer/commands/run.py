@@ -22,7 +22,6 @@ from placer.runtime.state import loss_blobs, save_trained_init
 from placer.runtime.threads import set_blas_threads
 from placer.types import TensorType
 
-HELP = "run a net on numpy (CPU) / cupy (GPU) and time every op"
 DESCRIPTION = """\
 Run a Caffe2 or Caffe net, placed or not, and time every op.
 

@@ -10,7 +10,6 @@ from placer.errors import InputError
 from placer.fileio import OutputDir, atomic_write_text, note_read, refuse_outputs
 from placer.units import fmt_bytes, fmt_time
 
-HELP = "plan data parallelism and embedding-table sharding of a train net over the GPUs"
 DESCRIPTION = """\
 Plans a training step of a train net (placer train-net's, or Caffe2's) or of a DLRM
 configuration over the GPUs of a machine: how many GPUs take part (data parallelism over

@@ -6,7 +6,6 @@ from collections import Counter
 
 from placer import arguments
 
-HELP = "make a Caffe2 train net (gradients + optimizer) and its init net from a net"
 DESCRIPTION = """\
 Write the train net Caffe2 itself would write for NET: the forward ops, the gradient ops
 of net.AddGradientOperators([LOSS]) and the optimizer ops of caffe2.python.optimizer's
