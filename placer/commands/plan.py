@@ -328,8 +328,8 @@ def print_plan(doc: dict, all_rows: bool = False, out=None) -> None:
             continue
         limit = (f" of {fmt_bytes(m['usable_bytes'])} usable (capacity {fmt_bytes(m['capacity_bytes'])} "
                  f"less the reserve)" if m["usable_bytes"] is not None else "")
-        print(f"memory {m['device']}: {fmt_bytes(m['used_bytes'])} used{limit}; parameters {fmt_bytes(m['param_bytes'])}",
-              file=out)
+        print(f"memory {m['device']}: {fmt_bytes(m['used_bytes'])} used{limit}; "
+              f"parameters {fmt_bytes(m['param_bytes'])}", file=out)
     links = ", ".join(f"{fmt_bytes(x['bytes'])} {x['link']}" for x in link_rows(doc)) or "none"
     print(f"copies per run: {links}, in {len(doc['copies'])} copies", file=out)
     print(f"with devices and copies overlapped (async executor): {fmt_time(ms)}", file=out)

@@ -281,8 +281,8 @@ def match_run(plan: dict, run: dict) -> list[dict]:
             dev, emulated = device_kind(name), name.startswith("emulated")
             predicted = _predicted_where_ran(p, name, emulated)
             ran_on = "cpu" if dev == "cpu" or emulated else name.removeprefix(EMULATED)
-            pairs.append({"index": p.get("index", j), "name": display_name(p.get("name"), p.get("outputs")), "type": p.get("type"),
-                          "device": dev, "emulated": emulated, "predicted_s": predicted,
+            pairs.append({"index": p.get("index", j), "name": display_name(p.get("name"), p.get("outputs")),
+                          "type": p.get("type"), "device": dev, "emulated": emulated, "predicted_s": predicted,
                           "measured_s": r.get("time_s"), "source": op_source(p, ran_on)})
             j += 1
     return pairs
