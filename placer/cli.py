@@ -1,7 +1,10 @@
 """The ``placer`` command line: one subcommand per module in ``placer/commands``.
 
-Each command module defines ``HELP`` (one line), ``DESCRIPTION``, ``add_arguments(parser)``
-and ``run(args) -> int``. A ``PlacerError`` (bad input, missing shape, infeasible plan)
+``COMMANDS`` lists the subcommands with the one line ``placer --help`` shows for each; a
+command's module (``placer/commands/<name>.py``, "-" as "_") is imported only when that
+command is given, so ``placer --help`` loads none of them. Each command module defines
+``DESCRIPTION`` (else its ``COMMANDS`` line is shown), ``add_arguments(parser)`` and
+``run(args) -> int``. A ``PlacerError`` (bad input, missing shape, infeasible plan)
 prints one line on stderr (at most ``errors.MAX_MESSAGE_CHARS`` characters, cut in the
 middle) and exits with code 2; ``--debug`` shows the traceback. SIGINT, SIGTERM and SIGHUP
 unwind the command like Ctrl-C (temporary files removed, no output half-replaced;
@@ -24,8 +27,18 @@ from contextlib import contextmanager
 from placer.errors import ESCAPED, PlacerError, one_line
 from placer.fileio import command_scope
 
-# Subcommands in the order `placer --help` lists them.
-COMMANDS = ["inspect", "convert", "train-net", "run", "profile", "plan", "shard", "report", "demo"]
+# Subcommands in the order `placer --help` lists them, with the line it shows for each.
+COMMANDS = {
+    "inspect": "show a net's ops, shapes, FLOPs, bytes and parameters",
+    "convert": "convert a Caffe .prototxt (+ .caffemodel) to Caffe2 predict_net and init_net",
+    "train-net": "make a Caffe2 train net (gradients + optimizer) and its init net from a net",
+    "run": "run a net on numpy (CPU) / cupy (GPU) and time every op",
+    "profile": "time a net's ops, the host CPU or the PCIe link into a device profile",
+    "plan": "find the best placement over the CPU and GPUs and write the placed net",
+    "shard": "plan data parallelism and embedding-table sharding of a train net over the GPUs",
+    "report": "write the HTML report (and Chrome trace) of a plan, optionally with a measured run",
+    "demo": "profile this CPU, then plan, run and report the bundled example nets (no GPU needed)",
+}
 # An unexpected exception's message is cut to this many characters: the line stays readable.
 INTERNAL_MESSAGE_CHARS = 200
 
@@ -60,9 +73,16 @@ class _GuardedStdout:
         return getattr(self._stream, name)
 
 
-def _command_modules() -> dict:
-    # a command's module name is the command with "-" as "_" (train-net -> train_net.py)
-    return {name: importlib.import_module(f"placer.commands.{name.replace('-', '_')}") for name in COMMANDS}
+def command_module(name: str):
+    """The module of command ``name``: the command with "-" as "_" (train-net -> train_net.py)."""
+    return importlib.import_module(f"placer.commands.{name.replace('-', '_')}")
+
+
+def chosen_command(argv: list[str]) -> str | None:
+    """The command ``argv`` names: its first word that is not an option (the top-level
+    options take no value), where that is a command; argparse reads it the same way."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if word in COMMANDS else None
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -73,7 +93,9 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {one_line(ValueError(message))} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of ``placer``: every command listed with its line, and ``command``'s own
+    arguments (its module imported); the other commands' parsers are left empty."""
     parser = OneLineParser(
         prog="placer",
         description="Decide which operators of a Caffe2/Caffe net run on the CPU and which on "
@@ -81,22 +103,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true",
                         help="show the full traceback of an error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module in _command_modules().items():
-        p = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP),
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                       help="show the full traceback of an error")
-        module.add_arguments(p)
-        p.set_defaults(_run=module.run, _stage=getattr(module, "STAGE_OUTPUTS", True))
+    for name, line in COMMANDS.items():
+        p = sub.add_parser(name, help=line, formatter_class=argparse.RawDescriptionHelpFormatter)
+        if name == command:
+            _add_command(p, command_module(name), line)
     return parser
 
 
+def _add_command(p: argparse.ArgumentParser, module, line: str) -> None:
+    p.description = getattr(module, "DESCRIPTION", line)
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show the full traceback of an error")
+    module.add_arguments(p)
+    p.set_defaults(_run=module.run, _stage=getattr(module, "STAGE_OUTPUTS", True))
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(chosen_command(argv))
     try:  # an option's converter raises a PlacerError naming the option (argparse passes it on)
         args = parser.parse_args(argv)
     except PlacerError as e:
-        if "--debug" in (sys.argv[1:] if argv is None else argv):
+        if "--debug" in argv:
             raise
         _error(f"error: {one_line(e)}")
         return 2

@@ -171,6 +171,12 @@ class Args(Mapping[str, Any]):
         return Args({**self._values, **values}, op=self.op, seed=self.seed, n_outputs=self.n_outputs)
 
 
+def display_name(name: str | None, outputs: Sequence[str] | None) -> str:
+    """How tables show an op (an ``Op``'s or a plan document's): its name, else its first
+    output blob (Caffe2 ops are often unnamed), else ""."""
+    return name or next(iter(outputs or ()), "") or ""
+
+
 @dataclass
 class Op:
     """One operator of a net, decoded from an OperatorDef.

@@ -831,8 +831,9 @@ def _serve() -> None:
         raise CaseTimeout()
 
     signal.signal(signal.SIGALRM, on_alarm)
-    from placer.cli import build_parser, main
-    build_parser()  # imports every command module now, outside any case's time cap
+    from placer.cli import COMMANDS, command_module, main
+    for name in COMMANDS:  # every command module imported now, outside any case's time cap
+        command_module(name)
     reply_to.write(json.dumps({"ready": True}) + "\n")
     reply_to.flush()
     for line in sys.stdin:

@@ -2,6 +2,11 @@
 shows it)."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from placer.cli import main
@@ -276,3 +281,17 @@ def test_sizes_fractions_and_counts_are_refused_by_their_own_option(capsys, tmp_
     assert last.endswith(f"(see placer {command} --help)")
     assert last.startswith(f"placer {command}: error: argument {option}: expected {expected}"), last
     assert f"found '{value[:40]}" in last and len(last) < 300
+
+
+def test_the_help_imports_no_command_and_a_command_only_its_own():
+    """``placer --help`` lists every command from ``cli.COMMANDS`` without importing one
+    (it starts in a fraction of a second); a command imports its own module only."""
+    script = ("import contextlib, io, sys\n"
+              "from placer import cli\n"
+              "for argv in (['--help'], ['--debug', 'report', '--help']):\n"
+              "    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+              "        cli.main(argv)\n"
+              "    print(sorted(m for m in sys.modules if m.startswith('placer.commands.')))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}).stdout
+    assert out.splitlines() == ["[]", "['placer.commands.report']"]

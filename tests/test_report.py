@@ -15,9 +15,8 @@ import pytest
 from report_cases import four_gpu_plan, four_gpu_run, hand_plan, run_record, synthetic_plan
 
 from placer import cli
-from placer.commands.report import write_report
 from placer.report import doc, graph, plots, tables
-from placer.report.html import render
+from placer.report.html import render, write_report
 
 SECTION_IDS = {"summary", "placement", "costs", "timeline", "memory", "links", "ops", "measured"}
 

@@ -17,7 +17,7 @@ import pytest
 from conftest import IN_CI
 from report_cases import four_gpu_plan, four_gpu_run, hand_plan, run_record, synthetic_plan
 
-from placer.commands.report import write_report
+from placer.report.html import write_report
 
 pytestmark = pytest.mark.browser
 

@@ -10,6 +10,10 @@ from contextlib import contextmanager, nullcontext
 import numpy as np
 
 from placer.errors import InputError, ShapeError
+from placer.formats import load_net, value_info_paths
+from placer.rewrite.netdef import inject_copies
+from placer.runtime.inputs import fed_type, npz_files, npz_types
+from placer.shapes import infer, require_complete
 from placer.types import MAX_ELEMENTS, shape_problem
 from placer.types import DTYPE_TO_DATA_TYPE, TensorType, TypedNet
 
@@ -137,8 +141,6 @@ def load_typed_net(args: argparse.Namespace, complete: bool = False,
     ``TypedNet.missing`` (``inspect`` lists them). ``clock`` times the "parse" and
     "shapes" stages (see ``StageClock``).
     """
-    from placer.formats import load_net
-    from placer.shapes import require_complete
     shapes = parse_input_specs(getattr(args, "inputs", []))
     fed, fed_from = _fed_types(args)
     with clock("parse"):
@@ -146,7 +148,6 @@ def load_typed_net(args: argparse.Namespace, complete: bool = False,
                        phase=getattr(args, "phase", "test"), weights=getattr(args, "weights", None),
                        input_shapes={**fed, **shapes})
         if getattr(args, "inject_copies", False):
-            from placer.rewrite.netdef import inject_copies
             net = inject_copies(net)
     known = set(net.external_inputs) | set(net.params) | set(net.input_shapes)
     known.update(b for op in net.ops for b in (*op.inputs, *op.outputs))
@@ -158,7 +159,6 @@ def load_typed_net(args: argparse.Namespace, complete: bool = False,
     given_by = dict.fromkeys(shapes, "--input")
     for name, t in fed.items():  # arrays the net does not read are not fed (placer run ignores them)
         if name in known and name not in net.params and name not in shapes:
-            from placer.runtime.inputs import fed_type
             shapes[name] = fed_type(net, name, t, net.input_shapes.get(name), fed_from)
             given_by[name] = fed_from
     changed = _changed_shapes(net, shapes, given_by)
@@ -171,7 +171,6 @@ def load_typed_net(args: argparse.Namespace, complete: bool = False,
 
 def _infer_at(net, shapes: dict[str, TensorType], changed: str) -> TypedNet:
     """``infer`` at the given shapes; a ShapeError there names the shapes that changed."""
-    from placer.shapes import infer
     try:
         typed = infer(net, shapes)
     except ShapeError as e:
@@ -191,7 +190,6 @@ def _fed_types(args: argparse.Namespace) -> tuple[dict[str, TensorType], str | N
     given = getattr(args, "inputs_npz", None)
     if not given:
         return {}, None
-    from placer.runtime.inputs import npz_files, npz_types
     first = npz_files([given] if isinstance(given, str) else given)[0]
     return npz_types(first), str(first)
 
@@ -211,7 +209,6 @@ def _changed_shapes(net, shapes: dict[str, TensorType], given_by: dict[str, str]
 
 def _declared_by(net) -> str:
     """The file a net's input shapes come from: its value_info.json, else the net file."""
-    from placer.formats import value_info_paths
     if net.source_format.startswith("caffe2"):
         found = next((p for p in value_info_paths(net.path) if p.is_file()), None)
         if found is not None:

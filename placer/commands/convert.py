@@ -5,12 +5,15 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
+from placer.commands.common import INPUT_FORMAT, parse_input_specs
 from placer.errors import InputError, PlacerError
 from placer.fileio import OutputDir
-from placer.units import fmt_bytes
 from placer.formats import VALUE_INFO, save_value_info
+from placer.formats.caffe2 import save_netdef
+from placer.formats.convert import convert_caffe
+from placer.training.solver import save_solver_nets, solver_nets_for_convert
+from placer.units import fmt_bytes
 
-HELP = "convert a Caffe .prototxt (+ .caffemodel) to Caffe2 predict_net and init_net"
 DESCRIPTION = """\
 Convert a Caffe net (V2 `layer`, V1 `layers` or V0 prototxt) to Caffe2 NetDefs the way
 Caffe2's own translator mapped layers to ops, and write OUTDIR/predict_net.pbtxt and
@@ -43,7 +46,6 @@ OUTPUT_KIND = "convert"   # OUTDIR/manifest.json's placer_output field
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from placer.commands.common import INPUT_FORMAT
     parser.add_argument("net", metavar="PROTOTXT", help="Caffe net definition (.prototxt)")
     parser.add_argument("--weights", metavar="X.caffemodel",
                         help="trained weights; without it parameters get seeded random fills")
@@ -62,10 +64,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from placer.commands.common import parse_input_specs
-    from placer.formats.caffe2 import save_netdef
-    from placer.formats.convert import convert_caffe
-
     out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise PlacerError(f"{out}: -o takes a folder, and this is a file",
@@ -74,7 +72,6 @@ def run(args: argparse.Namespace) -> int:
     user_shapes = parse_input_specs(args.inputs)
     solver_nets = None
     if args.solver:
-        from placer.training.solver import solver_nets_for_convert
         solver_nets = solver_nets_for_convert(args.net, args.solver, out, args.weights,
                                               user_shapes, args.binary)
     result = convert_caffe(args.net, phase=args.phase, weights=args.weights, input_shapes=user_shapes)
@@ -97,7 +94,6 @@ def run(args: argparse.Namespace) -> int:
             netdef = result.predict if name.startswith("predict") else result.init
             written.append(folder.shown(save_netdef(netdef, folder.path(name), binary=name.endswith(".pb"))))
         if solver_nets is not None:
-            from placer.training.solver import save_solver_nets
             written += map(folder.shown, save_solver_nets(solver_nets, folder.tmp, args.binary))
             result.notes += [f"train net ({args.solver}): {note}" for note in solver_nets.notes]
         written.append(folder.shown(save_value_info(result.input_shapes, folder.path(VALUE_INFO))))

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import io
 import json
 import shlex
@@ -35,13 +34,20 @@ from pathlib import Path
 import numpy as np
 
 from placer import examples
+from placer.commands import plan as plan_module
+from placer.commands import profile as profile_module
+from placer.commands import run as run_module
 from placer.errors import InputError
 from placer.fileio import OutputDir, atomic_write_bytes, atomic_write_text
-from placer.hardware.profiles import DEFAULT_GPU_PROFILE
-from placer.types import TensorType
+from placer.formats import load_net
+from placer.hardware.profiles import DEFAULT_GPU_PROFILE, load_profile
+from placer.report.html import write_report
+from placer.report.trace import write_trace
+from placer.runtime.inputs import random_inputs
+from placer.shapes import infer
+from placer.types import TensorType, display_name
 from placer.units import fmt_bytes, fmt_rate
 
-HELP = "profile this CPU, then plan, run and report the bundled example nets (no GPU needed)"
 DESCRIPTION = """\
 Runs the whole job on nets that ship with placer, with no GPU:
 - profiles this CPU on a small DLRM-style recommender and a small ResNet-style CNN;
@@ -72,6 +78,7 @@ SPLIT_NET, SPLIT_MACHINE = "dlrm_40gb", "4x-v100-sxm2-nvlink"     # does not fit
 TOWERS_NET, TOWERS_MACHINE = "two_tower", "2x-t4-pcie3"          # one tower per GPU under makespan
 TOWERS_RUN_SHAPE = (1, 3, 16, 16)   # the run's image: the planned 32x3x56x56 takes minutes on two cores
 RTOL, ATOL = 1e-4, 1e-5  # emulation runs the same numpy kernels: any real mismatch is far larger
+COMMANDS = {"profile": profile_module, "plan": plan_module, "run": run_module}   # the ones the demo runs
 
 
 @dataclass(frozen=True)
@@ -226,14 +233,13 @@ class Demo:
         table goes to the real stdout whatever is redirected), the table printed from the
         JSON by the command's own ``print_plan``. ``target``: the GPU options
         (``--gpu-profile NAME`` or ``--machine NAME``); no ``cpu_profile``: the machine's own."""
-        from placer.commands.plan import print_plan
         host = ["--cpu-profile", str(cpu_profile)] if cpu_profile else []
         argv = [str(net), *host, *target,
                 "--time-limit", str(self.effort.time_limit_s), "--plan-out", str(plan_out), *extra]
         self.command("plan", argv + ["--json"], io.StringIO(), shown=argv + [">", str(table)])
         self.written.append(plan_out)
         text = io.StringIO()
-        print_plan(json.loads(plan_out.read_text()), out=text)
+        plan_module.print_plan(json.loads(plan_out.read_text()), out=text)
         self.save_text(table, text.getvalue())
 
     # -- 5. several GPUs ------------------------------------------------------------------
@@ -288,8 +294,6 @@ class Demo:
         return {"outputs": arrays, "record": json.loads(record.read_text())}
 
     def report(self, plan: dict, run_dict: dict, html: Path, predicted: Path, measured: Path) -> None:
-        from placer.report.html import write_report
-        from placer.report.trace import write_trace
         self.say(f"writing {html}")
         write_report(plan, run_dict, html)
         write_trace(plan, predicted)
@@ -302,7 +306,7 @@ class Demo:
         """Run ``placer NAME ARGV`` through the command's own parser; its stdout goes to
         ``log`` (saved beside the outputs); its exit status must be 0. ``shown`` is the
         command as written to commands.sh, when it differs from what ran."""
-        module = importlib.import_module(f"placer.commands.{name}")
+        module = COMMANDS[name]
         parser = argparse.ArgumentParser(prog=f"placer {name}")
         module.add_arguments(parser)
         args = parser.parse_args(argv)
@@ -326,9 +330,6 @@ class Demo:
 def random_feed(net_path: Path, seed: int = 0, shapes: dict | None = None) -> dict[str, np.ndarray]:
     """Inputs made from the original net (where index and lengths blobs have their
     readers' roles), fed unchanged to both runs; ``shapes`` replaces input shapes."""
-    from placer.formats import load_net
-    from placer.runtime.inputs import random_inputs
-    from placer.shapes import infer
     net = load_net(str(net_path))
     return random_inputs(net, infer(net, shapes).blobs, net.data_inputs, seed=seed)
 
@@ -414,7 +415,7 @@ def towers_line(several: dict) -> str:
     span, serial, run = several["towers"]["makespan"], several["towers"]["serial"], several["run"]
 
     def towers(p):
-        name = [o["name"] or (o["outputs"] or [""])[0] for o in p["ops"]]
+        name = [display_name(o["name"], o["outputs"]) for o in p["ops"]]
         return ", ".join(f"{side} on " + "/".join(sorted({o["device"] for o, n in zip(p["ops"], name)
                                                           if n.startswith(side + "_")}))
                          for side in ("left", "right"))
@@ -434,7 +435,6 @@ def ms(seconds: float) -> str:
 
 
 def profile_line(path: Path) -> str:
-    from placer.hardware.profiles import load_profile
     cpu = load_profile(path).device("cpu")
     return (f"CPU profile: {len(cpu.ops)} op timings, {cpu.peak_flops['float32'] / 1e9:.0f} GFLOP/s GEMM, "
             f"{fmt_rate(cpu.memory_bandwidth_bytes_per_s)} streaming ({path})")

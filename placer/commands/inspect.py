@@ -5,14 +5,11 @@ import json
 import sys
 from collections import Counter
 
-import pandas as pd
-
 from placer.commands.common import add_net_arguments, load_typed_net
 from placer.shapes import missing_summary
-from placer.types import TypedNet, shape_str
+from placer.types import TypedNet, display_name, shape_str
 from placer.units import fmt_bytes
 
-HELP = "show a net's ops, shapes, FLOPs, bytes and parameters"
 DESCRIPTION = """\
 Load a net (Caffe2 NetDef text/binary with its init net, or Caffe prototxt), infer every
 blob's shape and print one row per op: index, name (or first output), type, output shapes,
@@ -78,7 +75,7 @@ def op_rows(typed: TypedNet) -> list[dict]:
         known = op.index not in typed.unknown_ops
         have = f.known
         rows.append({
-            "index": op.index, "op": op.name or (op.outputs[0] if op.outputs else ""),
+            "index": op.index, "op": display_name(op.name, op.outputs),
             "type": op.type, "outputs": shape_str(outs),
             "output_types": [None if t is None else {"shape": list(t.shape), "dtype": t.dtype}
                              for t in outs],
@@ -114,6 +111,8 @@ def net_totals(typed: TypedNet) -> dict:
 
 
 def format_table(rows: list[dict]) -> str:
+    import pandas as pd
+
     if not rows:
         return "(the net has no ops)"
     df = pd.DataFrame(rows).drop(columns="output_types").set_index("index")

@@ -6,21 +6,29 @@ import gc
 import json
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 
 from placer import arguments
 from placer.commands.common import StageClock, add_feed_argument, add_net_arguments, load_typed_net
+from placer.costs.graph import write_graph
 from placer.errors import PlacerError
 from placer.fileio import atomic_write_text, check_output_dir, refuse_outputs
-from placer.partition import METHODS
-from placer.planning.planner import PlanOptions, plan
-from placer.planning.view import json_text, plan_json
-from placer.units import fmt_bytes, fmt_time
+from placer.formats.caffe2 import save_netdef
+from placer.hardware.cluster import add_cluster_argument
 from placer.hardware.machine import add_machine_arguments, machine_from_args
 from placer.hardware.profiles import add_profile_arguments
-from placer.hardware.cluster import add_cluster_argument
+from placer.partition import METHODS, partition, stability
 from placer.planning.cluster import cluster_plan_from_args, host_summary
+from placer.planning.planner import PlanOptions, plan
+from placer.planning.view import json_text, plan_json
+from placer.report.doc import link_rows, memory_rows
+from placer.report.html import write_report
+from placer.report.trace import write_trace
+from placer.rewrite.manifest import MANIFEST, OUTPUT_KIND, write_plan_dir
+from placer.rewrite.netdef import place
+from placer.types import DTYPE_TO_DATA_TYPE, display_name
+from placer.units import fmt_bytes, fmt_time
 
-HELP = "find the best placement over the CPU and GPUs and write the placed net"
 DESCRIPTION = """\
 Prices every op on the CPU and on every GPU of the machine (device profiles: measured op
 times where the profile has them, else a fitted or datasheet roofline), then places each
@@ -155,7 +163,6 @@ def _run(args) -> int:
 def _add_confidence(doc: dict, result, draws: int) -> None:
     """How sure the plan is: the stability check (placer.partition.stability) and a note
     naming estimates from fits that do not cover their group."""
-    from placer.partition import partition, stability
     o = result.options
 
     def solve(arrays):
@@ -182,7 +189,6 @@ def _check_outputs(args) -> None:
                "--report": getattr(args, "report", None), "--trace": getattr(args, "trace", None)}
     refuse_outputs(outputs, args.net, args.init_net, args.weights)
     if args.cluster and args.output:
-        from placer.rewrite.manifest import MANIFEST, OUTPUT_KIND
         check_output_dir(args.output, "-o", OUTPUT_KIND, MANIFEST, args.net, args.init_net, args.weights)
 
 
@@ -203,7 +209,6 @@ def _source(profile) -> str:
 def _write_outputs(args, result, doc, clock) -> list[tuple[str, str]]:
     written = _write_placed(args, result, doc, clock)
     if args.graph_out:
-        from placer.costs.graph import write_graph
         with clock("graph-out"):
             write_graph(result.graph, args.graph_out)
         written.append(("cost graph", args.graph_out))
@@ -212,12 +217,10 @@ def _write_outputs(args, result, doc, clock) -> list[tuple[str, str]]:
             atomic_write_text(args.plan_out, json_text(doc) + "\n")
         written.append(("plan JSON", args.plan_out))
     if getattr(args, "report", None):
-        from placer.report.html import write_report
         with clock("report"):
             write_report(doc, None, args.report)
         written.append(("report", args.report))
     if getattr(args, "trace", None):
-        from placer.report.trace import write_trace
         with clock("report"):
             write_trace(doc, args.trace)
         written.append(("predicted trace", args.trace))
@@ -226,11 +229,8 @@ def _write_outputs(args, result, doc, clock) -> list[tuple[str, str]]:
 
 def _write_placed(args, result, doc, clock) -> list[tuple[str, str]]:
     """The placed nets (on a cluster, -o is the directory of every worker's nets)."""
-    from placer.formats.caffe2 import save_netdef
-    from placer.rewrite.netdef import place
     written = []
     if args.cluster and args.output:
-        from placer.rewrite.manifest import write_plan_dir
         with clock("write"):
             written += write_plan_dir(args.output, result, doc, outputs_on_host=args.outputs_on_host)
     elif args.output or args.init_out:
@@ -254,7 +254,6 @@ def _write_value_info(typed, placed_path: str, net_path: str) -> str | None:
     """Input shapes beside the placed net (``<stem>.value_info.json``, as the model zoo
     ships them), so that ``placer run placed.pbtxt`` needs no --input. A value_info the
     input net was read with (a placed net with the input's stem) is left as it is."""
-    from placer.types import DTYPE_TO_DATA_TYPE
     shapes = {b: typed.blobs.get(b) for b in typed.net.data_inputs}
     shapes = {b: [DTYPE_TO_DATA_TYPE.get(t.dtype, 1), list(t.shape)] for b, t in shapes.items() if t is not None}
     path = _value_info_path(placed_path, net_path)
@@ -267,7 +266,6 @@ def _write_value_info(typed, placed_path: str, net_path: str) -> str | None:
 def _value_info_path(placed_path: str, net_path: str) -> str | None:
     """``<stem>.value_info.json`` beside the placed net, or None where that is the file
     the input net's shapes were read from."""
-    from pathlib import Path
     path = Path(placed_path)
     if not path.name or path.is_dir():  # no file name: writing -o fails first, saying so
         return None
@@ -286,7 +284,7 @@ def print_plan(doc: dict, all_rows: bool = False, out=None) -> None:
     rows = []
     columns = _time_columns(devices, ops)
     for o in ops:
-        row = {"#": o["index"], "op": (o["name"] or (o["outputs"][0] if o["outputs"] else ""))[:28],
+        row = {"#": o["index"], "op": display_name(o["name"], o["outputs"])[:28],
                "type": o["type"], "device": o["device"]}
         row.update({f"{d} ms": o["time_s"][d] * 1e3 for d in columns})
         row.update({"copies in/out": f"{len(o['copies_in'])}/{len(o['copies_out'])}", "why": o["reason"]})
@@ -325,14 +323,14 @@ def print_plan(doc: dict, all_rows: bool = False, out=None) -> None:
     if "existing" in doc["baselines"]:
         print(f"your placement: {fmt_time(doc['baselines']['existing']['total_s'])}, ours: {fmt_time(total)}",
               file=out)
-    for d, m in doc["memory"].items():
+    for m in memory_rows(doc):
         if m["usable_bytes"] is None and not m["used_bytes"]:
             continue
         limit = (f" of {fmt_bytes(m['usable_bytes'])} usable (capacity {fmt_bytes(m['capacity_bytes'])} "
                  f"less the reserve)" if m["usable_bytes"] is not None else "")
-        print(f"memory {d}: {fmt_bytes(m['used_bytes'])} used{limit}; parameters {fmt_bytes(m['param_bytes'])}",
-              file=out)
-    links = ", ".join(f"{fmt_bytes(x['bytes'])} {x['src']}->{x['dst']}" for x in doc["link_bytes"]) or "none"
+        print(f"memory {m['device']}: {fmt_bytes(m['used_bytes'])} used{limit}; "
+              f"parameters {fmt_bytes(m['param_bytes'])}", file=out)
+    links = ", ".join(f"{fmt_bytes(x['bytes'])} {x['link']}" for x in link_rows(doc)) or "none"
     print(f"copies per run: {links}, in {len(doc['copies'])} copies", file=out)
     print(f"with devices and copies overlapped (async executor): {fmt_time(ms)}", file=out)
     for note in doc.get("notes", []):
@@ -341,8 +339,7 @@ def print_plan(doc: dict, all_rows: bool = False, out=None) -> None:
         print(doc["stability"]["summary"], file=out)
         flipping = [o for o in ops if o.get("stability", {}).get("flips")]
         for o in sorted(flipping, key=lambda o: -o["stability"]["flips"])[:10]:
-            label = o["name"] or (o["outputs"][0] if o["outputs"] else "")   # as in the table
-            print(f"  flips: #{o['index']} {label} ({o['type']}, on {o['device']}): "
+            print(f"  flips: #{o['index']} {display_name(o['name'], o['outputs'])} ({o['type']}, on {o['device']}): "
                   f"to {o['stability']['moves_to']} in {o['stability']['flips']} of "
                   f"{o['stability']['draws']} draws", file=out)
         if len(flipping) > 10:

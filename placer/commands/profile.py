@@ -3,20 +3,31 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
 import sys
 from pathlib import Path
 
 from placer import arguments
 from placer.commands.common import add_feed_argument, add_net_arguments, load_typed_net
-from placer.hardware.constants import FIT_MAX_MEDIAN_ERROR_PCT
+from placer.costs.model import FIT_VERSION, CostModel
 from placer.errors import DeviceError, InputError, ShapeError
-from placer.fileio import refuse_overwrite
-from placer.hardware.profiles import DEFAULT_GPU_PROFILE, find_profile, load_profile, shipped_profile_names
+from placer.fileio import atomic_write_text, reading_to_update, refuse_overwrite
+from placer.hardware.constants import FIT_MAX_MEDIAN_ERROR_PCT
 from placer.hardware.device_profile import DeviceProfile, Profile, save_profile
+from placer.hardware.machine import load_machine
+from placer.hardware.profiles import (DEFAULT_CPU_PROFILE, DEFAULT_GPU_PROFILE, find_profile, load_profile,
+                                      shipped_profile_names)
+from placer.profiling import calibration, collective_bench, link
+from placer.profiling.bench import get_device, profile_net
+from placer.profiling.host import host_description, measure_host
+from placer.profiling.in_network import InNetworkUnavailable, profile_in_network
 from placer.progress import Progress
+from placer.runtime.devices import import_cupy
+from placer.runtime.footprint import profile_footprint, require_memory
+from placer.runtime.threads import get_blas_threads, set_blas_threads
+from placer.shapes import missing_summary
 from placer.units import fmt_rate, fmt_time
 
-HELP = "time a net's ops, the host CPU or the PCIe link into a device profile"
 DESCRIPTION = """\
 Four measurements, each written (merged) into the profile file given with -o:
 
@@ -136,7 +147,6 @@ def _set_threads(threads: int | None) -> None:
     """--threads: the BLAS thread count the ops are timed with (as `placer run --threads`)."""
     if threads is None:
         return
-    from placer.runtime.threads import set_blas_threads
     if not set_blas_threads(threads):
         print("placer: warning: could not set the BLAS thread count here; "
               f"set OPENBLAS_NUM_THREADS={threads} before starting", file=sys.stderr)
@@ -151,7 +161,6 @@ def _device_kind(name: str) -> str:
 
 
 def _existing(path: str) -> Profile:
-    from placer.fileio import reading_to_update
     if Path(path).exists():
         with reading_to_update(path):
             return load_profile(path)
@@ -159,7 +168,6 @@ def _existing(path: str) -> Profile:
 
 
 def _merge_host(profile: Profile) -> None:
-    from placer.profiling.host import measure_host
     new = measure_host()
     old = profile.devices.get("cpu")
     if old is not None:
@@ -174,7 +182,6 @@ def _gpu_device(profile: Profile, args: argparse.Namespace) -> DeviceProfile:
     """The file's GPU device, else one started from a datasheet profile."""
     if "gpu" in profile.devices:
         return profile.devices["gpu"]
-    from placer.profiling.bench import get_device
     device = get_device(args.device)  # DeviceError without a GPU
     name = device.cupy.cuda.runtime.getDeviceProperties(device.index)["name"].decode()
     base = args.base or _guess_base(name)
@@ -189,7 +196,6 @@ def _gpu_device(profile: Profile, args: argparse.Namespace) -> DeviceProfile:
 
 def _require_gpu(what: str) -> None:
     """A DeviceError that says what to use instead when no GPU is visible."""
-    from placer.runtime.devices import import_cupy
     try:
         import_cupy()
     except DeviceError as e:
@@ -208,13 +214,12 @@ def _guess_base(gpu_name: str) -> str:
 
 
 def _merge_link(profile: Profile, args: argparse.Namespace) -> None:
-    from placer.profiling.link import SIZES, measure_link
     _require_gpu("--link")
     dev = _gpu_device(profile, args)
     index = int(args.device.split(":", 1)[1]) if ":" in args.device else 0
-    bar = Progress(len(SIZES) * 4, "link", quiet=args.quiet)
+    bar = Progress(len(link.SIZES) * 4, "link", quiet=args.quiet)
     try:
-        dev.link = measure_link(index, progress=bar)
+        dev.link = link.measure_link(index, progress=bar)
     finally:
         bar.close()
     for direction, mems in dev.link.items():
@@ -224,17 +229,15 @@ def _merge_link(profile: Profile, args: argparse.Namespace) -> None:
 
 def _measure_peers(args: argparse.Namespace):
     """With two or more visible GPUs: (their cupy numbers, the GPU->GPU curves); else None."""
-    from placer.profiling.link import SIZES, measure_peers
-    from placer.runtime.devices import import_cupy
     count = int(import_cupy().cuda.runtime.getDeviceCount())
     if count < 2:
         if args.machine_out:
             raise DeviceError(f"--machine-out: {count} GPU visible; GPU->GPU copies need two or more")
         return None
     gpus = list(range(count))
-    bar = Progress(len(SIZES) * count * (count - 1), "GPU->GPU", quiet=args.quiet)
+    bar = Progress(len(link.SIZES) * count * (count - 1), "GPU->GPU", quiet=args.quiet)
     try:
-        curves = measure_peers(gpus, progress=bar)
+        curves = link.measure_peers(gpus, progress=bar)
     finally:
         bar.close()
     for c in curves:
@@ -246,10 +249,6 @@ def _measure_peers(args: argparse.Namespace):
 def _write_machine(profile: Profile, args: argparse.Namespace, gpus: list[int], curves: list) -> None:
     """The machine profile of this host's GPUs with their measured GPU->GPU curves, its GPU
     (and host, when the file has one) the profile just written."""
-    import json
-    from placer.fileio import atomic_write_text
-    from placer.hardware.profiles import DEFAULT_CPU_PROFILE
-    from placer.profiling.link import machine_profile
     out = Path(args.output)
     target = Path(args.machine_out) if args.machine_out else out.with_name(f"{out.stem}-machine.json")
     refuse_overwrite(str(target), args.output)
@@ -257,14 +256,12 @@ def _write_machine(profile: Profile, args: argparse.Namespace, gpus: list[int], 
     ref = out.stem if out.suffix == ".json" and out.resolve().parent == target.resolve().parent \
         else str(out.resolve())
     host = ref if "cpu" in profile.devices else DEFAULT_CPU_PROFILE
-    doc = machine_profile(f"{out.stem}-{len(gpus)}gpu", host, ref, curves, len(gpus), _host())
+    doc = link.machine_profile(f"{out.stem}-{len(gpus)}gpu", host, ref, curves, len(gpus), _host())
     atomic_write_text(target, json.dumps(doc, indent=1) + "\n")
     print(f"wrote {target} (load it with --machine {target})")
 
 
 def _merge_ops(profile: Profile, args: argparse.Namespace, kind: str) -> None:
-    from placer.costs.model import FIT_VERSION, CostModel
-    from placer.runtime.footprint import profile_footprint, require_memory
     if kind == "gpu":
         _require_gpu(f"--device {args.device}")
     nets = _nets_to_time(args)
@@ -275,7 +272,6 @@ def _merge_ops(profile: Profile, args: argparse.Namespace, kind: str) -> None:
     else:
         dev = profile.devices.get("cpu")
         if dev is None:
-            from placer.profiling.host import measure_host
             dev = profile.devices["cpu"] = measure_host()
     for typed in nets:
         result = _time_ops(typed, args)
@@ -290,7 +286,6 @@ def _merge_ops(profile: Profile, args: argparse.Namespace, kind: str) -> None:
     dev.source = {**dev.source, "kind": "measured", "host": dev.source.get("host", _host()),
                   "date": _today()}
     if kind == "cpu":
-        from placer.runtime.threads import get_blas_threads
         dev.source["blas_threads"] = get_blas_threads()  # op times depend on it: say which
     dev.fits = {}  # refit from every entry the device now has
     model = CostModel(dev if kind == "cpu" else None, dev if kind == "gpu" else None)
@@ -308,11 +303,9 @@ def _nets_to_time(args: argparse.Namespace) -> list:
     """The calibration sweep (--calibrate), else NET; a NET none of whose ops has a
     shape is refused, one with some missing shapes is timed where it can be."""
     if args.calibrate:
-        from placer.profiling import calibration
         return calibration.typed_nets()
     typed = load_typed_net(args)
     if typed.missing:
-        from placer.shapes import missing_summary
         if all(any(t is None for t in ins) for ins in typed.op_inputs):
             raise ShapeError(f"{args.net}: no op could be timed: {missing_summary(typed)}")
         print(f"warning: {missing_summary(typed)}; ops that need them are not timed, "
@@ -323,8 +316,6 @@ def _nets_to_time(args: argparse.Namespace) -> list:
 def _time_ops(typed, args: argparse.Namespace):
     """In-network timing, else (--isolated, or a net that cannot run whole: missing
     shapes, ops without a kernel, an init net without values) op by op."""
-    from placer.profiling.bench import profile_net
-    from placer.profiling.in_network import InNetworkUnavailable, profile_in_network
     if not args.isolated and not typed.missing:  # missing shapes: warned about by the caller
         try:
             return profile_in_network(typed, args.device, iterations=args.repeats, warmup=args.warmup,
@@ -344,7 +335,6 @@ def format_fit_report(report) -> str:
 
 
 def _host() -> str:
-    from placer.profiling.host import host_description
     return host_description()
 
 
@@ -354,25 +344,22 @@ def _today() -> str:
 
 def _write_collectives(args: argparse.Namespace) -> int:
     """``--collectives``: measure, set beside the machine's model when given, write."""
-    from placer.profiling.collective_bench import KINDS, SIZES, compare, load_measurements, measure_collectives, \
-        save_measurements
     if Path(args.output).exists():
-        load_measurements(args.output)      # a ProfileError unless it is a collectives file
+        collective_bench.load_measurements(args.output)      # a ProfileError unless it is a collectives file
     machine = None
     if args.machine:
-        from placer.hardware.machine import load_machine
         machine = load_machine(args.machine)
     gpus = _gpu_list(args.collective_gpus)
     _require_gpu("--collectives")
-    bar = Progress(len(KINDS) * len(SIZES), "collectives", quiet=args.quiet)
+    bar = Progress(len(collective_bench.KINDS) * len(collective_bench.SIZES), "collectives", quiet=args.quiet)
     try:
-        measured = measure_collectives(gpus, repeats=args.repeats, progress=bar)
+        measured = collective_bench.measure_collectives(gpus, repeats=args.repeats, progress=bar)
     finally:
         bar.close()
     measured.host, measured.date = _host(), _today()
     if machine is not None:
-        measured.model = compare(measured, machine)
-    save_measurements(measured, args.output)
+        measured.model = collective_bench.compare(measured, machine)
+    collective_bench.save_measurements(measured, args.output)
     print(f"{len(measured.gpus)} GPUs ({', '.join(dict.fromkeys(measured.gpu_names))}), "
           f"NCCL {measured.nccl_version}")
     largest = {p.kind: p for p in measured.points}

@@ -1,21 +1,20 @@
 """``placer report``: the HTML report (and a Chrome trace) of a saved plan, after a run too.
 
-``write_report(plan, run, path)`` and ``write_trace(plan, path, run=None)`` (also in
-``placer.report.html`` / ``placer.report.trace``) are what ``placer plan --report/--trace``
-and ``placer run --trace`` call with the dicts they already hold.
+``placer.report.html.write_report(plan, run, path)`` and
+``placer.report.trace.write_trace(plan, path, run=None)`` are what ``placer plan
+--report/--trace`` and ``placer run --trace`` call with the dicts they already hold.
 """
 from __future__ import annotations
 
 import argparse
-import os
 
 from placer.errors import InputError
 from placer.fileio import refuse_outputs
 from placer.report.doc import read_plan
+from placer.report.html import write_report
 from placer.report.trace import write_trace
 from placer.runtime import record as run_record
 
-HELP = "write the HTML report (and Chrome trace) of a plan, optionally with a measured run"
 DESCRIPTION = """\
 Turn a plan (`placer plan --json > plan.json`) into one self-contained HTML page: the plan
 against every baseline, the placement drawn on the net's graph, per-op costs, the predicted
@@ -48,11 +47,3 @@ def run(args: argparse.Namespace) -> int:
         write_trace(plan, args.trace, run=run_dict, schedule=args.schedule)
         print(f"trace: {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
     return 0
-
-
-def write_report(plan: dict, run: dict | None, path: str | os.PathLike) -> None:
-    """Render the report of ``plan`` (and ``run``, a RunRecord dict, or None) to ``path``
-    (``placer.report.html.write_report``, imported only when called: it loads matplotlib)."""
-    from placer.report.html import write_report as write
-
-    write(plan, run, path)

@@ -9,20 +9,22 @@ import numpy as np
 
 from placer import arguments
 from placer.commands.common import add_net_arguments, load_typed_net
+from placer.commands.run_ray import run_command
+from placer.commands.shard_manifest import sharding_notes
 from placer.errors import InputError
 from placer.fileio import atomic_write_bytes, refuse_outputs
 from placer.progress import Progress
+from placer.report.tables import run_table
+from placer.report.trace import write_trace
 from placer.runtime import record as run_record
 from placer.runtime.devices import check_emulated_gpus
 from placer.runtime.executor import Executor
 from placer.runtime.footprint import Footprint, require_memory, run_footprint
-from placer.report.tables import run_table
 from placer.runtime.inputs import NpzBatches, RandomBatches, npz_files, random_inputs, read_npz, require_npz_fits
 from placer.runtime.state import loss_blobs, save_trained_init
 from placer.runtime.threads import set_blas_threads
 from placer.types import TensorType
 
-HELP = "run a net on numpy (CPU) / cupy (GPU) and time every op"
 DESCRIPTION = """\
 Run a Caffe2 or Caffe net, placed or not, and time every op.
 
@@ -128,13 +130,11 @@ def run(args: argparse.Namespace) -> int:
     if args.ray is not None:
         if args.inject_copies:
             raise InputError("--inject-copies: a cluster plan has its copies already", hint="drop --inject-copies")
-        from placer.commands.run_ray import run_command
         return run_command(args)
     typed = load_typed_net(args)
     _check_outputs(args, files)  # again: against the init net and value_info.json found beside NET
     net = typed.net
     if not args.quiet:
-        from placer.commands.shard import sharding_notes
         for note in sharding_notes(args.net):     # a net placer shard -o wrote: how it differs from the plan
             print(f"placer: note: {note}")
     init_netdef = _init_netdef(net) if args.save_init else None
@@ -174,7 +174,6 @@ def run(args: argparse.Namespace) -> int:
     if args.record:
         run_record.save(rec, args.record)
     if args.trace:
-        from placer.report.trace import write_trace
         write_trace(None, args.trace, run=run_record.to_dict(rec))
     return 0
 

@@ -21,12 +21,18 @@ import numpy as np
 
 from placer.errors import InputError
 from placer.fileio import atomic_write_bytes, atomic_write_text, note_read, refuse_outputs
+from placer.formats import load_net
+from placer.report.tables import run_table
+from placer.report.trace import write_cluster_trace
+from placer.rewrite.manifest import read_manifest
+from placer.runtime.inputs import npz_files, random_inputs, read_npz
+from placer.runtime.ray.driver import run_on_ray
+from placer.runtime.record import from_dict
+from placer.shapes import infer
 from placer.units import fmt_time
 
 
 def run_command(args) -> int:
-    from placer.rewrite.manifest import read_manifest
-    from placer.runtime.ray.driver import run_on_ray
     outdir = Path(args.net)
     if not outdir.is_dir():
         raise InputError(f"--ray: {outdir} is not a directory",
@@ -43,8 +49,6 @@ def run_command(args) -> int:
                      emulate=bool(args.emulate_gpu or args.emulate_gpus), seed=args.seed, threads=args.threads,
                      max_restarts=args.max_restarts)
     if not args.quiet:
-        from placer.report.tables import run_table
-        from placer.runtime.record import from_dict
         for host, rec in run.records.items():
             print(f"worker {host}:")
             print(run_table(from_dict(rec)))
@@ -56,7 +60,6 @@ def run_command(args) -> int:
     if args.record:
         atomic_write_text(args.record, json.dumps(cluster_record(manifest, run), indent=1) + "\n")
     if args.trace:
-        from placer.report.trace import write_cluster_trace
         write_cluster_trace({h: (run.records[h], run.starts.get(h, 0.0)) for h in run.records}, args.trace)
     return 0
 
@@ -64,7 +67,6 @@ def run_command(args) -> int:
 def _one_npz(given) -> Path | None:
     """The one .npz a Ray run feeds every iteration (``--inputs`` takes several for training
     steps; a cluster plan runs inference on one batch)."""
-    from placer.runtime.inputs import npz_files
     files = npz_files(given) if given else []
     if len(files) > 1:
         raise InputError(f"--inputs: {len(files)} .npz files; a --ray run feeds one batch every iteration",
@@ -74,12 +76,8 @@ def _one_npz(given) -> Path | None:
 
 def one_process_inputs(outdir: Path, manifest: dict, npz: str | Path | None, seed: int) -> dict:
     """The arrays ``placer run OUTDIR/one_process.pbtxt`` would feed (module docstring)."""
-    from placer.runtime.inputs import read_npz
     if npz:
         return read_npz(npz)
-    from placer.formats import load_net
-    from placer.runtime.inputs import random_inputs
-    from placer.shapes import infer
     net = load_net(outdir / manifest["one_process_net"])
     typed = infer(net, {})
     made = {o for op in (net.init_proto.op if net.init_proto is not None else ()) for o in op.output}

@@ -6,11 +6,29 @@ import math
 import sys
 
 from placer import arguments
+from placer.commands.common import parse_input_specs
+from placer.commands.shard_manifest import SHARDING_MANIFEST
 from placer.errors import InputError
-from placer.fileio import OutputDir, atomic_write_text, note_read, refuse_outputs
+from placer.examples import dlrm
+from placer.fileio import OutputDir, atomic_write_text, refuse_outputs
+from placer.formats import load_net
+from placer.formats.caffe2 import params_from_init
+from placer.hardware.cluster import add_cluster_argument, load_cluster
+from placer.hardware.machine import add_machine_arguments, machine_from_args
+from placer.hardware.profiles import add_profile_arguments
+from placer.planning.view import finite_json
+from placer.sharding.cost import ShardSettings
+from placer.sharding.net import DlrmTrainNet, ScaledTrainNet, init_blobs
+from placer.sharding.plan import BASELINES, plan_sharding
+from placer.sharding.step import imbalance
+from placer.sharding.tables import layout_of_option
+from placer.sharding.train_net import sharded
+from placer.sharding.types import KERNELS, SHARDING_TYPES
+from placer.training.files import check_output_dir, save_train_nets
+from placer.training.recipe import OPTIMIZERS
+from placer.types import DTYPE_TO_DATA_TYPE
 from placer.units import fmt_bytes, fmt_time
 
-HELP = "plan data parallelism and embedding-table sharding of a train net over the GPUs"
 DESCRIPTION = """\
 Plans a training step of a train net (placer train-net's, or Caffe2's) or of a DLRM
 configuration over the GPUs of a machine: how many GPUs take part (data parallelism over
@@ -47,9 +65,6 @@ DLRM_CONFIGS = ("criteo-1tb", "small", "40gb")
 
 
 def add_arguments(p) -> None:
-    from placer.hardware.cluster import add_cluster_argument
-    from placer.hardware.machine import add_machine_arguments
-    from placer.hardware.profiles import add_profile_arguments
     p.add_argument("net", metavar="NET", nargs="?", help="the train net (Caffe2 NetDef); or give --dlrm")
     p.add_argument("--init-net", metavar="INIT", dest="init_net", help="its init net (parameters, optimizer state)")
     p.add_argument("--input", metavar="NAME=d0,d1,...[:dtype]", dest="inputs", action="append", default=[],
@@ -93,15 +108,12 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from placer.hardware.machine import machine_from_args
-    from placer.sharding.plan import plan_sharding
     settings = _settings(args)
     refuse_outputs({"--plan-out": args.plan_out}, args.net, args.init_net)
     if args.output:
-        from placer.training.files import check_output_dir
         OutputDir(check_output_dir(args.output), "-o", OUTPUT_KIND, SHARDING_MANIFEST, (args.net, args.init_net))
     source = _source(args)
-    machine = _machine(args, machine_from_args)
+    machine = _machine(args)
     refuse_outputs({"--plan-out": args.plan_out})  # again: against every file read
     folder = OutputDir(args.output, "-o", OUTPUT_KIND, SHARDING_MANIFEST) if args.output else None
     global_batch, per_gpu = args.global_batch, args.batch_per_gpu
@@ -113,7 +125,6 @@ def run(args) -> int:
                            degrees=degrees, search_s=args.search_time, **limit)
     doc = result_json(result)
     written, notes = write_sharded_net(result, source, folder) if folder else ([], [])
-    from placer.planning.view import finite_json
     text = json.dumps(finite_json(doc), indent=1, allow_nan=False)  # strict JSON: an infinite cost is null
     if args.plan_out:
         atomic_write_text(args.plan_out, text + "\n")
@@ -130,11 +141,9 @@ def run(args) -> int:
 
 
 def source_fed(typed) -> set:
-    from placer.sharding.net import init_blobs
     return set(typed.net.data_inputs) - init_blobs(typed.net)
 
 
-SHARDING_MANIFEST = "sharding.json"
 OUTPUT_KIND = "shard"   # sharding.json's placer_output field
 
 
@@ -143,10 +152,6 @@ def write_sharded_net(result, source, folder: OutputDir) -> tuple[list, list]:
     the blobs each GPU (and the host) is fed, and ``sharding.json`` (every table's layout
     as written, its blobs and devices, the notes) into ``folder``. Returns the paths
     written and the notes (uvm tables written as host tables, ...)."""
-    from placer.formats.caffe2 import params_from_init
-    from placer.training.files import save_train_nets
-    from placer.sharding.train_net import sharded
-    from placer.sharding.tables import layout_of_option
     plan = result.plan
     typed = source.typed_at_batch(plan.global_batch)
     shapes = params_from_init(typed.net.init_proto)
@@ -170,7 +175,6 @@ def write_sharded_net(result, source, folder: OutputDir) -> tuple[list, list]:
 def _fed_shapes(nets, typed, n: int) -> dict:
     """Fed blob -> [data type, dims]: a sharded table's lookup inputs at the global batch,
     the rest at each GPU's share of it."""
-    from placer.types import DTYPE_TO_DATA_TYPE
     shapes = {}
     whole = {b for names in nets.table_inputs.values() for b in names}
     fed = source_fed(typed)
@@ -202,33 +206,16 @@ def _manifest(nets, planned: dict, gpus: list) -> dict:
             "tables": tables, "fed": nets.table_inputs, "notes": nets.notes}
 
 
-def sharding_notes(net_path) -> list[str]:
-    """The notes of the ``sharding.json`` beside a train net ``placer shard -o`` wrote."""
-    from pathlib import Path
-    manifest = Path(net_path).parent / SHARDING_MANIFEST
-    if Path(net_path).name not in ("train_net.pbtxt", "train_net.pb") or not manifest.is_file():
-        return []
-    note_read(manifest)
-    try:
-        notes = json.loads(manifest.read_text()).get("notes", [])
-    except (OSError, ValueError, AttributeError):
-        return []
-    return [str(n) for n in notes] if isinstance(notes, list) else []
-
-
-def _machine(args, machine_from_args):
+def _machine(args):
     """``--cluster`` (several hosts), else the machine the other options describe."""
     if getattr(args, "cluster", None):
         if args.machine or args.gpu_profile or args.gpus is not None:
             raise InputError("--cluster already names the hosts and GPUs; drop --machine / --gpu-profile / --gpus")
-        from placer.hardware.cluster import load_cluster
         return load_cluster(args.cluster)
     return machine_from_args(args)
 
 
 def _settings(args):
-    from placer.sharding.cost import ShardSettings
-    from placer.sharding.types import KERNELS, SHARDING_TYPES
     kw = {"reserve": args.gpu_reserve, "gpu_mem_bytes": args.gpu_mem}
     if args.host_mem is not None:
         kw["host_mem_bytes"] = args.host_mem
@@ -261,20 +248,15 @@ def _degrees(text: str | None) -> list[int] | None:
 
 
 def _source(args):
-    from placer.sharding.net import DlrmTrainNet, ScaledTrainNet
     if args.dlrm and args.net:
         raise InputError("give a train net or --dlrm, not both")
     if args.dlrm:
-        from placer.examples import dlrm
-        from placer.training.recipe import OPTIMIZERS
         if args.optimizer not in OPTIMIZERS:
             raise InputError(f"--optimizer {args.optimizer}: unknown", hint=f"use one of {', '.join(OPTIMIZERS)}")
         config = {"criteo-1tb": dlrm.criteo_1tb, "small": dlrm.small, "40gb": dlrm.tables_40gb}[args.dlrm]()
         return DlrmTrainNet(config, args.optimizer)
     if not args.net:
         raise InputError("give a train net (NET) or --dlrm CONFIG", hint="e.g. placer shard --dlrm criteo-1tb")
-    from placer.commands.common import parse_input_specs
-    from placer.formats import load_net
     net = load_net(args.net, init_path=args.init_net, input_shapes=parse_input_specs(args.inputs))
     if net.init_proto is None:
         raise InputError(f"{args.net}: a train net needs its init net (parameters and optimizer state)",
@@ -285,7 +267,6 @@ def _source(args):
 # ------------------------------------------------------------------ JSON
 
 def result_json(result) -> dict:
-    from placer.sharding.step import imbalance
     plan, names = result.plan, result.machine.names
     tables = {t.name: t for t in result.search.est.tables} if result.search else {}
     return {
@@ -383,7 +364,6 @@ def print_result(doc: dict, out=None) -> None:
     print("\nbaselines (placer's cost model):", file=out)
     per_sample = doc["step_s"] / doc["global_batch"]
     for name, b in doc["baselines"].items():
-        from placer.sharding.plan import BASELINES
         label = f"  {BASELINES.get(name, name)} over {b['gpus']} GPU(s)"
         if b["feasible"]:
             ratio = b["step_s"] / b["global_batch"] / per_sample

@@ -5,8 +5,12 @@ import argparse
 from collections import Counter
 
 from placer import arguments
+from placer.commands.common import add_net_arguments, parse_input_specs
+from placer.fileio import OutputDir
+from placer.formats import load_net
+from placer.training.files import check_output_dir, save_train_nets
+from placer.training.recipe import OPTIMIZERS, OptimizerChoice, make_train_nets, parse_lr_args
 
-HELP = "make a Caffe2 train net (gradients + optimizer) and its init net from a net"
 DESCRIPTION = """\
 Write the train net Caffe2 itself would write for NET: the forward ops, the gradient ops
 of net.AddGradientOperators([LOSS]) and the optimizer ops of caffe2.python.optimizer's
@@ -35,8 +39,6 @@ example:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from placer.commands.common import add_net_arguments
-    from placer.training.recipe import OPTIMIZERS
     add_net_arguments(parser)
     for action in parser._actions:  # a Caffe prototxt trains in its TRAIN phase
         if action.dest == "phase":
@@ -62,12 +64,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from placer.commands.common import parse_input_specs
-    from placer.fileio import OutputDir
-    from placer.formats import load_net
-    from placer.training.files import check_output_dir, save_train_nets
-    from placer.training.recipe import OptimizerChoice, make_train_nets, parse_lr_args
-
     choice = OptimizerChoice(args.optimizer, args.lr, momentum=args.momentum,
                              weight_decay=args.weight_decay, epsilon=args.epsilon,
                              policy=args.lr_policy,

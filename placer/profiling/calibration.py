@@ -24,6 +24,8 @@ user plans, so a net's own ops are still priced from what was measured on that n
 from __future__ import annotations
 
 from placer.examples.builder import NetBuilder, make_op
+from placer.formats.caffe2 import net_from_netdef
+from placer.shapes import infer
 from placer.types import TensorType, TypedNet
 
 BATCHES = (1, 4)             # batch sizes the sweep runs at
@@ -63,8 +65,6 @@ def typed_nets() -> list[TypedNet]:
 
 
 def typed(builder: NetBuilder) -> TypedNet:
-    from placer.formats.caffe2 import net_from_netdef
-    from placer.shapes import infer
     net = net_from_netdef(builder.predict, builder.init, path=f"<{builder.predict.name}>")
     return infer(net, {name: TensorType(tuple(shape), dtype) for name, (dtype, shape) in builder.value_info.items()})
 

@@ -34,6 +34,7 @@ from placer.errors import DeviceError, ProfileError
 from placer.fileio import atomic_write_text
 from placer.ops.collective_kernels import _NCCL_DTYPES, SUM
 from placer.profiling.link import fit_line
+from placer.runtime.devices import import_cupy
 
 KINDS = ("allreduce", "allgather", "reducescatter", "broadcast", "alltoall")
 SIZES = [4096 * 4 ** k for k in range(10)]   # 4 KiB .. 1 GiB, powers of 4 (as --link)
@@ -84,7 +85,6 @@ def measure_collectives(gpus: Sequence[int] | None = None, sizes: Sequence[int] 
                         cupy: Any = None) -> CollectiveMeasurements:
     """Time every collective of ``kinds`` at every size over ``gpus`` (default: all visible)."""
     if cupy is None:
-        from placer.runtime.devices import import_cupy
         cupy = import_cupy()
     count = cupy.cuda.runtime.getDeviceCount()
     gpus = list(range(count)) if gpus is None else [int(g) for g in gpus]

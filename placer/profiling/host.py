@@ -15,6 +15,8 @@ import time
 import numpy as np
 
 from placer.hardware.device_profile import DeviceProfile
+from placer.ops import registry
+from placer.types import Args
 
 
 def gemm_flops(n: int = 1024, repeats: int = 3, clock=time.perf_counter) -> float:
@@ -39,8 +41,6 @@ def call_overhead_s(calls: int = 2000) -> float:
     x = np.ones(1, dtype=np.float32)
     fn = lambda: np.add(x, x)  # noqa: E731
     try:
-        from placer.ops import registry
-        from placer.types import Args
         relu = registry.get("Relu")
         if relu is not None and relu.kernel is not None:
             args = Args({}, op="Relu")

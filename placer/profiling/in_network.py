@@ -30,6 +30,8 @@ from placer.ops import registry
 from placer.profiling.bench import BenchResult
 from placer.hardware.device_profile import OpTiming, cost_args, op_key
 from placer.progress import Progress
+from placer.runtime.executor import Executor
+from placer.runtime.inputs import random_inputs
 from placer.types import Device, TensorType, TypedNet
 
 
@@ -44,8 +46,6 @@ class InNetworkUnavailable(PlacerError):
 def profile_in_network(typed_net: TypedNet, device_name: str = "cpu", iterations: int = 10,
                        warmup: int = 2, seed: int = 0, progress: bool = True) -> BenchResult:
     """Time every op of ``typed_net`` where it runs in a whole-net run (module docstring)."""
-    from placer.runtime.executor import Executor
-    from placer.runtime.inputs import random_inputs
     if iterations < 1 or warmup < 0:
         raise ValueError("iterations must be >= 1 and warmup >= 0")
     net = typed_net.net

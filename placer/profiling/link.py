@@ -11,13 +11,15 @@ measured size, the measured time over the time the profile's curve gives there.
 """
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import numpy as np
 
-from placer.hardware import constants as K
 from placer.costs.model import curve_time
+from placer.hardware import constants as K
 from placer.hardware.device_profile import DIRECTIONS, MEMORY_KINDS, LinkCurve
+from placer.runtime.devices import import_cupy
 
 SIZES = [4096 * 4 ** k for k in range(10)]  # 4 KiB, 16 KiB, ..., 1 GiB (powers of 4)
 
@@ -36,8 +38,6 @@ def fit_line(points: list[tuple[int, float]]) -> tuple[float, float]:
 def measure_link(device_index: int = 0, sizes: list[int] | None = None, repeats: int = 5,
                  progress=None) -> dict[str, dict[str, LinkCurve]]:
     """Copy curves of one GPU (a DeviceError when there is no GPU)."""
-    from placer.runtime.devices import import_cupy
-
     cupy = import_cupy()
     sizes = sizes or SIZES
     link: dict[str, dict[str, LinkCurve]] = {d: {} for d in DIRECTIONS}
@@ -87,8 +87,6 @@ def measure_peers(gpus: list[int], sizes: list[int] | None = None, repeats: int 
     "bytes_per_s", "points"}`` with ``src``/``dst`` the positions in ``gpus``. ``p2p`` is
     ``deviceCanAccessPeer``; where it holds, peer access is enabled first, so the copy is
     a direct one, else the driver stages it through host memory (what a run does too)."""
-    from placer.runtime.devices import import_cupy
-
     cupy = import_cupy()
     sizes = sizes or SIZES
 
@@ -150,7 +148,6 @@ def machine_profile(name: str, host: str, gpu: str, curves: list[dict[str, Any]]
     """A machine profile of ``n_gpus`` GPUs of profile ``gpu`` on host profile ``host``
     with the measured ``curves`` (``measure_peers``): pairs without them (none, normally)
     default to P2P over PCIe when every measured pair had it, else to staged copies."""
-    import datetime
     all_p2p = bool(curves) and all(c["p2p"] for c in curves)
     return {"schema_version": K.PROFILE_SCHEMA_VERSION, "kind": "machine", "name": name,
             "description": f"{n_gpus} GPUs with GPU->GPU copies measured by placer profile --link",

@@ -10,13 +10,15 @@ GPU and an output copied back to the host are marked with triangles.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.figure import Figure
-from matplotlib.patches import Patch
 
-from placer.report.plots import COLORS, device_colors, to_svg
 from placer.report.doc import copy_ends, device_kinds, plan_devices
+from placer.report.plots import COLORS, device_colors, to_svg
+
+if TYPE_CHECKING:  # matplotlib, an optional heavy dependency, is imported where the graph is drawn
+    from matplotlib.figure import Figure
 
 CELL_W, CELL_H = 1.1, 0.42        # inches per node cell: room for a 15-character label
 BOX_W, BOX_H = 0.96, 0.24         # the node box inside its cell
@@ -98,8 +100,9 @@ def layered_layout(n: int, edges: list[tuple[int, int, bool]]) -> dict:
 def fig_placement(plan: dict) -> Figure:
     """The net's ops in layers, coloured by device, copies between devices marked in red."""
     from matplotlib.collections import PatchCollection, PathCollection
+    from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
-    from matplotlib.patches import Rectangle
+    from matplotlib.patches import Patch, Rectangle
     from matplotlib.path import Path
 
     ops = plan.get("ops") or []

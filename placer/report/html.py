@@ -11,18 +11,22 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import jinja2
-
-from placer.fileio import atomic_write_text
 from placer import units
+from placer.fileio import atomic_write_text
 from placer.report import doc, graph, plots, tables
+
+if TYPE_CHECKING:  # jinja2, an optional heavy dependency, is imported when a page is rendered
+    import jinja2
 
 TEMPLATES = Path(__file__).with_name("templates")
 SECTIONS = ("summary", "placement", "costs", "timeline", "memory", "links", "ops", "measured")
 
 
 def _environment() -> jinja2.Environment:
+    import jinja2
+
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
                              autoescape=jinja2.select_autoescape(enabled_extensions=("html", "j2")),
                              trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)

@@ -14,16 +14,17 @@ from __future__ import annotations
 import base64
 import io
 import math
+from typing import TYPE_CHECKING
 
-import matplotlib
 import numpy as np
-from matplotlib.figure import Figure
-from matplotlib.patches import Patch
-from matplotlib.text import Text
 
 from placer.report.doc import device_kind, direction, link_rows, op_time, time_columns
 from placer.report.tables import baseline_rows, op_label
 from placer.units import byte_unit, fmt_bytes, fmt_time, time_unit
+
+if TYPE_CHECKING:  # matplotlib, an optional heavy dependency, is imported where a chart is drawn
+    from matplotlib.figure import Figure
+    from matplotlib.text import Text
 
 COLORS = {"cpu": "#1f77b4", "gpu": "#2ca02c", "h2d": "#d62728", "d2h": "#9467bd", "d2d": "#8c6d31",
           "h2h": "#7f7f7f", "plan": "#ff7f0e", "base": "#7f7f7f"}
@@ -54,6 +55,8 @@ def device_colors(devices: list[str], kinds: dict[str, str]) -> dict[str, str]:
 
 def to_svg(fig: Figure) -> str:
     """The figure as one SVG document (no external references, no timestamp)."""
+    import matplotlib
+
     buf = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "placer"}):
         fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
@@ -112,6 +115,9 @@ def fig_baselines(plan: dict) -> Figure:
     """Horizontal bars: the plan and each baseline's predicted serial time, and beside it
     the overlapped makespan where the plan has them (makespan objective); a baseline that
     does not fit some device's memory is hatched and says so, one with no time is named."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
     rows = baseline_rows(plan)
     spans = any(r["makespan_s"] is not None for r in rows)
     finite = [v for r in rows for v in (r["total_s"], r["makespan_s"]) if v is not None and math.isfinite(v)]
@@ -164,6 +170,8 @@ def fig_cost_bars(ops: list[dict], total: int, columns: list[dict] | None = None
                   colors: dict[str, str] | None = None) -> Figure:
     """Each op's time on every device column (already sorted by spread; identical GPUs
     share a column), the chosen device marked."""
+    from matplotlib.figure import Figure
+
     columns = columns or time_columns({"ops": ops})
     colors = colors or device_colors([c["device"] for c in columns], {c["device"]: c["kind"] for c in columns})
     # a column shared by identical GPUs is not any one of them: a neutral colour
@@ -223,6 +231,9 @@ def schedule_lanes(events: list[dict], devices: list[str]) -> tuple[list[str], l
 def fig_gantt(schedules: dict, devices: list[str] | None = None, kinds: dict[str, str] | None = None) -> Figure:
     """One Gantt chart per schedule (serial, makespan): a lane per device (its ops, in
     the device's colour) and a lane per copy lane (copies coloured by direction)."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
     names = [k for k in ("serial", "makespan") if k in schedules] + \
             [k for k in schedules if k not in ("serial", "makespan")]
     events = {k: schedules[k].get("events") or [] for k in names}
@@ -291,6 +302,7 @@ def fig_memory(timeline: dict, limits: dict | float | None = None, colors: dict[
     (capacity less the reserve). ``limits``: device -> (capacity, usable), or one
     capacity for every GPU. A limit far above the curve would flatten it to the axis, so
     it is then named in the legend instead of drawn."""
+    from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
     curves = {d: np.asarray(v or [], float) for d, v in timeline.items()}
@@ -340,6 +352,9 @@ MEMORY_LIMIT_SPAN = 8.0   # draw a memory limit when it is at most this many tim
 def fig_links(plan: dict) -> Figure | None:
     """Bytes copied per run over each link (source -> destination), coloured by direction,
     each bar labelled with its copies and predicted time; None when nothing is copied."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
     rows = [r for r in link_rows(plan) if r["bytes"]]
     if not rows:
         return None
@@ -366,6 +381,8 @@ def fig_links(plan: dict) -> Figure | None:
 
 def fig_pred_vs_measured(pairs: list[dict], emulated: bool) -> Figure:
     """Log-log scatter of per-op predicted vs measured time with the y = x line."""
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(6.5, 6))
     ax = fig.add_subplot()
     pts = [p for p in pairs if all(isinstance(p[k], (int, float)) and 0 < p[k] < math.inf

@@ -14,12 +14,15 @@ import math
 
 import numpy as np
 
+from placer.costs.model import family_of
 from placer.report.doc import (device_kind, device_kinds, direction, link_rows, memory_rows, op_source,
                                op_time, plan_devices, span_label, time_columns)
-from placer.types import RunRecord
+from placer.types import RunRecord, display_name
 from placer.units import fmt_bytes, fmt_time
 
-BASELINE_LABELS = {
+# What the report calls a baseline the plan gives no label (placer plan labels each one:
+# placer.planning.view.BASELINE_LABELS; a plan written by hand or another tool may not).
+UNLABELLED_BASELINES = {
     "all_cpu": "all-CPU",
     "all_gpu": "all-GPU (CPU fallback)",
     "greedy": "greedy (each op on its faster device)",
@@ -33,16 +36,12 @@ MAX_TABLE_ROWS = 20000  # a bigger per-op table makes a page no browser scrolls 
 EMULATED = "emulated-"        # a run's name for an emulated GPU: "emulated-cuda:1"
 
 
-def op_display_name(op: dict) -> str:
-    """An op's name, else its first output blob (Caffe2 ops are often unnamed), else ""."""
-    return op.get("name") or next(iter(op.get("outputs") or []), "") or ""
-
-
 def op_label(op: dict, width: int = 34) -> str:
     """`#12 Conv conv2_1` cut to ``width`` characters (axis labels, graph nodes)."""
     text = f"#{op.get('index', '?')} {op.get('type', '?')}"
-    if op_display_name(op):
-        text += f" {op_display_name(op)}"
+    name = display_name(op.get("name"), op.get("outputs"))
+    if name:
+        text += f" {name}"
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
@@ -73,7 +72,7 @@ def baseline_rows(plan: dict) -> list[dict]:
         feasible = bool(base.get("feasible", True)) and (total is None or math.isfinite(total))
         vs = (_ratio_text(span, plan_ms, key) if by_makespan and span is not None
               else _ratio_text(total, plan_s, key))
-        rows.append({"key": key, "label": base.get("label") or BASELINE_LABELS.get(key, key),
+        rows.append({"key": key, "label": base.get("label") or UNLABELLED_BASELINES.get(key, key),
                      "total_s": total, "makespan_s": span, "feasible": feasible,
                      "devices": span_label(list(base.get("devices_used") or [])),
                      "vs_plan": vs if feasible else "cannot run: does not fit",
@@ -188,7 +187,7 @@ def op_rows(plan: dict, measured: dict[int, float] | None = None,
     for k, o in enumerate((plan.get("ops") or [])[:MAX_TABLE_ROWS]):
         row = {"index": k, "name": "", "type": "?", "device": "?", "reason": "", "pinned": None}
         row.update({key: v for key, v in o.items() if v is not None})
-        row["name"] = op_display_name(o)
+        row["name"] = display_name(o.get("name"), o.get("outputs"))
         dev = row["device"]
         row["kind"] = kinds.get(dev) or device_kind(dev)
         row["times"] = [op_time(o, c["device"], c["kind"]) for c in columns]
@@ -282,8 +281,8 @@ def match_run(plan: dict, run: dict) -> list[dict]:
             dev, emulated = device_kind(name), name.startswith("emulated")
             predicted = _predicted_where_ran(p, name, emulated)
             ran_on = "cpu" if dev == "cpu" or emulated else name.removeprefix(EMULATED)
-            pairs.append({"index": p.get("index", j), "name": op_display_name(p), "type": p.get("type"),
-                          "device": dev, "emulated": emulated, "predicted_s": predicted,
+            pairs.append({"index": p.get("index", j), "name": display_name(p.get("name"), p.get("outputs")),
+                          "type": p.get("type"), "device": dev, "emulated": emulated, "predicted_s": predicted,
                           "measured_s": r.get("time_s"), "source": op_source(p, ran_on)})
             j += 1
     return pairs
@@ -306,7 +305,6 @@ def family_errors(pairs: list[dict]) -> list[dict]:
     timed ops, their measured share of the run, predicted and measured sums, the error of
     the sum and the median per-op |error| (percent), and how the predictions were made
     (``measured: 3, fitted: 9``); the largest measured share first."""
-    from placer.costs.model import family_of
     groups: dict[str, list[dict]] = {}
     for p in pairs:
         if _finite(p["predicted_s"]) and _finite(p["measured_s"]) and p["measured_s"] > 0:

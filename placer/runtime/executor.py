@@ -50,6 +50,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from placer.errors import DeviceError, InputError, KernelMissingError, PlacerError
+from placer.formats.caffe2 import net_from_netdef
 from placer.ops import registry
 from placer.ops.copy import inserted_copy
 from placer.runtime.devices import DeviceSet, EmulatedArray, device_name, location
@@ -590,7 +591,6 @@ def _init_ops(net: Net) -> list[Op]:
     """The init net's ops as placer Ops (decoded by the Caffe2 reader)."""
     if net.init_proto is None:
         return []
-    from placer.formats.caffe2 import net_from_netdef
     return net_from_netdef(net.init_proto).ops
 
 

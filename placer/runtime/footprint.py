@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from placer.errors import InputError
 from placer.memory import available_bytes, format_bytes
 from placer.ops import registry
+from placer.runtime.executor import peak_bytes
 from placer.types import Net, TensorType, TypedNet
 
 # float64 draw (8 bytes) for every element of a random input, before the cast.
@@ -66,7 +67,6 @@ def run_footprint(typed: TypedNet, fed: list[str], random_inputs: bool,
     counted among the activations until their last reader). ``host_only`` (op indices)
     limits the activations counted to those ops' blobs (a real GPU holds the others); None
     counts every op (CPU or emulated GPU)."""
-    from placer.runtime.executor import peak_bytes
     net, blobs = typed.net, typed.blobs
     params = sum(_nbytes(blobs.get(b)) for b in net.params)
     inputs = sum(_nbytes(blobs.get(b)) for b in fed)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import os
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -37,6 +38,7 @@ import numpy as np
 
 from placer.errors import InputError
 from placer.fileio import note_read
+from placer.ops.registry import copy_types
 from placer.runtime.footprint import Footprint, require_memory
 from placer.types import Net, TensorType
 
@@ -78,9 +80,6 @@ def through_copies(net: Net) -> Net:
     """``net`` with every op reading the blob its input was copied from (the unplaced
     net's readers), so that an index or a length is drawn for the op that uses it: in a
     placed net a fed blob's first reader is its copy to a GPU."""
-    from dataclasses import replace
-
-    from placer.ops.registry import copy_types
     copies = copy_types()
     source: dict[str, str] = {}
     ops = []

@@ -21,6 +21,8 @@ import numpy as np
 
 from placer.errors import PlacerError
 from placer.formats import caffe2_pb as pb
+from placer.formats.caffe2 import save_netdef
+from placer.formats.convert import set_float_values
 from placer.types import Net
 
 # numpy dtype name -> the Caffe2 fill that makes it from a ``values`` argument
@@ -61,7 +63,6 @@ def trained_init_net(init: pb.NetDef, state: Mapping[str, np.ndarray]) -> pb.Net
 
 
 def _fill(name: str, value: np.ndarray) -> pb.OperatorDef:
-    from placer.formats.convert import set_float_values
     dtype = str(value.dtype)
     if dtype not in FILL_OF_DTYPE:
         raise PlacerError(f"state blob '{name}' has dtype {dtype}: no Caffe2 GivenTensor fill makes it",
@@ -81,5 +82,4 @@ def _fill(name: str, value: np.ndarray) -> pb.OperatorDef:
 
 def save_trained_init(path: str | os.PathLike, init: pb.NetDef, state: Mapping[str, Any]) -> None:
     """Write ``trained_init_net`` atomically: binary for .pb, text otherwise."""
-    from placer.formats.caffe2 import save_netdef
     save_netdef(trained_init_net(init, state), path)

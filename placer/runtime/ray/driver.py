@@ -14,7 +14,7 @@ every simulated host's resource to this machine). A worker with GPUs asks for th
 with ``emulate`` it asks for none and emulates its host's GPUs.
 
 Between workers, tensors go through Ray's object store and collectives are written on it
-(``runtime/cluster_worker.py``: the worker actor, its mailbox and its world).
+(``placer/runtime/ray/worker.py``: the worker actor, its mailbox and its world).
 
 Faults: a worker whose step raises returns the error (the op's label, the device as the
 cluster names it); a worker that dies is found by Ray (``RayActorError``) and named with
@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from placer.errors import PlacerError
 from placer.fileio import note_read
+from placer.rewrite.manifest import read_manifest
 from placer.runtime.ray.worker import RECV_TIMEOUT_S, ClusterWorker
 
 RESOURCE = "placer_host_{}"
@@ -93,7 +95,6 @@ def run_on_ray(outdir: str | os.PathLike, address: str | None = None, inputs: di
                threads: int | None = None, max_restarts: int = 0, fault: dict | None = None,
                recv_timeout_s: float = RECV_TIMEOUT_S, want_state: bool = False) -> ClusterRun:
     """Run OUTDIR's workers on Ray (module docstring); ``inputs`` as a single run takes them."""
-    from placer.rewrite.manifest import read_manifest
     manifest = read_manifest(outdir)
     hosts = [w["host"] for w in manifest["workers"]]
     for w in manifest["workers"]:
@@ -113,7 +114,6 @@ def run_on_ray(outdir: str | os.PathLike, address: str | None = None, inputs: di
             except _WorkerDied as e:
                 if attempt == max_restarts:
                     raise ClusterRunError(e.message, hint=e.hint) from None
-                import sys
                 print(f"placer: {e.message}; restarting every worker ({attempt + 1} of {max_restarts})",
                       file=sys.stderr)
     finally:

@@ -1,4 +1,4 @@
-"""One worker of a cluster run (``runtime.cluster``): a Ray actor that runs its host's net.
+"""One worker of a cluster run (``placer.runtime.ray.driver``): a Ray actor that runs its host's net.
 
 ``ClusterWorker`` loads its net and init net on placer's executor and installs its world
 (``RayWorld``, the world of ``ops/p2p.py``): a SendTensor calls the receiver's ``deliver``
@@ -28,6 +28,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from placer.errors import PlacerError
+from placer.formats.caffe2 import net_from_netdef, parse_text
+from placer.ops.p2p import install_world
+from placer.runtime import record as run_record
+from placer.runtime.devices import location
+from placer.runtime.executor import Executor
+from placer.runtime.threads import set_blas_threads
 from placer.runtime.timing import RunningTimes
 
 REPORT_S = 0.02          # how often a worker reports the op it is running, at most
@@ -113,7 +119,6 @@ class _StateCarry:
         net.external_outputs = list(net.external_outputs) + self.extra
 
     def keep(self, executor, outputs: dict) -> None:
-        from placer.runtime.devices import location
         for name in self.names:
             if name in outputs:
                 old = executor.params[name]
@@ -122,7 +127,6 @@ class _StateCarry:
             outputs.pop(name, None)
 
     def host_state(self, executor) -> dict:
-        from placer.runtime.devices import location
         return {n: executor.devices.named(location(executor.params[n])).to_host(executor.params[n])
                 for n in self.names}
 
@@ -151,10 +155,6 @@ class ClusterWorker:
         threading.Thread(target=self._report, daemon=True).start()
 
     def _load(self, predict_text: str, init_text: str) -> None:
-        from placer.formats.caffe2 import net_from_netdef, parse_text
-        from placer.ops.p2p import install_world
-        from placer.runtime.executor import Executor
-        from placer.runtime.threads import set_blas_threads
         spec, options = self.spec, self.options
         if options.get("threads"):
             set_blas_threads(options["threads"])
@@ -253,7 +253,6 @@ class ClusterWorker:
         return {k: v for k, v in self._state().items() if k not in buffers}
 
     def _record(self) -> dict:
-        from placer.runtime import record as run_record
         rec = self.executor.record
         ops = []
         for j, o in enumerate(rec.ops):
