@@ -211,8 +211,7 @@ def test_every_copy_between_hosts_becomes_one_send_and_one_receive_with_one_tag(
     typed, c, result = _forced_split()
     placed = place(typed.net, result.plan.placement, c)
     from placer.rewrite.manifest import placed_types
-    from placer.formats.caffe2 import net_from_netdef
-    types = placed_types(placed.predict, placed.init, typed.blobs, typed.net.data_inputs, net_from_netdef)
+    types = placed_types(placed.predict, placed.init, typed.blobs, typed.net.data_inputs)
     split = split_workers(placed.predict, placed.init, c, types, typed.net.data_inputs)
     across = [cp for cp in result.plan.copies if cp.src.split("/")[0] != cp.dst.split("/")[0]]
     assert len(split.messages) == len(across) > 0
