@@ -407,7 +407,7 @@ class DlrmTrainNet:
     MSE loss), ``optimizer`` from ``placer train-net`` (rowwise-adagrad: Adagrad on the
     MLPs, RowWiseSparseAdagrad on the tables, as MLPerf's DLRM trains)."""
 
-    config: object
+    config: dlrm.DlrmConfig
     optimizer: str = "rowwise-adagrad"
     lr: float = 0.01
     name: str = field(init=False, default="")
