@@ -17,6 +17,7 @@ from placer.hardware.cluster import Network, load_cluster
 from placer.planning.cluster import plan_cluster
 from placer.errors import PlacerError, ProfileError
 from placer.formats import load_net
+from placer.partition import partition
 from placer.partition.hosts import HostsFirstPartitioner, host_arrays
 from placer.partition.problem import serial_cost
 from placer.partition.synthetic import random_small
@@ -129,7 +130,7 @@ def test_hosts_first_against_brute_force_on_small_cluster_nets():
     for _ in range(20):
         c, arr = _cluster_arrays(rng, int(rng.integers(7, 9)))
         best = serial_costs(arr, placements(arr)).min()
-        plan = HostsFirstPartitioner(c.host_of, [0, 2], c.hosts).partition(arr)
+        plan = HostsFirstPartitioner(partition, c.host_of, [0, 2], c.hosts).partition(arr)
         gaps.append(serial_cost(arr, plan.placement).total_s / best - 1)
     # measured: the optimum on all 20 (never below it, which would be a costing bug)
     assert min(gaps) > -1e-9 and max(gaps) < 1e-9, gaps
@@ -210,8 +211,7 @@ def test_every_copy_between_hosts_becomes_one_send_and_one_receive_with_one_tag(
     typed, c, result = _forced_split()
     placed = place(typed.net, result.plan.placement, c)
     from placer.rewrite.manifest import placed_types
-    from placer.formats.caffe2 import net_from_netdef
-    types = placed_types(placed.predict, placed.init, typed.blobs, typed.net.data_inputs, net_from_netdef)
+    types = placed_types(placed.predict, placed.init, typed.blobs, typed.net.data_inputs)
     split = split_workers(placed.predict, placed.init, c, types, typed.net.data_inputs)
     across = [cp for cp in result.plan.copies if cp.src.split("/")[0] != cp.dst.split("/")[0]]
     assert len(split.messages) == len(across) > 0

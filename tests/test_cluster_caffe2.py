@@ -13,7 +13,6 @@ from caffe2_oracle import run_caffe2
 from cluster_cases import dp_linear, tiny_cluster
 from test_cluster import _forced_split
 from placer.rewrite.manifest import placed_types
-from placer.formats.caffe2 import net_from_netdef
 from placer.rewrite.netdef import place
 from placer.rewrite.workers import split_workers
 
@@ -66,7 +65,7 @@ def _oracle(nets: dict) -> dict:
 def test_worker_nets_of_a_model_parallel_plan_build_in_caffe2():
     typed, c, result = _forced_split()
     placed = place(typed.net, result.plan.placement, c)
-    types = placed_types(placed.predict, placed.init, typed.blobs, typed.net.data_inputs, net_from_netdef)
+    types = placed_types(placed.predict, placed.init, typed.blobs, typed.net.data_inputs)
     split = split_workers(placed.predict, placed.init, c, types, typed.net.data_inputs)
     got = _oracle(_texts(split))
     for host in ("h0", "h1"):
@@ -88,7 +87,7 @@ def test_a_receive_with_one_output_is_what_caffe2_refuses():
     """The check above can fail: Caffe2 rejects a ReceiveTensor without its three outputs."""
     typed, c, result = _forced_split()
     placed = place(typed.net, result.plan.placement, c)
-    types = placed_types(placed.predict, placed.init, typed.blobs, typed.net.data_inputs, net_from_netdef)
+    types = placed_types(placed.predict, placed.init, typed.blobs, typed.net.data_inputs)
     split = split_workers(placed.predict, placed.init, c, types, typed.net.data_inputs)
     w = split.workers[1]
     recv = next(op for op in w.predict.op if op.type == "ReceiveTensor")

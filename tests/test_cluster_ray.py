@@ -177,7 +177,7 @@ def test_data_parallel_model_layout_over_two_hosts_trains_like_one_device(local_
     c = load_cluster("local-2hosts")
     predict, init = on_hosts(dp.train, dp.init, c, list(dp_feed))
     typed = infer(net_from_netdef(predict, init), {b: TensorType(v.shape, str(v.dtype)) for b, v in dp_feed.items()})
-    types = placed_types(predict, init, typed.blobs, list(dp_feed), net_from_netdef)
+    types = placed_types(predict, init, typed.blobs, list(dp_feed))
     write_placed_dir(tmp_path / "dp", predict, init, c, types, list(dp_feed))
     m = read_manifest(tmp_path / "dp")
     assert m["collectives"] == len(nets.params) and any(x["phase"] == "init" for x in m["messages"])

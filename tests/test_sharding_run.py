@@ -287,7 +287,7 @@ def test_a_shard_is_filled_as_its_block_of_the_table(fill, kind, args):
     the whole table is filled on the shard's device and Slice cuts the block."""
     from placer.formats import caffe2_pb as pb
     from placer.formats.caffe2 import params_from_init
-    from placer.training.gradients import make_op
+    from placer.training.gradient_registry import make_op
     from placer.sharding.tables import shard_fill_ops
     op = make_op(fill, [], ["emb"], shape=[10, 6], **args)
     init = pb.NetDef()
@@ -383,7 +383,8 @@ def test_the_host_side_of_a_sharded_net_runs_in_caffe2():
 def test_the_gradient_of_an_alltoall_is_the_alltoall_of_its_gradients(ranks):
     """<G, AllToAll(X)> = <AllToAll(G), X> for every X and G: the maker's op is the adjoint."""
     from placer.ops import registry
-    from placer.training.gradients import gradient_for_op, make_op
+    from placer.training.gradient_registry import make_op
+    from placer.training.gradients import gradient_for_op
     from placer.types import Args
     rng = np.random.default_rng(ranks)
     xs = [rng.standard_normal((ranks * 2, 3)) for _ in range(ranks)]

@@ -14,7 +14,8 @@ from google.protobuf import text_format
 from caffe2_oracle import run_caffe2
 from placer.formats import caffe2_pb as pb
 from placer.training import GradientError, GradientSlice, gradient_for_op
-from placer.training.gradients import MAKERS, NO_GRADIENT, SHOULD_NOT_DO_GRADIENT, has_gradient_maker, make_op
+from placer.training.gradient_registry import MAKERS, make_op
+from placer.training.gradients import NO_GRADIENT, SHOULD_NOT_DO_GRADIENT, has_gradient_maker
 
 pytestmark = pytest.mark.caffe2
 

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from placer.examples import dlrm, resnet, train_nets, two_tower
+
 DATA = Path(__file__).resolve().parent / "data"
 
 
 def builders() -> dict:
-    from placer.examples import dlrm, resnet, two_tower
     return {
         "dlrm_criteo_1tb": lambda: dlrm.build(dlrm.criteo_1tb()),
         "dlrm_40gb": lambda: dlrm.build(dlrm.tables_40gb()),
@@ -35,7 +36,6 @@ def builders() -> dict:
 
 def generate(folder: str | Path = DATA) -> dict[str, dict[str, Path]]:
     """Write every bundled net (predict or train net, init, value_info) into ``folder``."""
-    from placer.examples import train_nets
     out = {name: make().save(folder, name) for name, make in builders().items()}
     out.update({name: train_nets.save(make(), folder, name) for name, make in train_nets.builders().items()})
     return out

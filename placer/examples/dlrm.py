@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from placer.examples.builder import NetBuilder
+from placer.examples.builder import NetBuilder, make_op
 
 # MLPerf DLRM Criteo Terabyte embedding cardinalities (max index range 40M), DLRM_FACTS.md.
 CRITEO_1TB_ROWS = (
@@ -115,5 +115,4 @@ def _mlp(b: NetBuilder, tag: str, x: str, sizes, sigmoid_last: bool, out: str | 
 
 
 def _int_fill(name: str, values: list[int]):
-    from placer.examples.builder import make_op
     return make_op("GivenTensorIntFill", [], [name], shape=[len(values)], values=values)

@@ -19,6 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from placer.examples.builder import NetBuilder, make_op
+from placer.examples.dlrm import build as build_dlrm
+from placer.examples.dlrm import criteo_1tb, small
+from placer.examples.resnet import ResNetConfig
+from placer.examples.resnet import build as build_resnet
+from placer.examples.word2vec import train_nets as word2vec_train_nets
+from placer.formats.caffe2 import net_from_netdef
+from placer.training.recipe import OptimizerChoice, make_train_nets
 
 
 @dataclass
@@ -60,33 +67,27 @@ def in_training_mode(b: NetBuilder, batch: int) -> NetBuilder:
 
 def make(b: NetBuilder, optimizer: str, lr: float = 0.01) -> TrainNets:
     """The train net and init net of a builder whose net ends in ``loss``."""
-    from placer.formats.caffe2 import net_from_netdef
-    from placer.training.recipe import OptimizerChoice, make_train_nets
     net = net_from_netdef(b.predict, b.init, path=b.predict.name)
     made = make_train_nets(net, ["loss"], OptimizerChoice(optimizer, lr))
     return TrainNets(made.train, made.init, dict(b.value_info))
 
 
 def dlrm_train(cfg, optimizer: str) -> TrainNets:
-    from placer.examples import dlrm
-    return make(with_click_loss(dlrm.build(cfg), cfg.batch), optimizer)
+    return make(with_click_loss(build_dlrm(cfg), cfg.batch), optimizer)
 
 
 def resnet_train(cfg=None, optimizer: str = "nesterov") -> TrainNets:
-    from placer.examples import resnet
-    cfg = cfg or resnet.ResNetConfig()
-    return make(in_training_mode(resnet.build(cfg), cfg.batch), optimizer)
+    cfg = cfg or ResNetConfig()
+    return make(in_training_mode(build_resnet(cfg), cfg.batch), optimizer)
 
 
 def builders() -> dict:
     """name -> a function making its TrainNets."""
-    from placer.examples import dlrm, word2vec
-
     def w2v() -> TrainNets:
-        return TrainNets(*word2vec.train_nets())
+        return TrainNets(*word2vec_train_nets())
     return {
-        "dlrm_small_train": lambda: dlrm_train(dlrm.small(), "adagrad"),
-        "dlrm_criteo_1tb_train": lambda: dlrm_train(dlrm.criteo_1tb(), "rowwise-adagrad"),
+        "dlrm_small_train": lambda: dlrm_train(small(), "adagrad"),
+        "dlrm_criteo_1tb_train": lambda: dlrm_train(criteo_1tb(), "rowwise-adagrad"),
         "resnet_small_train": lambda: resnet_train(),
         "word2vec_train": w2v,
     }

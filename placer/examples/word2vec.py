@@ -23,6 +23,8 @@ import math
 from dataclasses import dataclass
 
 from placer.examples.builder import NetBuilder
+from placer.formats.caffe2 import net_from_netdef
+from placer.training.recipe import OptimizerChoice, make_train_nets
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,6 @@ def build(cfg: Word2VecConfig = Word2VecConfig()) -> NetBuilder:
 def train_nets(cfg: Word2VecConfig = Word2VecConfig()):
     """(train NetDef, init NetDef, value_info dict) made by placer's train-net generator
     with Adagrad (SparseAdagrad on the table)."""
-    from placer.formats.caffe2 import net_from_netdef
-    from placer.training.recipe import OptimizerChoice, make_train_nets
     b = build(cfg)
     net = net_from_netdef(b.predict, b.init, path=cfg.name)
     made = make_train_nets(net, ["loss"], OptimizerChoice("adagrad", cfg.lr))

@@ -29,13 +29,14 @@ blobs made or copied there, never freed), an upper bound on the peak: what they 
 from __future__ import annotations
 
 import heapq
+from typing import Callable
 
 import numpy as np
 
 from placer.partition.expansion import colocated
 from placer.partition.explain import make_plan
 from placer.partition.problem import PARAM, CostArrays, as_placement, respecting_pins
-from placer.types import PlanCost
+from placer.types import Plan, PlanCost
 
 
 def _plan(arr: CostArrays, dev: np.ndarray, method: str, memory_aware: bool = False):
@@ -326,6 +327,17 @@ def lower_bound(arr: CostArrays) -> PlanCost:
     return PlanCost(float(best.sum()), 0.0)
 
 
+class BaselinePartitioner:
+    """A baseline as a partitioner (``partition(method=...)``): ``place`` is one of the
+    functions above (``greedy``, ``all_cpu``, ...)."""
+
+    def __init__(self, place: Callable[[CostArrays], Plan]):
+        self.place = place
+
+    def partition(self, arr: CostArrays) -> Plan:
+        return self.place(arr)
+
+
 def baselines(arr: CostArrays, existing_placement=None) -> dict:
     """Every baseline: name -> Plan (``lower_bound`` -> PlanCost)."""
     out = {"all_cpu": all_cpu(arr), "all_gpu": all_gpu(arr), "greedy": greedy(arr),
@@ -337,4 +349,4 @@ def baselines(arr: CostArrays, existing_placement=None) -> dict:
 
 
 __all__ = ["all_cpu", "all_gpu", "greedy", "existing", "pipeline", "m_topo", "m_etf", "lower_bound",
-           "baselines", "fastest_gpu"]
+           "baselines", "fastest_gpu", "BaselinePartitioner"]

@@ -55,7 +55,8 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import breadth_first_order, maximum_flow
 
-from placer.partition.mincut import BUDGET, _to_int
+from placer.partition.explain import make_plan
+from placer.partition.mincut import BUDGET, _to_int, two_device_placement
 from placer.partition.problem import (FREE, PARAM, CostArrays, as_placement, respecting_pins,
                                       serial_cost)
 
@@ -398,7 +399,6 @@ def expand(arr: CostArrays, start: np.ndarray, extra: np.ndarray | None = None,
 
 def starts(arr: CostArrays) -> list[np.ndarray]:
     """Start placements (module docstring)."""
-    from placer.partition.mincut import two_device_placement
     n = arr.n_ops
     out = [np.full(n, arr.host, np.int64)]
     seen: set[int] = set()
@@ -449,7 +449,6 @@ class ExpansionPartitioner:
         self.time_s = time_s
 
     def partition(self, arr: CostArrays):
-        from placer.partition.explain import make_plan
         dev, stats = expansion_placement(arr, time_s=self.time_s)
         plan = make_plan(arr, dev, method=self.method, optimal=arr.k <= 2)
         plan.notes.append(

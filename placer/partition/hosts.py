@@ -30,7 +30,12 @@ from dataclasses import replace
 import numpy as np
 
 from placer.errors import InfeasiblePlanError
+from placer.partition.base import Chooser
+from placer.partition.expansion import expansion_placement
+from placer.partition.explain import make_plan
+from placer.partition.memory import improve
 from placer.partition.problem import CostArrays, serial_cost
+from placer.types import Plan
 
 
 def host_arrays(arr: CostArrays, host_of: np.ndarray, host_cpus: list[int], hosts: tuple[str, ...]) -> CostArrays:
@@ -72,31 +77,43 @@ def within_hosts(arr: CostArrays, host_of: np.ndarray, on_host: np.ndarray) -> C
 
 
 class HostsFirstPartitioner:
-    """The serial objective over a cluster's devices (module docstring)."""
+    """The serial objective over a cluster's devices (module docstring). Steps 1 and 2 are
+    solved by ``choose`` (``placer.partition.partition``) with method "expansion"."""
 
     method = "hosts-first"
 
-    def __init__(self, host_of, host_cpus: list[int], hosts: tuple[str, ...], time_limit: float = 10.0,
-                 improve_time_s: float = 2.0):
+    def __init__(self, choose: Chooser, host_of, host_cpus: list[int], hosts: tuple[str, ...],
+                 time_limit: float = 10.0, improve_time_s: float = 2.0):
+        self.choose = choose
         self.host_of = np.asarray(host_of, np.int64)
         self.host_cpus, self.hosts = list(host_cpus), tuple(hosts)
         self.time_limit, self.improve_time_s = time_limit, improve_time_s
 
-    def partition(self, arr: CostArrays):
-        from placer.partition import partition
-        from placer.partition.explain import make_plan
+    @classmethod
+    def from_device_names(cls, arr: CostArrays, choose: Chooser, time_limit: float = 10.0) -> HostsFirstPartitioner:
+        """The hosts read from ``arr``'s device names (``HOST/DEVICE``; a name without a
+        host is one host of its own kind, ""), each host's CPU its first "cpu" device."""
+        hosts = tuple(dict.fromkeys(d.rpartition("/")[0] for d in arr.devices))
+        host_of = np.array([hosts.index(d.rpartition("/")[0]) for d in arr.devices], np.int64)
+        cpus = []
+        for h in range(len(hosts)):
+            mine = np.flatnonzero(host_of == h)
+            cpu = [d for d in mine if arr.device_kinds[d] == "cpu"]
+            cpus.append(int(cpu[0] if cpu else mine[0]))
+        return cls(choose, host_of, cpus, hosts, time_limit)
+
+    def partition(self, arr: CostArrays) -> Plan:
         limited = bool(np.isfinite(arr.capacity).any())
         collapsed = host_arrays(arr, self.host_of, self.host_cpus, self.hosts)
         # 1. hosts
-        by_host = partition(collapsed, "expansion", time_limit=self.time_limit).placement
+        by_host = self.choose(collapsed, "expansion", self.time_limit).placement
         # 2. devices within each host (a host-level plan may not fit device by device)
         notes = [f"hosts first: {_count_text(by_host, self.hosts)}"]
         try:
-            dev = partition(within_hosts(arr, self.host_of, by_host), "expansion",
-                            time_limit=self.time_limit).placement
+            dev = self.choose(within_hosts(arr, self.host_of, by_host), "expansion", self.time_limit).placement
         except InfeasiblePlanError as e:
             notes.append(f"the host-level plan does not fit device by device ({e.message}); planned flat")
-            dev = partition(arr, "expansion", time_limit=self.time_limit).placement
+            dev = self.choose(arr, "expansion", self.time_limit).placement
         # 3. joint refinement over every device
         staged = serial_cost(arr, dev).total_s
         dev = self._refine(arr, dev, limited)
@@ -106,24 +123,9 @@ class HostsFirstPartitioner:
 
     def _refine(self, arr: CostArrays, dev: np.ndarray, limited: bool) -> np.ndarray:
         if limited:
-            from placer.partition.memory import improve
             return improve(arr, dev, self.improve_time_s)
-        from placer.partition.expansion import expansion_placement
         best, _ = expansion_placement(arr, initial=[dev])
         return best if serial_cost(arr, best).total_s <= serial_cost(arr, dev).total_s else dev
-
-
-def hosts_first(arr: CostArrays, time_limit: float = 10.0):
-    """``HostsFirstPartitioner`` with the hosts read from the device names (``HOST/DEVICE``;
-    a name without a host is one host of its own kind, "")."""
-    hosts = tuple(dict.fromkeys(d.rpartition("/")[0] for d in arr.devices))
-    host_of = np.array([hosts.index(d.rpartition("/")[0]) for d in arr.devices], np.int64)
-    cpus = []
-    for h in range(len(hosts)):
-        mine = np.flatnonzero(host_of == h)
-        cpu = [d for d in mine if arr.device_kinds[d] == "cpu"]
-        cpus.append(int(cpu[0] if cpu else mine[0]))
-    return HostsFirstPartitioner(host_of, cpus, hosts, time_limit).partition(arr)
 
 
 def _count_text(by_host: np.ndarray, hosts: tuple[str, ...]) -> str:
@@ -131,4 +133,4 @@ def _count_text(by_host: np.ndarray, hosts: tuple[str, ...]) -> str:
     return ", ".join(f"{n} ops on {h or 'the one host'}" for h, n in zip(hosts, counts))
 
 
-__all__ = ["host_arrays", "within_hosts", "HostsFirstPartitioner", "hosts_first"]
+__all__ = ["host_arrays", "within_hosts", "HostsFirstPartitioner"]

@@ -36,11 +36,8 @@ from placer.partition.expansion import energy, expand, expansion_placement
 from placer.partition.explain import make_plan
 from placer.partition.milp import milp_partition, vars_within
 from placer.partition.mincut import PIN_CPU, PIN_GPU, FlowNetwork, TwoDeviceView
-from placer.partition.problem import (CostArrays, device_memory, memory_use, move_delta, move_deltas,
-                                      respecting_pins, serial_cost)
-
-SLACK = 1 + 1e-12   # memory comparisons tolerate rounding of summed bytes
-
+from placer.partition.problem import (SLACK, CostArrays, check_pinned_fit, device_memory, memory_use, move_delta,
+                                      move_deltas, respecting_pins, serial_cost)
 
 def over_limit(arr: CostArrays, dev: np.ndarray) -> np.ndarray:
     """bool [k]: devices whose memory exceeds their capacity under ``dev``."""
@@ -178,31 +175,6 @@ def search(arr: CostArrays, solver: Relaxation, free_opt: np.ndarray, improve_ti
         tried = [windows(arr, solver, x, prices[-1], share) for x in tried]
     best = min(tried, key=lambda x: serial_cost(arr, x).total_s)
     return improve(arr, best, share)
-
-
-def check_pinned_fit(arr: CostArrays) -> None:
-    """InfeasiblePlanError when the ops forced onto one device alone exceed its capacity.
-    A device's memory depends only on the ops placed on it, so the forced ops are put
-    there and every other op anywhere else."""
-    forced = arr.forced
-    own = arr.read_param_bytes + arr.written_bytes
-    for d in np.flatnonzero(np.isfinite(arr.capacity)).tolist():
-        on_d = forced == d
-        if not on_d.any():
-            continue
-        dev = np.where(on_d, d, (d + 1) % arr.k)
-        params, peak, _ = device_memory(arr, dev)
-        used, capacity = params[d] + peak[d], float(arr.capacity[d])
-        if used <= capacity * SLACK:
-            continue
-        ops = np.flatnonzero(on_d)
-        heavy = ops[np.argsort(-own[ops], kind="stable")][:5]
-        raise InfeasiblePlanError(
-            f"the ops pinned to {arr.devices[d]} need {used / 2**20:.1f} MiB of its memory, "
-            f"{(used - capacity) / 2**20:.1f} MiB over the {capacity / 2**20:.1f} MiB usable: "
-            + ", ".join(f"{arr.op_label(i)} ({own[i] / 2**20:.1f} MiB)" for i in heavy),
-            hint=f"unpin some of them, or give {arr.devices[d]} more memory (--gpu-mem, "
-                 "--gpu-reserve, the machine profile)")
 
 
 def lagrangian(arr: CostArrays, solver: Relaxation, free_opt: np.ndarray,
@@ -583,5 +555,5 @@ def _swaps(arr, x, order, deadline, k: int = 25) -> bool:
     return moved
 
 
-__all__ = ["MemoryPartitioner", "Relaxation", "search", "check_pinned_fit", "lagrangian", "repair",
+__all__ = ["MemoryPartitioner", "Relaxation", "search", "lagrangian", "repair",
            "spread", "improve", "windows", "over_limit"]

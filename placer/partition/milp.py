@@ -50,7 +50,10 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
 from placer.errors import InfeasiblePlanError, PlacerError
-from placer.partition.problem import HOST, PARAM, CostArrays
+from placer.partition.expansion import interchangeable
+from placer.partition.explain import make_plan
+from placer.partition.problem import HOST, PARAM, CostArrays, check_pinned_fit
+from placer.types import Plan
 
 REL_GAP = 1e-7          # HiGHS stops when (incumbent - bound) / incumbent <= this
 OBJECTIVE_SCALE = 1e3   # a reference placement's objective after scaling
@@ -144,7 +147,6 @@ def _collapsed(arr: CostArrays) -> np.ndarray:
     another a keeps each op's time and each copy's link (a and b reach every other device
     alike), drops the copies between them and merges their destinations, so it never
     costs more; with no limit to respect, an optimum uses one of them."""
-    from placer.partition.expansion import interchangeable
     label = interchangeable(arr)
     first = np.array([label[d] == d for d in range(arr.k)])
     return first | np.isfinite(arr.capacity)
@@ -157,7 +159,6 @@ def _symmetry_rows(arr: CostArrays, prog: _Program, xi: np.ndarray) -> None:
     and memory, so the optimum is kept while HiGHS no longer explores its relabelled
     copies. V[l, j] <= V[l, j-1] + x[j, d_l] (V in [0, 1], V[l, -1] = 0) is at most "d_l
     used by op j"; x[j, d_l+1] <= V[l, j-1]."""
-    from placer.partition.expansion import interchangeable
     label = interchangeable(arr)
     n = arr.n_ops
     for cls in np.unique(label).tolist():
@@ -384,19 +385,24 @@ def milp_partition(arr: CostArrays, time_limit: float = 10.0, max_vars: int = 40
             "note": note}
 
 
-def milp_plan(arr: CostArrays, time_limit: float = 10.0):
-    """The MILP's plan (``partition(method="milp")``): optimal when it finishes in time,
-    else the best placement found with its gap to the bound."""
-    from placer.partition.explain import make_plan
-    from placer.partition.memory import check_pinned_fit
-    check_pinned_fit(arr)
-    res = milp_partition(arr, time_limit, max_vars=10**9)
-    if res["x"] is None:
-        raise _no_placement(res, time_limit)
-    plan = make_plan(arr, res["x"], "milp", optimal=res["optimal"], notes=[res["note"]])
-    if res["bound"] is not None and plan.total_s > 0:
-        plan.gap = max(0.0, (plan.total_s - res["bound"]) / plan.total_s)
-    return plan
+class MilpPartitioner:
+    """The MILP's plan (``partition(method="milp")``): optimal when it finishes within
+    ``time_limit`` seconds, else the best placement found with its gap to the bound."""
+
+    method = "milp"
+
+    def __init__(self, time_limit: float = 10.0):
+        self.time_limit = time_limit
+
+    def partition(self, arr: CostArrays) -> Plan:
+        check_pinned_fit(arr)
+        res = milp_partition(arr, self.time_limit, max_vars=10**9)
+        if res["x"] is None:
+            raise _no_placement(res, self.time_limit)
+        plan = make_plan(arr, res["x"], self.method, optimal=res["optimal"], notes=[res["note"]])
+        if res["bound"] is not None and plan.total_s > 0:
+            plan.gap = max(0.0, (plan.total_s - res["bound"]) / plan.total_s)
+        return plan
 
 
 def _no_placement(res: dict, time_limit: float) -> PlacerError:
@@ -411,4 +417,4 @@ def _no_placement(res: dict, time_limit: float) -> PlacerError:
     return PlacerError(f"the MILP found no placement: {res['note']}", hint="use --method auto")
 
 
-__all__ = ["milp_partition", "milp_plan"]
+__all__ = ["milp_partition", "MilpPartitioner"]

@@ -26,6 +26,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import breadth_first_order, maximum_flow
 
+from placer.partition.explain import make_plan
 from placer.partition.problem import HOST, PARAM, CostArrays, serial_cost
 
 PIN_NONE, PIN_CPU, PIN_GPU = -1, 0, 1   # the two-device view's pins: none, source side, sink side
@@ -203,7 +204,6 @@ class MinCutPartitioner:
     method = "mincut"
 
     def partition(self, arr: CostArrays):
-        from placer.partition.explain import make_plan
         view = TwoDeviceView(arr, *host_and_gpu(arr))
         on_gpu, facts = FlowNetwork(view).solve()
         plan = make_plan(arr, view.placement(on_gpu), method=self.method, optimal=True, gap=0.0)

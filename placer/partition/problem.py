@@ -26,7 +26,10 @@ from __future__ import annotations
 import numpy as np
 
 from placer.costs.arrays import FREE, HOST, PARAM, CostArrays
+from placer.errors import InfeasiblePlanError
 from placer.types import PlanCopy, PlanCost
+
+SLACK = 1 + 1e-12   # memory comparisons tolerate rounding of summed bytes
 
 
 def from_graph(graph) -> CostArrays:
@@ -197,7 +200,32 @@ def memory_use(arr: CostArrays, dev) -> np.ndarray:
 
 
 def fits(arr: CostArrays, dev) -> bool:
-    return bool((memory_use(arr, dev) <= arr.capacity * (1 + 1e-12)).all())
+    return bool((memory_use(arr, dev) <= arr.capacity * SLACK).all())
+
+
+def check_pinned_fit(arr: CostArrays) -> None:
+    """InfeasiblePlanError when the ops forced onto one device alone exceed its capacity.
+    A device's memory depends only on the ops placed on it, so the forced ops are put
+    there and every other op anywhere else."""
+    forced = arr.forced
+    own = arr.read_param_bytes + arr.written_bytes
+    for d in np.flatnonzero(np.isfinite(arr.capacity)).tolist():
+        on_d = forced == d
+        if not on_d.any():
+            continue
+        dev = np.where(on_d, d, (d + 1) % arr.k)
+        params, peak, _ = device_memory(arr, dev)
+        used, capacity = params[d] + peak[d], float(arr.capacity[d])
+        if used <= capacity * SLACK:
+            continue
+        ops = np.flatnonzero(on_d)
+        heavy = ops[np.argsort(-own[ops], kind="stable")][:5]
+        raise InfeasiblePlanError(
+            f"the ops pinned to {arr.devices[d]} need {used / 2**20:.1f} MiB of its memory, "
+            f"{(used - capacity) / 2**20:.1f} MiB over the {capacity / 2**20:.1f} MiB usable: "
+            + ", ".join(f"{arr.op_label(i)} ({own[i] / 2**20:.1f} MiB)" for i in heavy),
+            hint=f"unpin some of them, or give {arr.devices[d]} more memory (--gpu-mem, "
+                 "--gpu-reserve, the machine profile)")
 
 
 # ------------------------------------------------------------------------ moves
@@ -291,5 +319,5 @@ def move_deltas(arr: CostArrays, dev, to: int) -> np.ndarray:
 
 
 __all__ = ["CostArrays", "from_graph", "HOST", "PARAM", "FREE", "as_placement", "respecting_pins", "copy_pairs",
-           "serial_cost", "plan_copies", "device_memory", "memory_use", "fits", "move_delta",
-           "move_deltas"]
+           "serial_cost", "plan_copies", "device_memory", "memory_use", "fits", "SLACK", "check_pinned_fit",
+           "move_delta", "move_deltas"]

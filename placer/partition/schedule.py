@@ -40,7 +40,10 @@ import time
 import numpy as np
 
 from placer.partition.baselines import fastest_gpu
+from placer.partition.expansion import expansion_placement
 from placer.partition.explain import make_plan
+from placer.partition.memory import MemoryPartitioner
+from placer.partition.mincut import mincut_placement
 from placer.partition.problem import PARAM, CostArrays, as_placement, copy_reads, fits, from_graph, respecting_pins
 
 INF = float("inf")
@@ -476,14 +479,11 @@ def serial_placement(arr: CostArrays) -> np.ndarray:
     """The serial objective's plan: exact min-cut on two devices, alpha-expansion on
     more, the memory-limited search when any device has a finite capacity."""
     if np.isfinite(arr.capacity).any():
-        from placer.partition.memory import MemoryPartitioner
         return MemoryPartitioner(milp_time_limit=0).partition(arr).placement
     if arr.k == 1:
         return np.zeros(arr.n_ops, np.int64)
     if arr.k == 2:
-        from placer.partition.mincut import mincut_placement
         return mincut_placement(arr)
-    from placer.partition.expansion import expansion_placement
     return expansion_placement(arr)[0]
 
 

@@ -34,6 +34,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from placer.costs.model import op_signature
+
 IQR_PER_SIGMA = 1.349   # interquartile range of a standard normal variable
 Z_CLIP = 3.0
 DEFAULT_DRAWS = 8
@@ -76,7 +78,6 @@ def op_spreads(typed_net, model, devices: Sequence) -> np.ndarray:
     """(ops x devices) run-to-run spreads (IQR / median) of the model's op times; devices
     that share a profile share a column, and ops that share a signature (``costs.
     op_signature``: the layers of a deep net) a row, each computed once."""
-    from placer.costs.model import op_signature
     net = typed_net.net
     devices = list(devices)
     first: dict = {}

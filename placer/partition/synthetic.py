@@ -21,6 +21,9 @@ from __future__ import annotations
 import numpy as np
 
 from placer.costs.arrays import CostArrays
+from placer.costs.model import OP_COLUMNS, NetCosts, TensorTable
+from placer.hardware.device_profile import DeviceProfile, LinkCurve
+from placer.hardware.machine import build_machine
 
 H2D_BPS, D2H_BPS, PEER_BPS, LATENCY_S = 12e9, 13e9, 40e9, 1e-5
 
@@ -128,9 +131,6 @@ def synthetic_machine(gpus: int = 1, peer: str = "mixed"):
     curves are ``LATENCY_S + bytes / H2D_BPS`` (``D2H_BPS`` back), pairs on the fast
     peer class joined by a ``LATENCY_S + bytes / PEER_BPS`` curve, the others staged
     through the host. Op times come from the arrays, so the profiles carry no op figures."""
-    from placer.hardware.machine import build_machine
-    from placer.hardware.device_profile import DeviceProfile, LinkCurve
-
     def profile(kind: str, link: dict) -> DeviceProfile:
         return DeviceProfile(kind=kind, name=f"synthetic {kind}", source={"kind": "synthetic"},
                              peak_flops={"float32": 1e12}, memory_bandwidth_bytes_per_s=1e11,
@@ -150,8 +150,6 @@ def to_net_costs(arr: CostArrays, peer: str = "mixed"):
     price every copy as ``arr`` does; ValueError if ``peer`` is not the one used).
     ``model`` is None: nothing was priced by a cost model."""
     import pandas as pd
-
-    from placer.costs.model import OP_COLUMNS, NetCosts, TensorTable
     n, k = arr.op_s.shape
     machine = synthetic_machine(k - 1, peer)
     every = np.arange(arr.n_tensors)

@@ -22,6 +22,8 @@ from placer.hardware.machine import Machine, existing_placement
 from placer.partition import baselines, partition
 from placer.partition.check import check_plan
 from placer.partition.problem import fits, memory_use
+from placer.ops import registry
+from placer.ops.registry import LIKE_INPUT
 from placer.partition.schedule import Simulator
 from placer.shapes import require_complete
 from placer.training.placement import (
@@ -103,8 +105,6 @@ def refuse_collectives(net: Net) -> None:
     Gloo's Allreduce, AllToAll, ...: ops that write each output where its input is) is
     not one this planner places: it prices an op on one device and copies its inputs
     there. Say so in one line, with what to use instead."""
-    from placer.ops import registry
-    from placer.ops.registry import LIKE_INPUT
     found: dict[str, int] = {}
     for op in net.ops:
         opdef = registry.get(op.type)

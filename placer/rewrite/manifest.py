@@ -30,6 +30,11 @@ from pathlib import Path
 from placer.documents import LARGEST_FLOAT, check_document, read_document
 from placer.errors import PlacerError
 from placer.fileio import OutputDir, atomic_write_text
+from placer.formats.caffe2 import net_from_netdef, save_netdef
+from placer.rewrite.netdef import place
+from placer.rewrite.workers import ENGINE, WORLD, one_process, split_workers
+from placer.shapes import infer
+from placer.types import DTYPE_TO_DATA_TYPE
 
 SCHEMA = "placer.cluster_manifest"
 SCHEMA_VERSION = 1
@@ -39,12 +44,10 @@ OUTPUT_KIND = "cluster-plan"   # the manifest's placer_output field
 
 def write_plan_dir(outdir: str | os.PathLike, result, doc: dict, outputs_on_host: bool = True) -> list[tuple[str, str]]:
     """Write OUTDIR for a cluster plan (``placer.planning.cluster.plan_cluster``'s result, its plan JSON)."""
-    from placer.formats.caffe2 import net_from_netdef
-    from placer.rewrite.netdef import place
     cluster, net = result.machine, result.typed.net
     placed = place(net, result.plan.placement, cluster, outputs_on_host=outputs_on_host)
     inputs = list(net.data_inputs)
-    types = placed_types(placed.predict, placed.init, result.typed.blobs, inputs, net_from_netdef)
+    types = placed_types(placed.predict, placed.init, result.typed.blobs, inputs)
     predicted = {"serial_s": result.plan.cost.total_s, "makespan_s": result.makespan.get("makespan_s"),
                  "by_device_s": _predicted_by_device(result)}
     return write_placed_dir(outdir, placed.predict, placed.init, cluster, types, inputs, predicted, doc,
@@ -55,8 +58,6 @@ def write_placed_dir(outdir: str | os.PathLike, predict, init, cluster, types: d
                      predicted: dict | None = None, doc: dict | None = None, name: str = "") -> list[tuple[str, str]]:
     """Write OUTDIR for a placed cluster net (``device_option.node_name`` on every op):
     the per-worker split, the one-process net, the manifest (module docstring)."""
-    from placer.formats.caffe2 import save_netdef
-    from placer.rewrite.workers import ENGINE, WORLD, one_process, split_workers
     folder = OutputDir(outdir, "-o", OUTPUT_KIND, MANIFEST)
     split = split_workers(predict, init, cluster, types, inputs)
     predicted = predicted or {"serial_s": None, "makespan_s": None, "by_device_s": {}}
@@ -97,11 +98,10 @@ def write_placed_dir(outdir: str | os.PathLike, predict, init, cluster, types: d
     return [("cluster plan directory", f"{outdir} ({len(split.workers)} workers, {len(split.messages)} messages)")]
 
 
-def placed_types(predict, init, known: dict, inputs: list[str], net_from_netdef) -> dict:
+def placed_types(predict, init, known: dict, inputs: list[str]) -> dict:
     """The type of every blob of the placed nets: shape inference over the placed predict
     net (``known``: the unplaced net's types), and a copy the init net makes typed like
     what it copies."""
-    from placer.shapes import infer
     pnet = net_from_netdef(predict, init)
     types = {**pnet.params, **{b: t for b, t in known.items() if t is not None}}
     if init is not None:
@@ -115,7 +115,6 @@ def placed_types(predict, init, known: dict, inputs: list[str], net_from_netdef)
 
 
 def _value_info(types: dict, inputs: list[str]) -> dict:
-    from placer.types import DTYPE_TO_DATA_TYPE
     return {b: [DTYPE_TO_DATA_TYPE.get(types[b].dtype, 1), list(types[b].shape)] for b in inputs if b in types}
 
 

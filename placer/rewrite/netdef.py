@@ -36,11 +36,13 @@ takes seconds.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from placer.errors import PlacerError
 from placer.formats import caffe2_pb as pb
+from placer.formats.caffe2 import net_from_netdef
+from placer.hardware.machine import existing_placement
 from placer.ops import registry
 from placer.training.placement import state_writers
 from placer.types import Net
@@ -119,10 +121,6 @@ def inject_copies(net: Net) -> Net:
     on every run. A net
     without device options is returned as it is; one that has copy ops already is refused
     (which blob each copy moves is the file's own choice, not inferred here)."""
-    from dataclasses import replace
-
-    from placer.formats.caffe2 import net_from_netdef
-    from placer.hardware.machine import existing_placement
     copies = registry.copy_types()
     for op in net.ops:
         if op.type in copies:

@@ -28,15 +28,20 @@ config at that batch (MSE loss, as facebookresearch/dlrm's default).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
 import numpy as np
 
 from placer.costs.model import CostModel, annotate, tensor_table
 from placer.errors import PlacerError
+from placer.examples import dlrm
 from placer.formats.caffe2 import net_from_netdef
 from placer.ops import registry
 from placer.sharding.types import Table
 from placer.shapes import infer, require_complete
+from placer.training.backward import backward_ops
+from placer.training.data_parallel import split_train_net
+from placer.training.recipe import OptimizerChoice, make_train_nets
 from placer.types import Net, TensorType, TypedNet
 
 # lookup op type -> input positions (data, weights, indices, lengths); -1: none
@@ -84,7 +89,6 @@ def init_blobs(net: Net) -> set[str]:
 def phases(net: Net) -> tuple[int, int]:
     """(first backward op, first optimizer op): the loss seeds start the backward pass, the
     op after the last gradient op starts the optimizer (``data_parallel.split_train_net``)."""
-    from placer.training.data_parallel import split_train_net
     parts = split_train_net(net.proto)
     n = len(net.ops)
     return len(parts.forward), n - len(parts.update)
@@ -92,8 +96,6 @@ def phases(net: Net) -> tuple[int, int]:
 
 def gradient_names(net: Net) -> dict:
     """{blob: its gradient's name (or GradientSlice)} as the backward pass names them."""
-    from placer.training.backward import backward_ops
-    from placer.training.data_parallel import split_train_net
     parts = split_train_net(net.proto)
     return backward_ops(parts.forward, parts.losses)[1]
 
@@ -405,7 +407,7 @@ class DlrmTrainNet:
     MSE loss), ``optimizer`` from ``placer train-net`` (rowwise-adagrad: Adagrad on the
     MLPs, RowWiseSparseAdagrad on the tables, as MLPerf's DLRM trains)."""
 
-    config: object
+    config: dlrm.DlrmConfig
     optimizer: str = "rowwise-adagrad"
     lr: float = 0.01
     name: str = field(init=False, default="")
@@ -425,10 +427,6 @@ class DlrmTrainNet:
 
 
 def _dlrm_typed(config, batch: int, optimizer: str, lr: float) -> TypedNet:
-    from dataclasses import replace
-
-    from placer.examples import dlrm
-    from placer.training.recipe import OptimizerChoice, make_train_nets
     b = dlrm.build(replace(config, batch=batch))
     b.input("target", (batch, 1))
     b.op("SquaredL2Distance", ["prob_click", "target"], "loss:::sd")

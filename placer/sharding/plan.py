@@ -34,6 +34,7 @@ from placer.sharding.cost import ShardEstimator, ShardSettings
 from placer.sharding.net import train_view
 from placer.sharding.search import (Choice, Search, balanced_start, milp_assignment, multi_start,
                                               table_wise_on_one, torchrec_greedy, uniform)
+from placer.sharding.source import ShardingSource
 from placer.sharding.types import DATA_PARALLEL, HBM, HOST, ROW_WISE, TABLE_WISE, ShardingPlan
 from placer.units import fmt_bytes, fmt_time
 
@@ -72,11 +73,12 @@ def default_degrees(gpus: int, global_batch: int | None) -> list[int]:
     return [k for k in ks if k >= 1 and (global_batch is None or global_batch % k == 0)]
 
 
-def plan_sharding(source, machine: Machine, global_batch: int | None = None, per_gpu_batch: int | None = None,
+def plan_sharding(source: ShardingSource, machine: Machine, global_batch: int | None = None, per_gpu_batch: int | None = None,
                   settings: ShardSettings = ShardSettings(), degrees: list[int] | None = None,
                   time_limit_s: float = 8.0, search_s: float = 1.5, budget_s: float | None = None) -> ShardingResult:
     """The plan (module docstring). Exactly one of ``global_batch`` (strong scaling) and
-    ``per_gpu_batch`` (weak scaling) is given; ``source`` has ``typed_at_batch(b)``.
+    ``per_gpu_batch`` (weak scaling) is given; ``source`` is a train net at any batch
+    (``typed_at_batch(b)``: ``placer.sharding.source``).
     ``budget_s``: the MILP gets at most what is left of it after the degrees' searches."""
     start = time.monotonic()
     gpus = machine.gpus
@@ -107,7 +109,7 @@ def plan_sharding(source, machine: Machine, global_batch: int | None = None, per
                           time.monotonic() - start, best.search)
 
 
-def _degree(source, machine: Machine, k: int, global_batch: int, settings: ShardSettings, search_s: float,
+def _degree(source: ShardingSource, machine: Machine, k: int, global_batch: int, settings: ShardSettings, search_s: float,
             widest: bool) -> Degree:
     """Baselines, starts and local search over the first k GPUs."""
     ranks = tuple(machine.gpus[:k])

@@ -50,8 +50,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from placer.formats import caffe2_pb as pb
+from placer.formats.convert import set_arg
+from placer.sharding import types as st
 from placer.training.data_parallel import CPU_TYPE, CUDA_TYPE, DEVICE_BLOB, RATE_BLOB, DataParallelError
-from placer.training.gradients import make_op, set_arg
+from placer.training.gradient_registry import make_op
 
 TABLE_WISE, ROW_WISE, COLUMN_WISE, HOST = "table_wise", "row_wise", "column_wise", "host"
 HOST_DEVICE = -1                   # a shard in host memory, on the CPU
@@ -151,7 +153,6 @@ def layout_of_option(option, ranks: list, shape) -> TableLayout | None:
     """The layout a plan's ``ShardingOption`` is written as (None: data-parallel, the
     net's own layout); ``ranks``: the plan's GPUs, whose positions number the GPUs of the
     net. uvm and uvm_caching tables become host tables with a note (module docstring)."""
-    from placer.sharding import types as st
     rows, dim = shape[0], shape[-1]
     if option.sharding_type == st.DATA_PARALLEL:
         return None

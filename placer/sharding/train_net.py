@@ -47,7 +47,7 @@ from placer.formats.caffe2 import params_from_init
 from placer.training.data_parallel import (CUDA_TYPE, DEVICE_BLOB, RATE_BLOB, DataParallelError, _all_reduce,
                                            _backward, _init_net, _Layout, _Names, _net_fields, _parameters,
                                            _passes, _renamed, _replicate, _roles, _seeds, split_train_net)
-from placer.training.gradients import GradientSlice, make_op
+from placer.training.gradient_registry import GradientSlice, make_op
 from placer.sharding.tables import (COLUMN_WISE, LOOKUP_TYPES, TABLE_WISE, Piece, TableLayout, TableShard,
                                             check_layout, combine_ops, host_producers, lookup_ops, shard_fill_ops,
                                             table_update_ops)

@@ -26,7 +26,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
 
-from placer.training.gradients import GradientError, GradientSlice, gradient_for_op, make_op, op_label
+from placer.training.gradient_registry import GradientError, GradientSlice, make_op, op_label
+from placer.training.gradients import gradient_for_op
 
 AUTOGEN_GRAD_SUFFIX = "_autogen_grad"
 IS_AUTO_GEN_SUM_OPS_TAG = "is_auto_gen_sum_ops"

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from placer.training.gradients import GradientSlice
+from placer.training.gradient_registry import GradientSlice
 from placer.training.netbuilder import CPU, device_option
 from placer.training.optimizers import (
     INT64, LearningRateSchedule, TrainNets, build_unique_mutex_iter)

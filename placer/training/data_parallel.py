@@ -52,7 +52,7 @@ from typing import Callable, Sequence
 from placer.errors import PlacerError
 from placer.formats import caffe2_pb as pb
 from placer.training.backward import AUTOGEN_GRAD_SUFFIX, IS_AUTO_GEN_SUM_OPS_TAG, backward_ops
-from placer.training.gradients import GradientSlice, make_op
+from placer.training.gradient_registry import GradientSlice, make_op
 
 CPU_TYPE, CUDA_TYPE = 0, 1
 OVERRIDE_CPU = "device_type_override:cpu"   # ops Caffe2 keeps on the host (the iteration counter)

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from placer.errors import PlacerError
+from placer.formats.caffe2 import save_netdef
 
 TRAIN_NET, TRAIN_INIT_NET, UPDATE_NET = "train_net", "train_init_net", "update_net"
 
@@ -28,7 +29,6 @@ def check_output_dir(out_dir: str | os.PathLike) -> Path:
 def save_train_nets(out_dir: str | os.PathLike, train, init, update=None,
                     binary: bool = False) -> list[Path]:
     """Write the nets atomically (each file whole or not at all); returns the paths."""
-    from placer.formats.caffe2 import save_netdef
     nets = {TRAIN_NET: train, TRAIN_INIT_NET: init, UPDATE_NET: update}
     written = []
     for path in train_net_paths(out_dir, update is not None, binary):

@@ -3,11 +3,12 @@ arguments or arity (Conv without bias, SpatialBN in test mode, sparse embeddings
 
 Each function is the ``GetGradientDefs`` of the Caffe2 maker of the same op, as torch
 1.8.1's Caffe2 writes it; ``register`` also records the maker's ``CopyArguments()``
-override where it has one. One-op makers with fixed blobs are data in ``gradients.py``.
+override where it has one. One-op makers with fixed blobs are data in ``gradients.py``; ``register`` and
+``MakerContext`` are in ``gradient_registry.py``.
 """
 from __future__ import annotations
 
-from placer.training.gradients import GradientError, MakerContext, make_op, op_label, register
+from placer.training.gradient_registry import GradientError, MakerContext, make_op, op_label, register
 
 # TensorProto.DataType by name, for Cast's string form of `to` / `from_type`.
 _DATA_TYPES = {"UNDEFINED": 0, "FLOAT": 1, "INT32": 2, "BYTE": 3, "STRING": 4, "BOOL": 5,

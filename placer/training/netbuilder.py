@@ -12,7 +12,7 @@ import contextlib
 from typing import Iterator, Sequence
 
 from placer.formats import caffe2_pb as pb
-from placer.training.gradients import make_op
+from placer.training.gradient_registry import make_op
 
 CPU, CUDA, HIP = 0, 1, 6
 GPU_DEVICE_TYPES = (CUDA, HIP)

@@ -35,7 +35,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from placer.errors import PlacerError
-from placer.training.gradients import GradientSlice
+from placer.training.gradient_registry import GradientSlice
 from placer.training.netbuilder import CPU, DeviceScope, NetBuilder, blob_devices, device_option, is_gpu
 
 OPTIMIZER_ITERATION = "optimizer_iteration"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from placer.errors import PlacerError
 from placer.training.backward import add_gradient_ops, out_of_place
-from placer.training.gradients import GradientSlice
+from placer.training.gradient_registry import GradientSlice
 from placer.training.optimizers import (
     LearningRateSchedule, TrainNets, add_weight_decay, build_adagrad, build_adam, build_sgd)
 

@@ -28,16 +28,22 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from google.protobuf import text_format
 
 from placer.errors import NetParseError, PlacerError
+from placer.fileio import refuse_overwrite
 from placer.formats import caffe2_pb as c2
-from placer.formats import caffe_pb
+from placer.formats import caffe_pb, save_value_info
+from placer.formats.caffe import load_caffe, read_caffemodel, read_prototxt
 from placer.formats.caffe2 import read_file_bytes
+from placer.formats.convert import convert_net
 from placer.training import caffe_update as cu
 from placer.training.backward import add_gradient_ops, out_of_place
-from placer.training.gradients import GradientSlice
+from placer.training.files import TRAIN_NET, UPDATE_NET, save_train_nets, train_net_paths
+from placer.training.gradient_registry import GradientSlice
+from placer.training.netbuilder import DeviceScope, NetBuilder
 from placer.training.optimizers import (
     AdadeltaOptimizer, AdagradOptimizer, AdamOptimizer, SgdOptimizer, TrainNets, build)
 
@@ -270,8 +276,6 @@ def param_multipliers(layers) -> dict[str, tuple[float, float]]:
 
 
 def _convert(net_path: str, settings: SolverSettings, weights, input_shapes):
-    from placer.formats.caffe import load_caffe, read_caffemodel, read_prototxt
-    from placer.formats.convert import convert_net
     stages = list(read_prototxt(net_path)[0].state.stage) + settings.stages
     caffe = load_caffe(net_path, phase="train", stages=stages, level=settings.level)
     blobs = read_caffemodel(weights) if weights else None
@@ -332,7 +336,6 @@ def solver_train_nets(net_path: str | os.PathLike, solver_path: str | os.PathLik
 
 def _update_net(train, init, params, grads, settings):
     """iter_size > 1: the train net accumulates; the update net is returned empty."""
-    from placer.training.netbuilder import DeviceScope, NetBuilder
     scope = DeviceScope()
     train_b, init_b = NetBuilder(train, scope), NetBuilder(init, scope)
     for p in params:
@@ -384,8 +387,6 @@ def solver_nets_for_convert(net_path, solver_path, out_dir, weights=None, input_
                             binary: bool = False) -> SolverNets:
     """Build the solver's train nets before ``convert`` writes anything, refusing outputs
     that would overwrite an input."""
-    from placer.fileio import refuse_overwrite
-    from placer.training.files import train_net_paths
     for path in train_net_paths(out_dir, update=True, binary=binary):
         refuse_overwrite(path, net_path, solver_path, weights)
     return solver_train_nets(net_path, solver_path, weights=weights, input_shapes=input_shapes)
@@ -393,10 +394,6 @@ def solver_nets_for_convert(net_path, solver_path, out_dir, weights=None, input_
 
 def save_solver_nets(result: SolverNets, out_dir, binary: bool = False) -> list:
     """Write train_net, train_init_net (and update_net with iter_size > 1) into ``out_dir``."""
-    from pathlib import Path
-
-    from placer.formats import save_value_info
-    from placer.training.files import TRAIN_NET, UPDATE_NET, save_train_nets
     written = save_train_nets(out_dir, result.train, result.init, result.update, binary=binary)
     # the TRAIN phase's input shapes (its data layers' batch), beside the train net: the
     # folder's value_info.json is the predict net's (the phase converted, often TEST's batch)
