@@ -57,7 +57,7 @@ from scipy.sparse.csgraph import breadth_first_order, maximum_flow
 
 from placer.partition.explain import make_plan
 from placer.partition.mincut import BUDGET, _to_int, two_device_placement
-from placer.partition.problem import (FREE, PARAM, CostArrays, as_placement, respecting_pins,
+from placer.partition.problem import (PARAM, CostArrays, as_placement, respecting_pins,
                                       serial_cost)
 
 INF = np.inf

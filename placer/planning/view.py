@@ -19,7 +19,7 @@ import numpy as np
 from placer.partition.problem import device_memory
 from placer.planning.planner import PlanResult
 from placer.types import Plan
-from placer.units import fmt_bytes, fmt_time
+from placer.units import fmt_bytes
 
 SCHEMA_VERSION = 2   # docs/PLAN_JSON.md lists every field and what changed from version 1
 BASELINE_LABELS = {"all_cpu": "all on the CPU", "all_gpu": "all on one GPU (CPU fallback)",
