@@ -284,7 +284,7 @@ def test_where_the_plan_differs_from_torchrecs_the_output_says_what_its_choice_c
 
 def _scan_proposals(search, options):
     """TorchRec's GreedyProposer written as it reads (every table scanned for the largest
-    storage each step), the reference for the heap in ``sharding_search._proposals``."""
+    storage each step), the reference for the heap in ``sharding.search._proposals``."""
     from placer.sharding.search import _score, _storage
     n = len(options)
     for use_depth in (True, False):

@@ -128,7 +128,7 @@ def load_typed_net(args: argparse.Namespace, complete: bool = False,
     user's shapes: ``--input``, then the arrays of ``--inputs`` (the first .npz). A name
     that is no blob of the net is an error. With ``args.inject_copies`` (``placer run
     --inject-copies``) the net gets the copies its own device options need first
-    (``rewrite.inject_copies``).
+    (``placer.rewrite.netdef.inject_copies``).
 
     The shapes a file declares (value_info.json beside a Caffe2 net) are defaults, as in
     Caffe and Caffe2: shapes given here replace them, with a note on stderr (none with

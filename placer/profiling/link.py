@@ -160,7 +160,7 @@ def machine_profile(name: str, host: str, gpu: str, curves: list[dict[str, Any]]
 def compare_link(measured: dict[str, dict[str, LinkCurve]],
                  reference: dict[str, dict[str, LinkCurve]]) -> list[dict[str, Any]]:
     """One record per curve present in both: the fitted lines side by side, and per measured
-    size the measured time, the reference curve's time (``costs.curve_time``: the cost
+    size the measured time, the reference curve's time (``placer.costs.model.curve_time``: the cost
     model's own reading of it) and their ratio (above 1: slower than the reference says)."""
     out = []
     for direction in DIRECTIONS:

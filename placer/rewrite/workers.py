@@ -7,7 +7,7 @@ in one process, as Caffe2 did (one process per machine, ``device_option`` per op
 between its GPUs inside the process), so the only messages between workers are the
 tensors that cross the network, which is what the plan priced.
 
-Input: the placed net of ``rewrite.place`` over a ``ClusterMachine``: every op's
+Input: the placed net of ``placer.rewrite.netdef.place`` over a ``ClusterMachine``: every op's
 ``device_option`` names its host in ``node_name``, and a tensor read on another host goes
 through one ``Copy`` placed on the destination device. The split walks the placed net
 (init net first, then the predict net) in order:

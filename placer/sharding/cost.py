@@ -9,7 +9,7 @@ pooled-output all-to-all (``send``) and receives in the index all-to-all (``idx`
 GPU memory (``hbm``); and for the whole step the host CPU's seconds (``cpu_f``,
 ``cpu_b``), the bytes per sample the host sends every rank (``host_w``), host memory
 (``ddr``) and the seconds of the layout's own collectives (``of_s`` forward, ``ob_s``
-backward). Loads add; the step model (``sharding_step``) turns their sum into a step.
+backward). Loads add; the step model (``sharding.step``) turns their sum into a step.
 
 With G the global batch, b = G / k, p the table's pooling, D its width, c column
 shards, n the ranks of a row-wise group:

@@ -1,20 +1,20 @@
 """The data-parallel and sharding planner: how many GPUs, which tables where, what a step costs.
 
-``plan_sharding(source, machine, ...)`` weighs, for a train net (``sharding_net``):
+``plan_sharding(source, machine, ...)`` weighs, for a train net (``sharding.net``):
 
 - one GPU, and data parallelism over k of the machine's GPUs (k = 1, 2, 4, ... and all of
   them, those the batch divides), the dense part replicated at the per-replica batch,
   each dense gradient all-reduced over the k (``placer.hardware.collectives``) while the backward
   pass goes on, the optimizer on every replica;
-- per embedding table every layout of ``sharding_cost`` (data-parallel, table-wise,
+- per embedding table every layout of ``sharding.cost`` (data-parallel, table-wise,
   row-wise over all ranks or one host's, column-wise; in GPU memory, in host memory read
   over PCIe with or without a GPU cache of hot rows, or on the host CPU with its update);
 - memory per GPU (dense parameters, gradients, optimizer state and activations of a
   replica + the shards) within its usable capacity, host memory within ``--host-mem``.
 
-For each k the step model (``sharding_step``) is minimised by local search from the best
+For each k the step model (``sharding.step``) is minimised by local search from the best
 of several starts (the baselines among them) and then by the exact MILP within its time
-limit, cut off at the heuristic's step (``sharding_search``); k is chosen by seconds per
+limit, cut off at the heuristic's step (``sharding.search``); k is chosen by seconds per
 sample (the step over the global batch: the shortest step when the global batch is
 fixed, the highest throughput when each GPU's batch is). The baselines beside the plan,
 scored by the same model: pure data parallelism over all GPUs (if it fits), every table

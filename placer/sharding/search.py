@@ -2,7 +2,7 @@
 
 An **assignment** gives each table a layout and, for a layout whose shards are still to
 be placed, the rank positions of its shards. Its step is the step model's
-(``sharding_step``) on the sum of the layouts' loads; an assignment that does not fit a
+(``sharding.step``) on the sum of the layouts' loads; an assignment that does not fit a
 GPU's memory (dense part + shards > usable) or the host's scores infinity.
 
 - ``torchrec_greedy``: TorchRec's planner as published (``planner/proposers.py``,
@@ -19,7 +19,7 @@ GPU's memory (dense part + shards > usable) or the host's scores infinity.
   or rank(s), or swaps the ranks of two tables' shards, while the step improves.
 - ``milp_assignment``: the step model written exactly as a MILP (one binary per table
   and layout, one per table, layout and rank holding a shard; one variable per max of
-  the module docstring of ``sharding_step``), memory rows per GPU and for the host,
+  the module docstring of ``sharding.step``), memory rows per GPU and for the host,
   solved by HiGHS (scipy.optimize.milp) within a time limit, with the heuristic's step as
   a cutoff (scipy's HiGHS takes no starting solution, so the cutoff is how the heuristic
   seeds it): the result is never worse and comes with HiGHS's bound.

@@ -1,7 +1,7 @@
 """One training step of a sharded, data-parallel plan: its length, critical path and stats.
 
 The step of k ranks over global batch G, given the summed ``Load`` of the tables'
-layouts (``sharding_cost``) and the dense part of a replica (``sharding_net.DenseModel``),
+layouts (``sharding.cost``) and the dense part of a replica (``sharding.net.DenseModel``),
 each collective priced by ``placer.hardware.collectives`` over the group (all-to-all: affine in the
 largest per-rank buffer, ``alpha + beta S``):
 
@@ -28,7 +28,7 @@ rank's PCIe link, lanes shared by GPUs behind one switch counted), and its backw
 the gradients come back.
 
 Every term is a sum of loads and maxima of sums, so the step is a max-plus function of
-the loads: the MILP (``sharding_search``) writes it exactly with one variable per max.
+the loads: the MILP (``sharding.search``) writes it exactly with one variable per max.
 """
 from __future__ import annotations
 
