@@ -19,6 +19,8 @@ import os
 import re
 from pathlib import Path
 
+from placer.documents import read_model
+from placer.documents.value_info import ValueInfo
 from placer.errors import NetParseError, PlacerError, ShapeError
 from placer.fileio import atomic_write_text
 from placer.types import DATA_TYPE_TO_DTYPE, DTYPE_TO_DATA_TYPE, Net, TensorType, shape_problem
@@ -127,7 +129,6 @@ def find_init_net(path: str | os.PathLike) -> str | None:
 
 
 VALUE_INFO = "value_info.json"
-VALUE_INFO_FORM = '{blob: [data_type, [d0, d1, ...]]}, e.g. {"data": [1, [1, 3, 224, 224]]}'
 
 
 def value_info_paths(path: str | os.PathLike) -> list[Path]:
@@ -137,34 +138,23 @@ def value_info_paths(path: str | os.PathLike) -> list[Path]:
     return [p.with_name(p.stem + ".value_info.json"), p.with_name(VALUE_INFO)]
 
 
-# value_info.json as JSON Schema (placer.documents); data types and dimensions are checked after.
-VALUE_INFO_SCHEMA = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "Caffe2 model-zoo value_info.json",
-    "type": "object", "description": VALUE_INFO_FORM,
-    "additionalProperties": {
-        "type": "array", "minItems": 2, "maxItems": 2, "description": "[data_type, [d0, d1, ...]] with integers",
-        "prefixItems": [{"type": "integer"}, {"type": "array", "items": {"type": "integer"}}]}}
-
-
 def read_value_info(path: str | os.PathLike) -> dict[str, TensorType]:
     """Input shapes from a Caffe2 model-zoo ``value_info.json`` beside the net (see
     ``value_info_paths``): ``{blob: [data_type, shape]}`` with TensorProto.DataType numbers.
     Anything else (dimensions that are negative, not integers, or too many elements to
     address) is a NetParseError naming the file and the blob."""
-    from placer.documents import read_document
     for candidate in value_info_paths(path):
         if candidate.exists():  # a folder of that name is refused, not passed over
             def error(message: str, hint: str | None = None) -> NetParseError:
                 return NetParseError(str(candidate), message.removeprefix(f"{candidate}: "), hint=hint)
-            return parse_value_info(read_document(candidate, VALUE_INFO_SCHEMA, "value_info.json", error),
-                                    str(candidate))
+            return parse_value_info(read_model(candidate, ValueInfo, "value_info.json", error), str(candidate))
     return {}
 
 
-def parse_value_info(raw: dict, where: str) -> dict[str, TensorType]:
-    """Shapes from a checked value_info document (``VALUE_INFO_SCHEMA``)."""
+def parse_value_info(doc: ValueInfo, where: str) -> dict[str, TensorType]:
+    """Shapes from a checked value_info document."""
     shapes = {}
-    for name, (data_type, dims) in raw.items():
+    for name, (data_type, dims) in doc.root.items():
         dtype = DATA_TYPE_TO_DTYPE.get(data_type)
         if dtype is None:
             raise NetParseError(where, f"blob '{name}': unknown TensorProto data type {data_type} "
