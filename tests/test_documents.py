@@ -185,3 +185,51 @@ def test_a_misspelt_key_is_named_with_the_known_ones(tmp_path, kind):
         load(path)
     message = str(refused.value)
     assert f"field '{wrong}': not a key placer knows here" in message and "known: " in message
+
+
+def _reads_back_the_same(path: Path, model) -> None:
+    """What a writer wrote validates against its model, and the model holds the same values."""
+    doc = read_model(path, model, "document")
+    assert doc.model_dump(mode="json", by_alias=True, exclude_unset=True) == json.loads(path.read_text())
+
+
+def test_what_placer_writes_reads_back_through_its_model(tmp_path, capsys):
+    """Round trips: each writer's output -> read_model -> the same values."""
+    from placer.cli import main
+    from placer.formats import save_value_info
+    from placer.hardware.device_profile import save_profile
+    from placer.hardware.machine import PEER_KINDS, LINK_KINDS
+    from placer.hardware.profiles import find_profile, load_profile
+    from placer.profiling.collective_bench import CollectiveMeasurements, CollectivePoint, save_measurements
+    from placer.profiling.link import machine_profile
+    from placer.runtime import record
+    from placer.types import TensorType
+    from report_cases import four_gpu_plan, four_gpu_run
+    models = _models()
+    for name in ("v100-16gb-pcie3", "host-ci-2core"):
+        save_profile(load_profile(find_profile(name)), tmp_path / f"{name}.json")
+        _reads_back_the_same(tmp_path / f"{name}.json", models["profile"])
+    curves = [{"src": 0, "dst": 1, "p2p": True, "latency_s": 1e-5, "bytes_per_s": 4e10, "points": [[4096, 1.1e-5]]},
+              {"src": 1, "dst": 0, "p2p": False, "latency_s": 2e-5, "bytes_per_s": 9e9, "points": []}]
+    (tmp_path / "m.json").write_text(json.dumps(machine_profile("m", "host-ci-2core", "t4-pcie3", curves, 2, "h")))
+    _reads_back_the_same(tmp_path / "m.json", models["machine"])
+    assert PEER_KINDS == ("staged", "pcie-p2p", *LINK_KINDS)
+    run = record.from_dict(four_gpu_run(four_gpu_plan()))
+    record.save(run, tmp_path / "run.json")
+    _reads_back_the_same(tmp_path / "run.json", models["run record"])
+    assert record.load(tmp_path / "run.json") == run
+    points = [CollectivePoint("allreduce", 4096, 1e-5, 4e8, 4e8), CollectivePoint("allgather", 0, 2e-6, 0.0, 0.0)]
+    save_measurements(CollectiveMeasurements([0, 1], ["T4", "T4"], 2708, points, {"allreduce": {"latency_s": 1e-5}},
+                                             [{"kind": "allreduce", "ratio": 1.1}], "h", "2026-01-01"),
+                      str(tmp_path / "c.json"))
+    _reads_back_the_same(tmp_path / "c.json", models["collectives"])
+    save_value_info({"data": TensorType((4, 3, 8, 8), "float32"), "ids": TensorType((4,), "int64")},
+                    tmp_path / "value_info.json")
+    _reads_back_the_same(tmp_path / "value_info.json", models["value_info"])
+    net = Path(__file__).resolve().parents[1] / "placer" / "examples" / "data" / "dlrm_small.pbtxt"
+    assert main(["plan", str(net), "--gpus", "2", "--json"]) == 0
+    (tmp_path / "plan.json").write_text(capsys.readouterr().out)
+    _reads_back_the_same(tmp_path / "plan.json", models["plan"])
+    assert main(["plan", str(net), "--cluster", "local-2hosts", "-o", str(tmp_path / "cluster")]) == 0
+    _reads_back_the_same(tmp_path / "cluster" / "manifest.json", models["manifest"])
+    _reads_back_the_same(tmp_path / "cluster" / "plan.json", models["plan"])

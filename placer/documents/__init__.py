@@ -44,6 +44,7 @@ from typing import Annotated, Any, Callable, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Strict, ValidationError
 from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
 
 from placer.errors import PlacerError
 from placer.fileio import note_read
@@ -189,7 +190,7 @@ def describe_error(err: ValidationError, model: type[BaseModel]) -> str:
 
 
 _KEYED = ("missing", "extra_forbidden")   # errors whose path names the key, one below the object
-_JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer", float: "number"}
+_JSON_TYPES = {dict: "object", list: "array", tuple: "array", str: "string", bool: "boolean", int: "integer", float: "number"}
 
 
 @lru_cache(maxsize=None)
@@ -237,7 +238,7 @@ def _walk(schema: dict, loc) -> tuple[list[dict], list]:
     return nodes, path
 
 
-def _default_expectation(err: dict, node: dict) -> str:
+def _default_expectation(err: ErrorDetails, node: dict) -> str:
     """What a field without a description must be, from its schema node."""
     if "const" in node:
         return json.dumps(node["const"])
@@ -253,7 +254,7 @@ def _default_expectation(err: dict, node: dict) -> str:
               "too_long": ("max_length", "length <=")}
     if err["type"] in bounds:
         key, sign = bounds[err["type"]]
-        return f"a value {sign} {err['ctx'].get(key, err['ctx'].get('min_length'))}"
+        return f"a value {sign} {err.get('ctx', {}).get(key)}"
     return str(err["msg"]).split("\n")[0][:120]
 
 
@@ -275,7 +276,7 @@ def shown(value: Any) -> str:
 def _first_non_finite(data: Any) -> tuple[str, str] | None:
     """(path, text) of the first NonFinite value in document order, walked without
     recursion (a document can be as deep as the decoder allows)."""
-    stack = [(data, [])]
+    stack: list[tuple[Any, list]] = [(data, [])]
     while stack:
         node, path = stack.pop()
         if isinstance(node, NonFinite):
@@ -319,8 +320,9 @@ class Closed(BaseModel):
 
 def json_type(value: Any) -> str:
     """The JSON type of a decoded value ("object", "array", "string", ...): the tag of a
-    union of members of different types (``BY_JSON_TYPE``)."""
-    return _JSON_TYPES.get(type(value), "other")
+    union of members of different types (``BY_JSON_TYPE``); a model, when the document is
+    written back (``model_dump``), is the object it was read from."""
+    return "object" if isinstance(value, BaseModel) else _JSON_TYPES.get(type(value), "other")
 
 
 # The discriminator of a union whose members are of different JSON types, each tagged with
