@@ -35,9 +35,11 @@ rather than dict lookups that fail far from the file; a document's fields are wr
 once, in the model, and its JSON Schema is generated from it, so the schema a person
 reads cannot drift from what placer checks (``python -c "import json; from
 placer.documents.profiles import MachineDocument; print(json.dumps(
-MachineDocument.model_json_schema(), indent=1))"``); and pydantic checks in Rust: a
-3000-op plan (2.9 MiB) is checked in {NEW} s, where jsonschema, checking in Python, took
-{OLD} s (the same host, 2 cores; ``read_plan`` whole: {NEWTOTAL} s, was {OLDTOTAL} s).
+MachineDocument.model_json_schema(), indent=1))"``); and pydantic checks in Rust. A
+3000-op plan (2.9 MiB, ``tests/report_cases.synthetic_plan``) is checked in 0.16-0.36 s
+(0.06-0.12 s per MiB): pydantic's 0.10-0.16 s and the walk for a NaN in the free-form
+fields; jsonschema, checking in Python, took 1.0-2.2 s (0.35-0.75 s per MiB), on the same
+2-core host under the same load. ``read_plan`` whole: 0.2-0.45 s, was 1.1-2.2 s.
 Profiles and machine files take milliseconds. What a model cannot say (one field naming
 another, a datasheet figure needing its origin, a shape too large for int64) stays in the
 readers, after the model; the readers build placer's own records (``Profile``,
@@ -287,7 +289,19 @@ def shown(value: Any) -> str:
 
 def _first_non_finite(data: Any) -> tuple[str, str] | None:
     """(path, text) of the first NonFinite value in document order, walked without
-    recursion (a document can be as deep as the decoder allows)."""
+    recursion (a document can be as deep as the decoder allows): a quick pass says whether
+    there is one, a second finds the first one's path."""
+    nodes = [data]
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, dict):
+            nodes.extend(node.values())
+        elif isinstance(node, list):
+            nodes.extend(node)
+        elif isinstance(node, NonFinite):
+            break
+    else:
+        return None
     stack: list[tuple[Any, list]] = [(data, [])]
     while stack:
         node, path = stack.pop()
