@@ -56,9 +56,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Callable, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Strict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Strict, ValidationError
 from pydantic.fields import FieldInfo
-from pydantic_core import ErrorDetails
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from placer.errors import PlacerError
 from placer.fileio import note_read
@@ -187,20 +187,23 @@ def describe_error(err: ValidationError, model: type[BaseModel]) -> str:
     schema = json_schema(model)
     found = [(_walk(schema, e["loc"]), e) for e in err.errors(include_url=False)]
     (nodes, path), first = min(found, key=lambda f: len(f[0][1]) - (f[1]["type"] in _KEYED))
-    kind = first["type"]
-    shown_value = first["input"]
-    if kind in ("union_tag_not_found", "union_tag_invalid"):   # a tagged object's tag field
-        path = [*path, first["ctx"]["discriminator"].strip("'")]
-        shown_value = first["ctx"].get("tag")
-    if kind in ("missing", "union_tag_not_found"):
+    kind, value = first["type"], first["input"]
+    if kind in ("union_tag_not_found", "union_tag_invalid") and isinstance(value, dict):
+        key = first["ctx"]["discriminator"].strip("'")      # an object's tag field (its ``kind``)
+        nodes, path = _walk(schema, (*first["loc"], key))
+        kind, value = ("missing" if key not in value else kind), value.get(key)
+    if kind == "missing" and path and isinstance(path[-1], int):   # a list too short for its items
+        nodes, path = nodes[:-1], path[:-1]
+        kind = "too_short"
+    if kind == "missing":
         return f"field '{field_path(path)}': missing"
     if kind == "extra_forbidden":
-        known = list(nodes[-2].get("properties", {})) if len(nodes) > 1 else []
+        known = sorted(nodes[-2].get("properties", {})) if len(nodes) > 1 else []
         return f"field '{field_path(path)}': not a key placer knows here (known: {', '.join(known)})"
     expected = next((n["description"] for n in reversed(nodes) if n.get("description")), None)
     expected = expected or _default_expectation(first, nodes[-1])
     where = f"field '{field_path(path)}': " if path else ""
-    return f"{where}expected {expected}, found {shown(shown_value)}"
+    return f"{where}expected {expected}, found {shown(value)}"
 
 
 _KEYED = ("missing", "extra_forbidden")   # errors whose path names the key, one below the object
@@ -241,6 +244,8 @@ def _walk(schema: dict, loc) -> tuple[list[dict], list]:
                 node = tagged[0]
                 nodes.append(node)
                 continue
+        if members and isinstance(part, str):   # a key of a union's members: the first that has it
+            node = next((m for m in members if part in m.get("properties", ())), node)
         path.append(part)
         if isinstance(part, int):
             prefix = node.get("prefixItems") or []
@@ -249,6 +254,8 @@ def _walk(schema: dict, loc) -> tuple[list[dict], list]:
             nxt = node.get("properties", {}).get(part, node.get("additionalProperties"))
         node = resolve(nxt) if isinstance(nxt, dict) else {}
         nodes.append(node)
+    if optional(node) is not node:   # the field's own description may be its type's
+        nodes.append(optional(node))
     return nodes, path
 
 
@@ -358,6 +365,19 @@ BY_JSON_TYPE = Discriminator(json_type, custom_error_type="wrong_json_type",
                              custom_error_message="a value of a JSON type the field does not take")
 
 
+def _not_null(value: Any) -> Any:
+    if value is None:
+        raise PydanticCustomError("null", "null where a value is needed")
+    return value
+
+
+def given(kind: Any) -> BeforeValidator:
+    """An optional key that is not null: ``Annotated[X | None, given(X)] = None`` is None
+    when the key is absent, and an X when it is written (null is refused, and the JSON
+    Schema says X)."""
+    return BeforeValidator(_not_null, json_schema_input_type=kind)
+
+
 def number(description: str, minimum: float = 0.0, positive: bool = False) -> FieldInfo:
     """A finite number of at least ``minimum`` (above it, with ``positive``)."""
     if positive:
@@ -379,6 +399,8 @@ Real = Annotated[float, Strict(), Field(allow_inf_nan=False)]
 # int64 (what Caffe2 and numpy count in: 10**400 bytes is no count).
 Integer = Annotated[int, Strict(), Field(ge=-INT64, lt=INT64)]
 NonNegativeInt = Annotated[Integer, Field(ge=0)]
+# ``"schema_version": 1``, the version of a document this placer reads (not ``true``)
+VERSION_1 = Annotated[Integer, Field(ge=1, le=1, json_schema_extra={"const": 1})]
 Boolean = Annotated[bool, Strict()]
 FLAG = Annotated[Boolean, Field(description="true or false")]
 # The ranges of real hardware, generously: anything outside is refused at its field.
@@ -394,6 +416,6 @@ TEXT = Annotated[str, Strict(), Field(description="a string")]
 
 
 __all__ = ["read_document", "read_model", "parse_document", "check_model", "describe_error", "field_path", "shown",
-           "json_schema", "NonFinite", "Open", "Closed", "json_type", "BY_JSON_TYPE", "number", "within", "Real", "Integer",
-           "NonNegativeInt", "Boolean", "FLAG", "FLOPS", "BYTES_PER_S", "CAPACITY_BYTES", "OVERHEAD_S", "LATENCY_S",
+           "json_schema", "NonFinite", "Open", "Closed", "given", "json_type", "BY_JSON_TYPE", "number", "within", "Real", "Integer",
+           "NonNegativeInt", "VERSION_1", "Boolean", "FLAG", "FLOPS", "BYTES_PER_S", "CAPACITY_BYTES", "OVERHEAD_S", "LATENCY_S",
            "POSITIVE", "NON_NEGATIVE", "COUNT", "TEXT", "MAX_DOCUMENT_BYTES", "MAX_PLAN_BYTES"]

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from placer.documents import NON_NEGATIVE, TEXT, Integer, NonNegativeInt, Open
+from placer.documents import NON_NEGATIVE, TEXT, VERSION_1, Integer, NonNegativeInt, Open
 
 MEASUREMENTS_KIND = "collectives"   # the file's ``kind``
 MEASUREMENTS_VERSION = 1
@@ -28,7 +28,7 @@ class Measurements(Open):
     model_config = ConfigDict(title="placer collectives measurements")
     DESCRIPTION = "a JSON object"
     kind: Literal["collectives"]
-    schema_version: Literal[1]
+    schema_version: VERSION_1
     gpus: Annotated[list[NonNegativeInt], Field(description="a list of GPU numbers")]
     gpu_names: list[TEXT]
     nccl_version: Integer

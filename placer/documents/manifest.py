@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from placer.documents import Integer, NonNegativeInt, Open, Real
+from placer.documents import VERSION_1, Integer, NonNegativeInt, Open, Real, given
 
 MANIFEST_SCHEMA = "placer.cluster_manifest"   # the manifest's ``schema`` tag
 MANIFEST_VERSION = 1
@@ -61,13 +61,13 @@ class Manifest(Open):
     model_config = ConfigDict(title="placer cluster manifest", populate_by_name=True)
     DESCRIPTION = "a JSON object"
     schema_: Literal["placer.cluster_manifest"] = Field(alias="schema")
-    schema_version: Literal[1]
+    schema_version: VERSION_1
     net: Text
     cluster: ClusterPart
     world: World
     inputs: dict[str, Any] = {}
     outputs: Names = []
-    placed_net: FileName | None = None
+    placed_net: Annotated[FileName | None, given(FileName)] = None
     one_process_net: FileName
     one_process_gpus: NonNegativeInt = 0
     predicted: Predicted

@@ -11,7 +11,7 @@ from typing import Annotated, Union
 
 from pydantic import ConfigDict, Field, Strict, Tag
 
-from placer.documents import BY_JSON_TYPE, Boolean, Integer, Open, Real
+from placer.documents import BY_JSON_TYPE, Boolean, Integer, Open, Real, given
 
 Str = Annotated[str, Strict()]
 Num = Annotated[Real | None, Field(description="a finite number or null")]
@@ -21,6 +21,12 @@ Names = Annotated[list[Str], Field(description="a list of names")]
 Indices = Annotated[list[Integer], Field(description="a list of op indices")]
 Text = Annotated[Str | None, Field(description="a string or null")]
 ByDevice = dict[str, Num] | None
+# keys that may be absent (None) but not null
+OptStr = Annotated[Str | None, given(Str)]
+OptInt = Annotated[Integer | None, given(Integer)]
+OptBool = Annotated[Boolean | None, given(Boolean)]
+OptNames = Annotated[Names | None, given(Names)]
+OptIndices = Annotated[Indices | None, given(Indices)]
 # the devices an op is pinned to: one name or several
 Pinned = Annotated[Union[Annotated[Str, Tag("string")], Annotated[list[Str], Tag("array")]], BY_JSON_TYPE]
 
@@ -35,7 +41,7 @@ class ProfileRef(Open):
 class MachineDeviceInfo(Open):
     """A device of the plan's machine."""
 
-    name: Str | None = None
+    name: OptStr = None
     kind: Text = None
 
 
@@ -44,16 +50,16 @@ class MachineInfo(Open):
 
     name: Text = None
     description: Text = None
-    devices: list[MachineDeviceInfo] | None = None
+    devices: Annotated[list[MachineDeviceInfo] | None, given(list[MachineDeviceInfo])] = None
 
 
 class OpInfo(Open):
     """An op of the plan: where it runs, its predicted time per device, why."""
 
-    index: Integer | None = None
+    index: OptInt = None
     name: Text = None
     type: Text = None
-    device: Str | None = None
+    device: OptStr = None
     device_kind: Text = None
     time_s: ByDevice = None
     source: dict[str, Text] | None = None
@@ -61,12 +67,12 @@ class OpInfo(Open):
     flops: Num = None
     param_bytes: Num = None
     output_bytes: Num = None
-    outputs: Names | None = None
+    outputs: OptNames = None
     pinned: Pinned | None = None
     # version-1 plans (one CPU and one GPU) priced each op per kind; version 2 gives
     # time_s per device, for any number of devices
-    copies_in: Names | None = None
-    copies_out: Names | None = None
+    copies_in: OptNames = None
+    copies_out: OptNames = None
     cpu_s: Num = None
     gpu_s: Num = None
     cpu_source: Text = None
@@ -77,22 +83,22 @@ class TensorInfo(Open):
     """A tensor: its producer, consumers and size."""
 
     name: Text = None
-    producer: Integer | None = None
-    consumers: Indices | None = None
+    producer: OptInt = None
+    consumers: OptIndices = None
     bytes: Num = None
-    external_output: Boolean | None = None
+    external_output: OptBool = None
 
 
 class CopyInfo(Open):
     """A copy of a tensor between two devices."""
 
-    src: Str | None = None
-    dst: Str | None = None
+    src: OptStr = None
+    dst: OptStr = None
     direction: Text = None
     bytes: Num = None
     time_s: Num = None
-    producer: Integer | None = None
-    consumers: Indices | None = None
+    producer: OptInt = None
+    consumers: OptIndices = None
 
 
 class Baseline(Open):
@@ -102,11 +108,11 @@ class Baseline(Open):
     compute_s: Cost = None
     copy_s: Cost = None
     makespan_s: Cost = None
-    feasible: Boolean | None = None
+    feasible: OptBool = None
     label: Text = None
     gpu_ops: Num = None
     gpu_memory_bytes: Num = None
-    devices_used: Names | None = None
+    devices_used: OptNames = None
     why_infeasible: Text = None
     note: Text = None
 
@@ -121,8 +127,8 @@ class GpuMemory(Open):
 class LinkBytes(Open):
     """Bytes copied over one link."""
 
-    src: Str | None = None
-    dst: Str | None = None
+    src: OptStr = None
+    dst: OptStr = None
     bytes: Num = None
     copies: Num = None
     time_s: Num = None
@@ -131,7 +137,7 @@ class LinkBytes(Open):
 class Event(Open):
     """An event of a schedule: an op or a copy on a lane, from start_s to end_s."""
 
-    lane: Str | None = None
+    lane: OptStr = None
     kind: Text = None
     name: Text = None
     type: Text = None
@@ -145,7 +151,7 @@ class Schedule(Open):
     """A schedule of the plan (serial, or the makespan simulator's)."""
 
     makespan_s: Num = None
-    events: list[Event] | None = None
+    events: Annotated[list[Event] | None, given(list[Event])] = None
 
 
 class PlanDocument(Open):
@@ -153,7 +159,7 @@ class PlanDocument(Open):
 
     model_config = ConfigDict(title="placer plan document")
     DESCRIPTION = "a JSON object (what placer plan --json prints)"
-    schema_version: Integer | None = None
+    schema_version: OptInt = None
     net: Text = None
     path: Text = None
     objective: Text = None
@@ -165,21 +171,21 @@ class PlanDocument(Open):
     gap: Num = None
     optimal: Boolean | None = None
     optimality: Text = None
-    outputs_on_host: Boolean | None = None
-    notes: list[Str] | None = None
-    devices: Names | None = None
-    profiles: dict[str, ProfileRef] | None = None
-    machine: MachineInfo | None = None
+    outputs_on_host: OptBool = None
+    notes: Annotated[list[Str] | None, given(list[Str])] = None
+    devices: OptNames = None
+    profiles: Annotated[dict[str, ProfileRef] | None, given(dict[str, ProfileRef])] = None
+    machine: Annotated[MachineInfo | None, given(MachineInfo)] = None
     ops: Annotated[list[OpInfo], Field(description="a list of op objects")]
-    tensors: list[TensorInfo] | None = None
-    copies: list[CopyInfo] | None = None
-    baselines: dict[str, Baseline] | None = None
-    memory: dict[str, dict[str, Num]] | None = None
+    tensors: Annotated[list[TensorInfo] | None, given(list[TensorInfo])] = None
+    copies: Annotated[list[CopyInfo] | None, given(list[CopyInfo])] = None
+    baselines: Annotated[dict[str, Baseline] | None, given(dict[str, Baseline])] = None
+    memory: Annotated[dict[str, dict[str, Num]] | None, given(dict[str, dict[str, Num]])] = None
     gpu_memory: GpuMemory | None = None
-    memory_timeline: dict[str, list[Num]] | None = None
-    link_bytes: list[LinkBytes] | None = None
+    memory_timeline: Annotated[dict[str, list[Num]] | None, given(dict[str, list[Num]])] = None
+    link_bytes: Annotated[list[LinkBytes] | None, given(list[LinkBytes])] = None
     pcie_bytes: ByDevice = None
-    schedules: dict[str, Schedule] | None = None
+    schedules: Annotated[dict[str, Schedule] | None, given(dict[str, Schedule])] = None
 
 
 __all__ = ["PlanDocument", "OpInfo", "TensorInfo", "CopyInfo", "Baseline", "Event", "Schedule"]

@@ -9,7 +9,8 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import ConfigDict, Field, Tag
 
 from placer.documents import (BYTES_PER_S, CAPACITY_BYTES, COUNT, FLOPS, LATENCY_S, NON_NEGATIVE, OVERHEAD_S,
-                              POSITIVE, TEXT, BY_JSON_TYPE, FLAG, Boolean, Closed, NonNegativeInt, Open, Real, number)
+                              POSITIVE, TEXT, VERSION_1, BY_JSON_TYPE, FLAG, Boolean, Closed, NonNegativeInt, Open, Real, given,
+                              number)
 
 PROFILE_SCHEMA_VERSION = 1     # of device, machine and cluster profiles
 # The most GPUs one machine may have (--gpus, a machine profile): a link is kept for every
@@ -26,7 +27,7 @@ TIMING_METHODS = ("in-network", "isolated")
 # the NVLink / NVSwitch kinds of ``placer.hardware.machine.LINK_KINDS``.
 PEER_KINDS = ("staged", "pcie-p2p", "nvlink2", "nvlink3", "nvlink4", "nvswitch-a100", "nvswitch-h100")
 
-SchemaVersion = Annotated[Literal[1], Field(description=f"version {PROFILE_SCHEMA_VERSION} "
+SchemaVersion = Annotated[VERSION_1, Field(description=f"version {PROFILE_SCHEMA_VERSION} "
                                                         "(the version this placer reads)")]
 # [bytes, seconds] of a measured copy
 CurvePoint = Annotated[tuple[Annotated[Real, number("[bytes > 0, seconds >= 0]", positive=True)],
@@ -88,16 +89,19 @@ class Fit(Open):
     memory_efficiency: POSITIVE
     points: NON_NEGATIVE
     median_abs_pct_error: NON_NEGATIVE
-    half_efficiency_rows: POSITIVE | None = None
-    p90_abs_pct_error: NON_NEGATIVE | None = None
-    spread_pct: NON_NEGATIVE | None = None
+    half_efficiency_rows: Annotated[POSITIVE | None, given(POSITIVE)] = None
+    p90_abs_pct_error: Annotated[NON_NEGATIVE | None, given(NON_NEGATIVE)] = None
+    spread_pct: Annotated[NON_NEGATIVE | None, given(NON_NEGATIVE)] = None
     covered: FLAG = True
+
+
+SourceKind = Field(description="'measured' or 'datasheet'")
 
 
 class Measured(Open):
     """Figures measured on a host, on a date."""
 
-    kind: Literal["measured"]
+    kind: Annotated[Literal["measured"], SourceKind]
     host: TEXT
     date: TEXT
 
@@ -105,8 +109,16 @@ class Measured(Open):
 class Datasheet(Open):
     """Figures from datasheets, each with its origin (``figures``: figure -> origin)."""
 
-    kind: Literal["datasheet"]
+    kind: Annotated[Literal["datasheet"], SourceKind]
     figures: dict[str, Any]
+
+
+class PeakFlops(Open):
+    """FLOP/s per dtype: float32's, and any other's."""
+
+    DESCRIPTION = "an object of FLOP/s per dtype"
+    __pydantic_extra__: dict[str, FLOPS] = Field(init=False)   # type: ignore[assignment]
+    float32: FLOPS
 
 
 class Device(Open):
@@ -115,12 +127,12 @@ class Device(Open):
     DESCRIPTION = "a device object"
     kind: Annotated[Literal["cpu", "gpu"], Field(description="'cpu' or 'gpu'")]
     name: TEXT
-    source: Annotated[Measured | Datasheet, Field(discriminator="kind", description="'measured' or 'datasheet'")]
-    peak_flops: Annotated[dict[str, FLOPS], Field(description="an object of FLOP/s per dtype")]
+    source: Annotated[Measured | Datasheet, Field(discriminator="kind")]
+    peak_flops: PeakFlops
     memory_bandwidth_bytes_per_s: BYTES_PER_S
     memory_capacity_bytes: CAPACITY_BYTES
     launch_overhead_s: OVERHEAD_S
-    link: Link | None = None
+    link: Annotated[Link | None, given(Link)] = None
     ops: list[OpEntry] = []
     fits: dict[str, Fit] = {}
     fits_digest: TEXT = ""
@@ -194,24 +206,26 @@ class MachineDocument(Closed):
 
 # ------------------------------------------------------------------ cluster profile
 
-class HostParts(Open):
-    """What a host entry may say besides its machine profile."""
-
-    machine: Annotated[TEXT, Field(description="a machine profile name or file")]
-    cpu: Annotated[TEXT, Field(description="a CPU profile name or file")] | None = None
-    memory_bytes: POSITIVE | None = None
+CpuRef = Annotated[TEXT, Field(description="a CPU profile name or file")]
+MachineRef = Annotated[TEXT, Field(description="a machine profile name or file")]
 
 
-class Host(HostParts):
-    """One named host."""
+class Host(Open):
+    """One named host: its machine profile, and the CPU profile and memory it has there."""
 
     name: TEXT
+    machine: MachineRef
+    cpu: Annotated[CpuRef | None, given(CpuRef)] = None
+    memory_bytes: Annotated[POSITIVE | None, given(POSITIVE)] = None
 
 
-class Hosts(HostParts):
+class Hosts(Open):
     """``count`` alike hosts, named ``prefix`` + 0, 1, ..."""
 
     count: COUNT
+    machine: MachineRef
+    cpu: Annotated[CpuRef | None, given(CpuRef)] = None
+    memory_bytes: Annotated[POSITIVE | None, given(POSITIVE)] = None
     prefix: TEXT = "h"
 
 

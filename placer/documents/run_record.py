@@ -8,13 +8,14 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 
-from placer.documents import FLAG, TEXT, NonNegativeInt, Open, Real, number
+from placer.documents import FLAG, TEXT, VERSION_1, NonNegativeInt, Open, Real, given, number
 
 RUN_RECORD_SCHEMA = "placer.run_record"   # the file's ``schema`` tag
 RUN_RECORD_VERSION = 1
 
 Seconds = Annotated[Real, number("a non-negative finite number of seconds")]
 Bytes = Annotated[NonNegativeInt, Field(description="a non-negative integer number of bytes")]
+Count = Annotated[NonNegativeInt, Field(description="a count of timed runs (0 or more)")]
 
 
 class OpRunEntry(Open):
@@ -28,11 +29,11 @@ class OpRunEntry(Open):
     samples_s: list[Seconds] = []
     copy_bytes: Bytes = 0
     copy_direction: TEXT = ""
-    count: Annotated[NonNegativeInt, Field(description="a count of timed runs (0 or more)")] | None = None
-    mean_s: Seconds | None = None
-    std_s: Seconds | None = None
-    min_s: Seconds | None = None
-    max_s: Seconds | None = None
+    count: Annotated[Count | None, given(Count)] = None
+    mean_s: Annotated[Seconds | None, given(Seconds)] = None
+    std_s: Annotated[Seconds | None, given(Seconds)] = None
+    min_s: Annotated[Seconds | None, given(Seconds)] = None
+    max_s: Annotated[Seconds | None, given(Seconds)] = None
     links: list[Annotated[tuple[TEXT, TEXT, Bytes], Field(description="[source, target, bytes]")]] = []
 
 
@@ -42,7 +43,7 @@ class RunRecordDocument(Open):
     model_config = ConfigDict(title="placer run record", populate_by_name=True)
     DESCRIPTION = "a JSON object"
     schema_: Literal["placer.run_record"] = Field(alias="schema")
-    schema_version: Literal[1]
+    schema_version: VERSION_1
     net_name: TEXT
     devices: Annotated[list[TEXT], Field(description="a list of device names")]
     ops: list[OpRunEntry]

@@ -222,7 +222,7 @@ def _device_from_document(path: str, raw: Device, where: str) -> DeviceProfile:
     _check_origins(path, raw, f"{where}.source")
     dev = DeviceProfile(
         kind=raw.kind, name=raw.name, source=raw.source.model_dump(),
-        peak_flops=dict(raw.peak_flops), memory_bandwidth_bytes_per_s=raw.memory_bandwidth_bytes_per_s,
+        peak_flops=raw.peak_flops.model_dump(), memory_bandwidth_bytes_per_s=raw.memory_bandwidth_bytes_per_s,
         memory_capacity_bytes=raw.memory_capacity_bytes, launch_overhead_s=raw.launch_overhead_s)
     if raw.link is not None:
         dev.link = {d: {m: LinkCurve(c.latency_s, c.bytes_per_s, sorted((int(b), t) for b, t in c.points))
