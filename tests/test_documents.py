@@ -233,3 +233,26 @@ def test_what_placer_writes_reads_back_through_its_model(tmp_path, capsys):
     assert main(["plan", str(net), "--cluster", "local-2hosts", "-o", str(tmp_path / "cluster")]) == 0
     _reads_back_the_same(tmp_path / "cluster" / "manifest.json", models["manifest"])
     _reads_back_the_same(tmp_path / "cluster" / "plan.json", models["plan"])
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda d: d.update(schema_version=True), "field 'schema_version': expected version 1 (the version this placer "
+                                              "reads), found true"),
+    (lambda d: d["devices"][0].update(link=None), "field 'devices[0].link': expected a device object, found null"),
+    (lambda d: d["devices"][0]["peak_flops"].pop("float32"), "field 'devices[0].peak_flops.float32': missing"),
+    (lambda d: d["devices"][0]["source"].update(kind=None), "field 'devices[0].source.kind': expected 'measured' or "
+                                                            "'datasheet', found null"),
+    (lambda d: d["devices"][0]["source"].pop("kind"), "field 'devices[0].source.kind': missing"),
+    (lambda d: d["devices"][0].update(memory_capacity_bytes="3"), "field 'devices[0].memory_capacity_bytes': "
+                                                                  "expected bytes (1e+06 to 1e+16), found '3'"),
+])
+def test_a_profile_is_refused_as_its_schema_said(tmp_path, change, words):
+    """What the JSON Schemas refused, the models refuse, in the same words: a version of
+    ``true``, null for a key that may be left out, a missing float32 peak, a source's kind."""
+    from placer.hardware.profiles import load_profile
+    data = json.loads((Path(__file__).resolve().parents[1] / "profiles" / "host-ci-2core.json").read_text())
+    change(data)
+    (tmp_path / "p.json").write_text(json.dumps(data))
+    with pytest.raises(ProfileError) as refused:
+        load_profile(tmp_path / "p.json")
+    assert words in str(refused.value)
