@@ -194,7 +194,7 @@ def describe_error(err: ValidationError, model: type[BaseModel]) -> str:
         kind, value = ("missing" if key not in value else kind), value.get(key)
     if kind == "missing" and path and isinstance(path[-1], int):   # a list too short for its items
         nodes, path = nodes[:-1], path[:-1]
-        kind = "too_short"
+        kind = "too_short"                                         # (the list is what is wrong)
     if kind == "missing":
         return f"field '{field_path(path)}': missing"
     if kind == "extra_forbidden":
@@ -207,7 +207,8 @@ def describe_error(err: ValidationError, model: type[BaseModel]) -> str:
 
 
 _KEYED = ("missing", "extra_forbidden")   # errors whose path names the key, one below the object
-_JSON_TYPES = {dict: "object", list: "array", tuple: "array", str: "string", bool: "boolean", int: "integer", float: "number"}
+_JSON_TYPES = {dict: "object", list: "array", tuple: "array", str: "string", bool: "boolean", int: "integer",
+               float: "number"}
 
 
 @lru_cache(maxsize=None)
@@ -338,7 +339,7 @@ class Open(BaseModel):
     """An object of a document that may carry keys placer does not read (kept, as
     ``model_extra``): a later version's fields, a person's notes."""
 
-    model_config = ConfigDict(extra="allow", json_schema_extra=_schema_description)
+    model_config = ConfigDict(extra="allow", json_schema_extra=_schema_description, defer_build=True)
     DESCRIPTION: ClassVar[str | None] = None
 
 
@@ -347,7 +348,7 @@ class Closed(BaseModel):
     not know is a typo (a misspelt ``peer_links`` would drop the NVLink topology) and is
     refused, naming the keys it knows."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_schema_description)
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_schema_description, defer_build=True)
     DESCRIPTION: ClassVar[str | None] = None
 
 
@@ -416,6 +417,7 @@ TEXT = Annotated[str, Strict(), Field(description="a string")]
 
 
 __all__ = ["read_document", "read_model", "parse_document", "check_model", "describe_error", "field_path", "shown",
-           "json_schema", "NonFinite", "Open", "Closed", "given", "json_type", "BY_JSON_TYPE", "number", "within", "Real", "Integer",
-           "NonNegativeInt", "VERSION_1", "Boolean", "FLAG", "FLOPS", "BYTES_PER_S", "CAPACITY_BYTES", "OVERHEAD_S", "LATENCY_S",
-           "POSITIVE", "NON_NEGATIVE", "COUNT", "TEXT", "MAX_DOCUMENT_BYTES", "MAX_PLAN_BYTES"]
+           "json_schema", "NonFinite", "Open", "Closed", "given", "json_type", "BY_JSON_TYPE", "number", "within",
+           "Real", "Integer", "NonNegativeInt", "VERSION_1", "Boolean", "FLAG", "FLOPS", "BYTES_PER_S",
+           "CAPACITY_BYTES", "OVERHEAD_S", "LATENCY_S", "POSITIVE", "NON_NEGATIVE", "COUNT", "TEXT",
+           "MAX_DOCUMENT_BYTES", "MAX_PLAN_BYTES"]

@@ -8,9 +8,9 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import ConfigDict, Field, Tag
 
-from placer.documents import (BYTES_PER_S, CAPACITY_BYTES, COUNT, FLOPS, LATENCY_S, NON_NEGATIVE, OVERHEAD_S,
-                              POSITIVE, TEXT, VERSION_1, BY_JSON_TYPE, FLAG, Boolean, Closed, NonNegativeInt, Open, Real, given,
-                              number)
+from placer.documents import (BY_JSON_TYPE, BYTES_PER_S, CAPACITY_BYTES, COUNT, FLAG, FLOPS, LATENCY_S, NON_NEGATIVE,
+                              OVERHEAD_S, POSITIVE, TEXT, VERSION_1, Boolean, Closed, NonNegativeInt, Open, Real,
+                              given, number)
 
 PROFILE_SCHEMA_VERSION = 1     # of device, machine and cluster profiles
 # The most GPUs one machine may have (--gpus, a machine profile): a link is kept for every
@@ -161,8 +161,8 @@ class GpuEntry(Open):
     """``count`` GPUs of one profile."""
 
     profile: TEXT
-    count: Annotated[COUNT, Field(le=MAX_GPUS_PER_MACHINE, description=f"a positive integer (at most "
-                                                                       f"{MAX_GPUS_PER_MACHINE} GPUs in one machine)")] = 1
+    count: Annotated[COUNT, Field(le=MAX_GPUS_PER_MACHINE, description="a positive integer (at most "
+                                  f"{MAX_GPUS_PER_MACHINE} GPUs in one machine)")] = 1
 
 
 class PeerLink(Closed):
@@ -251,7 +251,8 @@ class ClusterDocument(Closed):
     description: TEXT = ""
     sources: dict[str, TEXT] = {}
     hosts: Annotated[Union[Annotated[list[Host], Field(min_length=1), Tag("array")], Annotated[Hosts, Tag("object")]],
-                     BY_JSON_TYPE, Field(description="a non-empty list of {\"name\", \"machine\"} or {\"count\": N, \"machine\"}")]
+                     BY_JSON_TYPE,
+                     Field(description='a non-empty list of {"name", "machine"} or {"count": N, "machine"}')]
     network: ClusterNetwork
 
 

@@ -17,7 +17,7 @@ Entry = Annotated[tuple[Integer, list[Integer]], Field(description="[data_type, 
 class ValueInfo(RootModel[dict[str, Entry]]):
     """Each blob's [data_type, shape]."""
 
-    model_config = ConfigDict(title="Caffe2 model-zoo value_info.json",
+    model_config = ConfigDict(title="Caffe2 model-zoo value_info.json", defer_build=True,
                               json_schema_extra={"description": VALUE_INFO_FORM})
 
 
