@@ -198,7 +198,8 @@ def test_what_placer_writes_reads_back_through_its_model(tmp_path, capsys):
     from placer.cli import main
     from placer.formats import save_value_info
     from placer.hardware.device_profile import save_profile
-    from placer.hardware.machine import PEER_KINDS, LINK_KINDS
+    from placer.documents.profiles import PEER_KINDS
+    from placer.hardware.machine import LINK_KINDS
     from placer.hardware.profiles import find_profile, load_profile
     from placer.profiling.collective_bench import CollectiveMeasurements, CollectivePoint, save_measurements
     from placer.profiling.link import machine_profile
