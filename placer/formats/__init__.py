@@ -19,7 +19,8 @@ import os
 import re
 from pathlib import Path
 
-from placer.documents import read_document
+from placer.documents import read_model
+from placer.documents.value_info import ValueInfo
 from placer.errors import NetParseError, PlacerError, ShapeError
 from placer.fileio import atomic_write_text
 from placer.formats.caffe2 import load_caffe2_net, looks_textual, read_file_bytes
@@ -128,7 +129,6 @@ def find_init_net(path: str | os.PathLike) -> str | None:
 
 
 VALUE_INFO = "value_info.json"
-VALUE_INFO_FORM = '{blob: [data_type, [d0, d1, ...]]}, e.g. {"data": [1, [1, 3, 224, 224]]}'
 
 
 def value_info_paths(path: str | os.PathLike) -> list[Path]:
@@ -136,15 +136,6 @@ def value_info_paths(path: str | os.PathLike) -> list[Path]:
     the model zoo's ``value_info.json`` in the same folder."""
     p = Path(path)
     return [p.with_name(p.stem + ".value_info.json"), p.with_name(VALUE_INFO)]
-
-
-# value_info.json as JSON Schema (placer.documents); data types and dimensions are checked after.
-VALUE_INFO_SCHEMA = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "Caffe2 model-zoo value_info.json",
-    "type": "object", "description": VALUE_INFO_FORM,
-    "additionalProperties": {
-        "type": "array", "minItems": 2, "maxItems": 2, "description": "[data_type, [d0, d1, ...]] with integers",
-        "prefixItems": [{"type": "integer"}, {"type": "array", "items": {"type": "integer"}}]}}
 
 
 def read_value_info(path: str | os.PathLike) -> dict[str, TensorType]:
@@ -156,15 +147,14 @@ def read_value_info(path: str | os.PathLike) -> dict[str, TensorType]:
         if candidate.exists():  # a folder of that name is refused, not passed over
             def error(message: str, hint: str | None = None) -> NetParseError:
                 return NetParseError(str(candidate), message.removeprefix(f"{candidate}: "), hint=hint)
-            return parse_value_info(read_document(candidate, VALUE_INFO_SCHEMA, "value_info.json", error),
-                                    str(candidate))
+            return parse_value_info(read_model(candidate, ValueInfo, "value_info.json", error), str(candidate))
     return {}
 
 
-def parse_value_info(raw: dict, where: str) -> dict[str, TensorType]:
-    """Shapes from a checked value_info document (``VALUE_INFO_SCHEMA``)."""
+def parse_value_info(doc: ValueInfo, where: str) -> dict[str, TensorType]:
+    """Shapes from a checked value_info document."""
     shapes = {}
-    for name, (data_type, dims) in raw.items():
+    for name, (data_type, dims) in doc.root.items():
         dtype = DATA_TYPE_TO_DTYPE.get(data_type)
         if dtype is None:
             raise NetParseError(where, f"blob '{name}': unknown TensorProto data type {data_type} "

@@ -35,7 +35,8 @@ from typing import Mapping
 import numpy as np
 
 from placer.hardware import constants as K
-from placer.documents import BYTES_PER_S, COUNT, LATENCY_S, POSITIVE, TEXT, check_document, read_document
+from placer.documents import check_model, read_document
+from placer.documents.profiles import ClusterDocument, ClusterNetwork, Host, Hosts
 from placer.errors import ProfileError
 from placer.hardware.machine import HOST, Hop, Link, Machine, MachineDevice, load_machine
 from placer.hardware.device_profile import LinkCurve
@@ -174,80 +175,49 @@ def find_cluster(name_or_path: str | Path) -> Path:
     return find_shipped(name_or_path, shipped_clusters_dir(), "cluster profile")
 
 
-_HOST = {"cpu": {"type": "string", "description": "a CPU profile name or file"},
-         "machine": {"type": "string", "description": "a machine profile name or file"},
-         "memory_bytes": POSITIVE}
-# A cluster profile file (profiles/README.md), as JSON Schema (placer.documents).
-CLUSTER_SCHEMA = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "placer cluster profile",
-    "type": "object", "description": "a JSON object",
-    "required": ["schema_version", "kind", "name", "hosts", "network"],
-    "properties": {
-        "schema_version": {"const": K.PROFILE_SCHEMA_VERSION,
-                           "description": f"version {K.PROFILE_SCHEMA_VERSION} (the version this placer reads)"},
-        "kind": {"const": "cluster"}, "name": TEXT, "description": TEXT,
-        "sources": {"type": "object", "additionalProperties": TEXT},
-        "hosts": {"type": ["array", "object"],
-                  "description": "a non-empty list of {\"name\", \"machine\"} or {\"count\": N, \"machine\"}",
-                  "if": {"type": "object"},
-                  "then": {"required": ["count", "machine"],
-                           "properties": {**_HOST, "count": COUNT, "prefix": TEXT}},
-                  "else": {"minItems": 1, "items": {
-                      "type": "object", "required": ["name", "machine"],
-                      "properties": {**_HOST, "name": TEXT}}}},
-        "network": {"type": "object", "description": "an object: kind, bytes_per_s, latency_s, gpudirect_rdma",
-                    "required": ["bytes_per_s", "latency_s"], "properties": {
-                        "kind": TEXT, "source": TEXT, "bytes_per_s": BYTES_PER_S, "latency_s": LATENCY_S,
-                        "gpudirect_rdma": {"type": "boolean", "description": "true or false"}}}},
-    "additionalProperties": False}
-
-
 def load_cluster(name_or_path: str | Path) -> ClusterMachine:
     """A cluster profile file (or a shipped name) as a ``ClusterMachine``."""
     path = find_cluster(name_or_path)
-    data = read_document(path, None, "cluster profile", ProfileError)
+    data = read_document(path, "cluster profile", ProfileError)
     if not isinstance(data, Mapping) or data.get("kind") != "cluster":
         raise ProfileError(f"{path}: not a cluster profile (expected \"kind\": \"cluster\")",
                            hint="a machine profile goes to --machine")
-    check_document(data, CLUSTER_SCHEMA, str(path), ProfileError)
-    hosts = [(h["name"], _host_machine(h, path)) for h in _host_entries(data["hosts"], path)]
-    return build_cluster(data["name"], hosts, _network(data["network"]), description=data.get("description", ""),
-                         sources=data.get("sources", {}), path=str(path))
+    doc = check_model(data, ClusterDocument, str(path), ProfileError)
+    hosts = [(name, _host_machine(h, path)) for name, h in _host_entries(doc.hosts, path)]
+    return build_cluster(doc.name, hosts, _network(doc.network), description=doc.description,
+                         sources=doc.sources, path=str(path))
 
 
-def _host_entries(hosts: list | Mapping, path: Path) -> list[dict]:
-    """``hosts`` as a list of entries, or ``{"count": N, ...}`` for N alike hosts h0..hN-1."""
+def _host_entries(hosts: list[Host] | Hosts, path: Path) -> list[tuple[str, Host | Hosts]]:
+    """(name, entry) of each host: a list of named entries, or ``{"count": N, ...}`` for N
+    alike hosts h0..hN-1."""
     if isinstance(hosts, list):
-        return [dict(h) for h in hosts]
-    count = hosts["count"]
-    if count > K.MAX_CLUSTER_DEVICES:
-        raise ProfileError(f"{path}: hosts.count {count}: placer plans at most {K.MAX_CLUSTER_DEVICES} "
+        return [(h.name, h) for h in hosts]
+    if hosts.count > K.MAX_CLUSTER_DEVICES:
+        raise ProfileError(f"{path}: hosts.count {hosts.count}: placer plans at most {K.MAX_CLUSTER_DEVICES} "
                            "devices in one cluster")
-    return [{**hosts, "name": f"{hosts.get('prefix', 'h')}{i}"} for i in range(count)]
+    return [(f"{hosts.prefix}{i}", hosts) for i in range(hosts.count)]
 
 
-def _host_machine(entry: Mapping, path: Path) -> Machine:
+def _host_machine(entry: Host | Hosts, path: Path) -> Machine:
     """A host's machine: its machine profile, with the CPU profile and memory the entry gives."""
     base = path.parent.parent if path.parent.name == "clusters" else path.parent
-    ref = entry["machine"]
+    ref = entry.machine
     local = base / "machines" / f"{ref}.json"
-    cpu = entry.get("cpu")
     cpu_profile = None
-    if cpu is not None:
-        cpu_file = base / f"{cpu}.json"
-        cpu_profile = load_device_profile(cpu_file if cpu_file.exists() else cpu, "cpu")
+    if entry.cpu is not None:
+        cpu_file = base / f"{entry.cpu}.json"
+        cpu_profile = load_device_profile(cpu_file if cpu_file.exists() else entry.cpu, "cpu")
     machine = load_machine(local if local.exists() else ref, cpu_profile)
-    memory = entry.get("memory_bytes")
-    if memory is not None:
+    if entry.memory_bytes is not None:
         cpu_dev = machine.devices[HOST]
-        profile = replace(cpu_dev.profile, memory_capacity_bytes=float(memory))
+        profile = replace(cpu_dev.profile, memory_capacity_bytes=entry.memory_bytes)
         machine.devices = (replace(cpu_dev, profile=profile),) + machine.devices[1:]
     return machine
 
 
-def _network(spec: Mapping) -> Network:
-    return Network(spec.get("kind", "network"), float(spec["bytes_per_s"]), float(spec["latency_s"]),
-                   spec.get("gpudirect_rdma", False), spec.get("source", ""))
+def _network(spec: ClusterNetwork) -> Network:
+    return Network(spec.kind, spec.bytes_per_s, spec.latency_s, spec.gpudirect_rdma, spec.source)
 
 
 def add_cluster_argument(parser) -> None:

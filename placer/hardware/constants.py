@@ -10,8 +10,6 @@ from __future__ import annotations
 GiB = 2 ** 30
 KiB = 2 ** 10
 
-PROFILE_SCHEMA_VERSION = 1
-
 # --- host CPU: the 2-core CI-like machine of DESIGN.md ("Measured facts") ----------
 # numpy 2.4 / OpenBLAS SkylakeX, float32 GEMM 1024^3.
 CI_HOST_GEMM_FLOPS_1_THREAD = 95e9     # FLOP/s, DESIGN.md measured facts table
@@ -107,9 +105,9 @@ NVLS_LINK_KINDS = ("nvswitch-h100",)  # link kinds whose switch reduces (NVSwitc
 # A cudaMemcpyPeerAsync of a few bytes costs about what a host copy does: an estimate
 # (the same small-copy floor as PCIE_LATENCY_S); replace with `placer profile --link`.
 PEER_LATENCY_S = 10e-6
-# The most devices one machine (or cluster) profile may have: a link is kept for every
-# ordered pair, and every plan prices ops per device, so size is refused before building.
-MAX_GPUS_PER_MACHINE = 256
+# The most devices a cluster profile may have: a link is kept for every ordered pair, and
+# every plan prices ops per device, so size is refused before building (one machine's
+# cap, MAX_GPUS_PER_MACHINE, is in placer.documents.profiles: its documents say it).
 MAX_CLUSTER_DEVICES = 2048
 
 # --- fit quality -----------------------------------------------------------------

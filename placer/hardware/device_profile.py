@@ -13,21 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from placer.hardware.constants import PROFILE_SCHEMA_VERSION
-from placer.documents import (BYTES_PER_S, CAPACITY_BYTES, FLOPS, LATENCY_S, NON_NEGATIVE, OVERHEAD_S, POSITIVE,
-                              TEXT, check_document, number, parse_document, read_document)
+from placer.documents import check_model, parse_document, read_document
+from placer.documents.profiles import (DIRECTIONS, MEMORY_KINDS, PROFILE_SCHEMA_VERSION, Device,
+                                       DeviceProfileDocument, OpEntry)
 from placer.errors import ProfileError
 from placer.fileio import atomic_write_text
 from placer.types import shape_problem
 from placer.types import TensorType
 
-DIRECTIONS = ("h2d", "d2h")
-# How an op entry was timed: "in-network" (the whole net run by the executor, each op
-# after its producer, on the inputs the previous op left, allocating its outputs: what a
-# run sees) or "isolated" (the op alone, called again and again on the same inputs:
-# warm caches, no producer). Entries written before the field existed were isolated.
-TIMING_METHODS = ("in-network", "isolated")
-MEMORY_KINDS = ("pinned", "pageable")
 # Figures a datasheet profile must give a source for (when the figure is present).
 SOURCED_FIGURES = ("peak_flops", "memory_bandwidth_bytes_per_s", "memory_capacity_bytes",
                    "launch_overhead_s", "link")
@@ -55,7 +48,7 @@ class LinkCurve:
 @dataclass
 class OpTiming:
     """A measured op: its key parts, the sample statistics, its roofline features, and how
-    it was timed (``method``, one of ``TIMING_METHODS``)."""
+    it was timed (``method``, one of ``placer.documents.profiles.TIMING_METHODS``)."""
 
     type: str
     inputs: tuple[TensorType, ...]
@@ -192,58 +185,6 @@ def op_key(op_type: str, inputs: Sequence[TensorType | None], args: Mapping[str,
 
 # ---------------------------------------------------------------------- validation
 
-_CURVE = {"type": "object", "required": ["latency_s", "bytes_per_s"], "properties": {
-    "latency_s": LATENCY_S, "bytes_per_s": BYTES_PER_S,
-    "points": {"type": "array", "items": {
-        "type": "array", "minItems": 2, "maxItems": 2, "description": "[bytes > 0, seconds >= 0]",
-        "prefixItems": [number("[bytes > 0, seconds >= 0]", positive=True),
-                        number("[bytes > 0, seconds >= 0]")]}}}}
-_DIRECTION = {"type": "object", "required": list(MEMORY_KINDS),
-              "properties": {mem: _CURVE for mem in MEMORY_KINDS}}
-_TENSOR = {"type": "object", "required": ["shape", "dtype"], "properties": {
-    "shape": {"type": "array", "description": "a list of non-negative integers",
-              "items": {"type": "integer", "minimum": 0}},
-    "dtype": {"type": "string", "description": "a numpy dtype name (float32, int64, ...)"}}}
-_OP = {"type": "object", "required": ["type", "inputs", "samples", "median_s", "iqr_s"], "properties": {
-    "type": TEXT, "inputs": {"type": "array", "items": _TENSOR}, "args": {"type": "object"},
-    "samples": number("a positive number of samples", positive=True),
-    "median_s": NON_NEGATIVE, "iqr_s": NON_NEGATIVE, "flops": NON_NEGATIVE, "bytes": NON_NEGATIVE,
-    "method": {"enum": list(TIMING_METHODS), "description": "one of " + ", ".join(TIMING_METHODS)}}}
-_FIT = {"type": "object", "required": ["overhead_s", "compute_efficiency", "memory_efficiency", "points",
-                                       "median_abs_pct_error"], "properties": {
-    "overhead_s": NON_NEGATIVE, "compute_efficiency": POSITIVE, "memory_efficiency": POSITIVE,
-    "points": NON_NEGATIVE, "median_abs_pct_error": NON_NEGATIVE, "half_efficiency_rows": POSITIVE,
-    "p90_abs_pct_error": NON_NEGATIVE, "spread_pct": NON_NEGATIVE,
-    "covered": {"type": "boolean", "description": "true or false"}}}
-_SOURCE = {"type": "object", "required": ["kind"], "properties": {
-    "kind": {"enum": ["measured", "datasheet"], "description": "'measured' or 'datasheet'"}},
-    "allOf": [{"if": {"properties": {"kind": {"const": "measured"}}},
-               "then": {"required": ["host", "date"], "properties": {"host": TEXT, "date": TEXT}}},
-              {"if": {"properties": {"kind": {"const": "datasheet"}}},
-               "then": {"required": ["figures"], "properties": {"figures": {"type": "object"}}}}]}
-_DEVICE = {"type": "object", "description": "a device object",
-           "required": ["kind", "name", "source", "peak_flops", "memory_bandwidth_bytes_per_s",
-                        "memory_capacity_bytes", "launch_overhead_s"], "properties": {
-    "kind": {"enum": ["cpu", "gpu"], "description": "'cpu' or 'gpu'"}, "name": TEXT, "source": _SOURCE,
-    "peak_flops": {"type": "object", "required": ["float32"], "additionalProperties": FLOPS,
-                   "description": "an object of FLOP/s per dtype"},
-    "memory_bandwidth_bytes_per_s": BYTES_PER_S, "memory_capacity_bytes": CAPACITY_BYTES,
-    "launch_overhead_s": OVERHEAD_S,
-    "link": {"type": "object", "required": list(DIRECTIONS),
-             "properties": {d: _DIRECTION for d in DIRECTIONS}},
-    "ops": {"type": "array", "items": _OP},
-    "fits": {"type": "object", "additionalProperties": _FIT}, "fits_digest": TEXT}}
-# A device profile file (profiles/README.md), as JSON Schema (placer.documents).
-PROFILE_SCHEMA = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "placer device profile",
-    "type": "object", "description": "a JSON object", "required": ["schema_version", "name", "devices"],
-    "properties": {
-        "schema_version": {"const": PROFILE_SCHEMA_VERSION,
-                           "description": f"version {PROFILE_SCHEMA_VERSION} (the version this placer reads)"},
-        "name": TEXT, "description": TEXT,
-        "devices": {"type": "array", "minItems": 1, "items": _DEVICE,
-                    "description": "a list of at least one device"}},
-    "additionalProperties": False}
 PROFILE_HINT = "fix the field or re-create the profile with `placer profile`"
 
 
@@ -261,85 +202,75 @@ def _dtype_name(name: str) -> bool:
 
 
 def profile_from_dict(data: Any, path: str = "<profile>") -> Profile:
-    """Check a decoded JSON document against ``PROFILE_SCHEMA`` and what a schema cannot
-    say (one device per kind, datasheet origins, dtype names, addressable shapes), and
-    build the Profile."""
-    check_document(data, PROFILE_SCHEMA, path, ProfileError, PROFILE_HINT)
+    """Check a decoded JSON document against ``DeviceProfileDocument`` and what a model
+    cannot say (one device per kind, datasheet origins, dtype names, addressable shapes),
+    and build the Profile."""
+    return profile_from_document(check_model(data, DeviceProfileDocument, path, ProfileError, PROFILE_HINT), path)
+
+
+def profile_from_document(doc: DeviceProfileDocument, path: str) -> Profile:
     devices: dict[str, DeviceProfile] = {}
-    for i, raw in enumerate(data["devices"]):
-        dev = _device_from_dict(path, raw, f"devices[{i}]")
+    for i, raw in enumerate(doc.devices):
+        dev = _device_from_document(path, raw, f"devices[{i}]")
         if dev.kind in devices:
             raise _fail(path, f"devices[{i}].kind", f"a second '{dev.kind}' device in one file")
         devices[dev.kind] = dev
-    return Profile(name=data["name"], devices=devices, description=data.get("description") or "", path=path)
+    return Profile(name=doc.name, devices=devices, description=doc.description or "", path=path)
 
 
-def _device_from_dict(path: str, raw: Mapping, where: str) -> DeviceProfile:
+def _device_from_document(path: str, raw: Device, where: str) -> DeviceProfile:
     _check_origins(path, raw, f"{where}.source")
     dev = DeviceProfile(
-        kind=raw["kind"], name=raw["name"], source=dict(raw["source"]),
-        peak_flops={dt: float(v) for dt, v in raw["peak_flops"].items()},
-        memory_bandwidth_bytes_per_s=float(raw["memory_bandwidth_bytes_per_s"]),
-        memory_capacity_bytes=float(raw["memory_capacity_bytes"]),
-        launch_overhead_s=float(raw["launch_overhead_s"]))
-    if "link" in raw:
-        dev.link = {d: {m: LinkCurve(float(c["latency_s"]), float(c["bytes_per_s"]),
-                                     sorted((int(b), float(t)) for b, t in c.get("points", [])))
-                        for m, c in raw["link"][d].items() if m in MEMORY_KINDS} for d in DIRECTIONS}
-    for i, op_raw in enumerate(raw.get("ops", [])):
+        kind=raw.kind, name=raw.name, source=raw.source.model_dump(),
+        peak_flops=raw.peak_flops.model_dump(), memory_bandwidth_bytes_per_s=raw.memory_bandwidth_bytes_per_s,
+        memory_capacity_bytes=raw.memory_capacity_bytes, launch_overhead_s=raw.launch_overhead_s)
+    if raw.link is not None:
+        dev.link = {d: {m: LinkCurve(c.latency_s, c.bytes_per_s, sorted((int(b), t) for b, t in c.points))
+                        for m, c in ((m, getattr(getattr(raw.link, d), m)) for m in MEMORY_KINDS)}
+                    for d in DIRECTIONS}
+    for i, op_raw in enumerate(raw.ops):
         timing = _op_timing(path, op_raw, f"{where}.ops[{i}]")
         dev.ops[timing.key] = timing
-    dev.fits_digest = raw.get("fits_digest", "")
-    for fam, f in raw.get("fits", {}).items():
+    dev.fits_digest = raw.fits_digest
+    for fam, f in raw.fits.items():
         dev.fits[fam] = FamilyFit(
-            overhead_s=float(f["overhead_s"]), compute_efficiency=float(f["compute_efficiency"]),
-            memory_efficiency=float(f["memory_efficiency"]), points=int(f["points"]),
-            median_abs_pct_error=float(f["median_abs_pct_error"]),
-            half_efficiency_rows=_optional_float(f, "half_efficiency_rows"),
-            p90_abs_pct_error=_optional_float(f, "p90_abs_pct_error"),
-            spread_pct=_optional_float(f, "spread_pct"), covered=f.get("covered", True))
+            overhead_s=f.overhead_s, compute_efficiency=f.compute_efficiency,
+            memory_efficiency=f.memory_efficiency, points=int(f.points),
+            median_abs_pct_error=f.median_abs_pct_error, half_efficiency_rows=f.half_efficiency_rows,
+            p90_abs_pct_error=f.p90_abs_pct_error, spread_pct=f.spread_pct, covered=f.covered)
     return dev
 
 
-def _optional_float(obj: Mapping, key: str) -> float | None:
-    return None if obj.get(key) is None else float(obj[key])
-
-
-def _check_origins(path: str, device_raw: Mapping, where: str) -> None:
+def _check_origins(path: str, device: Device, where: str) -> None:
     """A datasheet profile names the origin of every figure it gives."""
-    src = device_raw["source"]
-    if src["kind"] != "datasheet":
+    if device.source.kind != "datasheet":
         return
-    figures = src["figures"]
+    figures = device.source.figures
     for fig in SOURCED_FIGURES:
-        if fig in device_raw and not (isinstance(figures.get(fig), str) and figures[fig].strip()):
+        if fig in device.model_fields_set and not (isinstance(figures.get(fig), str) and figures[fig].strip()):
             raise _fail(path, f"{where}.figures.{fig}", "a datasheet figure needs its origin")
 
 
-def _op_timing(path: str, raw: Mapping, where: str) -> OpTiming:
+def _op_timing(path: str, raw: OpEntry, where: str) -> OpTiming:
     inputs = []
-    for j, t in enumerate(raw["inputs"]):
+    for j, t in enumerate(raw.inputs):
         w = f"{where}.inputs[{j}]"
-        if shape_problem(t["shape"]):
-            raise _fail(path, f"{w}.shape", shape_problem(t["shape"]))
-        if not _dtype_name(t["dtype"]):
+        if shape_problem(t.shape):
+            raise _fail(path, f"{w}.shape", shape_problem(t.shape))
+        if not _dtype_name(t.dtype):
             raise _fail(path, f"{w}.dtype", f"expected a numpy dtype name (float32, int64, ...), "
-                                            f"found {t['dtype']!r:.40}")
-        inputs.append(TensorType(tuple(t["shape"]), t["dtype"]))
-    return OpTiming(
-        type=raw["type"], inputs=tuple(inputs), args=dict(raw.get("args", {})),
-        samples=int(raw["samples"]), median_s=float(raw["median_s"]), iqr_s=float(raw["iqr_s"]),
-        flops=float(raw.get("flops", 0.0)), bytes=float(raw.get("bytes", 0.0)),
-        # entries written before the field existed were every one timed alone
-        method=raw.get("method", "isolated"))
+                                            f"found {t.dtype!r:.40}")
+        inputs.append(TensorType(tuple(t.shape), t.dtype))
+    # entries written before ``method`` existed were every one timed alone (its default)
+    return OpTiming(type=raw.type, inputs=tuple(inputs), args=dict(raw.args), samples=int(raw.samples),
+                    median_s=raw.median_s, iqr_s=raw.iqr_s, flops=raw.flops, bytes=raw.bytes, method=raw.method)
 
 
 # ------------------------------------------------------------------ load and save
 
 def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile file."""
-    data = read_document(path, None, "profile", ProfileError, hint="check the path, or re-create it with "
-                                                                   "`placer profile`")
+    data = read_document(path, "profile", ProfileError, hint="check the path, or re-create it with `placer profile`")
     return profile_from_dict(data, str(path))
 
 

@@ -31,8 +31,8 @@ import numpy as np
 
 from placer import arguments
 from placer.hardware import constants as K
-from placer.documents import (BYTES_PER_S, COUNT, LATENCY_S, TEXT, check_document, number,
-                              read_document)
+from placer.documents import check_model, read_document
+from placer.documents.profiles import MAX_GPUS_PER_MACHINE, PEER_KINDS, MachineDocument
 from placer.errors import ProfileError
 from placer.hardware.device_profile import DeviceProfile, LinkCurve
 from placer.hardware.profiles import (find_shipped, load_device_profile, profiles_from_args, shipped_names,
@@ -58,7 +58,6 @@ LINK_KINDS: dict[str, dict[str, Any]] = {
                       "source": "NVSwitch, H100/H200 SXM5: 18 NVLink 4 links x 20.6 GB/s per direction "
                                 "(NCCL's per-link figure) between any two GPUs"},
 }
-PEER_KINDS = ("staged", "pcie-p2p", *LINK_KINDS)
 
 
 @dataclass(frozen=True)
@@ -254,9 +253,9 @@ def build_machine(name: str, host: DeviceProfile, gpus: Sequence[DeviceProfile],
     where = path or name
     if host.kind != "cpu":
         raise ProfileError(f"{where}: the host profile '{host.name}' is a {host.kind} profile")
-    if len(gpus) > K.MAX_GPUS_PER_MACHINE:
+    if len(gpus) > MAX_GPUS_PER_MACHINE:
         raise ProfileError(f"{where}: {len(gpus)} GPUs in one machine; placer models at most "
-                           f"{K.MAX_GPUS_PER_MACHINE} per host",
+                           f"{MAX_GPUS_PER_MACHINE} per host",
                            hint="describe several hosts with a cluster profile (--cluster)")
     devices = [MachineDevice("cpu", host, 0)]
     for g, prof in enumerate(gpus):
@@ -344,53 +343,15 @@ def find_machine(name_or_path: str | Path) -> Path:
     return find_shipped(name_or_path, shipped_machines_dir(), "machine profile")
 
 
-_GPU_NUMBER = {"type": "integer", "minimum": 0, "description": "a GPU number (0, 1, ...)"}
-_PEER_KIND = {"enum": list(PEER_KINDS), "description": "a peer link kind: " + ", ".join(PEER_KINDS)}
-# A machine profile file (profiles/README.md), as JSON Schema (placer.documents).
-MACHINE_SCHEMA = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "placer machine profile",
-    "type": "object", "description": "a JSON object", "required": ["schema_version", "kind", "name", "host", "gpus"],
-    "properties": {
-        "schema_version": {"const": K.PROFILE_SCHEMA_VERSION,
-                           "description": f"version {K.PROFILE_SCHEMA_VERSION} (the version this placer reads)"},
-        "kind": {"const": "machine"}, "name": TEXT, "description": TEXT,
-        "host": {"type": "string", "description": "a CPU profile name or file"},
-        "gpus": {"type": "array", "description": "a list of GPU profile names or {\"profile\", \"count\"}",
-                 "items": {"type": ["string", "object"], "if": {"type": "object"},
-                           "then": {"required": ["profile"],
-                                    "properties": {"profile": TEXT, "count": {
-                                        **COUNT, "maximum": K.MAX_GPUS_PER_MACHINE,
-                                        "description": f"a positive integer (at most {K.MAX_GPUS_PER_MACHINE} "
-                                                       "GPUs in one machine)"}}}}},
-        "peer_default": _PEER_KIND,
-        "peer_links": {"type": "array", "items": {
-            "type": "object", "required": ["gpus", "kind"], "additionalProperties": False, "properties": {
-                "gpus": {"type": "array", "minItems": 2, "maxItems": 2, "items": _GPU_NUMBER,
-                         "description": "a pair of GPU numbers [a, b]"},
-                "kind": _PEER_KIND, "count": COUNT}}},
-        "pcie_switches": {"type": "array", "items": {"type": "array", "items": _GPU_NUMBER,
-                                                     "description": "a list of GPU numbers"}},
-        "peer_curves": {"type": "array", "items": {
-            "type": "object", "required": ["src", "dst", "latency_s", "bytes_per_s"], "properties": {
-                "src": _GPU_NUMBER, "dst": _GPU_NUMBER, "p2p": {"type": "boolean"},
-                "latency_s": LATENCY_S, "bytes_per_s": BYTES_PER_S,
-                "points": {"type": "array", "items": {
-                    "type": "array", "minItems": 2, "maxItems": 2, "description": "[bytes > 0, seconds >= 0]",
-                    "prefixItems": [number("[bytes > 0, seconds >= 0]", positive=True),
-                                    number("[bytes > 0, seconds >= 0]")]}}}}},
-        "sources": {"type": "object", "additionalProperties": TEXT}},
-    "additionalProperties": False}
-
-
 def load_machine(name_or_path: str | Path, host: DeviceProfile | None = None) -> Machine:
     """A machine profile file (or a shipped name); ``host`` replaces its host profile
     (a measured one, from ``--cpu-profile``)."""
     path = find_machine(name_or_path)
-    data = read_document(path, None, "machine profile", ProfileError)
+    data = read_document(path, "machine profile", ProfileError)
     if not isinstance(data, Mapping) or data.get("kind") != "machine":
         raise ProfileError(f"{path}: not a machine profile (expected \"kind\": \"machine\")",
                            hint="a device profile goes to --cpu-profile / --gpu-profile")
-    check_document(data, MACHINE_SCHEMA, str(path), ProfileError)
+    doc = check_model(data, MachineDocument, str(path), ProfileError)
     base = path.parent.parent if path.parent.name == "machines" else path.parent
 
     def device(ref: str, kind: str) -> DeviceProfile:
@@ -398,15 +359,15 @@ def load_machine(name_or_path: str | Path, host: DeviceProfile | None = None) ->
         return load_device_profile(local if local.exists() else ref, kind)
 
     gpus: list[DeviceProfile] = []
-    for g in data["gpus"]:
+    for g in doc.gpus:
         if isinstance(g, str):
             gpus.append(device(g, "gpu"))
         else:
-            gpus += [device(g["profile"], "gpu")] * g.get("count", 1)
-    return build_machine(data["name"], host or device(data["host"], "cpu"), gpus,
-                         peer_default=data.get("peer_default", "staged"), peer_links=data.get("peer_links", []),
-                         pcie_switches=data.get("pcie_switches", []), description=data.get("description", ""),
-                         sources=data.get("sources", {}), path=str(path), peer_curves=data.get("peer_curves", []))
+            gpus += [device(g.profile, "gpu")] * g.count
+    return build_machine(doc.name, host or device(doc.host, "cpu"), gpus, peer_default=doc.peer_default,
+                         peer_links=[link.model_dump() for link in doc.peer_links],
+                         pcie_switches=doc.pcie_switches, description=doc.description, sources=doc.sources,
+                         path=str(path), peer_curves=[curve.model_dump() for curve in doc.peer_curves])
 
 
 def compose_machine(host: DeviceProfile, gpu: DeviceProfile, gpus: int = 1,
@@ -415,8 +376,8 @@ def compose_machine(host: DeviceProfile, gpu: DeviceProfile, gpus: int = 1,
     pair of GPUs joined by ``link_count`` links of KIND."""
     if gpus < 0:
         raise ProfileError(f"--gpus {gpus}: must be 0 or more")
-    if gpus > K.MAX_GPUS_PER_MACHINE:
-        raise ProfileError(f"--gpus {gpus}: placer models at most {K.MAX_GPUS_PER_MACHINE} GPUs in one machine",
+    if gpus > MAX_GPUS_PER_MACHINE:
+        raise ProfileError(f"--gpus {gpus}: placer models at most {MAX_GPUS_PER_MACHINE} GPUs in one machine",
                            hint="describe several hosts with a cluster profile (--cluster)")
     pairs = [{"gpus": [a, b], "kind": gpu_link, "count": link_count}
              for a in range(gpus) for b in range(a + 1, gpus)]

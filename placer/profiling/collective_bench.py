@@ -29,7 +29,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from placer.hardware.collectives import CollectiveModel, bus_bytes
-from placer.documents import NON_NEGATIVE, TEXT, check_document, read_document
+from placer.documents import check_model, read_document
+from placer.documents.collectives import MEASUREMENTS_KIND, MEASUREMENTS_VERSION, Measurements
 from placer.errors import DeviceError, ProfileError
 from placer.fileio import atomic_write_text
 from placer.ops.collective_kernels import _NCCL_DTYPES, SUM
@@ -38,8 +39,6 @@ from placer.runtime.devices import import_cupy
 
 KINDS = ("allreduce", "allgather", "reducescatter", "broadcast", "alltoall")
 SIZES = [4096 * 4 ** k for k in range(10)]   # 4 KiB .. 1 GiB, powers of 4 (as --link)
-FORMAT = "collectives"
-SCHEMA_VERSION = 1
 FLOAT32 = _NCCL_DTYPES["float32"]
 
 
@@ -199,37 +198,21 @@ def compare(measured: CollectiveMeasurements, machine) -> list[dict[str, Any]]:
 
 
 def save_measurements(m: CollectiveMeasurements, path: str) -> None:
-    data = {"schema_version": SCHEMA_VERSION, "kind": FORMAT, **asdict(m)}
+    data = {"schema_version": MEASUREMENTS_VERSION, "kind": MEASUREMENTS_KIND, **asdict(m)}
     atomic_write_text(path, json.dumps(data, indent=1) + "\n")
 
 
-_POINT = {"type": "object", "required": ["kind", "nbytes", "time_s", "algbw_bytes_per_s", "busbw_bytes_per_s"],
-          "properties": {"kind": TEXT, "nbytes": {"type": "integer", "minimum": 0, "description": "bytes (0 or more)"},
-                         "time_s": NON_NEGATIVE, "algbw_bytes_per_s": NON_NEGATIVE, "busbw_bytes_per_s": NON_NEGATIVE}}
-# A collectives measurement file (save_measurements), as JSON Schema (placer.documents).
-MEASUREMENTS_SCHEMA = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "placer collectives measurements",
-    "type": "object", "description": "a JSON object",
-    "required": ["kind", "schema_version", "gpus", "gpu_names", "nccl_version", "points"],
-    "properties": {
-        "kind": {"const": FORMAT}, "schema_version": {"const": SCHEMA_VERSION},
-        "gpus": {"type": "array", "items": {"type": "integer", "minimum": 0}, "description": "a list of GPU numbers"},
-        "gpu_names": {"type": "array", "items": TEXT}, "nccl_version": {"type": "integer"},
-        "points": {"type": "array", "items": _POINT},
-        "fits": {"type": "object", "additionalProperties": {"type": "object"}},
-        "model": {"type": "array", "items": {"type": "object"}}, "host": TEXT, "date": TEXT}}
-
-
 def load_measurements(path: str) -> CollectiveMeasurements:
-    data = read_document(path, None, "collectives measurement file", ProfileError)
-    if not isinstance(data, dict) or data.get("kind") != FORMAT or data.get("schema_version") != SCHEMA_VERSION:
-        raise ProfileError(f"{path}: not a collectives measurement file (kind \"{FORMAT}\", "
-                           f"schema_version {SCHEMA_VERSION})")
-    check_document(data, MEASUREMENTS_SCHEMA, str(path), ProfileError)
-    points = [CollectivePoint(**{k: p[k] for k in _POINT["required"]}) for p in data["points"]]
-    return CollectiveMeasurements(data["gpus"], data["gpu_names"], data["nccl_version"], points,
-                                  data.get("fits", {}), data.get("model", []), data.get("host", ""),
-                                  data.get("date", ""))
+    data = read_document(path, "collectives measurement file", ProfileError)
+    if (not isinstance(data, dict) or data.get("kind") != MEASUREMENTS_KIND
+            or data.get("schema_version") != MEASUREMENTS_VERSION):
+        raise ProfileError(f"{path}: not a collectives measurement file (kind \"{MEASUREMENTS_KIND}\", "
+                           f"schema_version {MEASUREMENTS_VERSION})")
+    doc = check_model(data, Measurements, str(path), ProfileError)
+    points = [CollectivePoint(p.kind, p.nbytes, p.time_s, p.algbw_bytes_per_s, p.busbw_bytes_per_s)
+              for p in doc.points]
+    return CollectiveMeasurements(doc.gpus, doc.gpu_names, doc.nccl_version, points, doc.fits, doc.model,
+                                  doc.host, doc.date)
 
 
 def today() -> str:

@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from placer.costs.model import curve_time
+from placer.documents.profiles import DIRECTIONS, MEMORY_KINDS, PROFILE_SCHEMA_VERSION
 from placer.hardware import constants as K
-from placer.hardware.device_profile import DIRECTIONS, MEMORY_KINDS, LinkCurve
+from placer.hardware.device_profile import LinkCurve
 from placer.runtime.devices import import_cupy
 
 SIZES = [4096 * 4 ** k for k in range(10)]  # 4 KiB, 16 KiB, ..., 1 GiB (powers of 4)
@@ -149,7 +150,7 @@ def machine_profile(name: str, host: str, gpu: str, curves: list[dict[str, Any]]
     with the measured ``curves`` (``measure_peers``): pairs without them (none, normally)
     default to P2P over PCIe when every measured pair had it, else to staged copies."""
     all_p2p = bool(curves) and all(c["p2p"] for c in curves)
-    return {"schema_version": K.PROFILE_SCHEMA_VERSION, "kind": "machine", "name": name,
+    return {"schema_version": PROFILE_SCHEMA_VERSION, "kind": "machine", "name": name,
             "description": f"{n_gpus} GPUs with GPU->GPU copies measured by placer profile --link",
             "host": host, "gpus": [{"profile": gpu, "count": n_gpus}],
             "peer_default": "pcie-p2p" if all_p2p else "staged", "peer_curves": curves,

@@ -12,80 +12,21 @@ import math
 import os
 import re
 
-from placer.documents import LARGEST_FLOAT, MAX_PLAN_BYTES, NonFinite, check_document, read_document
+from placer.documents import MAX_PLAN_BYTES, NonFinite, check_model, read_document
+from placer.documents.plan import PlanDocument
 from placer.errors import InputError
 
 V1_DEVICES = ("cpu", "gpu")   # a version-1 plan's two devices
-
-_NUM = {"type": ["number", "null"], "minimum": -LARGEST_FLOAT, "maximum": LARGEST_FLOAT,
-        "description": "a finite number or null"}
-# A baseline's cost may be Infinity (read_plan): one that cannot run at all.
-_COST = {"type": ["number", "null"], "minimum": 0, "description": "a number of seconds >= 0, Infinity or null"}
-_NAMES = {"type": "array", "items": {"type": "string"}, "description": "a list of names"}
-_INDICES = {"type": "array", "items": {"type": "integer"}, "description": "a list of op indices"}
-_TEXT = {"type": ["string", "null"], "description": "a string or null"}
-_BY_DEVICE = {"type": ["object", "null"], "additionalProperties": _NUM}
-_EVENT = {"type": "object", "properties": {
-    "lane": {"type": "string"}, "kind": _TEXT, "name": _TEXT, "type": _TEXT,
-    "op": {"type": ["integer", "null"]}, "bytes": _NUM,
-    "start_s": {**_NUM, "type": "number"}, "end_s": {**_NUM, "type": "number"}}, "required": ["start_s", "end_s"]}
-# The fields of a plan document (docs/PLAN_JSON.md, either version) that the report reads,
-# with their types, as JSON Schema (placer.documents). Fields it does not read are free.
-PLAN_SCHEMA = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "placer plan document",
-    "type": "object", "description": "a JSON object (what placer plan --json prints)", "required": ["ops"],
-    "properties": {
-        "schema_version": {"type": "integer"}, "net": _TEXT, "path": _TEXT, "objective": _TEXT,
-        "method": _TEXT, "solver": _TEXT, "total_s": _NUM, "compute_s": _NUM, "copy_s": _NUM, "gap": _NUM,
-        "optimal": {"type": ["boolean", "null"]}, "optimality": _TEXT, "outputs_on_host": {"type": "boolean"},
-        "notes": {"type": "array", "items": {"type": "string"}}, "devices": _NAMES,
-        "profiles": {"type": "object", "additionalProperties": {
-            "type": "object", "properties": {"name": _TEXT, "source": _TEXT}}},
-        "machine": {"type": "object", "properties": {
-            "name": _TEXT, "description": _TEXT, "devices": {"type": "array", "items": {
-                "type": "object", "properties": {"name": {"type": "string"}, "kind": _TEXT}}}}},
-        "ops": {"type": "array", "description": "a list of op objects", "items": {
-            "type": "object", "properties": {
-                "index": {"type": "integer"}, "name": _TEXT, "type": _TEXT, "device": {"type": "string"},
-                "device_kind": _TEXT, "time_s": _BY_DEVICE,
-                "source": {"type": ["object", "null"], "additionalProperties": _TEXT},
-                "reason": _TEXT, "flops": _NUM, "param_bytes": _NUM, "output_bytes": _NUM, "outputs": _NAMES,
-                "pinned": {"type": ["string", "array", "null"], "items": {"type": "string"}},
-                # version-1 plans (one CPU and one GPU) priced each op per kind; version 2
-                # gives time_s per device, for any number of devices
-                "copies_in": _NAMES, "copies_out": _NAMES, "cpu_s": _NUM, "gpu_s": _NUM,
-                "cpu_source": _TEXT, "gpu_source": _TEXT}}},
-        "tensors": {"type": "array", "items": {"type": "object", "properties": {
-            "name": _TEXT, "producer": {"type": "integer"}, "consumers": _INDICES, "bytes": _NUM,
-            "external_output": {"type": "boolean"}}}},
-        "copies": {"type": "array", "items": {"type": "object", "properties": {
-            "src": {"type": "string"}, "dst": {"type": "string"}, "direction": _TEXT, "bytes": _NUM,
-            "time_s": _NUM, "producer": {"type": "integer"}, "consumers": _INDICES}}},
-        "baselines": {"type": "object", "additionalProperties": {"type": "object", "properties": {
-            "total_s": _COST, "compute_s": _COST, "copy_s": _COST, "makespan_s": _COST,
-            "feasible": {"type": "boolean"},
-            "label": _TEXT, "gpu_ops": _NUM, "gpu_memory_bytes": _NUM, "devices_used": _NAMES,
-            "why_infeasible": _TEXT, "note": _TEXT}}},
-        "memory": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": _NUM}},
-        "gpu_memory": {"type": ["object", "null"], "properties": {"device": _TEXT},
-                       "additionalProperties": _NUM},
-        "memory_timeline": {"type": "object", "additionalProperties": {"type": "array", "items": _NUM}},
-        "link_bytes": {"type": "array", "items": {"type": "object", "properties": {
-            "src": {"type": "string"}, "dst": {"type": "string"}, "bytes": _NUM, "copies": _NUM, "time_s": _NUM}}},
-        "pcie_bytes": _BY_DEVICE,
-        "schedules": {"type": "object", "additionalProperties": {"type": "object", "properties": {
-            "makespan_s": _NUM, "events": {"type": "array", "items": _EVENT}}}}}}
-
 
 PLAN_HINT = "write it with `placer plan NET --json > plan.json`"
 
 
 def read_plan(path: str | os.PathLike) -> dict:
-    """A plan document from a file, checked against ``PLAN_SCHEMA``. ``Infinity`` is read
+    """A plan document from a file, checked (``documents.plan.PlanDocument``). ``Infinity`` is read
     as a number in a baseline's costs only (a baseline that cannot run at all: the report
     draws it as infeasible; plans written before the plan JSON became strict JSON carry
     it); anywhere else, and NaN anywhere, is refused at its field."""
-    data = read_document(path, None, "plan", InputError, PLAN_HINT, max_bytes=MAX_PLAN_BYTES)
+    data = read_document(path, "plan", InputError, PLAN_HINT, max_bytes=MAX_PLAN_BYTES)
     if isinstance(data, dict) and data.get("schema") == "placer.run_record":
         raise InputError(f"{path}: this is a run record (placer run --record), not a plan",
                          hint="give it with --run: placer report PLAN.json --run RUN.json -o OUT.html")
@@ -94,7 +35,7 @@ def read_plan(path: str | os.PathLike) -> dict:
         for key, value in (entry.items() if isinstance(entry, dict) else ()):
             if isinstance(value, NonFinite) and value.text == "Infinity":
                 entry[key] = math.inf
-    check_document(data, PLAN_SCHEMA, str(path), InputError, PLAN_HINT)
+    check_model(data, PlanDocument, str(path), InputError, PLAN_HINT)
     return data
 
 

@@ -27,7 +27,8 @@ import json
 import os
 from pathlib import Path
 
-from placer.documents import LARGEST_FLOAT, check_document, read_document
+from placer.documents import check_model, read_document
+from placer.documents.manifest import MANIFEST_SCHEMA, MANIFEST_VERSION, Manifest
 from placer.errors import PlacerError
 from placer.fileio import OutputDir, atomic_write_text
 from placer.formats.caffe2 import net_from_netdef, save_netdef
@@ -36,8 +37,6 @@ from placer.rewrite.workers import ENGINE, WORLD, one_process, split_workers
 from placer.shapes import infer
 from placer.types import DTYPE_TO_DATA_TYPE
 
-SCHEMA = "placer.cluster_manifest"
-SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 OUTPUT_KIND = "cluster-plan"   # the manifest's placer_output field
 
@@ -63,7 +62,7 @@ def write_placed_dir(outdir: str | os.PathLike, predict, init, cluster, types: d
     predicted = predicted or {"serial_s": None, "makespan_s": None, "by_device_s": {}}
     per_device = predicted.pop("by_device_s", {}) or {}
     manifest = {
-        "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "net": name or predict.name,
+        "schema": MANIFEST_SCHEMA, "schema_version": MANIFEST_VERSION, "net": name or predict.name,
         "cluster": {"name": cluster.name, "description": cluster.describe(), "hosts": list(cluster.hosts),
                     "network": vars(cluster.network)},
         "world": {"size": len(split.workers), "blob": WORLD, "engine": ENGINE},
@@ -128,55 +127,31 @@ def _predicted_by_device(result) -> dict[str, float]:
     return out
 
 
-_NAMES = {"type": "array", "items": {"type": "string"}, "description": "a list of names"}
-_FILE = {"type": "string", "minLength": 1, "description": "a file name inside OUTDIR"}
-_SECONDS = {"type": ["number", "null"], "minimum": 0, "maximum": LARGEST_FLOAT,
-            "description": "a non-negative finite number of seconds or null"}
-# manifest.json of a cluster plan directory (module docstring), as JSON Schema (placer.documents).
-MANIFEST_SCHEMA = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "placer cluster manifest",
-    "type": "object", "description": "a JSON object",
-    "required": ["schema", "schema_version", "net", "cluster", "world", "workers", "predicted", "one_process_net"],
-    "properties": {
-        "schema": {"const": SCHEMA}, "schema_version": {"const": SCHEMA_VERSION}, "net": {"type": "string"},
-        "cluster": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"},
-                                                                           "hosts": _NAMES}},
-        "world": {"type": "object", "required": ["size"], "properties": {
-            "size": {"type": "integer", "minimum": 1}, "blob": {"type": "string"}, "engine": {"type": "string"}}},
-        "inputs": {"type": "object"}, "outputs": _NAMES,
-        "placed_net": _FILE, "one_process_net": _FILE, "one_process_gpus": {"type": "integer", "minimum": 0},
-        "predicted": {"type": "object", "properties": {"serial_s": _SECONDS, "makespan_s": _SECONDS}},
-        "workers": {"type": "array", "minItems": 1, "description": "a non-empty list of workers", "items": {
-            "type": "object", "required": ["rank", "host", "devices", "gpus", "net", "init_net", "inputs", "outputs"],
-            "properties": {
-                "rank": {"type": "integer", "minimum": 0}, "host": {"type": "string", "minLength": 1},
-                "devices": _NAMES, "gpus": {"type": "integer", "minimum": 0, "description": "a GPU count"},
-                "net": _FILE, "init_net": _FILE, "inputs": _NAMES, "outputs": _NAMES, "predicted_s": _SECONDS}}},
-        "messages": {"type": "array", "items": {"type": "object"}}}}
 MANIFEST_HINT = "write it again with: placer plan NET --cluster NAME -o OUTDIR"
 
 
 def read_manifest(outdir: str | os.PathLike) -> dict:
-    """The manifest of a cluster plan directory, checked (``MANIFEST_SCHEMA``, then that
-    every worker's files are in OUTDIR)."""
+    """The manifest of a cluster plan directory, checked (``documents.manifest.Manifest``,
+    then that every worker's files are in OUTDIR), as the dict the driver reads."""
     path = Path(outdir) / MANIFEST
     if not path.exists():
         raise PlacerError(f"{outdir}: no cluster plan here ({path} is missing)",
                           hint="write one with: placer plan NET --cluster NAME -o OUTDIR")
-    data = read_document(path, None, "cluster manifest", PlacerError, MANIFEST_HINT)
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA or data.get("schema_version") != SCHEMA_VERSION:
-        raise PlacerError(f"{path}: not a placer cluster manifest of version {SCHEMA_VERSION}",
+    data = read_document(path, "cluster manifest", PlacerError, MANIFEST_HINT)
+    if (not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA
+            or data.get("schema_version") != MANIFEST_VERSION):
+        raise PlacerError(f"{path}: not a placer cluster manifest of version {MANIFEST_VERSION}",
                           hint="write it again with placer plan --cluster")
-    check_document(data, MANIFEST_SCHEMA, str(path), PlacerError, MANIFEST_HINT)
-    for j, w in enumerate(data["workers"]):
-        for key in ("net", "init_net"):
-            name = Path(w[key])
+    manifest = check_model(data, Manifest, str(path), PlacerError, MANIFEST_HINT)
+    for j, w in enumerate(manifest.workers):
+        for key, file in (("net", w.net), ("init_net", w.init_net)):
+            name = Path(file)
             if name.is_absolute() or ".." in name.parts:
-                raise PlacerError(f"{path}: field 'workers[{j}].{key}': {w[key]} is not a file inside {outdir}",
+                raise PlacerError(f"{path}: field 'workers[{j}].{key}': {file} is not a file inside {outdir}",
                                   hint=MANIFEST_HINT)
             if not (Path(outdir) / name).is_file():
-                raise PlacerError(f"{path}: worker {w['host']}'s {key.replace('_', ' ')} {w[key]} is missing")
+                raise PlacerError(f"{path}: worker {w.host}'s {key.replace('_', ' ')} {file} is missing")
     return data
 
 
-__all__ = ["write_plan_dir", "write_placed_dir", "read_manifest", "placed_types", "SCHEMA", "MANIFEST"]
+__all__ = ["write_plan_dir", "write_placed_dir", "read_manifest", "placed_types", "MANIFEST"]

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from placer.hardware import constants as K
+from placer.documents.profiles import MAX_GPUS_PER_MACHINE
 from placer.errors import DeviceError
 from placer.types import Device
 
@@ -347,14 +347,14 @@ def import_cupy() -> Any:
 
 def check_emulated_gpus(count: int | None) -> None:
     """Refuse ``--emulate-gpus`` below one or above what placer models in one machine
-    (``constants.MAX_GPUS_PER_MACHINE``, the cap on ``--gpus``): every emulated GPU is made
+    (``documents.profiles.MAX_GPUS_PER_MACHINE``, the cap on ``--gpus``): every emulated GPU is made
     up front, and a record lists each."""
     if count is None:
         return
     if count < 1:
         raise DeviceError(f"--emulate-gpus {count}: emulate at least one GPU")
-    if count > K.MAX_GPUS_PER_MACHINE:
-        raise DeviceError(f"--emulate-gpus {count}: placer models at most {K.MAX_GPUS_PER_MACHINE} "
+    if count > MAX_GPUS_PER_MACHINE:
+        raise DeviceError(f"--emulate-gpus {count}: placer models at most {MAX_GPUS_PER_MACHINE} "
                           "GPUs in one machine", hint="emulate fewer GPUs; more than one machine is a cluster plan (placer plan --cluster)")
 
 

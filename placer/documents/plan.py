@@ -1,0 +1,191 @@
+"""The plan document (``placer plan --json``, docs/PLAN_JSON.md, either version): the
+fields the report reads (``placer.report.doc.read_plan``), with their types. Open at every
+level: fields the report does not read are free, and kept.
+
+A number is finite, but a baseline's costs may be ``Infinity`` (``Cost``): a baseline
+that cannot run at all; plans written before the plan JSON became strict JSON carry it.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Union
+
+from pydantic import ConfigDict, Field, Strict, Tag
+
+from placer.documents import BY_JSON_TYPE, Boolean, Integer, Open, Real, given
+
+Str = Annotated[str, Strict()]
+Num = Annotated[Real | None, Field(description="a finite number or null")]
+Cost = Annotated[Annotated[float, Strict(), Field(ge=0)] | None,
+                 Field(description="a number of seconds >= 0, Infinity or null")]
+Names = Annotated[list[Str], Field(description="a list of names")]
+Indices = Annotated[list[Integer], Field(description="a list of op indices")]
+Text = Annotated[Str | None, Field(description="a string or null")]
+ByDevice = dict[str, Num] | None
+# keys that may be absent (None) but not null
+OptStr = Annotated[Str | None, given(Str)]
+OptInt = Annotated[Integer | None, given(Integer)]
+OptBool = Annotated[Boolean | None, given(Boolean)]
+OptNames = Annotated[Names | None, given(Names)]
+OptIndices = Annotated[Indices | None, given(Indices)]
+# the devices an op is pinned to: one name or several
+Pinned = Annotated[Union[Annotated[Str, Tag("string")], Annotated[list[Str], Tag("array")]], BY_JSON_TYPE]
+
+
+class ProfileRef(Open):
+    """The profile a device kind was priced with."""
+
+    name: Text = None
+    source: Text = None
+
+
+class MachineDeviceInfo(Open):
+    """A device of the plan's machine."""
+
+    name: OptStr = None
+    kind: Text = None
+
+
+class MachineInfo(Open):
+    """The machine the plan is for."""
+
+    name: Text = None
+    description: Text = None
+    devices: Annotated[list[MachineDeviceInfo] | None, given(list[MachineDeviceInfo])] = None
+
+
+class OpInfo(Open):
+    """An op of the plan: where it runs, its predicted time per device, why."""
+
+    index: OptInt = None
+    name: Text = None
+    type: Text = None
+    device: OptStr = None
+    device_kind: Text = None
+    time_s: ByDevice = None
+    source: dict[str, Text] | None = None
+    reason: Text = None
+    flops: Num = None
+    param_bytes: Num = None
+    output_bytes: Num = None
+    outputs: OptNames = None
+    pinned: Pinned | None = None
+    # version-1 plans (one CPU and one GPU) priced each op per kind; version 2 gives
+    # time_s per device, for any number of devices
+    copies_in: OptNames = None
+    copies_out: OptNames = None
+    cpu_s: Num = None
+    gpu_s: Num = None
+    cpu_source: Text = None
+    gpu_source: Text = None
+
+
+class TensorInfo(Open):
+    """A tensor: its producer, consumers and size."""
+
+    name: Text = None
+    producer: OptInt = None
+    consumers: OptIndices = None
+    bytes: Num = None
+    external_output: OptBool = None
+
+
+class CopyInfo(Open):
+    """A copy of a tensor between two devices."""
+
+    src: OptStr = None
+    dst: OptStr = None
+    direction: Text = None
+    bytes: Num = None
+    time_s: Num = None
+    producer: OptInt = None
+    consumers: OptIndices = None
+
+
+class Baseline(Open):
+    """A baseline placement's cost (all on the CPU, greedy, ...)."""
+
+    total_s: Cost = None
+    compute_s: Cost = None
+    copy_s: Cost = None
+    makespan_s: Cost = None
+    feasible: OptBool = None
+    label: Text = None
+    gpu_ops: Num = None
+    gpu_memory_bytes: Num = None
+    devices_used: OptNames = None
+    why_infeasible: Text = None
+    note: Text = None
+
+
+class GpuMemory(Open):
+    """The busiest GPU's memory figures (version 1's ``gpu_memory``)."""
+
+    __pydantic_extra__: dict[str, Num] = Field(init=False)   # type: ignore[assignment]
+    device: Text = None
+
+
+class LinkBytes(Open):
+    """Bytes copied over one link."""
+
+    src: OptStr = None
+    dst: OptStr = None
+    bytes: Num = None
+    copies: Num = None
+    time_s: Num = None
+
+
+class Event(Open):
+    """An event of a schedule: an op or a copy on a lane, from start_s to end_s."""
+
+    lane: OptStr = None
+    kind: Text = None
+    name: Text = None
+    type: Text = None
+    op: Integer | None = None
+    bytes: Num = None
+    start_s: Annotated[Real, Field(description="a finite number or null")]
+    end_s: Annotated[Real, Field(description="a finite number or null")]
+
+
+class Schedule(Open):
+    """A schedule of the plan (serial, or the makespan simulator's)."""
+
+    makespan_s: Num = None
+    events: Annotated[list[Event] | None, given(list[Event])] = None
+
+
+class PlanDocument(Open):
+    """What ``placer plan --json`` prints (docs/PLAN_JSON.md)."""
+
+    model_config = ConfigDict(title="placer plan document")
+    DESCRIPTION = "a JSON object (what placer plan --json prints)"
+    schema_version: OptInt = None
+    net: Text = None
+    path: Text = None
+    objective: Text = None
+    method: Text = None
+    solver: Text = None
+    total_s: Num = None
+    compute_s: Num = None
+    copy_s: Num = None
+    gap: Num = None
+    optimal: Boolean | None = None
+    optimality: Text = None
+    outputs_on_host: OptBool = None
+    notes: Annotated[list[Str] | None, given(list[Str])] = None
+    devices: OptNames = None
+    profiles: Annotated[dict[str, ProfileRef] | None, given(dict[str, ProfileRef])] = None
+    machine: Annotated[MachineInfo | None, given(MachineInfo)] = None
+    ops: Annotated[list[OpInfo], Field(description="a list of op objects")]
+    tensors: Annotated[list[TensorInfo] | None, given(list[TensorInfo])] = None
+    copies: Annotated[list[CopyInfo] | None, given(list[CopyInfo])] = None
+    baselines: Annotated[dict[str, Baseline] | None, given(dict[str, Baseline])] = None
+    memory: Annotated[dict[str, dict[str, Num]] | None, given(dict[str, dict[str, Num]])] = None
+    gpu_memory: GpuMemory | None = None
+    memory_timeline: Annotated[dict[str, list[Num]] | None, given(dict[str, list[Num]])] = None
+    link_bytes: Annotated[list[LinkBytes] | None, given(list[LinkBytes])] = None
+    pcie_bytes: ByDevice = None
+    schedules: Annotated[dict[str, Schedule] | None, given(dict[str, Schedule])] = None
+
+
+__all__ = ["PlanDocument", "OpInfo", "TensorInfo", "CopyInfo", "Baseline", "Event", "Schedule"]
