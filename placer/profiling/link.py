@@ -18,7 +18,6 @@ import numpy as np
 
 from placer.costs.model import curve_time
 from placer.documents.profiles import DIRECTIONS, MEMORY_KINDS, PROFILE_SCHEMA_VERSION
-from placer.hardware import constants as K
 from placer.hardware.device_profile import LinkCurve
 from placer.runtime.devices import import_cupy
 
