@@ -90,3 +90,26 @@ def test_a_planted_function_level_import_is_found(tmp_path):
     path.write_text(path.read_text() + "\n\ndef _planted():\n    from placer.ops import registry  # noqa: F401\n")
     new = set(function_level_imports(root / "placer")) - before
     assert [n.split(":")[0] + " " + n.split(" ")[1] for n in new] == ["shapes.py placer.ops"]
+
+
+def _mypy(root: Path, cache: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(cache)], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_the_typed_boundaries_pass_the_type_checker(tmp_path):
+    """The files ``[tool.mypy]`` names in pyproject.toml: the document models (with the
+    pydantic plugin), the Partitioner protocol and its table, the sharding source."""
+    done = _mypy(ROOT, tmp_path / "cache")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("Success")
+
+
+def test_a_planted_type_error_fails_the_type_checker(tmp_path):
+    root = _copy_tree(tmp_path)
+    path = root / "placer" / "partition" / "base.py"
+    path.write_text(path.read_text() + "\n\ndef _planted() -> int:\n    return 'not an int'\n")
+    done = _mypy(root, tmp_path / "cache")
+    assert done.returncode == 1
+    assert "partition/base.py" in done.stdout and "Incompatible return value type" in done.stdout, done.stdout
