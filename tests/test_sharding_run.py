@@ -27,8 +27,8 @@ from placer.formats.caffe2 import net_from_netdef
 from placer.runtime.executor import Executor
 from placer.training.recipe import OptimizerChoice, make_train_nets
 from placer.sharding.train_net import sharded
-from placer.sharding.tables import (COLUMN_WISE, HOST, ROW_WISE, TABLE_WISE, TableLayout, TableShard,
-                                            layout_of_option)
+from placer.sharding.tables import TableLayout, TableShard, layout_of_option
+from placer.sharding.types import COLUMN_WISE, HOST, ROW_WISE, TABLE_WISE
 
 B, P = 3, 2        # rows per GPU, lookups per sample
 

@@ -40,7 +40,7 @@ from placer.documents.profiles import ClusterDocument, ClusterNetwork, Host, Hos
 from placer.errors import ProfileError
 from placer.hardware.machine import HOST, Hop, Link, Machine, MachineDevice, load_machine
 from placer.hardware.device_profile import LinkCurve
-from placer.hardware.profiles import find_shipped, load_device_profile, shipped_names, shipped_profiles_dir
+from placer.hardware.profiles import ShippedFolder, load_device_profile
 
 @dataclass(frozen=True)
 class Network:
@@ -163,16 +163,11 @@ def _across(net: Network, host_a: str, ma: Machine, a: int, host_b: str, mb: Mac
 
 # ------------------------------------------------------------------------- loading
 
-def shipped_clusters_dir() -> Path:
-    return shipped_profiles_dir() / "clusters"
-
-
-def shipped_cluster_names() -> list[str]:
-    return shipped_names(shipped_clusters_dir())
-
-
-def find_cluster(name_or_path: str | Path) -> Path:
-    return find_shipped(name_or_path, shipped_clusters_dir(), "cluster profile")
+# The shipped cluster profiles: profiles/clusters/*.json.
+CLUSTERS = ShippedFolder("clusters", "cluster profile")
+shipped_clusters_dir = CLUSTERS.path
+shipped_cluster_names = CLUSTERS.names
+find_cluster = CLUSTERS.find
 
 
 def load_cluster(name_or_path: str | Path) -> ClusterMachine:

@@ -35,8 +35,7 @@ from placer.documents import check_model, read_document
 from placer.documents.profiles import MAX_GPUS_PER_MACHINE, PEER_KINDS, MachineDocument
 from placer.errors import ProfileError
 from placer.hardware.device_profile import DeviceProfile, LinkCurve
-from placer.hardware.profiles import (find_shipped, load_device_profile, profiles_from_args, shipped_names,
-                                     shipped_profiles_dir)
+from placer.hardware.profiles import ShippedFolder, load_device_profile, profiles_from_args
 from placer.types import Net
 
 HOST = 0  # index of the host CPU in every machine
@@ -331,16 +330,11 @@ def _peer_lane(a: int, b: int) -> str:
 
 # ------------------------------------------------------------------------- loading
 
-def shipped_machines_dir() -> Path:
-    return shipped_profiles_dir() / "machines"
-
-
-def shipped_machine_names() -> list[str]:
-    return shipped_names(shipped_machines_dir())
-
-
-def find_machine(name_or_path: str | Path) -> Path:
-    return find_shipped(name_or_path, shipped_machines_dir(), "machine profile")
+# The shipped machine profiles: profiles/machines/*.json.
+MACHINES = ShippedFolder("machines", "machine profile")
+shipped_machines_dir = MACHINES.path
+shipped_machine_names = MACHINES.names
+find_machine = MACHINES.find
 
 
 def load_machine(name_or_path: str | Path, host: DeviceProfile | None = None) -> Machine:

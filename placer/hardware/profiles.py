@@ -12,6 +12,7 @@ was built and benchmarked on, whose small memory and slow link give the cautious
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
 from placer.errors import ProfileError
@@ -50,6 +51,24 @@ def find_shipped(name_or_path: str | Path, folder: Path, what: str) -> Path:
         return shipped
     raise ProfileError(f"{what} '{name_or_path}' not found",
                        hint=f"give a file, or one of: {', '.join(shipped_names(folder))}")
+
+
+@dataclass(frozen=True)
+class ShippedFolder:
+    """One kind of shipped profile in its folder under profiles/ (``machines``, ``clusters``)."""
+
+    folder: str
+    what: str      # the kind of profile, as messages name it
+
+    def path(self) -> Path:
+        return shipped_profiles_dir() / self.folder
+
+    def names(self) -> list[str]:
+        return shipped_names(self.path())
+
+    def find(self, name_or_path: str | Path) -> Path:
+        """A path as given, else the shipped profile of that name (``find_shipped``)."""
+        return find_shipped(name_or_path, self.path(), self.what)
 
 
 def find_profile(name_or_path: str | Path) -> Path:

@@ -52,10 +52,10 @@ import numpy as np
 from placer.formats import caffe2_pb as pb
 from placer.formats.convert import set_arg
 from placer.sharding import types as st
+from placer.sharding.types import COLUMN_WISE, HOST, ROW_WISE, TABLE_WISE
 from placer.training.data_parallel import CPU_TYPE, CUDA_TYPE, DEVICE_BLOB, RATE_BLOB, DataParallelError
 from placer.training.gradient_registry import make_op
 
-TABLE_WISE, ROW_WISE, COLUMN_WISE, HOST = "table_wise", "row_wise", "column_wise", "host"
 HOST_DEVICE = -1                   # a shard in host memory, on the CPU
 HOST_SCOPE = "cpu_0/"
 LOOKUP_TYPES = ("SparseLengthsSum", "SparseLengthsMean", "SparseLengthsWeightedSum")

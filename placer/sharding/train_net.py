@@ -48,9 +48,9 @@ from placer.training.data_parallel import (CUDA_TYPE, DEVICE_BLOB, RATE_BLOB, Da
                                            _backward, _init_net, _Layout, _Names, _net_fields, _parameters,
                                            _passes, _renamed, _replicate, _roles, _seeds, split_train_net)
 from placer.training.gradient_registry import GradientSlice, make_op
-from placer.sharding.tables import (COLUMN_WISE, LOOKUP_TYPES, TABLE_WISE, Piece, TableLayout, TableShard,
-                                            check_layout, combine_ops, host_producers, lookup_ops, shard_fill_ops,
-                                            table_update_ops)
+from placer.sharding.tables import (LOOKUP_TYPES, Piece, TableLayout, TableShard, check_layout, combine_ops,
+                                   host_producers, lookup_ops, shard_fill_ops, table_update_ops)
+from placer.sharding.types import COLUMN_WISE, TABLE_WISE
 
 
 @dataclass
