@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from placer.hardware.cluster import load_cluster  # noqa: E402
-from placer.planning.cluster import plan_cluster  # noqa: E402
+from placer.planning.cluster_plan import plan_cluster  # noqa: E402
 from placer.commands.plan import _profiles  # noqa: E402
 from placer.formats import caffe2_pb as pb, load_net  # noqa: E402
 from placer.formats.caffe2 import net_from_netdef  # noqa: E402

@@ -14,7 +14,7 @@ from cluster_cases import TEN_GBE, chain_net, dp_linear, tiny_cluster
 from placement_reference import placements, serial_costs
 from placer.cli import main
 from placer.hardware.cluster import Network, load_cluster
-from placer.planning.cluster import plan_cluster
+from placer.planning.cluster_plan import plan_cluster
 from placer.errors import PlacerError, ProfileError
 from placer.formats import load_net
 from placer.partition import partition

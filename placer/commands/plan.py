@@ -18,7 +18,7 @@ from placer.hardware.cluster import add_cluster_argument
 from placer.hardware.machine import add_machine_arguments, machine_from_args
 from placer.hardware.profiles import add_profile_arguments
 from placer.partition import METHODS, partition, stability
-from placer.planning.cluster import cluster_plan_from_args, host_summary
+from placer.planning.cluster_plan import cluster_plan_from_args, host_summary
 from placer.planning.planner import PlanOptions, plan
 from placer.planning.view import json_text, plan_json
 from placer.report.doc import link_rows, memory_rows

@@ -22,7 +22,7 @@ Cluster profiles (``profiles/clusters/*.json``, schema in profiles/README.md) na
 host's machine profile (and optionally its CPU profile and memory) and the network, every
 figure with its source. On the command line: ``--cluster NAME|FILE``.
 
-Planning over a cluster is ``placer.planning.cluster``: each host's CPU memory is a limit
+Planning over a cluster is ``placer.planning.cluster_plan``: each host's CPU memory is a limit
 (parameters kept in several hosts' memory are what a cluster plan is for) and the default
 search goes hosts first (``partition/hosts.py``).
 """

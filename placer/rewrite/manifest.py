@@ -42,7 +42,7 @@ OUTPUT_KIND = "cluster-plan"   # the manifest's placer_output field
 
 
 def write_plan_dir(outdir: str | os.PathLike, result, doc: dict, outputs_on_host: bool = True) -> list[tuple[str, str]]:
-    """Write OUTDIR for a cluster plan (``placer.planning.cluster.plan_cluster``'s result, its plan JSON)."""
+    """Write OUTDIR for a cluster plan (``placer.planning.cluster_plan.plan_cluster``'s result, its plan JSON)."""
     cluster, net = result.machine, result.typed.net
     placed = place(net, result.plan.placement, cluster, outputs_on_host=outputs_on_host)
     inputs = list(net.data_inputs)
