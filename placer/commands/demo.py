@@ -41,6 +41,7 @@ from placer.errors import InputError
 from placer.fileio import OutputDir, atomic_write_bytes, atomic_write_text
 from placer.formats import load_net
 from placer.hardware.profiles import DEFAULT_GPU_PROFILE, load_profile
+from placer.report.doc import as_plan, read_plan
 from placer.report.html import write_report
 from placer.report.trace import write_trace
 from placer.runtime.inputs import random_inputs
@@ -239,7 +240,7 @@ class Demo:
         self.command("plan", argv + ["--json"], io.StringIO(), shown=argv + [">", str(table)])
         self.written.append(plan_out)
         text = io.StringIO()
-        plan_module.print_plan(json.loads(plan_out.read_text()), out=text)
+        plan_module.print_plan(read_plan(plan_out), out=text)
         self.save_text(table, text.getvalue())
 
     # -- 5. several GPUs ------------------------------------------------------------------
@@ -295,8 +296,9 @@ class Demo:
 
     def report(self, plan: dict, run_dict: dict, html: Path, predicted: Path, measured: Path) -> None:
         self.say(f"writing {html}")
-        write_report(plan, run_dict, html)
-        write_trace(plan, predicted)
+        typed = as_plan(plan)
+        write_report(typed, run_dict, html)
+        write_trace(typed, predicted)
         write_trace(None, measured, run=run_dict)
         self.written += [html, predicted, measured]
 
