@@ -1,9 +1,15 @@
 """The plan document (``placer plan --json``, docs/PLAN_JSON.md, either version): the
-fields the report reads (``placer.report.doc.read_plan``), with their types. Open at every
-level: fields the report does not read are free, and kept.
+fields the report and ``placer plan``'s table read, with their types. The report reads a
+plan only as this model: from a file (``placer.report.doc.read_plan``) or from the dict
+``placer.planning.view.plan_json`` builds (``placer.report.doc.as_plan``). Open at every
+level: fields nothing reads are free, and kept; every field read is declared here, and an
+absent one is None.
 
-A number is finite, but a baseline's costs may be ``Infinity`` (``Cost``): a baseline
-that cannot run at all; plans written before the plan JSON became strict JSON carry it.
+A number read from a file is finite, but a baseline's costs may be ``Infinity``
+(``Cost``): a baseline that cannot run at all; plans written before the plan JSON became
+strict JSON carry it. A plan built in memory may hold inf where its JSON text writes null
+(``Number``). An integer stays an int (``bytes``, ``copies``), so that what the report
+prints of it is what the plan says.
 """
 from __future__ import annotations
 

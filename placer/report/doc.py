@@ -98,8 +98,9 @@ def span_label(names: list[str]) -> str:
     """``cuda:0-3`` for four consecutive GPUs, ``cuda:0, cuda:2`` otherwise, one name alone."""
     if len(names) <= 1:
         return "".join(names)
-    parts = [re.fullmatch(r"(.*?)(\d+)", n) for n in names]
-    if len(names) > 2 and all(parts) and len({p.group(1) for p in parts}) == 1:
+    found = [re.fullmatch(r"(.*?)(\d+)", n) for n in names]
+    parts = [p for p in found if p is not None]
+    if len(names) > 2 and len(parts) == len(names) and len({p.group(1) for p in parts}) == 1:
         nums = [int(p.group(2)) for p in parts]
         if nums == list(range(nums[0], nums[0] + len(nums))):
             return f"{parts[0].group(1)}{nums[0]}-{nums[-1]}"
