@@ -244,5 +244,5 @@ class PlanDocument(Open):
     stability: Stability | None = None
 
 
-__all__ = ["PlanDocument", "OpInfo", "OpStability", "Stability", "TensorInfo", "CopyInfo", "Baseline", "Memory", "GpuMemory",
-           "LinkBytes", "Event", "Schedule", "Number"]
+__all__ = ["PlanDocument", "OpInfo", "OpStability", "Stability", "TensorInfo", "CopyInfo", "Baseline", "Memory",
+           "GpuMemory", "LinkBytes", "Event", "Schedule", "Number"]

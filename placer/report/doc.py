@@ -1,4 +1,6 @@
-"""The plan document of either version, read the same way (docs/PLAN_JSON.md).
+"""The plan document of either version, read the same way (docs/PLAN_JSON.md), as a
+``documents.plan.PlanDocument``: ``read_plan`` reads one from a file, ``as_plan`` makes
+one of the dict ``placer plan`` builds in memory; the report reads nothing else.
 
 Version 2 names the machine's devices (``cpu``, ``cuda:0``, ...) and gives each op a time
 per device, memory per device and bytes per link; version 1 knew one GPU, named ``gpu``,
@@ -73,7 +75,7 @@ def plan_devices(plan: PlanDocument) -> list[str]:
 
 def device_kinds(plan: PlanDocument) -> dict[str, str]:
     """Device name -> "cpu" / "gpu": the plan's machine where it says, else by name."""
-    said = {d.name: d.kind for d in (plan.machine.devices if plan.machine else None) or []}
+    said = {d.name: d.kind for d in (plan.machine.devices if plan.machine is not None else None) or []}
     return {name: said.get(name) or device_kind(name) for name in plan_devices(plan)}
 
 

@@ -229,7 +229,8 @@ def schedule_lanes(events: list[Event], devices: list[str]) -> tuple[list[str], 
     return list(dict.fromkeys(ops)), list(dict.fromkeys(copies))
 
 
-def fig_gantt(schedules: dict[str, Schedule], devices: list[str] | None = None, kinds: dict[str, str] | None = None) -> Figure:
+def fig_gantt(schedules: dict[str, Schedule], devices: list[str] | None = None,
+              kinds: dict[str, str] | None = None) -> Figure:
     """One Gantt chart per schedule (serial, makespan): a lane per device (its ops, in
     the device's colour) and a lane per copy lane (copies coloured by direction)."""
     from matplotlib.figure import Figure
