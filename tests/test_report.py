@@ -16,6 +16,7 @@ from report_cases import four_gpu_plan, four_gpu_run, hand_plan, run_record, syn
 
 from placer import cli
 from placer.report import doc, graph, plots, tables
+from placer.report.doc import as_plan
 from placer.report.html import render, write_report
 
 SECTION_IDS = {"summary", "placement", "costs", "timeline", "memory", "links", "ops", "measured"}
@@ -59,13 +60,13 @@ class Page(HTMLParser):
 @pytest.fixture(scope="module")
 def small_page():
     plan = hand_plan()
-    return plan, Page(render(plan, run_record(plan, emulated=True)))
+    return plan, Page(render(as_plan(plan), run_record(plan, emulated=True)))
 
 
 @pytest.fixture(scope="module")
 def big_page():
     plan = synthetic_plan(300)
-    return plan, Page(render(plan, run_record(plan, emulated=False)))
+    return plan, Page(render(as_plan(plan), run_record(plan, emulated=False)))
 
 
 def decode_image(src: str) -> bytes:
@@ -130,7 +131,7 @@ def test_measured_section_labels_emulated_runs(small_page, big_page):
 def test_old_plan_without_schedules_says_not_available():
     plan = {k: v for k, v in hand_plan().items()
             if k not in ("schedules", "memory_timeline", "tensors", "gpu_memory", "profiles")}
-    page = Page(render(plan))
+    page = Page(render(as_plan(plan)))
     assert SECTION_IDS <= set(page.sections)
     assert "not available" in page.section_text("timeline")
     assert "not available" in page.section_text("memory")
@@ -165,7 +166,7 @@ def test_measured_section_shows_where_the_model_is_off_by_family(small_page):
     plan, page = small_page
     text = page.section_text("measured")
     assert "Where the model is off, by op family" in text
-    families = {row["family"] for row in tables.family_errors(tables.match_run(plan, run_record(plan, emulated=True)))}
+    families = {row["family"] for row in tables.family_errors(tables.match_run(as_plan(plan), run_record(plan, emulated=True)))}
     assert families and all(f in text for f in families)
 
 
@@ -173,26 +174,26 @@ def test_run_is_matched_past_inserted_copies():
     plan = hand_plan()
     run = run_record(plan, emulated=True)
     assert len(run["ops"]) == 6   # two copy ops inserted
-    pairs = tables.match_run(plan, run)
+    pairs = tables.match_run(as_plan(plan), run)
     assert [p["index"] for p in pairs] == [0, 1, 2, 3]
     assert [p["device"] for p in pairs] == ["gpu", "gpu", "cpu", "cpu"]
     # on an emulated GPU the ops ran on the CPU: their reference is the CPU prediction
     assert [p["predicted_s"] for p in pairs] == [4e-3, 3e-4, 1e-4, 1e-5]
     real = [o for o in run["ops"] if not o["copy_direction"]]
     assert [p["measured_s"] for p in pairs] == [o["time_s"] for o in real]
-    on_gpu = tables.match_run(plan, run_record(plan, emulated=False))
+    on_gpu = tables.match_run(as_plan(plan), run_record(plan, emulated=False))
     assert [p["predicted_s"] for p in on_gpu] == [2e-4, 2e-5, 1e-4, 1e-5]
 
 
 def test_charts_of_300_ops_have_no_overlapping_labels():
     plan = synthetic_plan(300)
-    pairs = tables.match_run(plan, run_record(plan))
-    figs = {"baselines": plots.fig_baselines(plan),
-            "costs": plots.fig_cost_bars(*tables.top_savers(plan)),
-            "timeline": plots.fig_gantt(plan["schedules"]),
+    pairs = tables.match_run(as_plan(plan), run_record(plan))
+    figs = {"baselines": plots.fig_baselines(as_plan(plan)),
+            "costs": plots.fig_cost_bars(*tables.top_savers(as_plan(plan))),
+            "timeline": plots.fig_gantt(as_plan(plan).schedules),
             "memory": plots.fig_memory(plan["memory_timeline"], 36e9),
-            "links": plots.fig_links(plan),
-            "placement": graph.fig_placement(plan),
+            "links": plots.fig_links(as_plan(plan)),
+            "placement": graph.fig_placement(as_plan(plan)),
             "scatter": plots.fig_pred_vs_measured(pairs, True)}
     for name, fig in figs.items():
         assert plots.text_overlaps(fig) == [], name
@@ -224,7 +225,7 @@ def test_placement_layout_folds_a_long_chain():
 
 
 def test_graph_edges_mark_copies_and_host_transfers():
-    edges, host_in, host_out = graph.graph_edges(hand_plan())
+    edges, host_in, host_out = graph.graph_edges(as_plan(hand_plan()))
     assert edges == [(0, 1, False), (1, 2, True), (2, 3, False)]
     assert host_in == {0} and host_out == set()
 
@@ -263,9 +264,9 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
 
 def test_write_report_replaces_atomically(tmp_path):
     out = tmp_path / "sub" / "r.html"
-    write_report(hand_plan(), None, out)
+    write_report(as_plan(hand_plan()), None, out)
     first = out.read_text()
-    write_report(synthetic_plan(40), None, out)
+    write_report(as_plan(synthetic_plan(40)), None, out)
     assert out.read_text() != first
     assert [p.name for p in out.parent.iterdir()] == ["r.html"]   # no temporary left behind
 
@@ -274,19 +275,19 @@ def test_op_without_a_gpu_kernel_and_sparse_old_ops():
     plan = hand_plan()
     plan["ops"][3]["gpu_s"] = float("inf")       # no GPU kernel: infinite on the GPU
     plan["ops"].append({"index": 4, "type": "Unknown"})   # an op with almost nothing known
-    page_text = render(plan, run_record(hand_plan()))
+    page_text = render(as_plan(plan), run_record(hand_plan()))
     page = Page(page_text)
     assert page.op_rows == 5
     assert "∞" in page.section_text("ops")
     assert 'data-v="inf"' not in page_text and 'data-v="nan"' not in page_text
-    top, n = tables.top_savers(plan)
-    assert n == 3 and 3 not in [o["index"] for o in top]
+    top, n = tables.top_savers(as_plan(plan))
+    assert n == 3 and 3 not in [o.index for o in top]
 
 
 def test_placement_falls_back_to_matplotlib_without_graphviz(monkeypatch):
     import shutil
     monkeypatch.setattr(shutil, "which", lambda name: None)
-    svg, how = graph.placement_svg(hand_plan())
+    svg, how = graph.placement_svg(as_plan(hand_plan()))
     assert how.startswith("matplotlib")
     assert ET.fromstring(svg).tag.endswith("svg")
 
@@ -295,7 +296,7 @@ def test_placement_by_graphviz_marks_the_copy():
     import shutil
     if not shutil.which("dot"):
         pytest.skip("graphviz dot not installed (the matplotlib drawing is used instead)")
-    svg, how = graph.placement_svg(hand_plan())
+    svg, how = graph.placement_svg(as_plan(hand_plan()))
     assert how == "graphviz dot"
     root = ET.fromstring(svg)
     assert root.tag.endswith("svg")
@@ -304,7 +305,7 @@ def test_placement_by_graphviz_marks_the_copy():
 
 
 def test_a_long_net_is_folded_not_handed_to_graphviz():
-    svg, how = graph.placement_svg(synthetic_plan(300))
+    svg, how = graph.placement_svg(as_plan(synthetic_plan(300)))
     assert how == "matplotlib, longest-path layers, folded into columns"
 
 
@@ -318,7 +319,7 @@ def test_report_of_a_real_plan_from_placer_plan(tmp_path, capsys):
                    "--pin", "*SparseLengthsSum*=cpu", "--json"])
     assert rc == 0
     plan = json.loads(capsys.readouterr().out)
-    page = Page(render(plan))
+    page = Page(render(as_plan(plan)))
     assert SECTION_IDS <= set(page.sections)
     assert page.op_rows == len(plan["ops"]) > 0
     assert len(page.images) == 6    # no run: no scatter
@@ -327,18 +328,18 @@ def test_report_of_a_real_plan_from_placer_plan(tmp_path, capsys):
     assert "not available" not in " ".join(page.section_text(s) for s in SECTION_IDS)
     assert any(o["device"] == "cpu" for o in plan["ops"]) and plan["copies"]
     for schedule in ("serial", "makespan"):
-        assert validate_trace(build_trace(plan, schedule=schedule)) == []
+        assert validate_trace(build_trace(as_plan(plan), schedule=schedule)) == []
 
 
 def test_gantt_merges_only_items_closer_than_its_resolution():
-    ev = [{"start_s": a, "end_s": b} for a, b in ((0.0, 1.0), (1.0, 2.0), (2.0005, 3.0), (5.0, 6.0))]
+    ev = [(0.0, 1.0), (1.0, 2.0), (2.0005, 3.0), (5.0, 6.0)]
     assert plots._merged_spans(ev, 0.001) == [(0.0, 3.0), (5.0, 6.0)]
     assert plots._merged_spans(ev, 0.0) == [(0.0, 2.0), (2.0005, 3.0), (5.0, 6.0)]
 
 
 def test_a_net_too_big_to_draw_says_so(monkeypatch):
     monkeypatch.setattr(graph, "MAX_DRAWN_OPS", 100)
-    page = Page(render(synthetic_plan(150)))
+    page = Page(render(as_plan(synthetic_plan(150))))
     assert "not drawn for 150 ops" in page.section_text("placement")
     assert page.op_rows == 150 and len(page.images) == 5
 
@@ -349,10 +350,10 @@ def test_corpus_net_charts_have_no_overlapping_labels(name, corpus, capsys):
     assert cli.main(["plan", str(corpus / "caffe" / name), "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert len(plan["ops"]) > 150
-    limits = {m["device"]: (m["capacity_bytes"], m["usable_bytes"]) for m in doc.memory_rows(plan)}
-    figs = {"baselines": plots.fig_baselines(plan), "costs": plots.fig_cost_bars(*tables.top_savers(plan)),
-            "timeline": plots.fig_gantt(plan["schedules"], plan["devices"]), "placement": graph.fig_placement(plan),
-            "memory": plots.fig_memory(doc.memory_timelines(plan), limits), "links": plots.fig_links(plan)}
+    limits = {m["device"]: (m["capacity_bytes"], m["usable_bytes"]) for m in doc.memory_rows(as_plan(plan))}
+    figs = {"baselines": plots.fig_baselines(as_plan(plan)), "costs": plots.fig_cost_bars(*tables.top_savers(as_plan(plan))),
+            "timeline": plots.fig_gantt(as_plan(plan).schedules, plan["devices"]), "placement": graph.fig_placement(as_plan(plan)),
+            "memory": plots.fig_memory(doc.memory_timelines(as_plan(plan)), limits), "links": plots.fig_links(as_plan(plan))}
     for key, fig in figs.items():
         assert plots.text_overlaps(fig) == [], key
 
@@ -362,7 +363,7 @@ def test_summary_says_how_much_overlap_saves():
     serial = plan["schedules"]["serial"]["makespan_s"]
     overlapped = plan["schedules"]["makespan"]["makespan_s"]
     assert overlapped < serial
-    text = Page(render(plan)).section_text("summary")
+    text = Page(render(as_plan(plan))).section_text("summary")
     assert f"{100 * (serial - overlapped) / serial:.1f}% shorter" in text
 
 
@@ -413,7 +414,7 @@ class Tables(HTMLParser):
 @pytest.fixture(scope="module")
 def four_gpu_page():
     plan = four_gpu_plan()
-    text = render(plan, four_gpu_run(plan))
+    text = render(as_plan(plan), four_gpu_run(plan))
     return plan, Page(text), Tables(text).tables
 
 
@@ -439,13 +440,13 @@ def test_plan_table_shows_each_ops_device_and_one_column_for_identical_gpus(four
 
 def test_a_different_gpu_gets_its_own_time_column():
     plan = four_gpu_plan(hetero=True)                                # cuda:3 three times slower
-    header = Tables(render(plan)).tables["op-table"][0]
+    header = Tables(render(as_plan(plan))).tables["op-table"][0]
     assert header[4:7] == ["cpu time", "cuda:0-2 time", "cuda:3 time"]
-    cols = doc.time_columns(plan)
+    cols = doc.time_columns(as_plan(plan))
     assert [c["devices"] for c in cols] == [["cpu"], ["cuda:0", "cuda:1", "cuda:2"], ["cuda:3"]]
-    rows = tables.op_rows(plan, columns=cols)
+    rows = tables.op_rows(as_plan(plan), columns=cols)
     assert rows[3]["times"] == pytest.approx([700e-6, 13e-6, 39e-6]) and rows[3]["time_s"] == pytest.approx(39e-6)
-    summary = Page(render(plan)).section_text("summary")
+    summary = Page(render(as_plan(plan))).section_text("summary")
     assert "cuda:0-2 profile V100" in summary and "cuda:3 profile T4" in summary
 
 
@@ -460,8 +461,8 @@ def test_memory_per_device_table_and_one_chart_panel_per_device_holding_memory(f
         ["cuda:2", "4 GiB", "4 GiB", "1 MiB", "16 GiB", "14.4 GiB"],
         ["cuda:3", "4 GiB", "4 GiB", "1 MiB", "16 GiB", "14.4 GiB"]]
     assert "Nothing is held on cpu in this plan" in page.section_text("memory")
-    limits = {m["device"]: (m["capacity_bytes"], m["usable_bytes"]) for m in doc.memory_rows(plan)}
-    fig = plots.fig_memory(doc.memory_timelines(plan), limits)
+    limits = {m["device"]: (m["capacity_bytes"], m["usable_bytes"]) for m in doc.memory_rows(as_plan(plan))}
+    fig = plots.fig_memory(doc.memory_timelines(as_plan(plan)), limits)
     assert [ax.get_title() for ax in fig.axes] == [f"memory on cuda:{k}" for k in range(4)]
     for ax in fig.axes:   # 16 GiB capacity and 14.4 GiB usable drawn: within 8x of a 4 GiB curve
         assert sorted(line.get_ydata()[0] for line in ax.lines[1:]) == pytest.approx([14.4, 16.0])
@@ -477,17 +478,17 @@ def test_bytes_per_link_table_and_chart(four_gpu_page):
                     ["cuda:0 -> cuda:1", "d2d", "1", "1 MiB", "60 µs"], ["cuda:1 -> cpu", "d2h", "1", "1 KiB", "10 µs"],
                     ["cuda:2 -> cuda:1", "d2d", "1", "1 MiB", "120 µs"], ["cuda:3 -> cuda:1", "d2d", "1", "1 MiB", "60 µs"]]
     assert "GPU to GPU 3 MiB" in page.section_text("summary")
-    fig = plots.fig_links(plan)
+    fig = plots.fig_links(as_plan(plan))
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()] == [r[0] for r in rows]      # top to bottom
     assert [round(p.get_width(), 6) for p in ax.patches][4] == 1.0        # MiB on the axis: 1 MiB
     assert plots.text_overlaps(fig) == []
-    assert plots.fig_links({**plan, "link_bytes": [], "copies": []}) is None
+    assert plots.fig_links(as_plan({**plan, "link_bytes": [], "copies": []})) is None
 
 
 def test_timeline_has_a_lane_per_device_and_per_copy_lane(four_gpu_page):
     plan = four_gpu_page[0]
-    fig = plots.fig_gantt(plan["schedules"], plan["devices"])
+    fig = plots.fig_gantt(as_plan(plan).schedules, plan["devices"])
     lanes = [[t.get_text() for t in ax.get_yticklabels()][::-1] for ax in fig.axes]
     devices = ["cpu", "cuda:0", "cuda:1", "cuda:2", "cuda:3"]
     assert lanes[0] == devices + ["cpu->cuda:0", "cpu->cuda:1", "cpu->cuda:2", "cpu->cuda:3", "cuda:0->cuda:1",
@@ -501,7 +502,7 @@ def test_timeline_has_a_lane_per_device_and_per_copy_lane(four_gpu_page):
 
 def test_bars_of_a_lane_are_its_events():
     plan = four_gpu_plan()
-    fig = plots.fig_gantt({"makespan": plan["schedules"]["makespan"]}, plan["devices"])
+    fig = plots.fig_gantt({"makespan": as_plan(plan).schedules["makespan"]}, plan["devices"])
     ax = fig.axes[0]
     rows = {t.get_text(): t.get_position()[1] for t in ax.get_yticklabels()}
     spans = {}
@@ -526,7 +527,7 @@ def test_baselines_include_the_pipeline_split_and_baechi_with_feasibility(four_g
     assert by_label["all on one GPU (CPU fallback)"][3] == "cannot run: does not fit"
     assert by_label["Baechi m-TOPO"][1:4] == ["cuda:0-3", "520 µs", "plan is 1.25x faster"]   # 520 / 415
     assert by_label["Baechi m-ETF"][1:4] == ["cuda:0-3", "450 µs", "plan is 1.08x faster"]
-    fig = plots.fig_baselines(four_gpu_plan())
+    fig = plots.fig_baselines(as_plan(four_gpu_plan()))
     assert fig.axes[0].get_xscale() == "log"            # all-CPU (11.6 ms) is 93x the bound
     assert plots.text_overlaps(fig) == []
 
@@ -536,7 +537,7 @@ def test_makespan_plans_compare_baselines_by_makespan():
     plan["objective"] = "makespan"
     for key, ms in (("all_cpu", 11.6e-3), ("m_topo", 452e-6), ("m_etf", 226e-6)):
         plan["baselines"][key]["makespan_s"] = ms
-    text = render(plan)
+    text = render(as_plan(plan))
     header, *rows = Tables(text).tables["baselines"]
     assert header[3] == "overlapped makespan"
     by_key = {r[0]: r for r in rows}
@@ -559,7 +560,7 @@ def test_measured_run_per_device_times_and_per_link_bytes(four_gpu_page):
     assert links[0] == ["cpu->cuda:0", "1 / 1", "4 KiB", "4 KiB", "10 µs", "20 µs"]
     assert links[6] == ["cuda:2->cuda:1", "1 / 1", "1 MiB", "1 MiB", "120 µs", "240 µs"]
     assert len(links) == 8
-    pairs = tables.match_run(plan, four_gpu_run(plan))
+    pairs = tables.match_run(as_plan(plan), four_gpu_run(plan))
     assert [p["index"] for p in pairs] == list(range(7))
     assert [p["predicted_s"] for p in pairs] == [o["cpu_s"] for o in plan["ops"]]   # emulated: CPU times
 
@@ -570,31 +571,31 @@ def test_a_real_gpu_run_is_held_to_the_time_on_its_own_gpu():
     for o in run["ops"]:
         o["device"] = o["device"].removeprefix("emulated-")
     run["emulated"] = False
-    pairs = tables.match_run(plan, run)
+    pairs = tables.match_run(as_plan(plan), run)
     assert [p["predicted_s"] for p in pairs] == pytest.approx([13e-6, 13e-6, 13e-6, 39e-6, 8e-6, 60e-6, 5e-6])
 
 
 def test_placement_graph_colours_ops_by_device():
     plan = four_gpu_plan()
-    edges, host_in, host_out = graph.graph_edges(plan)
+    edges, host_in, host_out = graph.graph_edges(as_plan(plan))
     assert sorted(e for e in edges if e[2]) == [(0, 4, True), (2, 4, True), (3, 4, True)]
     assert host_in == {0, 1, 2, 3} and host_out == {6}
-    colors = plots.device_colors(plan["devices"], doc.device_kinds(plan))
+    colors = plots.device_colors(plan["devices"], doc.device_kinds(as_plan(plan)))
     assert len(set(colors.values())) == 5
-    src = graph.dot_source(plan, edges)
+    src = graph.dot_source(as_plan(plan), edges)
     for d, n in (("cuda:0", 1), ("cuda:1", 4), ("cuda:2", 1), ("cuda:3", 1)):
         assert src.count(f'fillcolor="{colors[d]}"') == n + 1       # its ops and its legend entry
     assert "Placement of 7 ops: 1 on cuda:0, 4 on cuda:1, 1 on cuda:2, 1 on cuda:3; 3 edges crossing devices" in src
-    fig = graph.fig_placement(plan)
+    fig = graph.fig_placement(as_plan(plan))
     assert {t.get_text() for t in fig.legends[0].get_texts()} >= {f"op on cuda:{k}" for k in range(4)}
     assert plots.text_overlaps(fig) == []
 
 
 def test_cost_bars_draw_one_bar_per_time_column():
     plan = four_gpu_plan(hetero=True)
-    top, n = tables.top_savers(plan)
-    assert n == 7 and top[0]["name"] == "fc"          # 3 ms on the CPU, 60 µs on a V100: the widest spread
-    fig = plots.fig_cost_bars(top, n, doc.time_columns(plan))
+    top, n = tables.top_savers(as_plan(plan))
+    assert n == 7 and top[0].name == "fc"          # 3 ms on the CPU, 60 µs on a V100: the widest spread
+    fig = plots.fig_cost_bars(top, n, doc.time_columns(as_plan(plan)))
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert sorted(labels) == ["chosen device", "cpu time", "cuda:0-2 time", "cuda:3 time"]
     assert len(fig.axes[0].patches) == 3 * 7

@@ -17,6 +17,7 @@ import pytest
 from conftest import IN_CI
 from report_cases import four_gpu_plan, four_gpu_run, hand_plan, run_record, synthetic_plan
 
+from placer.report.doc import as_plan
 from placer.report.html import write_report
 
 pytestmark = pytest.mark.browser
@@ -68,9 +69,9 @@ def console_lines(stderr: str) -> list[str]:
 def pages(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     small, big, gpus4 = hand_plan(), synthetic_plan(300), four_gpu_plan()
-    write_report(small, run_record(small, emulated=True), out / "small.html")
-    write_report(big, run_record(big, emulated=False), out / "big.html")
-    write_report(gpus4, four_gpu_run(gpus4), out / "gpus4.html")
+    write_report(as_plan(small), run_record(small, emulated=True), out / "small.html")
+    write_report(as_plan(big), run_record(big, emulated=False), out / "big.html")
+    write_report(as_plan(gpus4), four_gpu_run(gpus4), out / "gpus4.html")
     return {"small": (out / "small.html", small), "big": (out / "big.html", big),
             "gpus4": (out / "gpus4.html", gpus4)}
 

@@ -9,6 +9,7 @@ import pytest
 from report_cases import MAKESPAN_EVENTS, four_gpu_plan, four_gpu_run, hand_plan, run_record, synthetic_plan
 
 from placer.ops.registry import copy_types
+from placer.report.doc import as_plan
 from placer.report.trace import (build_trace, measured_events, predicted_events, validate_trace,
                                  write_trace)
 
@@ -25,7 +26,7 @@ def names_of(trace, kind):
 @pytest.mark.parametrize("schedule", ["serial", "makespan"])
 def test_predicted_trace_validates_and_keeps_every_event(schedule):
     plan = synthetic_plan(300)
-    trace = build_trace(plan, schedule=schedule)
+    trace = build_trace(as_plan(plan), schedule=schedule)
     assert validate_trace(trace) == []
     events = plan["schedules"][schedule]["events"]
     assert len(spans(trace)) == len(events)
@@ -37,7 +38,7 @@ def test_predicted_trace_validates_and_keeps_every_event(schedule):
 
 def test_predicted_trace_of_the_hand_plan_in_microseconds():
     plan = hand_plan()
-    trace = build_trace(plan)
+    trace = build_trace(as_plan(plan))
     assert validate_trace(trace) == []
     procs = names_of(trace, "process_name")
     assert sorted(procs.values()) == ["predicted (serial schedule): copies", "predicted (serial schedule): cpu",
@@ -90,7 +91,7 @@ def test_measured_copies_without_links_are_told_by_their_type():
 def test_predicted_and_measured_share_a_file_in_separate_processes(tmp_path):
     plan = synthetic_plan(120)
     out = tmp_path / "trace.json"
-    write_trace(plan, out, run=run_record(plan))
+    write_trace(as_plan(plan), out, run=run_record(plan))
     trace = json.loads(out.read_text())
     assert validate_trace(trace) == []
     procs = names_of(trace, "process_name")
@@ -114,8 +115,8 @@ def test_a_run_alone_as_placer_run_writes_it(tmp_path):
 
 def test_plan_without_schedules_gives_no_predicted_events():
     plan = {k: v for k, v in hand_plan().items() if k != "schedules"}
-    assert predicted_events(plan) == []
-    assert validate_trace(build_trace(plan)) == []
+    assert predicted_events(as_plan(plan)) == []
+    assert validate_trace(build_trace(as_plan(plan))) == []
 
 
 # --- a CPU and four GPUs (plan document version 2) -----------------------------------
@@ -129,7 +130,7 @@ def lane_of(trace, event):
 
 def test_four_gpu_makespan_trace_has_a_lane_per_device_and_per_copy_lane():
     plan = four_gpu_plan()
-    trace = build_trace(plan, schedule="makespan")
+    trace = build_trace(as_plan(plan), schedule="makespan")
     assert validate_trace(trace) == []
     title = "predicted (makespan schedule)"
     assert sorted(names_of(trace, "process_name").values()) == sorted(
@@ -153,7 +154,7 @@ def test_four_gpu_makespan_trace_has_a_lane_per_device_and_per_copy_lane():
 
 def test_four_gpu_serial_trace_puts_copies_on_their_links():
     plan = four_gpu_plan()
-    trace = build_trace(plan, schedule="serial")
+    trace = build_trace(as_plan(plan), schedule="serial")
     assert validate_trace(trace) == []
     lanes = {lane_of(trace, e)[1] for e in spans(trace) if e["cat"] == "copy"}
     assert lanes == {"cpu->cuda:0", "cpu->cuda:1", "cpu->cuda:2", "cpu->cuda:3", "cuda:0->cuda:1", "cuda:2->cuda:1",
@@ -166,7 +167,7 @@ def test_four_gpu_measured_trace_names_the_plans_devices_and_links(tmp_path):
     plan = four_gpu_plan()
     run = four_gpu_run(plan)
     out = tmp_path / "trace.json"
-    write_trace(plan, out, run=run)
+    write_trace(as_plan(plan), out, run=run)
     trace = json.loads(out.read_text())
     assert validate_trace(trace) == []
     measured = [e for e in spans(trace) if lane_of(trace, e)[0].startswith("measured")]
@@ -189,7 +190,7 @@ def test_four_gpu_measured_trace_names_the_plans_devices_and_links(tmp_path):
 
 @pytest.fixture
 def good():
-    return build_trace(hand_plan())
+    return build_trace(as_plan(hand_plan()))
 
 
 def _first_lane_pair(trace):

@@ -37,10 +37,12 @@ from placer import examples
 from placer.commands import plan as plan_module
 from placer.commands import profile as profile_module
 from placer.commands import run as run_module
+from placer.documents.plan import OpInfo, PlanDocument
 from placer.errors import InputError
 from placer.fileio import OutputDir, atomic_write_bytes, atomic_write_text
 from placer.formats import load_net
 from placer.hardware.profiles import DEFAULT_GPU_PROFILE, load_profile
+from placer.report.doc import or_default, read_plan
 from placer.report.html import write_report
 from placer.report.trace import write_trace
 from placer.runtime.inputs import random_inputs
@@ -203,7 +205,7 @@ class Demo:
         self.say(f"planning {name} against {DEFAULT_GPU_PROFILE}")
         self.plan(net_path, cpu_profile, ["--gpu-profile", DEFAULT_GPU_PROFILE], d / "plan.json", d / "plan.txt",
                   ["-o", str(d / "placed_predict.pbtxt"), "--init-out", str(d / "placed_init.pbtxt")])
-        plan = json.loads((d / "plan.json").read_text())
+        plan = read_plan(d / "plan.json")
         self.written += [d / "placed_predict.pbtxt", d / "placed_init.pbtxt"]
         self.save_bytes(d / "inputs.npz", _npz(random_feed(net_path)))
         self.say(f"running {name}: placed net with the GPU emulated, and the original on the CPU")
@@ -216,7 +218,7 @@ class Demo:
         return {"plan": plan, "match": match, "max_diff": diff, "run": placed["record"],
                 "cpu_run": original["record"]}
 
-    def plan_full_size(self, gpu: str, cpu_profile: Path) -> dict:
+    def plan_full_size(self, gpu: str, cpu_profile: Path) -> PlanDocument:
         d = self.out / FULL_SIZE
         d.mkdir(parents=True, exist_ok=True)
         self.say(f"planning {FULL_SIZE} (planning only) against {gpu}")
@@ -225,7 +227,7 @@ class Demo:
                   d / f"plan-{stem}.txt",
                   ["--report", str(d / f"report-{stem}.html")])
         self.written.append(d / f"report-{stem}.html")
-        return json.loads((d / f"plan-{stem}.json").read_text())
+        return read_plan(d / f"plan-{stem}.json")
 
     def plan(self, net: Path, cpu_profile: Path | None, target: list, plan_out: Path, table: Path,
              extra: list) -> None:
@@ -239,7 +241,7 @@ class Demo:
         self.command("plan", argv + ["--json"], io.StringIO(), shown=argv + [">", str(table)])
         self.written.append(plan_out)
         text = io.StringIO()
-        plan_module.print_plan(json.loads(plan_out.read_text()), out=text)
+        plan_module.print_plan(read_plan(plan_out), out=text)
         self.save_text(table, text.getvalue())
 
     # -- 5. several GPUs ------------------------------------------------------------------
@@ -254,7 +256,7 @@ class Demo:
         self.plan(examples.path(SPLIT_NET), None, ["--machine", SPLIT_MACHINE], d / "plan.json",
                   d / "plan.txt", ["--report", str(d / "report.html")])
         self.written.append(d / "report.html")
-        split = json.loads((d / "plan.json").read_text())
+        split = read_plan(d / "plan.json")
         d = self.out / TOWERS_NET
         d.mkdir(parents=True, exist_ok=True)
         net_path, target = examples.path(TOWERS_NET), ["--machine", TOWERS_MACHINE]
@@ -264,10 +266,10 @@ class Demo:
                   ["-o", str(d / "placed_predict.pbtxt"), "--init-out", str(d / "placed_init.pbtxt")])
         self.plan(net_path, None, target, d / "plan-serial.json", d / "plan-serial.txt", [])
         self.written += [d / "placed_predict.pbtxt", d / "placed_init.pbtxt"]
-        towers = {k: json.loads((d / f"plan-{k}.json").read_text()) for k in ("makespan", "serial")}
+        towers = {k: read_plan(d / f"plan-{k}.json") for k in ("makespan", "serial")}
         shape = {"data": TensorType(TOWERS_RUN_SHAPE)}
         self.save_bytes(d / "inputs.npz", _npz(random_feed(net_path, shapes=shape)))
-        gpus = sum(dev["kind"] == "gpu" for dev in towers["makespan"]["machine"]["devices"])
+        gpus = sum(dev.kind == "gpu" for dev in towers["makespan"].machine.devices)
         self.say(f"running {TOWERS_NET}: placed net on {gpus} emulated GPUs, and the original on the CPU")
         at = ["--input", "data=" + ",".join(map(str, TOWERS_RUN_SHAPE))]
         placed = self.run_net(d / "placed_predict.pbtxt", d, "placed", ["--emulate-gpus", str(gpus), *at])
@@ -293,7 +295,7 @@ class Demo:
             arrays = {k: data[k] for k in data.files}
         return {"outputs": arrays, "record": json.loads(record.read_text())}
 
-    def report(self, plan: dict, run_dict: dict, html: Path, predicted: Path, measured: Path) -> None:
+    def report(self, plan: PlanDocument, run_dict: dict, html: Path, predicted: Path, measured: Path) -> None:
         self.say(f"writing {html}")
         write_report(plan, run_dict, html)
         write_trace(plan, predicted)
@@ -372,57 +374,57 @@ def summary_lines(results: dict, full_size: dict, cpu_profile: Path, elapsed_s: 
     return lines
 
 
-def _on_gpu(ops: list[dict]) -> int:
+def _on_gpu(ops: list[OpInfo]) -> int:
     """Ops placed on a GPU (any of them)."""
-    return sum(o.get("device_kind", "gpu" if o["device"] != "cpu" else "cpu") == "gpu" for o in ops)
+    return sum(or_default(o.device_kind, "gpu" if o.device != "cpu" else "cpu") == "gpu" for o in ops)
 
 
 def net_line(name: str, r: dict) -> str:
-    p, b = r["plan"], r["plan"]["baselines"]
-    return (f"{name}: plan {ms(p['total_s'])} vs all-CPU {ms(b['all_cpu']['total_s'])} vs all-GPU "
-            f"{ms(b['all_gpu']['total_s'])} predicted on {_gpu_label(p)} (all-CPU measured here: "
-            f"{ms(r['cpu_run']['total_s'])}); {_on_gpu(p['ops'])}/{len(p['ops'])} ops on the GPU; outputs "
+    p, b = r["plan"], r["plan"].baselines
+    return (f"{name}: plan {ms(p.total_s)} vs all-CPU {ms(b['all_cpu'].total_s)} vs all-GPU "
+            f"{ms(b['all_gpu'].total_s)} predicted on {_gpu_label(p)} (all-CPU measured here: "
+            f"{ms(r['cpu_run']['total_s'])}); {_on_gpu(p.ops)}/{len(p.ops)} ops on the GPU; outputs "
             f"{'match' if r['match'] else 'DIFFER'} (max diff {r['max_diff']:.2g})")
 
 
-def full_size_line(plans: dict) -> str:
+def full_size_line(plans: dict[str, PlanDocument]) -> str:
     """Per GPU: embedding tables placed on it, the plan's time, whether all-GPU fits."""
     parts = []
     for p in plans.values():
-        tables = [o for o in p["ops"] if o["type"].startswith("SparseLengths")]
-        fits = "fits" if p["baselines"]["all_gpu"].get("feasible", True) else "does not fit"
-        parts.append(f"{_gpu_label(p)}: {_on_gpu(tables)}/{len(tables)} tables on the GPU, plan {ms(p['total_s'])} "
+        tables = [o for o in p.ops if o.type.startswith("SparseLengths")]
+        fits = "fits" if or_default(p.baselines["all_gpu"].feasible, True) else "does not fit"
+        parts.append(f"{_gpu_label(p)}: {_on_gpu(tables)}/{len(tables)} tables on the GPU, plan {ms(p.total_s)} "
                      f"(all-GPU {fits})")
     return f"{FULL_SIZE} (planning only): " + "; ".join(parts)
 
 
-def split_line(p: dict) -> str:
+def split_line(p: PlanDocument) -> str:
     """The net no one GPU holds: embedding tables per device, the plan against all-CPU,
     and why all on one GPU cannot run."""
-    tables = [o for o in p["ops"] if o["type"].startswith("SparseLengths")]
-    per = {d: sum(o["device"] == d for o in tables) for d in p["devices"]}
-    params = sum(t["bytes"] for t in p["tensors"] if t["producer"] == -2)
-    one = p["baselines"]["all_gpu"]
-    fits = "fits" if one.get("feasible", True) else f"does not fit ({one.get('why_infeasible', '')})"
+    tables = [o for o in p.ops if o.type.startswith("SparseLengths")]
+    per = {d: sum(o.device == d for o in tables) for d in p.devices}
+    params = sum(t.bytes for t in p.tensors if t.producer == -2)
+    one = p.baselines["all_gpu"]
+    fits = "fits" if or_default(one.feasible, True) else f"does not fit ({or_default(one.why_infeasible, '')})"
     return (f"{SPLIT_NET} on {SPLIT_MACHINE} (planning only, {fmt_bytes(params)} of parameters, datasheet "
             f"profiles): tables per device "
             + ", ".join(f"{d} {n}" for d, n in per.items() if n)
-            + f"; plan {ms(p['total_s'])} vs all-CPU {ms(p['baselines']['all_cpu']['total_s'])}; all on one GPU {fits}")
+            + f"; plan {ms(p.total_s)} vs all-CPU {ms(p.baselines['all_cpu'].total_s)}; all on one GPU {fits}")
 
 
 def towers_line(several: dict) -> str:
     """Where each tower went under each objective, the overlapped makespans, the run."""
     span, serial, run = several["towers"]["makespan"], several["towers"]["serial"], several["run"]
 
-    def towers(p):
-        name = [display_name(o["name"], o["outputs"]) for o in p["ops"]]
-        return ", ".join(f"{side} on " + "/".join(sorted({o["device"] for o, n in zip(p["ops"], name)
+    def towers(p: PlanDocument) -> str:
+        name = [display_name(o.name, o.outputs) for o in p.ops]
+        return ", ".join(f"{side} on " + "/".join(sorted({o.device for o, n in zip(p.ops, name)
                                                           if n.startswith(side + "_")}))
                          for side in ("left", "right"))
 
     shape = "x".join(map(str, TOWERS_RUN_SHAPE))
-    return (f"{TOWERS_NET} on {TOWERS_MACHINE} (datasheet profiles): makespan plan {ms(span['schedules']['makespan']['makespan_s'])} "
-            f"overlapped ({towers(span)}) vs serial plan {ms(serial['schedules']['makespan']['makespan_s'])} "
+    return (f"{TOWERS_NET} on {TOWERS_MACHINE} (datasheet profiles): makespan plan {ms(span.schedules['makespan'].makespan_s)} "
+            f"overlapped ({towers(span)}) vs serial plan {ms(serial.schedules['makespan'].makespan_s)} "
             f"({towers(serial)}); placed net on {several['gpus']} emulated GPUs at data {shape}: outputs "
             f"{'match' if run['match'] else 'DIFFER'} (max diff {run['max_diff']:.2g})")
 
@@ -440,6 +442,7 @@ def profile_line(path: Path) -> str:
             f"{fmt_rate(cpu.memory_bandwidth_bytes_per_s)} streaming ({path})")
 
 
-def _gpu_label(plan: dict) -> str:
-    name = (plan.get("profiles") or {}).get("gpu", {}).get("name", "GPU")
+def _gpu_label(plan: PlanDocument) -> str:
+    gpu = (plan.profiles or {}).get("gpu")
+    name = or_default(gpu.name, "GPU") if gpu is not None else "GPU"
     return name.replace("NVIDIA ", "").replace(" PCIe", "")

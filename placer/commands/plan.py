@@ -11,6 +11,7 @@ from pathlib import Path
 from placer import arguments
 from placer.commands.common import StageClock, add_feed_argument, add_net_arguments, load_typed_net
 from placer.costs.graph import write_graph
+from placer.documents.plan import OpInfo, PlanDocument
 from placer.errors import PlacerError
 from placer.fileio import atomic_write_text, check_output_dir, refuse_outputs
 from placer.formats.caffe2 import save_netdef
@@ -21,7 +22,7 @@ from placer.partition import METHODS, partition, stability
 from placer.planning.cluster_plan import cluster_plan_from_args, host_summary
 from placer.planning.planner import PlanOptions, plan
 from placer.planning.view import json_text, plan_json
-from placer.report.doc import link_rows, memory_rows
+from placer.report.doc import as_plan, link_rows, memory_rows, or_default
 from placer.report.html import write_report
 from placer.report.trace import write_trace
 from placer.rewrite.manifest import MANIFEST, OUTPUT_KIND, write_plan_dir
@@ -149,8 +150,8 @@ def _run(args) -> int:
         if args.json:
             print(json_text(doc))
         else:
-            print_plan(doc, all_rows=args.all)
-            for h in doc.get("hosts", []):
+            print_plan(as_plan(doc), all_rows=args.all)
+            for h in doc["hosts"] if args.cluster else []:
                 print(f"host {h['host']}: {h['ops']} ops, {fmt_bytes(h['memory_bytes'])} of memory "
                       f"(CPU {fmt_bytes(h['cpu_memory_bytes'])}, GPUs {fmt_bytes(h['gpu_memory_bytes'])})")
             for what, path in written:
@@ -216,13 +217,14 @@ def _write_outputs(args, result, doc, clock) -> list[tuple[str, str]]:
         with clock("plan-out"):
             atomic_write_text(args.plan_out, json_text(doc) + "\n")
         written.append(("plan JSON", args.plan_out))
+    typed = as_plan(doc) if getattr(args, "report", None) or getattr(args, "trace", None) else None
     if getattr(args, "report", None):
         with clock("report"):
-            write_report(doc, None, args.report)
+            write_report(typed, None, args.report)
         written.append(("report", args.report))
     if getattr(args, "trace", None):
         with clock("report"):
-            write_trace(doc, args.trace)
+            write_trace(typed, args.trace)
         written.append(("predicted trace", args.trace))
     return written
 
@@ -277,21 +279,22 @@ def _value_info_path(placed_path: str, net_path: str) -> str | None:
     return str(path)
 
 
-def print_plan(doc: dict, all_rows: bool = False, out=None) -> None:
+def print_plan(doc: PlanDocument, all_rows: bool = False, out=None) -> None:
+    """The plan as the command prints it: the per-op table, then the totals, baselines,
+    memory, copies, notes and stability."""
     import pandas as pd
     out = out or sys.stdout  # looked up now: a redirected stdout is not the one at import time
-    ops, devices = doc["ops"], doc["devices"]
+    ops, devices = doc.ops, doc.devices
     rows = []
     columns = _time_columns(devices, ops)
     for o in ops:
-        row = {"#": o["index"], "op": display_name(o["name"], o["outputs"])[:28],
-               "type": o["type"], "device": o["device"]}
-        row.update({f"{d} ms": o["time_s"][d] * 1e3 for d in columns})
-        row.update({"copies in/out": f"{len(o['copies_in'])}/{len(o['copies_out'])}", "why": o["reason"]})
+        row = {"#": o.index, "op": display_name(o.name, o.outputs)[:28], "type": o.type, "device": o.device}
+        row.update({f"{d} ms": o.time_s[d] * 1e3 for d in columns})
+        row.update({"copies in/out": f"{len(o.copies_in)}/{len(o.copies_out)}", "why": o.reason})
         rows.append(row)
     shown = rows
     if not all_rows and len(rows) > MAX_ROWS:
-        spread = [max(o["time_s"].values()) - min(o["time_s"].values()) for o in ops]
+        spread = [max(o.time_s.values()) - min(o.time_s.values()) for o in ops]
         shown = [rows[i] for i in sorted(sorted(range(len(rows)), key=lambda i: -spread[i])[:MAX_ROWS])]
     with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_colwidth", 60,
                            "display.float_format", "{:.4g}".format):
@@ -301,27 +304,27 @@ def print_plan(doc: dict, all_rows: bool = False, out=None) -> None:
               f"--all or --json)", file=out)
     counts = {d: 0 for d in devices}
     for o in ops:
-        counts[o["device"]] += 1
+        counts[o.device] += 1
     where = ", ".join(f"{n} on {d}" for d, n in counts.items() if n)
-    print(f"\nnet {doc['net'] or doc['path']}: {len(ops)} ops, {where}; machine: {doc['machine']['description']}",
+    print(f"\nnet {doc.net or doc.path}: {len(ops)} ops, {where}; machine: {doc.machine.description}",
           file=out)
-    total = doc["total_s"]
-    print(f"plan ({doc['solver']}): {fmt_time(total)}  (compute {fmt_time(doc['compute_s'])}, "
-          f"copies {fmt_time(doc['copy_s'])}) -- {doc['optimality']}", file=out)
-    ms = doc["schedules"]["makespan"]["makespan_s"]
-    for name, b in doc["baselines"].items():
-        line = f"  {b['label']:<52} {fmt_time(b['total_s']):>10}"
+    total = doc.total_s
+    print(f"plan ({doc.solver}): {fmt_time(total)}  (compute {fmt_time(doc.compute_s)}, "
+          f"copies {fmt_time(doc.copy_s)}) -- {doc.optimality}", file=out)
+    ms = doc.schedules["makespan"].makespan_s
+    for name, b in doc.baselines.items():
+        line = f"  {b.label:<52} {fmt_time(b.total_s):>10}"
         if name != "lower_bound" and total > 0:
-            line += f"  ({b['total_s'] / total:.2f}x the plan)"
-        if "makespan_s" in b and ms > 0:
-            line += f"; overlapped {fmt_time(b['makespan_s'])} ({b['makespan_s'] / ms:.2f}x the plan's)"
-        if not b.get("feasible", True):
-            line += f"  INFEASIBLE: {b['why_infeasible']}"
-        if b.get("note"):
-            line += f"  note: {b['note']}"
+            line += f"  ({b.total_s / total:.2f}x the plan)"
+        if "makespan_s" in b.model_fields_set and ms > 0:
+            line += f"; overlapped {fmt_time(b.makespan_s)} ({b.makespan_s / ms:.2f}x the plan's)"
+        if not or_default(b.feasible, True):
+            line += f"  INFEASIBLE: {b.why_infeasible}"
+        if b.note:
+            line += f"  note: {b.note}"
         print(line, file=out)
-    if "existing" in doc["baselines"]:
-        print(f"your placement: {fmt_time(doc['baselines']['existing']['total_s'])}, ours: {fmt_time(total)}",
+    if "existing" in doc.baselines:
+        print(f"your placement: {fmt_time(doc.baselines['existing'].total_s)}, ours: {fmt_time(total)}",
               file=out)
     for m in memory_rows(doc):
         if m["usable_bytes"] is None and not m["used_bytes"]:
@@ -331,26 +334,25 @@ def print_plan(doc: dict, all_rows: bool = False, out=None) -> None:
         print(f"memory {m['device']}: {fmt_bytes(m['used_bytes'])} used{limit}; "
               f"parameters {fmt_bytes(m['param_bytes'])}", file=out)
     links = ", ".join(f"{fmt_bytes(x['bytes'])} {x['link']}" for x in link_rows(doc)) or "none"
-    print(f"copies per run: {links}, in {len(doc['copies'])} copies", file=out)
+    print(f"copies per run: {links}, in {len(doc.copies)} copies", file=out)
     print(f"with devices and copies overlapped (async executor): {fmt_time(ms)}", file=out)
-    for note in doc.get("notes", []):
+    for note in doc.notes or []:
         print(f"note: {note}", file=out)
-    if "stability" in doc:
-        print(doc["stability"]["summary"], file=out)
-        flipping = [o for o in ops if o.get("stability", {}).get("flips")]
-        for o in sorted(flipping, key=lambda o: -o["stability"]["flips"])[:10]:
-            print(f"  flips: #{o['index']} {display_name(o['name'], o['outputs'])} ({o['type']}, on {o['device']}): "
-                  f"to {o['stability']['moves_to']} in {o['stability']['flips']} of "
-                  f"{o['stability']['draws']} draws", file=out)
+    if doc.stability is not None:
+        print(doc.stability.summary, file=out)
+        flipping = [o for o in ops if o.stability is not None and o.stability.flips]
+        for o in sorted(flipping, key=lambda o: -o.stability.flips)[:10]:
+            print(f"  flips: #{o.index} {display_name(o.name, o.outputs)} ({o.type}, on {o.device}): "
+                  f"to {o.stability.moves_to} in {o.stability.flips} of {o.stability.draws} draws", file=out)
         if len(flipping) > 10:
             print(f"  ... and {len(flipping) - 10} more (see the plan JSON's per-op 'stability')", file=out)
 
 
-def _time_columns(devices: list[str], ops: list[dict]) -> list[str]:
+def _time_columns(devices: list[str], ops: list[OpInfo]) -> list[str]:
     """Devices whose time column says something: the host and each distinct GPU profile
     (identical GPUs share one column, headed by the first of them)."""
     seen: dict[tuple, str] = {}
     for d in devices:
-        key = tuple(o["time_s"][d] for o in ops[:200]) + (d == devices[0],)
+        key = tuple(o.time_s[d] for o in ops[:200]) + (d == devices[0],)
         seen.setdefault(key, d)
     return list(seen.values())

@@ -1,21 +1,40 @@
 """The plan document (``placer plan --json``, docs/PLAN_JSON.md, either version): the
-fields the report reads (``placer.report.doc.read_plan``), with their types. Open at every
-level: fields the report does not read are free, and kept.
+fields the report and ``placer plan``'s table read, with their types. The report reads a
+plan only as this model: from a file (``placer.report.doc.read_plan``) or from the dict
+``placer.planning.view.plan_json`` builds (``placer.report.doc.as_plan``). Open at every
+level: fields nothing reads are free, and kept; every field read is declared here, and an
+absent one is None.
 
-A number is finite, but a baseline's costs may be ``Infinity`` (``Cost``): a baseline
-that cannot run at all; plans written before the plan JSON became strict JSON carry it.
+A number read from a file is finite, but a baseline's costs may be ``Infinity``
+(``Cost``): a baseline that cannot run at all; plans written before the plan JSON became
+strict JSON carry it. A plan built in memory may hold inf where its JSON text writes null
+(``Number``). An integer stays an int (``bytes``, ``copies``), so that what the report
+prints of it is what the plan says.
 """
 from __future__ import annotations
 
-from typing import Annotated, Union
+from typing import Annotated, Any, Union
 
-from pydantic import ConfigDict, Field, Strict, Tag
+from pydantic import ConfigDict, Field, Strict, Tag, ValidatorFunctionWrapHandler, WrapValidator
 
-from placer.documents import BY_JSON_TYPE, Boolean, Integer, Open, Real, given
+from placer.documents import BY_JSON_TYPE, Boolean, Integer, Open, given
 
+
+def _keep_int(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """A number as it was given: an integer (``bytes``, ``copies``) stays an int, so that
+    the report formats it as the plan wrote it; a float is checked as a float."""
+    checked = handler(value)
+    return value if type(value) is int else checked
+
+
+# A JSON number: an int stays an int, a float a float. A plan read from a file has no
+# NaN or Infinity here (the reader gives them as ``NonFinite``, which is no float); a plan
+# built in memory (``placer plan --report``) may carry inf (no kernel on a device), which
+# its JSON text writes as null.
+Number = Annotated[float, Strict(), WrapValidator(_keep_int)]
 Str = Annotated[str, Strict()]
-Num = Annotated[Real | None, Field(description="a finite number or null")]
-Cost = Annotated[Annotated[float, Strict(), Field(ge=0)] | None,
+Num = Annotated[Number | None, Field(description="a finite number or null")]
+Cost = Annotated[Annotated[Number, Field(ge=0)] | None,
                  Field(description="a number of seconds >= 0, Infinity or null")]
 Names = Annotated[list[Str], Field(description="a list of names")]
 Indices = Annotated[list[Integer], Field(description="a list of op indices")]
@@ -36,6 +55,7 @@ class ProfileRef(Open):
 
     name: Text = None
     source: Text = None
+    path: Text = None
 
 
 class MachineDeviceInfo(Open):
@@ -77,6 +97,25 @@ class OpInfo(Open):
     gpu_s: Num = None
     cpu_source: Text = None
     gpu_source: Text = None
+    stability: OpStability | None = None
+
+
+class OpStability(Open):
+    """How often the op moved device when its times were redrawn (the stability check)."""
+
+    flips: OptInt = None
+    draws: OptInt = None
+    moves_to: Text = None
+
+
+class Stability(Open):
+    """The stability check: the plan re-solved with redrawn op times."""
+
+    draws: OptInt = None
+    flipping_ops: OptInt = None
+    flipped_draws: OptInt = None
+    summary: Text = None
+    seconds: Num = None
 
 
 class TensorInfo(Open):
@@ -92,6 +131,7 @@ class TensorInfo(Open):
 class CopyInfo(Open):
     """A copy of a tensor between two devices."""
 
+    tensor: Text = None
     src: OptStr = None
     dst: OptStr = None
     direction: Text = None
@@ -115,12 +155,24 @@ class Baseline(Open):
     devices_used: OptNames = None
     why_infeasible: Text = None
     note: Text = None
+    reason: Text = None
 
 
-class GpuMemory(Open):
-    """The busiest GPU's memory figures (version 1's ``gpu_memory``)."""
+class Memory(Open):
+    """A device's memory figures, in bytes (``usable_bytes``: what plans may use, None: no
+    limit)."""
 
     __pydantic_extra__: dict[str, Num] = Field(init=False)   # type: ignore[assignment]
+    used_bytes: Num = None
+    param_bytes: Num = None
+    peak_activation_bytes: Num = None
+    capacity_bytes: Num = None
+    usable_bytes: Num = None
+
+
+class GpuMemory(Memory):
+    """The busiest GPU's memory figures (version 1's ``gpu_memory``)."""
+
     device: Text = None
 
 
@@ -139,12 +191,15 @@ class Event(Open):
 
     lane: OptStr = None
     kind: Text = None
+    src: Text = None
+    dst: Text = None
+    tensor: Text = None
     name: Text = None
     type: Text = None
     op: Integer | None = None
     bytes: Num = None
-    start_s: Annotated[Real, Field(description="a finite number or null")]
-    end_s: Annotated[Real, Field(description="a finite number or null")]
+    start_s: Annotated[Number, Field(description="a finite number or null")]
+    end_s: Annotated[Number, Field(description="a finite number or null")]
 
 
 class Schedule(Open):
@@ -180,12 +235,14 @@ class PlanDocument(Open):
     tensors: Annotated[list[TensorInfo] | None, given(list[TensorInfo])] = None
     copies: Annotated[list[CopyInfo] | None, given(list[CopyInfo])] = None
     baselines: Annotated[dict[str, Baseline] | None, given(dict[str, Baseline])] = None
-    memory: Annotated[dict[str, dict[str, Num]] | None, given(dict[str, dict[str, Num]])] = None
+    memory: Annotated[dict[str, Memory] | None, given(dict[str, Memory])] = None
     gpu_memory: GpuMemory | None = None
     memory_timeline: Annotated[dict[str, list[Num]] | None, given(dict[str, list[Num]])] = None
     link_bytes: Annotated[list[LinkBytes] | None, given(list[LinkBytes])] = None
     pcie_bytes: ByDevice = None
     schedules: Annotated[dict[str, Schedule] | None, given(dict[str, Schedule])] = None
+    stability: Stability | None = None
 
 
-__all__ = ["PlanDocument", "OpInfo", "TensorInfo", "CopyInfo", "Baseline", "Event", "Schedule"]
+__all__ = ["PlanDocument", "OpInfo", "OpStability", "Stability", "TensorInfo", "CopyInfo", "Baseline", "Memory",
+           "GpuMemory", "LinkBytes", "Event", "Schedule", "Number"]

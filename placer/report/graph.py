@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from placer.report.doc import copy_ends, device_kinds, plan_devices
+from placer.documents.plan import OpInfo, PlanDocument
+from placer.report.doc import copy_ends, device_kinds, or_default, plan_devices
 from placer.report.plots import COLORS, device_colors, to_svg
 
 if TYPE_CHECKING:  # matplotlib, an optional heavy dependency, is imported where the graph is drawn
@@ -29,42 +30,42 @@ MAX_DRAWN_OPS = 3000              # past this, no graph: megabytes of boxes nobo
 DOT_MAX_OPS = 400
 
 
-def graph_edges(plan: dict) -> tuple[list[tuple[int, int, bool]], set[int], set[int]]:
+def graph_edges(plan: PlanDocument) -> tuple[list[tuple[int, int, bool]], set[int], set[int]]:
     """Producer -> consumer edges between op positions (copy=True where the devices differ),
     ops off the host that get a host-fed input by a copy, and ops whose output is copied
     back to the host."""
-    ops = plan.get("ops") or []
-    pos = {o.get("index", k): k for k, o in enumerate(ops)}
-    dev = [o.get("device", "cpu") for o in ops]
+    ops = plan.ops
+    pos = {or_default(o.index, k): k for k, o in enumerate(ops)}
+    dev = [or_default(o.device, "cpu") for o in ops]
     host = plan_devices(plan)[0]
-    copied = {(c.get("tensor"), copy_ends(plan, c)[1]) for c in plan.get("copies") or []}
+    copied = {(c.tensor, copy_ends(c)[1]) for c in plan.copies or []}
     edges, host_in, host_out = set(), set(), set()
-    for t in plan.get("tensors") or []:
-        p = pos.get(t.get("producer"))
-        cons = [pos[c] for c in t.get("consumers") or [] if c in pos]
+    for t in plan.tensors or []:
+        p = pos.get(t.producer) if t.producer is not None else None
+        cons = [pos[c] for c in t.consumers or [] if c in pos]
         if p is None:
-            if t.get("producer") == -1:
-                host_in.update(c for c in cons if dev[c] != host and (t.get("name"), dev[c]) in copied)
+            if t.producer == -1:
+                host_in.update(c for c in cons if dev[c] != host and (t.name, dev[c]) in copied)
             continue
         edges.update((p, c, dev[p] != dev[c]) for c in cons if c > p)
-        if t.get("external_output") and dev[p] != host and (t.get("name"), host) in copied:
+        if t.external_output and dev[p] != host and (t.name, host) in copied:
             host_out.add(p)
     return sorted(edges), host_in, host_out
 
 
-def placement_title(plan: dict, edges) -> str:
+def placement_title(plan: PlanDocument, edges) -> str:
     """``Placement of 31 ops: 3 on cuda:0, 24 on cuda:1, ...; 12 edges crossing devices``."""
     counts = {d: 0 for d in plan_devices(plan)}
-    for o in plan.get("ops") or []:
-        if isinstance(o.get("device"), str):
-            counts[o["device"]] += 1
+    for o in plan.ops:
+        if o.device is not None:
+            counts[o.device] += 1
     total = sum(counts.values())
     where = ", ".join(f"{n} on {d}" for d, n in counts.items() if n)
     return (f"Placement of {total} op{'' if total == 1 else 's'}: {where}; "
             f"{sum(e[2] for e in edges)} edges crossing devices")
 
 
-def _colors(plan: dict) -> dict[str, str]:
+def _colors(plan: PlanDocument) -> dict[str, str]:
     return device_colors(plan_devices(plan), device_kinds(plan))
 
 
@@ -97,7 +98,7 @@ def layered_layout(n: int, edges: list[tuple[int, int, bool]]) -> dict:
             "height": min(len(rows), per_col) * CELL_H if rows else CELL_H}
 
 
-def fig_placement(plan: dict) -> Figure:
+def fig_placement(plan: PlanDocument) -> Figure:
     """The net's ops in layers, coloured by device, copies between devices marked in red."""
     from matplotlib.collections import PatchCollection, PathCollection
     from matplotlib.figure import Figure
@@ -105,7 +106,7 @@ def fig_placement(plan: dict) -> Figure:
     from matplotlib.patches import Patch, Rectangle
     from matplotlib.path import Path
 
-    ops = plan.get("ops") or []
+    ops = plan.ops
     n = len(ops)
     edges, host_in, host_out = graph_edges(plan)
     lay = layered_layout(n, edges)
@@ -143,7 +144,7 @@ def fig_placement(plan: dict) -> Figure:
     boxes = [Rectangle((x - BOX_W / 2, y - BOX_H / 2), BOX_W, BOX_H) for x, y in xy]
     colors = _colors(plan)
     ax.add_collection(PatchCollection(boxes, zorder=3, edgecolor="white", linewidth=0.5,
-                                      facecolor=[colors.get(o.get("device"), COLORS["cpu"]) for o in ops]))
+                                      facecolor=[colors.get(o.device, COLORS["cpu"]) for o in ops]))
     if marks:
         ax.plot(*np.array(marks).T, linestyle="none", marker="D", markersize=4,
                 color=COLORS["h2d"], zorder=4)
@@ -159,7 +160,7 @@ def fig_placement(plan: dict) -> Figure:
     if not labelled:
         title += " (labels omitted at this size: see the per-op table)"
     fig.text(0.5, 1 - 0.28 / (h + band), title, ha="center", va="center", fontsize=10)
-    used = [d for d in plan_devices(plan) if any(o.get("device") == d for o in ops)]
+    used = [d for d in plan_devices(plan) if any(o.device == d for o in ops)]
     handles = [Patch(color=colors[d], label=f"op on {d}") for d in used] + [
         Line2D([], [], color="#9a9a9a", label="tensor, same device"),
         Line2D([], [], color=COLORS["h2d"], marker="D", markersize=4, label="tensor copied between devices"),
@@ -169,15 +170,15 @@ def fig_placement(plan: dict) -> Figure:
     return fig
 
 
-def _node_label(op: dict, width: int = 15) -> str:
-    text = f"{op.get('index', '?')} {op.get('type', '?')}"
+def _node_label(op: OpInfo, width: int = 15) -> str:
+    text = f"{or_default(op.index, '?')} {or_default(op.type, '?')}"
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
-def placement_svg(plan: dict) -> tuple[str, str] | None:
+def placement_svg(plan: PlanDocument) -> tuple[str, str] | None:
     """(SVG, how it was drawn): graphviz ``dot`` for small shallow nets when installed,
     else the folded matplotlib layout above; None for a net too big to draw legibly."""
-    ops = plan.get("ops") or []
+    ops = plan.ops
     if len(ops) > MAX_DRAWN_OPS:
         return None
     edges, _, _ = graph_edges(plan)
@@ -193,7 +194,7 @@ def placement_svg(plan: dict) -> tuple[str, str] | None:
         ", folded into columns" if int(lay["col"].max(initial=0)) > 0 else "")
 
 
-def _dot_svg(plan: dict, edges) -> str | None:
+def _dot_svg(plan: PlanDocument, edges) -> str | None:
     import shutil
     import subprocess
 
@@ -208,21 +209,21 @@ def _dot_svg(plan: dict, edges) -> str | None:
     return out if "<svg" in out else None
 
 
-def dot_source(plan: dict, edges) -> str:
+def dot_source(plan: PlanDocument, edges) -> str:
     """The graphviz input: a box per op filled with its device's colour, red edges for
     copies, and a legend row naming each device's colour."""
-    ops, colors = plan.get("ops") or [], _colors(plan)
+    ops, colors = plan.ops, _colors(plan)
     title = placement_title(plan, edges) + " (red edges: tensors copied between devices)"
     lines = ["digraph placement {", f'graph [label="{_quoted(title)}" labelloc=t fontname=Helvetica fontsize=11 '
              'nodesep=0.15 ranksep=0.3];', "node [shape=box style=filled fontcolor=white "
              "fontname=Helvetica fontsize=9 height=0.25];", "edge [color=\"#9a9a9a\" arrowsize=0.5];"]
     for k, o in enumerate(ops):
         lines.append(f'n{k} [label="{_quoted(_node_label(o, 24))}" '
-                     f'fillcolor="{colors.get(o.get("device"), COLORS["cpu"])}"];')
+                     f'fillcolor="{colors.get(o.device, COLORS["cpu"])}"];')
     for p, c, is_copy in edges:
         lines.append(f'n{p} -> n{c}' + (f' [color="{COLORS["h2d"]}" penwidth=2 label="copy" '
                                          f'fontcolor="{COLORS["h2d"]}" fontsize=8]' if is_copy else "") + ";")
-    used = [d for d in plan_devices(plan) if any(o.get("device") == d for o in ops)]
+    used = [d for d in plan_devices(plan) if any(o.device == d for o in ops)]
     lines.append('subgraph cluster_legend { label="devices" fontname=Helvetica fontsize=9 color="#dddddd";')
     lines += [f'legend{k} [label="{_quoted(d)}" fillcolor="{colors[d]}"];' for k, d in enumerate(used)]
     lines.append("}")

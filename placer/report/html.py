@@ -1,5 +1,5 @@
-"""The HTML report: one self-contained page from a plan dict and, after a run, a run
-record dict.
+"""The HTML report: one self-contained page from a plan (a ``documents.plan.PlanDocument``)
+and, after a run, a run record dict.
 
 Self-contained means it opens with no network and no other file: charts are SVG inlined
 as ``data:`` URIs in ``<img>`` tags (so the browser reports their decoded size), the
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from placer import units
+from placer.documents.plan import PlanDocument
 from placer.fileio import atomic_write_text
 from placer.report import doc, graph, plots, tables
 
@@ -62,14 +63,14 @@ def _svg(fig_builder):
     return lambda: plots.to_svg(fig_builder())
 
 
-def render(plan: dict, run: dict | None = None) -> str:
+def render(plan: PlanDocument, run: dict | None = None) -> str:
     """The report page as a string (see the module docstring)."""
     top, n_costed = tables.top_savers(plan)
     devices, kinds = doc.plan_devices(plan), doc.device_kinds(plan)
     colors = plots.device_colors(devices, kinds)
     columns = doc.time_columns(plan)
     timeline = doc.memory_timelines(plan)
-    schedules = plan.get("schedules")
+    schedules = plan.schedules
     limits = {m["device"]: (m["capacity_bytes"], m["usable_bytes"]) for m in doc.memory_rows(plan)}
     images = {
         "baselines": _image("Plan vs baselines", _svg(lambda: plots.fig_baselines(plan))),
@@ -89,31 +90,31 @@ def render(plan: dict, run: dict | None = None) -> str:
         top_shown=len(top), n_costed=n_costed, columns=columns, colors=colors,
         empty_devices=[d for d in devices if not any(v for v in timeline.get(d) or [])],
         rows=tables.op_rows(plan, measured and {p["index"]: p["measured_s"] for p in measured["pairs"]}, columns),
-        n_ops=len(plan.get("ops") or []), max_rows=tables.MAX_TABLE_ROWS,
+        n_ops=len(plan.ops), max_rows=tables.MAX_TABLE_ROWS,
         measured=measured, run=run, sections=SECTIONS)
     return html
 
 
-def _placement(plan: dict):
-    if not plan.get("ops"):
+def _placement(plan: PlanDocument):
+    if not plan.ops:
         return None
     return graph.placement_svg(plan) or (
-        f"not drawn for {len(plan['ops'])} ops (more than {graph.MAX_DRAWN_OPS} cannot be read "
+        f"not drawn for {len(plan.ops)} ops (more than {graph.MAX_DRAWN_OPS} cannot be read "
         "as a picture); the per-op table below has every op's device")
 
 
-def _links(plan: dict):
+def _links(plan: PlanDocument):
     fig = plots.fig_links(plan)
     return "no tensor is copied between devices in this plan" if fig is None else plots.to_svg(fig)
 
 
-def write_report(plan: dict, run: dict | None, path: str | os.PathLike) -> None:
+def write_report(plan: PlanDocument, run: dict | None, path: str | os.PathLike) -> None:
     """Render the report of ``plan`` (and ``run``, a RunRecord dict, or None) to ``path``,
     atomically (what ``placer plan --report`` and ``placer report`` call)."""
     atomic_write_text(path, render(plan, run))
 
 
-def _measured(plan: dict, run: dict) -> dict:
+def _measured(plan: PlanDocument, run: dict) -> dict:
     pairs = tables.match_run(plan, run)
     emulated = bool(run.get("emulated"))
     return {"pairs": pairs, "stats": tables.error_stats(pairs), "totals": tables.run_totals(plan, run),

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from placer.report.doc import device_kind, direction, link_rows, op_time, time_columns
+from placer.documents.plan import Event, OpInfo, PlanDocument, Schedule
+from placer.report.doc import device_kind, direction, link_rows, op_time, or_default, time_columns
 from placer.report.tables import baseline_rows, op_label
 from placer.units import byte_unit, fmt_bytes, fmt_time, time_unit
 
@@ -111,7 +112,7 @@ def _visible_texts(fig: Figure) -> list[Text]:
 # --- summary -------------------------------------------------------------------------
 
 
-def fig_baselines(plan: dict) -> Figure:
+def fig_baselines(plan: PlanDocument) -> Figure:
     """Horizontal bars: the plan and each baseline's predicted serial time, and beside it
     the overlapped makespan where the plan has them (makespan objective); a baseline that
     does not fit some device's memory is hatched and says so, one with no time is named."""
@@ -166,13 +167,13 @@ BASELINE_LOG_SPAN = 30.0   # slowest / fastest bar past which the time axis is l
 # --- per-op cost bars ----------------------------------------------------------------
 
 
-def fig_cost_bars(ops: list[dict], total: int, columns: list[dict] | None = None,
+def fig_cost_bars(ops: list[OpInfo], total: int, columns: list[dict] | None = None,
                   colors: dict[str, str] | None = None) -> Figure:
     """Each op's time on every device column (already sorted by spread; identical GPUs
     share a column), the chosen device marked."""
     from matplotlib.figure import Figure
 
-    columns = columns or time_columns({"ops": ops})
+    columns = columns or time_columns(PlanDocument(ops=ops))
     colors = colors or device_colors([c["device"] for c in columns], {c["device"]: c["kind"] for c in columns})
     # a column shared by identical GPUs is not any one of them: a neutral colour
     shade = {c["device"]: colors.get(c["device"], COLORS["gpu"]) if len(c["devices"]) == 1 else SHARED_COLOR
@@ -191,7 +192,7 @@ def fig_cost_bars(ops: list[dict], total: int, columns: list[dict] | None = None
     for j, c in enumerate(columns):
         ax.barh(y + offsets[j], np.where(np.isfinite(table[:, j]), table[:, j], 0.0) / scale, height=height * 0.95,
                 color=shade[c["device"]], label=f"{c['label']} time")
-    chosen = [next((j for j, c in enumerate(columns) if o.get("device") in c["devices"]), None) for o in ops]
+    chosen = [next((j for j, c in enumerate(columns) if o.device in c["devices"]), None) for o in ops]
     marked = [(table[i, j] / scale, y[i] + offsets[j]) for i, j in enumerate(chosen)
               if j is not None and np.isfinite(table[i, j])]
     if marked:
@@ -212,23 +213,24 @@ def fig_cost_bars(ops: list[dict], total: int, columns: list[dict] | None = None
 # --- timeline ------------------------------------------------------------------------
 
 
-def event_direction(ev: dict) -> str:
+def event_direction(ev: Event) -> str:
     """A copy event's direction: from its devices (version 2), else its version-1 lane."""
-    if ev.get("src") and ev.get("dst"):
-        return direction(ev["src"], ev["dst"])
-    return ev.get("lane") if ev.get("lane") in ("h2d", "d2h") else "h2d"
+    if ev.src and ev.dst:
+        return direction(ev.src, ev.dst)
+    return ev.lane if ev.lane in ("h2d", "d2h") else "h2d"
 
 
-def schedule_lanes(events: list[dict], devices: list[str]) -> tuple[list[str], list[str]]:
+def schedule_lanes(events: list[Event], devices: list[str]) -> tuple[list[str], list[str]]:
     """(device lanes, copy lanes) of one schedule: every device of the plan, then each
     lane a copy ran on (a link, a PCIe switch's engine, a version-1 ``h2d``), in the
     order they first appear."""
-    ops = list(devices) + [e["lane"] for e in events if e.get("kind") != "copy" and e.get("lane") not in devices]
-    copies = [e.get("lane", "") for e in events if e.get("kind") == "copy"]
+    ops = list(devices) + [e.lane for e in events if e.kind != "copy" and e.lane not in devices]
+    copies = [or_default(e.lane, "") for e in events if e.kind == "copy"]
     return list(dict.fromkeys(ops)), list(dict.fromkeys(copies))
 
 
-def fig_gantt(schedules: dict, devices: list[str] | None = None, kinds: dict[str, str] | None = None) -> Figure:
+def fig_gantt(schedules: dict[str, Schedule], devices: list[str] | None = None,
+              kinds: dict[str, str] | None = None) -> Figure:
     """One Gantt chart per schedule (serial, makespan): a lane per device (its ops, in
     the device's colour) and a lane per copy lane (copies coloured by direction)."""
     from matplotlib.figure import Figure
@@ -236,13 +238,13 @@ def fig_gantt(schedules: dict, devices: list[str] | None = None, kinds: dict[str
 
     names = [k for k in ("serial", "makespan") if k in schedules] + \
             [k for k in schedules if k not in ("serial", "makespan")]
-    events = {k: schedules[k].get("events") or [] for k in names}
-    devices = list(devices or dict.fromkeys(e["lane"] for k in names for e in events[k] if e.get("kind") != "copy"))
+    events = {k: schedules[k].events or [] for k in names}
+    devices = list(devices or dict.fromkeys(e.lane for k in names for e in events[k] if e.kind != "copy"))
     kinds = kinds or {d: device_kind(d) for d in devices}
     colors = device_colors(devices, kinds)
     lanes = {k: schedule_lanes(events[k], devices) for k in names}
     counts = [max(len(a) + len(b), 1) for a, b in lanes.values()]
-    ends = [e["end_s"] for k in names for e in events[k]]
+    ends = [e.end_s for k in names for e in events[k]]
     unit, scale = time_unit(max(ends, default=1.0))
     height = 0.3 * sum(counts) + 0.75 * len(names) + 0.9
     fig = Figure(figsize=(10, height))
@@ -252,13 +254,13 @@ def fig_gantt(schedules: dict, devices: list[str] | None = None, kinds: dict[str
     for ax, name in zip(axes, names):
         dev_lanes, copy_lanes = lanes[name]
         order = dev_lanes + copy_lanes
-        span_s = max((e["end_s"] for e in events[name]), default=0.0)
-        groups: dict[tuple[str, str], list[dict]] = {}
+        span_s = max((e.end_s for e in events[name]), default=0.0)
+        groups: dict[tuple[str, str], list[tuple[float, float]]] = {}
         for e in events[name]:
-            color = (COLORS[event_direction(e)] if e.get("kind") == "copy"
-                     else colors.get(e.get("lane"), COLORS["cpu"]))
-            used.add(event_direction(e) if e.get("kind") == "copy" else "op")
-            groups.setdefault((e.get("lane", ""), color), []).append(e)
+            color = (COLORS[event_direction(e)] if e.kind == "copy"
+                     else colors.get(e.lane, COLORS["cpu"]))
+            used.add(event_direction(e) if e.kind == "copy" else "op")
+            groups.setdefault((or_default(e.lane, ""), color), []).append((e.start_s, e.end_s))
         for (lane, color), evs in groups.items():
             row = len(order) - 1 - order.index(lane)
             least = span_s / GANTT_MIN_WIDTH   # a copy of a few bytes still shows
@@ -266,7 +268,7 @@ def fig_gantt(schedules: dict, devices: list[str] | None = None, kinds: dict[str
             ax.broken_barh(spans, (row - 0.35, 0.7), facecolors=color, edgecolor="white", linewidth=0.3)
         ax.set_yticks(range(len(order)), [LANE_LABELS.get(lane, lane) for lane in order[::-1]], fontsize=8)
         ax.set_ylim(-0.6, max(len(order), 1) - 0.4)
-        ms = schedules[name].get("makespan_s")
+        ms = schedules[name].makespan_s
         ax.set_title(f"{name} schedule: makespan {fmt_time(ms)}" if ms is not None else f"{name} schedule",
                      fontsize=10)
     axes[-1].set_xlabel(f"predicted time from the start of a run ({unit})")
@@ -281,15 +283,15 @@ GANTT_RESOLUTION = 4000   # items closer than 1/4000 of the timeline are drawn a
 GANTT_MIN_WIDTH = 600     # and every bar is at least 1/600 of the timeline wide
 
 
-def _merged_spans(events: list[dict], gap_s: float) -> list[tuple[float, float]]:
-    """(start, end) of the lane's items, neighbours closer than ``gap_s`` merged: far below
+def _merged_spans(spans: list[tuple[float, float]], gap_s: float) -> list[tuple[float, float]]:
+    """The lane's items' (start, end), neighbours closer than ``gap_s`` merged: far below
     what the chart can show apart, and it keeps a net of 100k ops a drawable size."""
     out: list[list[float]] = []
-    for e in sorted(events, key=lambda e: e["start_s"]):
-        if out and e["start_s"] - out[-1][1] <= gap_s:
-            out[-1][1] = max(out[-1][1], e["end_s"])
+    for start, end in sorted(spans, key=lambda span: span[0]):
+        if out and start - out[-1][1] <= gap_s:
+            out[-1][1] = max(out[-1][1], end)
         else:
-            out.append([e["start_s"], e["end_s"]])
+            out.append([start, end])
     return [(a, b) for a, b in out]
 
 
@@ -349,7 +351,7 @@ def _memory_panel(ax, dev: str, vals: np.ndarray, capacity, usable, color: str) 
 MEMORY_LIMIT_SPAN = 8.0   # draw a memory limit when it is at most this many times the peak
 
 
-def fig_links(plan: dict) -> Figure | None:
+def fig_links(plan: PlanDocument) -> Figure | None:
     """Bytes copied per run over each link (source -> destination), coloured by direction,
     each bar labelled with its copies and predicted time; None when nothing is copied."""
     from matplotlib.figure import Figure

@@ -1,5 +1,6 @@
-"""The numbers a report shows, taken from a plan dict (``placer plan --json``) and a run
-record dict (``placer run --record``), with no drawing in them.
+"""The numbers a report shows, taken from a plan (``placer plan --json``, read as a
+``documents.plan.PlanDocument``) and a run record dict (``placer run --record``), with no
+drawing in them.
 
 Plans of both versions of the plan document are read through ``placer.report.doc``
 (devices, op times per device, memory and bytes per link), so everything here is written
@@ -15,8 +16,9 @@ import math
 import numpy as np
 
 from placer.costs.model import family_of
+from placer.documents.plan import Baseline, OpInfo, PlanDocument, Schedule
 from placer.report.doc import (device_kind, device_kinds, direction, link_rows, memory_rows, op_source,
-                               op_time, plan_devices, span_label, time_columns)
+                               op_time, or_default, plan_devices, span_label, time_columns)
 from placer.types import RunRecord, display_name
 from placer.units import fmt_bytes, fmt_time
 
@@ -36,10 +38,10 @@ MAX_TABLE_ROWS = 20000  # a bigger per-op table makes a page no browser scrolls 
 EMULATED = "emulated-"        # a run's name for an emulated GPU: "emulated-cuda:1"
 
 
-def op_label(op: dict, width: int = 34) -> str:
+def op_label(op: OpInfo, width: int = 34) -> str:
     """`#12 Conv conv2_1` cut to ``width`` characters (axis labels, graph nodes)."""
-    text = f"#{op.get('index', '?')} {op.get('type', '?')}"
-    name = display_name(op.get("name"), op.get("outputs"))
+    text = f"#{or_default(op.index, '?')} {or_default(op.type, '?')}"
+    name = display_name(op.name, op.outputs)
     if name:
         text += f" {name}"
     return text if len(text) <= width else text[:width - 1] + "…"
@@ -48,7 +50,7 @@ def op_label(op: dict, width: int = 34) -> str:
 # --- summary -------------------------------------------------------------------------
 
 
-def baseline_rows(plan: dict) -> list[dict]:
+def baseline_rows(plan: PlanDocument) -> list[dict]:
     """The plan and every baseline: label, serial total, overlapped makespan where the
     plan has them, whether it fits, the devices it uses and how the plan compares.
 
@@ -57,24 +59,22 @@ def baseline_rows(plan: dict) -> list[dict]:
     be run. Under the makespan objective the comparison is by makespan, where the
     baseline has one.
     """
-    plan_s = plan.get("total_s")
-    plan_ms = ((plan.get("schedules") or {}).get("makespan") or {}).get("makespan_s")
-    by_makespan = plan.get("objective") == "makespan" and plan_ms is not None
-    used = sorted({o.get("device") for o in plan.get("ops") or [] if isinstance(o.get("device"), str)},
-                  key=plan_devices(plan).index)
-    rows = [{"key": "plan", "label": f"this plan ({plan.get('method', '?')}, "
-                                     f"{plan.get('objective', 'serial')} objective)",
+    plan_s = plan.total_s
+    plan_ms = _makespan(plan.schedules, "makespan")
+    by_makespan = plan.objective == "makespan" and plan_ms is not None
+    used = sorted({o.device for o in plan.ops if o.device is not None}, key=plan_devices(plan).index)
+    rows = [{"key": "plan", "label": f"this plan ({or_default(plan.method, '?')}, "
+                                     f"{or_default(plan.objective, 'serial')} objective)",
              "total_s": plan_s, "makespan_s": plan_ms if by_makespan else None, "feasible": True,
              "devices": span_label(used), "vs_plan": "—", "note": ""}]
-    for key, base in (plan.get("baselines") or {}).items():
-        base = base if isinstance(base, dict) else {}
-        total, span = base.get("total_s"), base.get("makespan_s")
-        feasible = bool(base.get("feasible", True)) and (total is None or math.isfinite(total))
+    for key, base in (plan.baselines or {}).items():
+        total, span = base.total_s, base.makespan_s
+        feasible = bool(or_default(base.feasible, True)) and (total is None or math.isfinite(total))
         vs = (_ratio_text(span, plan_ms, key) if by_makespan and span is not None
               else _ratio_text(total, plan_s, key))
-        rows.append({"key": key, "label": base.get("label") or UNLABELLED_BASELINES.get(key, key),
+        rows.append({"key": key, "label": base.label or UNLABELLED_BASELINES.get(key, key),
                      "total_s": total, "makespan_s": span, "feasible": feasible,
-                     "devices": span_label(list(base.get("devices_used") or [])),
+                     "devices": span_label(list(base.devices_used or [])),
                      "vs_plan": vs if feasible else "cannot run: does not fit",
                      "note": _base_note(base)})
     for r in rows:
@@ -96,86 +96,92 @@ def _ratio_text(total: float | None, plan_s: float | None, key: str) -> str:
         f"plan is {plan_s / total:.2f}x slower"
 
 
-def _base_note(base: dict) -> str:
-    for key in ("why_infeasible", "note", "reason"):
-        if base.get(key):
-            return str(base[key])
-    return "" if base.get("feasible", True) else "does not fit the GPU memory"
+def _base_note(base: Baseline) -> str:
+    for said in (base.why_infeasible, base.note, base.reason):
+        if said:
+            return str(said)
+    return "" if or_default(base.feasible, True) else "does not fit the GPU memory"
 
 
-def summary(plan: dict) -> dict:
+def summary(plan: PlanDocument) -> dict:
     """Headline figures: net, machine, profiles, ops and memory per device, bytes per
     link, optimality."""
-    mem = plan.get("gpu_memory") or {}
-    pcie = plan.get("pcie_bytes") or {}
-    ops = plan.get("ops") or []
+    mem = plan.gpu_memory
+    pcie = plan.pcie_bytes or {}
+    ops = plan.ops
     kinds = device_kinds(plan)
     counts = {d: 0 for d in plan_devices(plan)}
     for o in ops:
-        if isinstance(o.get("device"), str):
-            counts[o["device"]] += 1
+        if o.device is not None:
+            counts[o.device] += 1
     on_gpu = sum(n for d, n in counts.items() if kinds[d] == "gpu")
-    used, cap = mem.get("used_bytes"), mem.get("capacity_bytes")
+    used, cap = (mem.used_bytes, mem.capacity_bytes) if mem is not None else (None, None)
     return {
-        "net": plan.get("net", "?"), "path": plan.get("path", ""),
-        "method": plan.get("method", "?"), "objective": plan.get("objective", "serial"),
-        "total_s": plan.get("total_s"), "compute_s": plan.get("compute_s"), "copy_s": plan.get("copy_s"),
-        "machine": (plan.get("machine") or {}).get("description")
-        or ("the CPU and one GPU (a version-1 plan)" if not plan.get("devices") else "not recorded"),
+        "net": or_default(plan.net, "?"), "path": or_default(plan.path, ""),
+        "method": or_default(plan.method, "?"), "objective": or_default(plan.objective, "serial"),
+        "total_s": plan.total_s, "compute_s": plan.compute_s, "copy_s": plan.copy_s,
+        "machine": (plan.machine.description if plan.machine is not None else None)
+        or ("the CPU and one GPU (a version-1 plan)" if not plan.devices else "not recorded"),
         "n_ops": len(ops), "n_gpu": on_gpu, "n_cpu": len(ops) - on_gpu,
         "device_counts": [{"device": d, "kind": kinds[d], "ops": n} for d, n in counts.items()],
-        "n_copies": len(plan.get("copies") or []),
-        "profiles": profile_rows(plan), "notes": list(plan.get("notes") or []),
-        "gpu_used": used, "gpu_capacity": cap, "gpu_usable": mem.get("usable_bytes"),
+        "n_copies": len(plan.copies or []),
+        "profiles": profile_rows(plan), "notes": list(plan.notes or []),
+        "gpu_used": used, "gpu_capacity": cap, "gpu_usable": mem.usable_bytes if mem is not None else None,
         "gpu_fraction": (used / cap) if used is not None and cap else None,
         "memory": memory_rows(plan), "links": link_rows(plan),
         "h2d_bytes": pcie.get("h2d"), "d2h_bytes": pcie.get("d2h"), "d2d_bytes": pcie.get("d2d"),
-        "optimality": plan.get("optimality") or _optimality_text(plan),
-        "makespans": {k: s.get("makespan_s") for k, s in (plan.get("schedules") or {}).items()},
-        "overlap_gain_pct": _overlap_gain(plan.get("schedules") or {}),
+        "optimality": plan.optimality or _optimality_text(plan),
+        "makespans": {k: s.makespan_s for k, s in (plan.schedules or {}).items()},
+        "overlap_gain_pct": _overlap_gain(plan.schedules or {}),
     }
 
 
-def profile_rows(plan: dict) -> list[dict]:
+def profile_rows(plan: PlanDocument) -> list[dict]:
     """The host's profile, then one row per GPU profile naming the GPUs that use it; a
     version-1 plan has ``cpu`` and ``gpu`` entries only."""
-    profiles = plan.get("profiles") or {}
+    profiles = plan.profiles or {}
     kinds = device_kinds(plan)
-    gpus = [d for d in plan_devices(plan) if kinds[d] == "gpu" and isinstance(profiles.get(d), dict)]
-    rows = [{"label": "CPU", "profile": profiles["cpu"]}] if isinstance(profiles.get("cpu"), dict) else []
+    gpus = [d for d in plan_devices(plan) if kinds[d] == "gpu" and d in profiles]
+    rows = [{"label": "CPU", "profile": profiles["cpu"]}] if "cpu" in profiles else []
     if not gpus:
-        if isinstance(profiles.get("gpu"), dict):
+        if "gpu" in profiles:
             rows.append({"label": "GPU", "profile": profiles["gpu"]})
         return rows
     groups: dict[tuple, list[str]] = {}
     for d in gpus:
-        groups.setdefault((profiles[d].get("name"), profiles[d].get("source")), []).append(d)
+        groups.setdefault((profiles[d].name, profiles[d].source), []).append(d)
     for names in groups.values():
         rows.append({"label": span_label(names), "profile": profiles[names[0]]})
     return rows
 
 
-def _overlap_gain(schedules: dict) -> float | None:
+def _makespan(schedules: dict[str, Schedule] | None, name: str) -> float | None:
+    """The ``makespan_s`` of the plan's schedule ``name``; None if it has none."""
+    schedule = (schedules or {}).get(name)
+    return schedule.makespan_s if schedule is not None else None
+
+
+def _overlap_gain(schedules: dict[str, Schedule]) -> float | None:
     """How much shorter the overlapped (makespan) schedule is than the serial one, in %."""
-    serial = (schedules.get("serial") or {}).get("makespan_s")
-    overlapped = (schedules.get("makespan") or {}).get("makespan_s")
+    serial = _makespan(schedules, "serial")
+    overlapped = _makespan(schedules, "makespan")
     if not serial or overlapped is None:
         return None
     return 100.0 * (serial - overlapped) / serial
 
 
-def _optimality_text(plan: dict) -> str:
-    if plan.get("optimal"):
-        return f"optimal for the {plan.get('objective', 'serial')} objective"
-    if plan.get("gap") is not None:
-        return f"within {100 * plan['gap']:.2g}% of the best lower bound"
+def _optimality_text(plan: PlanDocument) -> str:
+    if plan.optimal:
+        return f"optimal for the {or_default(plan.objective, 'serial')} objective"
+    if plan.gap is not None:
+        return f"within {100 * plan.gap:.2g}% of the best lower bound"
     return "no optimality proof for this plan"
 
 
 # --- per op --------------------------------------------------------------------------
 
 
-def op_rows(plan: dict, measured: dict[int, float] | None = None,
+def op_rows(plan: PlanDocument, measured: dict[int, float] | None = None,
             columns: list[dict] | None = None) -> list[dict]:
     """One row per op for the sortable table: its device, its time on every column of
     ``time_columns`` (``times``), on its own device (``time_s``), and ``saved_s``: the
@@ -184,10 +190,10 @@ def op_rows(plan: dict, measured: dict[int, float] | None = None,
     kinds = device_kinds(plan)
     host = next((c["device"] for c in columns if c["kind"] == "cpu"), "cpu")
     rows = []
-    for k, o in enumerate((plan.get("ops") or [])[:MAX_TABLE_ROWS]):
-        row = {"index": k, "name": "", "type": "?", "device": "?", "reason": "", "pinned": None}
-        row.update({key: v for key, v in o.items() if v is not None})
-        row["name"] = display_name(o.get("name"), o.get("outputs"))
+    for k, o in enumerate(plan.ops[:MAX_TABLE_ROWS]):
+        row: dict = {"index": k, "name": "", "type": "?", "device": "?", "reason": "", "pinned": None}
+        row.update({key: v for key, v in o if v is not None})
+        row["name"] = display_name(o.name, o.outputs)
         dev = row["device"]
         row["kind"] = kinds.get(dev) or device_kind(dev)
         row["times"] = [op_time(o, c["device"], c["kind"]) for c in columns]
@@ -201,7 +207,7 @@ def op_rows(plan: dict, measured: dict[int, float] | None = None,
     return rows
 
 
-def _sources_text(op: dict, columns: list[dict]) -> str:
+def _sources_text(op: OpInfo, columns: list[dict]) -> str:
     """``measured`` when every column says so, else ``cpu measured; cuda:0-3 roofline``."""
     found = [(c["label"], op_source(op, c["device"], c["kind"])) for c in columns]
     found = [(label, s) for label, s in found if s]
@@ -216,18 +222,18 @@ def _pinned_text(pinned) -> str:
     return str(pinned or "")
 
 
-def top_savers(plan: dict, limit: int = 40) -> tuple[list[dict], int]:
+def top_savers(plan: PlanDocument, limit: int = 40) -> tuple[list[OpInfo], int]:
     """Ops sorted by the spread of their times over the devices (slowest less fastest:
     what choosing the device decides), the first ``limit``; also how many ops have at
     least two finite times, so the page can say when it shows only some. An op with an
     infinite time on a device (no kernel there) is ranked by its finite times."""
     columns = time_columns(plan)
     ranked = []
-    for o in plan.get("ops") or []:
+    for o in plan.ops:
         times = [t for t in (op_time(o, c["device"], c["kind"]) for c in columns) if _finite(t)]
         if len(times) >= 2:
             ranked.append((max(times) - min(times), o))
-    ranked.sort(key=lambda x: (-x[0], x[1].get("index", 0)))
+    ranked.sort(key=lambda x: (-x[0], or_default(x[1].index, 0)))
     return [o for _, o in ranked[:limit]], len(ranked)
 
 
@@ -238,7 +244,7 @@ def _finite(v) -> bool:
 # --- predicted vs measured -----------------------------------------------------------
 
 
-def run_device(plan: dict, name: str) -> str:
+def run_device(plan: PlanDocument, name: str) -> str:
     """The plan's name for a device of a run: ``emulated-cuda:1`` ran as ``cuda:1``; a
     version-1 plan's only GPU is ``gpu`` whatever the run called it."""
     base = str(name).removeprefix(EMULATED)
@@ -250,7 +256,7 @@ def run_device(plan: dict, name: str) -> str:
     return gpus[0] if device_kind(base) == "gpu" and len(gpus) == 1 else base
 
 
-def _predicted_where_ran(op: dict, device: str, emulated: bool) -> float | None:
+def _predicted_where_ran(op: OpInfo, device: str, emulated: bool) -> float | None:
     """The op's predicted time where it ran: on an emulated GPU it ran on the host, so
     its host (CPU) time, which is what its measured time can be held to."""
     if emulated or device_kind(device) == "cpu":
@@ -258,7 +264,7 @@ def _predicted_where_ran(op: dict, device: str, emulated: bool) -> float | None:
     return op_time(op, device.removeprefix(EMULATED), "gpu")
 
 
-def match_run(plan: dict, run: dict) -> list[dict]:
+def match_run(plan: PlanDocument, run: dict) -> list[dict]:
     """Pair each op of the plan with the op of the run that executed it.
 
     The placed net is the planned net with copy ops inserted, in the same order, so the two
@@ -268,21 +274,20 @@ def match_run(plan: dict, run: dict) -> list[dict]:
     emulated GPU ran on the CPU, so its reference is its predicted CPU time
     (``emulated`` True), which is what its measured time can be held to.
     """
-    ops = plan.get("ops") or []
+    ops = plan.ops
     pairs, j = [], 0
     for r in run.get("ops") or []:
         if j >= len(ops):
             break
         p = ops[j]
-        same = r.get("type") == p.get("type") and (not r.get("name") or not p.get("name")
-                                                   or r.get("name") == p.get("name"))
+        same = r.get("type") == p.type and (not r.get("name") or not p.name or r.get("name") == p.name)
         if same:
             name = str(r.get("device", "cpu"))
             dev, emulated = device_kind(name), name.startswith("emulated")
             predicted = _predicted_where_ran(p, name, emulated)
             ran_on = "cpu" if dev == "cpu" or emulated else name.removeprefix(EMULATED)
-            pairs.append({"index": p.get("index", j), "name": display_name(p.get("name"), p.get("outputs")),
-                          "type": p.get("type"), "device": dev, "emulated": emulated, "predicted_s": predicted,
+            pairs.append({"index": or_default(p.index, j), "name": display_name(p.name, p.outputs),
+                          "type": p.type, "device": dev, "emulated": emulated, "predicted_s": predicted,
                           "measured_s": r.get("time_s"), "source": op_source(p, ran_on)})
             j += 1
     return pairs
@@ -324,7 +329,7 @@ def family_errors(pairs: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: -r["measured_s"])
 
 
-def run_links(plan: dict, run: dict) -> dict[tuple[str, str], dict]:
+def run_links(plan: PlanDocument, run: dict) -> dict[tuple[str, str], dict]:
     """Measured bytes, copies and seconds per (source, destination) plan device. A copy
     op's ``links`` list its transfers; its time is shared among them by bytes. Run
     records from before ``links`` give the direction only: h2d from the host to the op's
@@ -347,14 +352,14 @@ def run_links(plan: dict, run: dict) -> dict[tuple[str, str], dict]:
     return out
 
 
-def run_totals(plan: dict, run: dict) -> dict:
+def run_totals(plan: PlanDocument, run: dict) -> dict:
     """Whole-net figures: predicted serial total vs measured sum of op times, per device
     (ops, and memory: the plan's bytes used against the run's peak live bytes) and per
     link (bytes, copies and seconds)."""
     ops = run.get("ops") or []
     is_copy = [bool(o.get("copy_direction")) or bool(o.get("links")) for o in ops]
     measured = sum(float(o.get("time_s") or 0.0) for o in ops)
-    predicted = plan.get("total_s")
+    predicted = plan.total_s
     kinds = device_kinds(plan)
     ran: dict[str, float] = {}
     for o, copy in zip(ops, is_copy):
@@ -362,8 +367,8 @@ def run_totals(plan: dict, run: dict) -> dict:
             d = run_device(plan, str(o.get("device", "cpu")))
             ran[d] = ran.get(d, 0.0) + float(o.get("time_s") or 0.0)
     planned: dict[str, float] = {}
-    for o in plan.get("ops") or []:
-        d = o.get("device", "cpu")
+    for o in plan.ops:
+        d = or_default(o.device, "cpu")
         planned[d] = planned.get(d, 0.0) + float(op_time(o, d, kinds.get(d)) or 0.0)
     peaks = {run_device(plan, k): v for k, v in (run.get("peak_bytes") or {}).items()}
     used = {m["device"]: m["used_bytes"] for m in memory_rows(plan)}
@@ -391,7 +396,7 @@ def run_totals(plan: dict, run: dict) -> dict:
     }
 
 
-def _link_comparison(plan: dict, run: dict) -> list[dict]:
+def _link_comparison(plan: PlanDocument, run: dict) -> list[dict]:
     """Per link the plan or the run crossed: predicted and measured bytes, copies, seconds."""
     predicted = {(r["src"], r["dst"]): r for r in link_rows(plan)}
     measured = run_links(plan, run)

@@ -23,7 +23,8 @@ import os
 
 from placer.fileio import atomic_write_text
 from placer.ops.registry import copy_types
-from placer.report.doc import plan_devices
+from placer.documents.plan import Event, OpInfo, PlanDocument
+from placer.report.doc import or_default, plan_devices
 from placer.report.tables import run_device
 
 US = 1e6             # trace timestamps are microseconds
@@ -81,50 +82,54 @@ def _thread(pid: int, tid: int, name: str) -> dict:
     return {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
 
 
-def predicted_events(plan: dict, schedule: str | None = None, pid_base: int = 1) -> list[dict]:
-    """Events of one schedule of a plan dict (default: the one its objective names)."""
+def predicted_events(plan: PlanDocument, schedule: str | None = None, pid_base: int = 1) -> list[dict]:
+    """Events of one schedule of a plan (default: the one its objective names)."""
     return _predicted(plan, schedule, pid_base)[0]
 
 
-def _predicted(plan: dict, schedule: str | None, pid_base: int) -> tuple[list[dict], int]:
-    schedules = plan.get("schedules") or {}
-    name = schedule or (plan.get("objective") if plan.get("objective") in schedules else None) \
+def _predicted(plan: PlanDocument, schedule: str | None, pid_base: int) -> tuple[list[dict], int]:
+    schedules = plan.schedules or {}
+    name = schedule or (plan.objective if plan.objective in schedules else None) \
         or next(iter(schedules), None)
     if name is None or name not in schedules:
         return [], pid_base
-    ops = {o.get("index"): o for o in plan.get("ops") or []}
-    tensors = {t.get("name"): t for t in plan.get("tensors") or []}
-    events = schedules[name].get("events") or []
-    op_lanes = [_op_lane(ev, ops) for ev in events if ev.get("kind") != "copy"]
+    ops = {o.index: o for o in plan.ops}
+    tensors = {t.name: t for t in plan.tensors or []}
+    events = schedules[name].events or []
+    op_lanes = [_op_lane(ev, ops) for ev in events if ev.kind != "copy"]
     lanes = _Lanes(f"predicted ({name} schedule)", plan_devices(plan) + op_lanes, pid_base)
     spans = []
     for ev in events:
-        is_copy = ev.get("kind") == "copy"
-        op = ops.get(ev.get("op"))
-        tensor = ev.get("tensor")
-        nbytes = ev.get("bytes")
+        is_copy = ev.kind == "copy"
+        op = ops.get(ev.op)
+        tensor = ev.tensor
+        nbytes = ev.bytes
         if nbytes is None:
-            nbytes = (tensors.get(tensor) or {}).get("bytes") if is_copy else (op or {}).get("output_bytes")
+            found = tensors.get(tensor)
+            nbytes = (found.bytes if found is not None else None) if is_copy else \
+                (op.output_bytes if op is not None else None)
         if is_copy:   # a copy's "op" is its producer: its name is the tensor's
-            label = f"copy {tensor}" if tensor else ev.get("name") or "copy"
-            args = {"type": f"copy {ev.get('src', '')}->{ev.get('dst', '')}" if ev.get("src")
-                    else f"copy {ev.get('lane', '')}", "tensor": tensor, "src": ev.get("src"), "dst": ev.get("dst")}
-            pid, tid = lanes.copy(ev.get("lane") or f"{ev.get('src')}->{ev.get('dst')}")
+            label = f"copy {tensor}" if tensor else ev.name or "copy"
+            args = {"type": f"copy {or_default(ev.src, '')}->{or_default(ev.dst, '')}" if ev.src
+                    else f"copy {or_default(ev.lane, '')}", "tensor": tensor, "src": ev.src, "dst": ev.dst}
+            pid, tid = lanes.copy(ev.lane or f"{ev.src}->{ev.dst}")
         else:
-            label = ev.get("name") or (op or {}).get("name") or f"#{ev.get('op')} {(op or {}).get('type', '?')}"
-            args = {"type": ev.get("type") or (op or {}).get("type"), "op": ev.get("op")}
+            label = ev.name or (op.name if op is not None else None) or \
+                f"#{ev.op} {or_default(op.type, '?') if op is not None else '?'}"
+            args = {"type": ev.type or (op.type if op is not None else None), "op": ev.op}
             pid, tid = lanes.device(_op_lane(ev, ops))
         args["bytes"] = nbytes
-        spans.append(_complete(label, "copy" if is_copy else "op", pid, tid, ev["start_s"],
-                               ev["end_s"] - ev["start_s"], args))
+        spans.append(_complete(label, "copy" if is_copy else "op", pid, tid, ev.start_s,
+                               ev.end_s - ev.start_s, args))
     return lanes.metadata() + spans, lanes.next_pid
 
 
-def _op_lane(ev: dict, ops: dict) -> str:
-    return str(ev.get("lane") or (ops.get(ev.get("op")) or {}).get("device") or "cpu")
+def _op_lane(ev: Event, ops: dict[int | None, OpInfo]) -> str:
+    op = ops.get(ev.op)
+    return str(ev.lane or (op.device if op is not None else None) or "cpu")
 
 
-def measured_events(run: dict, pid_base: int = 1, plan: dict | None = None) -> list[dict]:
+def measured_events(run: dict, pid_base: int = 1, plan: PlanDocument | None = None) -> list[dict]:
     """Events of a RunRecord dict: ops end to end in execution order (module docstring).
     Device names are the run's (``emulated-cuda:0``), or the plan's when it is given."""
     name_of = (lambda d: run_device(plan, d)) if plan is not None else (lambda d: str(d))
@@ -163,7 +168,7 @@ def _measured_copy_lane(o: dict, links: list, direction: str, name_of) -> str:
     return f"copies on {name_of(o.get('device', 'cpu'))}"
 
 
-def build_trace(plan: dict | None = None, run: dict | None = None,
+def build_trace(plan: PlanDocument | None = None, run: dict | None = None,
                 schedule: str | None = None) -> dict:
     """One trace object with the predicted timeline (from ``plan``) and/or the measured
     one (from ``run``), each in its own processes."""
@@ -177,10 +182,10 @@ def build_trace(plan: dict | None = None, run: dict | None = None,
     spans = sorted((e for e in events if e["ph"] == "X"), key=lambda e: (e["pid"], e["tid"], e["ts"]))
     return {"traceEvents": meta + spans, "displayTimeUnit": "ms",
             "otherData": {"generator": "placer", "time_unit": "microseconds",
-                          "net": (plan or {}).get("net") or (run or {}).get("net_name", "")}}
+                          "net": (plan.net if plan is not None else None) or (run or {}).get("net_name", "")}}
 
 
-def write_trace(plan: dict | None, path: str | os.PathLike, run: dict | None = None,
+def write_trace(plan: PlanDocument | None, path: str | os.PathLike, run: dict | None = None,
                 schedule: str | None = None) -> None:
     """Write the predicted timeline of ``plan`` and/or the measured one of ``run`` (a
     RunRecord dict): ``placer plan --trace`` passes the plan, ``placer run --trace`` passes
