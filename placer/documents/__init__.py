@@ -114,6 +114,16 @@ def read_model(path: str | os.PathLike, model: type[M], what: str, error: MakeEr
     return check_model(read_document(path, what, error, hint, max_bytes), model, str(path), error, hint)
 
 
+def read_kind(path: str | os.PathLike, model: type[M], kind: str, what: str, error: MakeError = PlacerError,
+              hint: str | None = None) -> M:
+    """A document that says what it is in its ``kind`` field (machine and cluster profiles):
+    one of another kind is refused by name (``hint``: where that kind goes) before the model."""
+    data = read_document(path, what, error)
+    if not isinstance(data, dict) or data.get("kind") != kind:
+        raise error(f"{path}: not a {what} (expected \"kind\": \"{kind}\")", hint=hint)
+    return check_model(data, model, str(path), error)
+
+
 def _read_bytes(path: Path, what: str, error: MakeError, hint: str | None, max_bytes: int) -> bytes:
     """The file's bytes; a regular file's size is checked before it is read, a pipe
     (``<(placer plan --json ...)``) is read to one byte past the cap."""

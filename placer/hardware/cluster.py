@@ -35,7 +35,7 @@ from typing import Mapping
 import numpy as np
 
 from placer.hardware import constants as K
-from placer.documents import check_model, read_document
+from placer.documents import read_kind
 from placer.documents.profiles import ClusterDocument, ClusterNetwork, Host, Hosts
 from placer.errors import ProfileError
 from placer.hardware.machine import HOST, Hop, Link, Machine, MachineDevice, load_machine
@@ -173,11 +173,7 @@ find_cluster = CLUSTERS.find
 def load_cluster(name_or_path: str | Path) -> ClusterMachine:
     """A cluster profile file (or a shipped name) as a ``ClusterMachine``."""
     path = find_cluster(name_or_path)
-    data = read_document(path, "cluster profile", ProfileError)
-    if not isinstance(data, Mapping) or data.get("kind") != "cluster":
-        raise ProfileError(f"{path}: not a cluster profile (expected \"kind\": \"cluster\")",
-                           hint="a machine profile goes to --machine")
-    doc = check_model(data, ClusterDocument, str(path), ProfileError)
+    doc = read_kind(path, ClusterDocument, "cluster", "cluster profile", ProfileError, hint="a machine profile goes to --machine")
     hosts = [(name, _host_machine(h, path)) for name, h in _host_entries(doc.hosts, path)]
     return build_cluster(doc.name, hosts, _network(doc.network), description=doc.description,
                          sources=doc.sources, path=str(path))

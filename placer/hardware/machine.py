@@ -31,7 +31,7 @@ import numpy as np
 
 from placer import arguments
 from placer.hardware import constants as K
-from placer.documents import check_model, read_document
+from placer.documents import read_kind
 from placer.documents.profiles import MAX_GPUS_PER_MACHINE, PEER_KINDS, MachineDocument
 from placer.errors import ProfileError
 from placer.hardware.device_profile import DeviceProfile, LinkCurve
@@ -341,11 +341,7 @@ def load_machine(name_or_path: str | Path, host: DeviceProfile | None = None) ->
     """A machine profile file (or a shipped name); ``host`` replaces its host profile
     (a measured one, from ``--cpu-profile``)."""
     path = find_machine(name_or_path)
-    data = read_document(path, "machine profile", ProfileError)
-    if not isinstance(data, Mapping) or data.get("kind") != "machine":
-        raise ProfileError(f"{path}: not a machine profile (expected \"kind\": \"machine\")",
-                           hint="a device profile goes to --cpu-profile / --gpu-profile")
-    doc = check_model(data, MachineDocument, str(path), ProfileError)
+    doc = read_kind(path, MachineDocument, "machine", "machine profile", ProfileError, hint="a device profile goes to --cpu-profile / --gpu-profile")
     base = path.parent.parent if path.parent.name == "machines" else path.parent
 
     def device(ref: str, kind: str) -> DeviceProfile:
