@@ -70,18 +70,26 @@ momentum = _number("a momentum from 0 to below 1 (0.9)", lambda v: 0 <= v < 1,
                    "A momentum (or an Adam beta): from 0 to below 1.")
 
 
-def count(minimum: int = 0):
-    """A converter for integers of at least ``minimum`` (``count(1)``: 1, 2, ...)."""
+def count(minimum: int = 0, maximum: int | None = None):
+    """A converter for integers of at least ``minimum`` (``count(1)``: 1, 2, ...), and at
+    most ``maximum`` where one is given."""
+    expected = f"an integer >= {minimum}" if maximum is None else f"an integer from {minimum} to {maximum}"
+
     def convert(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise _refuse(f"an integer >= {minimum}", text) from None
-        if value < minimum:
-            raise _refuse(f"an integer >= {minimum}", text)
+            raise _refuse(expected, text) from None
+        if value < minimum or (maximum is not None and value > maximum):
+            raise _refuse(expected, text)
         return value
-    convert.__name__ = f"integer >= {minimum}"
+    convert.__name__ = expected.removeprefix("an ")
     return convert
+
+
+# The most BLAS threads --threads takes: OpenBLAS builds allow up to a few hundred, the
+# largest hosts have a few hundred cores; a count past this is a typing slip.
+MAX_THREADS = 4096
 
 
 def _float(text: str, expected: str) -> float:

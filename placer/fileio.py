@@ -47,6 +47,9 @@ class _Command:
         # noted the moment it exists (signals held), so that an interrupt at any point
         # (between writes, while a folder is being committed) leaves none behind.
         self.temps: set[Path] = set()
+        # Folders made for an output (``-o new/dir/plan.json``), outermost first: a command
+        # that fails or is interrupted removes those still empty.
+        self.made_dirs: list[Path] = []
 
     def read_by(self, path: Path) -> str | None:
         """The input ``path`` is (a path this command read), or None."""
@@ -75,7 +78,7 @@ class _Command:
             for tmp, out in self.dirs:
                 _replace_dir(tmp, out)
             self.temps.clear()
-        self.files, self.dirs = [], []
+        self.files, self.dirs, self.made_dirs = [], [], []
 
     def discard(self) -> None:
         for _, _, tmp, _ in self.files:
@@ -85,7 +88,12 @@ class _Command:
             shutil.rmtree(tmp, ignore_errors=True)
         for tmp in self.temps:
             _remove(tmp)
-        self.files, self.dirs, self.temps = [], [], set()
+        for folder in reversed(self.made_dirs):
+            try:
+                folder.rmdir()          # only when empty: never a file of the user's
+            except OSError:
+                pass
+        self.files, self.dirs, self.temps, self.made_dirs = [], [], set(), []
 
 
 _current: _Command | None = None
@@ -201,7 +209,7 @@ def _atomic_write(path: Path, data: bytes) -> Path:
         else:
             _write_special(target, data)
         return path
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_parents(target.parent)
     with _signals_held():   # an interrupt lands after the temporary is noted, never between
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         _note_temp(Path(tmp))
@@ -222,6 +230,25 @@ def _atomic_write(path: Path, data: bytes) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+def make_parents(folder: Path) -> None:
+    """``folder`` and the folders above it that are missing, each noted by the command as
+    it is made (``_Command.made_dirs``)."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    for made in reversed(missing):
+        with _signals_held():
+            try:
+                made.mkdir()
+            except FileExistsError:     # made meanwhile by someone else: not ours to remove
+                continue
+            if _current is not None:
+                _current.made_dirs.append(made)
 
 
 def _note_temp(tmp: Path) -> None:
@@ -336,7 +363,7 @@ class OutputDir:
 
     def __enter__(self) -> "OutputDir":
         try:
-            self.out.parent.mkdir(parents=True, exist_ok=True)
+            make_parents(self.out.parent)
             with _signals_held():   # noted the moment it exists (``_Command.temps``)
                 self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", suffix=".tmp", dir=self.out.parent))
                 _note_temp(self.tmp)

@@ -259,7 +259,8 @@ def test_a_net_already_spread_by_collectives_is_refused_with_what_to_use(capsys,
     ("plan", "--time-limit", "nan", "a number of seconds >= 0"),
     ("run", "--iterations", "0", "an integer >= 1"),
     ("run", "--warmup", "x", "an integer >= 0"),
-    ("run", "--threads", "0", "an integer >= 1"),
+    ("run", "--threads", "0", "an integer from 1 to 4096"),
+    ("profile", "--threads", "9" * 20, "an integer from 1 to 4096"),      # a typing slip, not a thread count
     ("run", "--emulate-gpus", "0", "an integer >= 1"),
     ("run", "--max-restarts", "-1", "an integer >= 0"),
     ("run", "--seed", "9" * 5000, "an integer >= 0"),            # past Python's digit limit

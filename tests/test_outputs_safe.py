@@ -353,3 +353,25 @@ def test_an_interrupt_right_after_a_temporary_is_made_leaves_none(tmp_path, monk
             with fileio.command_scope(stage=stage):
                 fileio.atomic_write_text(tmp_path / "o.json", "{}\n")
     assert len(made) == 2 and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("stage", [True, False], ids=["staged", "unstaged"])
+def test_folders_made_for_an_output_go_when_the_command_fails(tmp_path, stage):
+    from placer import fileio
+    (tmp_path / "mine").mkdir()                      # the user's empty folder stays
+    with pytest.raises(KeyboardInterrupt):
+        with fileio.command_scope(stage=stage):
+            fileio.atomic_write_text(tmp_path / "mine" / "new" / "deeper" / "o.json", "{}\n")
+            with fileio.OutputDir(tmp_path / "fresh" / "out", "-o", "test") as folder:
+                fileio.atomic_write_text(folder.path("a.txt"), "a\n")
+                raise KeyboardInterrupt
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    # unstaged, a file is in place once written (and its folders with it); staged, nothing is
+    assert left == (["mine"] if stage else ["mine", "mine/new", "mine/new/deeper", "mine/new/deeper/o.json"])
+
+
+def test_folders_made_for_an_output_stay_when_the_command_succeeds(tmp_path):
+    from placer import fileio
+    with fileio.command_scope(stage=True):
+        fileio.atomic_write_text(tmp_path / "new" / "o.json", "{}\n")
+    assert (tmp_path / "new" / "o.json").read_text() == "{}\n"

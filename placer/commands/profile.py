@@ -86,7 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", action="store_true", help="characterise this CPU")
     parser.add_argument("--calibrate", action="store_true",
                         help="time the built-in sweep net (every common op family over a range of sizes)")
-    parser.add_argument("--threads", type=arguments.count(1), metavar="N",
+    parser.add_argument("--threads", type=arguments.count(1, arguments.MAX_THREADS), metavar="N",
                         help="BLAS threads for CPU kernels: profile with the count you will run with")
     parser.add_argument("--link", action="store_true",
                         help="measure host<->GPU copy curves; with several GPUs also GPU<->GPU ones "

@@ -98,7 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--record", metavar="RUN.json", help="write the RunRecord here")
     parser.add_argument("--trace", metavar="TRACE.json",
                         help="write the measured timeline as a Chrome trace (opens in Perfetto)")
-    parser.add_argument("--threads", type=arguments.count(1), metavar="N",
+    parser.add_argument("--threads", type=arguments.count(1, arguments.MAX_THREADS), metavar="N",
                         help="BLAS threads for CPU kernels (1 gives stable times on a shared host)")
     parser.add_argument("--loss", metavar="BLOB", action="append", default=None,
                         help="blob printed after each step (repeatable; default on a train net: "
