@@ -19,6 +19,7 @@ from placer.runtime.executor import Executor
 from placer.runtime.inputs import RandomBatches
 from placer.runtime.state import loss_blobs, trained_init_net
 from placer.shapes import infer
+from placer.training.data_parallel import data_parallel
 from placer.training.recipe import OptimizerChoice, make_train_nets
 from placer.types import TensorType
 
@@ -121,6 +122,18 @@ def test_a_forward_net_has_no_state_and_keeps_its_parameters():
 def test_loss_blobs_are_found_from_the_gradient_seed():
     train, init = mlp_train_nets()
     assert loss_blobs(net_from_netdef(train, init)) == ["loss"]
+
+
+def test_loss_blobs_of_a_data_parallel_net_are_each_devices_loss():
+    """data_parallel_model seeds ``<p>/loss -> <p>/loss_grad`` per device, as placer's
+    data-parallel and sharded nets do; a zero fill of a gradient is no seed."""
+    train, init = mlp_train_nets()
+    nets = data_parallel(train, init, devices=2)
+    net = net_from_netdef(nets.train, nets.init)
+    assert loss_blobs(net) == ["gpu_0/loss", "gpu_1/loss"]
+    zero = next(op for op in nets.train.op if op.type == "ConstantFill" and op.output[0] == "gpu_1/loss_grad")
+    zero.arg[0].f = 0.0
+    assert loss_blobs(net_from_netdef(nets.train, nets.init)) == ["gpu_0/loss"]
 
 
 def test_watching_a_blob_no_op_makes_is_an_error():

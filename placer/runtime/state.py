@@ -2,7 +2,9 @@
 
 - ``loss_blobs(net)``: the blobs a Caffe2 train net seeds its backward pass from. Caffe2's
   ``AddGradientOperators`` writes ``ConstantFill([loss]) -> <loss>_autogen_grad`` (value
-  1.0, shaped like the loss) for each loss, so the seeds name the losses.
+  1.0, shaped like the loss) for each loss, so the seeds name the losses;
+  ``data_parallel_model`` (and placer's data-parallel and sharded nets,
+  ``placer.training.data_parallel``) seeds each device's loss as ``<p>/loss -> <p>/loss_grad``.
 - ``trained_init_net(init, state)``: the init net with each blob it makes filled with its
   current value (the parameters after training, the optimizer state, the iteration
   counter), so that running it restores the state. One fill per blob, in the init net's
@@ -32,14 +34,16 @@ FILL_OF_DTYPE = {
     "uint8": "GivenTensorByteStringToUInt8Fill",
 }
 KEPT_AS_IS = {"CreateMutex"}
-SEED_SUFFIX = "_autogen_grad"
+# the names of a loss seed: AddGradientOperators', then data_parallel_model's per device
+SEED_SUFFIXES = ("_autogen_grad", "_grad")
 
 
 def loss_blobs(net: Net) -> list[str]:
     """The losses a train net's backward pass starts from (its ConstantFill seeds)."""
     return [op.inputs[0] for op in net.ops
             if op.type == "ConstantFill" and len(op.inputs) == 1 and len(op.outputs) == 1
-            and op.outputs[0] == op.inputs[0] + SEED_SUFFIX]
+            and any(op.outputs[0] == op.inputs[0] + suffix for suffix in SEED_SUFFIXES)
+            and op.args.get("value", 0.0) == 1.0]
 
 
 def trained_init_net(init: pb.NetDef, state: Mapping[str, np.ndarray]) -> pb.NetDef:
