@@ -2,6 +2,7 @@
 
 Usage: python bench/gpu_published.py [--reference DIR] [--csv OUT.csv] [--worst 3]
                                      [--v100-profile v100-16gb-sxm2] [--check-plan 5]
+       python bench/gpu_published.py --networks
 
 Reference: the DeepBench GEMM and convolution results on V100, T4 and P100 as CSV, in
 ``../shared/gpu-reference`` beside the checkout (its README.md documents the columns), or
@@ -52,6 +53,25 @@ rows out); per (GPU, kernel family, precision) the count, median and 90th percen
 |ratio - 1|, the median ratio, how many rows each term dominates, and the worst rows
 (ranked by the factor off, max(r, 1/r)); the rows not priced and why; the wall time from
 the script's first import. ``--csv OUT`` writes every row, priced or not.
+
+Whole networks (``--networks``, instead of the kernel rows; no reference folder needed):
+NVIDIA DeepLearningExamples' published ResNet-50 v1.5 (PyTorch) throughputs, as recorded
+with their sources in ``bench/data/published_resnet50.csv`` (README tables; the training
+rows' per-GPU batch from configs.yml). The net is ResNet-50 v1.5 at 224x224 built here
+with ``NetBuilder`` (bottleneck blocks, stride 2 on the 3x3 conv; 53 convs, 25.6 M
+parameters, 4.1 GMACs per image). Inference rows price the predict net; training rows
+the train step ``make_train_nets`` makes (SpatialBN in training mode, SoftmaxWithLoss,
+Caffe2's gradient ops, MomentumSGDUpdate), as ``placer train-net`` does. The step's
+seconds are the sum of ``CostModel.op_time(..., "gpu")`` over its ops: every op on the
+GPU, no host copies, no overlap. Predicted img/s = GPUs x batch per GPU / step seconds;
+the 8-GPU rows use the one-GPU step (data parallel at the per-GPU batch): no all-reduce
+is added. Approximations: AMP rows type every float32 input and parameter float16 (so
+every op, not only the convs and GEMMs, runs in float16); placer has no TF32, so TF32
+rows are priced as FP32; the A100 rows were published on A100 80GB, priced on the
+shipped ``a100-40gb-sxm4``; V100 rows on ``v100-16gb-sxm2`` (DGX-1), T4 on
+``t4-pcie3``. Output: per row published and predicted img/s and their ratio; per group
+(inference FP32 batch>=32, training FP32, TF32, AMP, batch 1) the median and worst of
+exp|ln(ratio)|, the factor off either way.
 """
 from __future__ import annotations
 
@@ -73,7 +93,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from placer.costs.model import CostModel, family_of  # noqa: E402
+from placer.examples import train_nets as train_examples  # noqa: E402
 from placer.examples.builder import NetBuilder  # noqa: E402
+from placer.examples.resnet import _conv_bn as conv_bn  # noqa: E402  (the bundled ResNet's conv/BN/Relu unit)
 from placer.formats.caffe2 import net_from_netdef  # noqa: E402
 from placer.hardware.constants import default_efficiency  # noqa: E402
 from placer.hardware.profiles import DEFAULT_CPU_PROFILE, load_device_profile  # noqa: E402
@@ -354,6 +376,158 @@ def check_plan(results: list[Priced], profiles: dict[str, str], count: int) -> l
     return out
 
 
+# ------------------------------------------------------------------ whole networks (--networks)
+
+NETWORKS_CSV = ROOT / "bench" / "data" / "published_resnet50.csv"
+NETWORK_PROFILES = {"V100-16GB-SXM2": "v100-16gb-sxm2", "T4": "t4-pcie3", "A100-80GB-SXM4": "a100-40gb-sxm4"}
+NETWORK_DTYPES = {"FP32": "float32", "TF32": "float32", "AMP": "float16"}
+RESNET50_STAGES = ((64, 3), (128, 4), (256, 6), (512, 3))   # (bottleneck width, blocks); out = 4 x width
+
+
+@dataclass
+class NetworkRow:
+    """One published ResNet-50 v1.5 throughput (bench/data/published_resnet50.csv)."""
+
+    gpu: str
+    precision: str        # FP32, TF32, AMP
+    mode: str             # inference, training
+    gpus: int
+    batch_per_gpu: int
+    images_per_s: float
+    source: str
+
+
+def read_network_rows(path: Path = NETWORKS_CSV) -> list[NetworkRow]:
+    with path.open(newline="") as f:
+        return [NetworkRow(r["gpu"], r["precision"], r["mode"], int(r["gpus"]), int(r["batch_per_gpu"]),
+                           float(r["images_per_s"]), r["source"]) for r in csv.DictReader(f)]
+
+
+def build_resnet50(batch: int) -> NetBuilder:
+    """ResNet-50 v1.5 at 224x224, NCHW: the bundled example's conv -> SpatialBN -> Relu
+    unit in bottleneck blocks (1x1, 3x3, 1x1 x4), v1.5's stride 2 on the 3x3 conv, a
+    1x1 projection on each stage's first block, global average pool, FC 1000, Softmax."""
+    b = NetBuilder(f"resnet50_v15_b{batch}")
+    x = b.input("data", (batch, 3, 224, 224))
+    x = conv_bn(b, "conv1", x, 3, 64, kernel=7, stride=2, pad=3, relu=True)
+    x = b.op("MaxPool", [x], "pool1", kernel=3, stride=2, pad=1)
+    cin = 64
+    for s, (width, blocks) in enumerate(RESNET50_STAGES):
+        for k in range(blocks):
+            stride, name, cout = (2 if s > 0 and k == 0 else 1), f"res{s + 2}_{k}", 4 * width
+            y = conv_bn(b, f"{name}_a", x, cin, width, 1, 1, 0, relu=True)
+            y = conv_bn(b, f"{name}_b", y, width, width, 3, stride, 1, relu=True)
+            y = conv_bn(b, f"{name}_c", y, width, cout, 1, 1, 0, relu=False)
+            short = x if k > 0 else conv_bn(b, f"{name}_proj", x, cin, cout, 1, stride, 0, relu=False)
+            x = b.op("Relu", [b.op("Sum", [y, short], f"{name}_sum")], f"{name}_sum")
+            cin = cout
+    x = b.op("AveragePool", [x], "pool5", global_pooling=1)
+    w = b.param("pred_w", (1000, cin), "XavierFill")
+    bias = b.param("pred_b", (1000,), "ConstantFill", value=0.0)
+    b.output(b.op("Softmax", [b.op("FC", [x, w, bias], "pred")], "softmax"))
+    return b
+
+
+def network_net(mode: str, batch: int):
+    """(Net, the fed inputs' types) of the inference net, or of the train step: SpatialBN in
+    training mode, SoftmaxWithLoss, Caffe2's gradient ops and momentum SGD, made by
+    ``make_train_nets`` as ``placer train-net --optimizer momentum`` does."""
+    b = build_resnet50(batch)
+    if mode == "inference":
+        return net_from_netdef(b.predict, b.init, path=b.predict.name), dict(b.value_info)
+    made = train_examples.make(train_examples.in_training_mode(b, batch), "momentum", lr=0.1)
+    return net_from_netdef(made.train, made.init, path=made.train.name), made.value_info
+
+
+@dataclass
+class NetworkPriced:
+    row: NetworkRow
+    profile: str
+    dtype: str
+    ops: int
+    step_s: float
+    unknown_ops: int
+
+    @property
+    def predicted_images_per_s(self) -> float:
+        return self.row.gpus * self.row.batch_per_gpu / self.step_s
+
+    @property
+    def ratio(self) -> float:
+        return self.predicted_images_per_s / self.row.images_per_s
+
+
+def price_network(row: NetworkRow, models: dict[str, CostModel], cache: dict) -> NetworkPriced:
+    """The step's seconds with every op on the GPU: the sum of ``CostModel.op_time(...,
+    "gpu")`` over the ops (no host copies, no overlap). AMP: every float32 input and
+    parameter typed float16, so each op runs in float16."""
+    profile, dtype = NETWORK_PROFILES[row.gpu], NETWORK_DTYPES[row.precision]
+    key = (row.mode, row.batch_per_gpu, dtype, profile)
+    if key not in cache:
+        net_key = ("net", row.mode, row.batch_per_gpu)
+        if net_key not in cache:   # one net per (mode, batch), typed once per (dtype, profile)
+            cache[net_key] = network_net(row.mode, row.batch_per_gpu)
+        net, fed = cache[net_key]
+        shapes = {name: TensorType(tuple(shape), dt) for name, (dt, shape) in fed.items()}
+        if dtype != "float32":
+            shapes = {n: TensorType(t.shape, dtype if t.dtype == "float32" else t.dtype) for n, t in shapes.items()}
+            shapes.update({n: TensorType(t.shape, dtype) for n, t in net.params.items()
+                           if t is not None and t.dtype == "float32"})
+        typed = infer(net, shapes)
+        total, unknown = 0.0, 0
+        for i, op in enumerate(net.ops):
+            seconds, source = models[profile].op_time(op.type, list(typed.op_inputs[i]), op.args,
+                                                      typed.features[i], "gpu")
+            total += seconds
+            unknown += source == "unknown"
+        cache[key] = (len(net.ops), total, unknown)
+    ops, total, unknown = cache[key]
+    return NetworkPriced(row, profile, dtype, ops, total, unknown)
+
+
+def network_group(row: NetworkRow) -> str:
+    if row.batch_per_gpu == 1:
+        return "batch 1"
+    if row.precision == "AMP":
+        return "AMP"
+    if row.precision == "TF32":
+        return "TF32 (priced FP32)"
+    return "inference FP32 batch>=32" if row.mode == "inference" else "training FP32"
+
+
+def network_summary(results: list[NetworkPriced]) -> list[tuple[str, int, float, float]]:
+    """(group, rows, median, worst) of exp|ln(ratio)|, the factor off either way."""
+    groups: dict[str, list[float]] = {}
+    for p in results:
+        groups.setdefault(network_group(p.row), []).append(math.exp(abs(math.log(p.ratio))))
+    order = ["inference FP32 batch>=32", "training FP32", "TF32 (priced FP32)", "AMP", "batch 1"]
+    return [(g, len(groups[g]), float(np.median(groups[g])), max(groups[g])) for g in order if g in groups]
+
+
+def run_networks() -> int:
+    rows = read_network_rows()
+    host = load_device_profile(DEFAULT_CPU_PROFILE, "cpu")
+    models = {p: CostModel(host, load_device_profile(p, "gpu")) for p in sorted(set(NETWORK_PROFILES.values()))}
+    cache: dict = {}
+    results = [price_network(r, models, cache) for r in rows]
+    print(f"ResNet-50 v1.5 (224x224) vs NVIDIA DeepLearningExamples (PyTorch), from {NETWORKS_CSV.relative_to(ROOT)}")
+    print("| GPU (profile) | precision (dtype) | mode | GPUs | batch/GPU | ops | published img/s "
+          "| predicted img/s | pred/pub |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for p in results:
+        r = p.row
+        print(f"| {r.gpu} ({p.profile}) | {r.precision} ({p.dtype}) | {r.mode} | {r.gpus} | {r.batch_per_gpu} "
+              f"| {p.ops} | {r.images_per_s:.0f} | {p.predicted_images_per_s:.0f} | {p.ratio:.2f} |")
+    unknown = sum(p.unknown_ops for p in results)
+    if unknown:
+        print(f"\n{unknown} op(s) priced at the unknown-op cost")
+    print("\n| group | rows | median exp\\|ln(pred/pub)\\| | worst |")
+    print("|---|---:|---:|---:|")
+    for group, n, med, worst in network_summary(results):
+        print(f"| {group} | {n} | {med:.2f} | {worst:.2f} |")
+    return 0
+
+
 # ------------------------------------------------------------------ main
 
 def main(argv=None) -> int:
@@ -367,7 +541,14 @@ def main(argv=None) -> int:
     ap.add_argument("--check-plan", type=int, default=0, metavar="N",
                     help="price N rows again through `placer plan` and compare (default 0)")
     ap.add_argument("--summary-only", action="store_true", help="leave out the per-row listing")
+    ap.add_argument("--networks", action="store_true",
+                    help="price the whole-network rows (ResNet-50 v1.5, bench/data/published_resnet50.csv) "
+                         "instead of the kernel rows; needs no reference folder")
     args = ap.parse_args(argv)
+    if args.networks:
+        status = run_networks()
+        print(f"\nwall time {time.perf_counter() - _START:.1f} s (the script's, from its first import)")
+        return status
     if not args.reference.is_dir() or not list(args.reference.glob("deepbench_*.csv")):
         print(f"gpu_published: reference folder {args.reference} not found (give --reference DIR)", file=sys.stderr)
         return 2

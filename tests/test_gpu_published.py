@@ -7,9 +7,12 @@ exists, and otherwise skips (fails under CI=true), as ``corpus_dir()`` does for 
 Expected predictions are the datasheet roofline worked by hand from the shipped
 v100-16gb-sxm2 profile: 5 us per launch, 900 GB/s and FP32 15.7 / FP16 125 TFLOPS at the
 fc family's default efficiencies (0.6, 0.6).
+The whole-network tests (``--networks``) read bench/data/published_resnet50.csv, which
+ships in the repository, and build ResNet-50 in code: they need no ../shared.
 """
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -108,3 +111,42 @@ def test_missing_reference_exits_2(tmp_path, capsys):
     assert gp.main(["--reference", str(tmp_path / "absent")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not found" in err
+
+
+# ------------------------------------------------------------------ whole networks (--networks)
+# bench/data/published_resnet50.csv ships in the repository: these need no ../shared.
+
+def test_published_resnet50_csv_parses_with_sources():
+    rows = gp.read_network_rows()
+    assert len(rows) == 20
+    [v100] = [r for r in rows
+              if (r.gpu, r.precision, r.mode, r.batch_per_gpu) == ("V100-16GB-SXM2", "FP32", "inference", 256)]
+    assert (v100.gpus, v100.images_per_s) == (1, 1261.0)
+    [a100] = [r for r in rows if (r.gpu, r.precision, r.mode, r.gpus) == ("A100-80GB-SXM4", "AMP", "training", 8)]
+    assert (a100.batch_per_gpu, a100.images_per_s) == (256, 16621.0)
+    for r in rows:
+        assert "NVIDIA/DeepLearningExamples" in r.source and "README.md@" in r.source, r
+        assert r.gpu in gp.NETWORK_PROFILES and r.precision in gp.NETWORK_DTYPES
+        if r.mode == "training":
+            assert "configs.yml@" in r.source   # where the per-GPU batch comes from
+
+
+def test_resnet50_is_v15_and_priced_as_batch_over_step():
+    net, fed = gp.network_net("inference", 1)
+    typed = gp.infer(net, {n: gp.TensorType(tuple(s), d) for n, (d, s) in fed.items()})
+    assert sum(op.type == "Conv" for op in net.ops) == 53
+    assert sum(math.prod(t.shape) for t in net.params.values()) == 25_610_152   # with the BN statistics
+    assert sum(f.macs for f, op in zip(typed.features, net.ops) if op.type in ("Conv", "FC")) == pytest.approx(
+        4.11e9, rel=0.01)
+    # v1.5: the stride-2 of a stage's first block is on its 3x3 conv, not the first 1x1
+    strides = {op.outputs[0]: op.args.get("stride") for op in net.ops if op.type == "Conv"}
+    assert (strides["res3_0_a"], strides["res3_0_b"]) == (1, 2)
+    rows = [r for r in gp.read_network_rows() if r.mode == "training" and r.precision == "FP32"]
+    pricer_models = {p: gp.CostModel(gp.load_device_profile(gp.DEFAULT_CPU_PROFILE, "cpu"),
+                                     gp.load_device_profile(p, "gpu")) for p in set(gp.NETWORK_PROFILES.values())}
+    cache: dict = {}
+    one, eight = (gp.price_network(r, pricer_models, cache) for r in sorted(rows, key=lambda r: r.gpus))
+    assert one.step_s == eight.step_s and one.unknown_ops == 0   # 8 GPUs: the one-GPU step, no all-reduce
+    assert one.predicted_images_per_s == pytest.approx(112 / one.step_s)
+    assert eight.predicted_images_per_s == pytest.approx(8 * 112 / one.step_s)
+    assert one.ratio == pytest.approx(one.predicted_images_per_s / 367.0)
