@@ -9,10 +9,10 @@ from typing import Annotated, Any
 
 import pytest
 
-from placer.documents import (MAX_DOCUMENT_BYTES, POSITIVE, TEXT, NonFinite, NonNegativeInt, Open, check_model,
-                              field_path, parse_document, read_document, read_model)
+from placer.documents import (MAX_DOCUMENT_BYTES, POSITIVE, TEXT, VERSION_1, NonFinite, NonNegativeInt, Open,
+                              check_model, field_path, parse_document, read_document, read_model)
 from placer.errors import InputError, PlacerError, ProfileError
-from pydantic import Field
+from pydantic import Field, TypeAdapter, ValidationError
 
 
 class Doc(Open):
@@ -257,3 +257,13 @@ def test_a_profile_is_refused_as_its_schema_said(tmp_path, change, words):
     with pytest.raises(ProfileError) as refused:
         load_profile(tmp_path / "p.json")
     assert words in str(refused.value)
+
+
+def test_a_version_is_compared_by_value():
+    """``"schema_version": 1.0`` is version 1, as the JSON Schema ``const`` the readers used
+    before the models said (and a hand-edited file may hold); ``true`` and 1.5 are not."""
+    version = TypeAdapter(VERSION_1)
+    assert version.validate_python(1.0) == 1 and type(version.validate_python(1.0)) is int
+    for wrong in (True, 1.5, "1", 2):
+        with pytest.raises(ValidationError):
+            version.validate_python(wrong)

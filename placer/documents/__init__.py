@@ -410,8 +410,16 @@ Real = Annotated[float, Strict(), Field(allow_inf_nan=False)]
 # int64 (what Caffe2 and numpy count in: 10**400 bytes is no count).
 Integer = Annotated[int, Strict(), Field(ge=-INT64, lt=INT64)]
 NonNegativeInt = Annotated[Integer, Field(ge=0)]
-# ``"schema_version": 1``, the version of a document this placer reads (not ``true``)
-VERSION_1 = Annotated[Integer, Field(ge=1, le=1, json_schema_extra={"const": 1})]
+def _whole(value: Any) -> Any:
+    """``1.0`` as 1: a version is compared by value (JSON Schema's ``const``, which the
+    schemas before the models checked it with), never ``true``."""
+    return int(value) if type(value) is float and value.is_integer() and abs(value) < INT64 else value
+
+
+# ``"schema_version": 1`` (or ``1.0``), the version of a document this placer reads
+# (not ``true``)
+VERSION_1 = Annotated[int, BeforeValidator(_whole), Strict(),
+                      Field(ge=1, le=1, json_schema_extra={"const": 1})]
 Boolean = Annotated[bool, Strict()]
 FLAG = Annotated[Boolean, Field(description="true or false")]
 # The ranges of real hardware, generously: anything outside is refused at its field.
