@@ -145,12 +145,15 @@ def _run(args) -> int:
         _add_confidence(doc, result, args.stability_draws)
     if args.cluster:
         doc["hosts"] = host_summary(machine, result.plan.memory_bytes, result.plan.placement)
-    written = _write_outputs(args, result, doc, clock)
+    # the typed plan, made once, for the printed table, --report and --trace (not --json)
+    wants_typed = not args.json or getattr(args, "report", None) or getattr(args, "trace", None)
+    typed_doc = as_plan(doc) if wants_typed else None
+    written = _write_outputs(args, result, doc, typed_doc, clock)
     with clock("print"):
         if args.json:
             print(json_text(doc))
         else:
-            print_plan(as_plan(doc), all_rows=args.all)
+            print_plan(typed_doc, all_rows=args.all)
             for h in doc["hosts"] if args.cluster else []:
                 print(f"host {h['host']}: {h['ops']} ops, {fmt_bytes(h['memory_bytes'])} of memory "
                       f"(CPU {fmt_bytes(h['cpu_memory_bytes'])}, GPUs {fmt_bytes(h['gpu_memory_bytes'])})")
@@ -207,7 +210,7 @@ def _source(profile) -> str:
     return str(src.get("kind", "")) + (f" ({src['host']})" if src.get("host") else "")
 
 
-def _write_outputs(args, result, doc, clock) -> list[tuple[str, str]]:
+def _write_outputs(args, result, doc, typed, clock) -> list[tuple[str, str]]:
     written = _write_placed(args, result, doc, clock)
     if args.graph_out:
         with clock("graph-out"):
@@ -217,7 +220,6 @@ def _write_outputs(args, result, doc, clock) -> list[tuple[str, str]]:
         with clock("plan-out"):
             atomic_write_text(args.plan_out, json_text(doc) + "\n")
         written.append(("plan JSON", args.plan_out))
-    typed = as_plan(doc) if getattr(args, "report", None) or getattr(args, "trace", None) else None
     if getattr(args, "report", None):
         with clock("report"):
             write_report(typed, None, args.report)
