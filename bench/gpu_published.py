@@ -105,7 +105,7 @@ from placer.types import TensorType  # noqa: E402
 
 DEFAULT_REFERENCE = ROOT.parent / "shared" / "gpu-reference"
 GPU_PROFILES = {"NVIDIA V100": "v100-16gb-sxm2", "NVIDIA T4": "t4-pcie3"}
-PRECISION_DTYPES = {"fp32": "float32", "fp16_mixed": "float16"}
+PRECISION_DTYPES = {"fp32": "float32", "fp16_mixed": "float16", "int8": "int8"}
 CONV_FAMILIES = {"forward": "conv_fwd", "backward_data": "conv_bwd_data", "backward_filter": "conv_bwd_filter"}
 GPU_SHORT = {"NVIDIA V100": "V100", "NVIDIA T4": "T4", "NVIDIA Tesla P100": "P100"}
 CSV_COLUMNS = ["file", "source_row", "gpu", "suite", "precision", "family", "shape", "note", "dtype",
@@ -238,8 +238,6 @@ def not_priced_reason(row: KernelRow, profiles: dict[str, str]) -> str:
     """Why a row is not priced, or "" when it is."""
     if row.gpu not in profiles:
         return f"no shipped profile for {row.gpu}"
-    if row.precision == "int8":
-        return "int8: the shipped profiles give no int8 peak (the model would use the float32 one)"
     if row.precision not in PRECISION_DTYPES:
         return f"precision {row.precision} has no dtype here"
     return ""
@@ -265,7 +263,10 @@ class Pricer:
         op, inputs, feats = net.ops[0], list(typed.op_inputs[0]), typed.features[0]
         model = self.models[profile]
         seconds, source = model.op_time(op.type, inputs, op.args, feats, "gpu")
-        bound, launches = roofline_bound(model, op.type, inputs, op.args, feats) if source == "roofline" else ("", 0)
+        if source == "roofline":
+            bound, launches = roofline_bound(model, op.type, inputs, op.args, feats)
+        else:
+            bound, launches = model.op_kernel(op.type, inputs, op.args, feats, "gpu"), 0
         return Priced(row, dtype=dtype, profile=profile, op=op_type, predicted_us=seconds * 1e6, source=source,
                       bound=bound, launches=launches, net=b if keep_net else None)
 
@@ -380,7 +381,8 @@ def check_plan(results: list[Priced], profiles: dict[str, str], count: int) -> l
 
 NETWORKS_CSV = ROOT / "bench" / "data" / "published_resnet50.csv"
 NETWORK_PROFILES = {"V100-16GB-SXM2": "v100-16gb-sxm2", "T4": "t4-pcie3", "A100-80GB-SXM4": "a100-40gb-sxm4"}
-NETWORK_DTYPES = {"FP32": "float32", "TF32": "float32", "AMP": "float16"}
+# the published math mode -> placer's --precision (the nets stay float32, as the frameworks' are)
+NETWORK_PRECISIONS = {"FP32": "fp32", "TF32": "tf32", "AMP": "amp"}
 RESNET50_STAGES = ((64, 3), (128, 4), (256, 6), (512, 3))   # (bottleneck width, blocks); out = 4 x width
 
 
@@ -457,11 +459,11 @@ class NetworkPriced:
         return self.predicted_images_per_s / self.row.images_per_s
 
 
-def price_network(row: NetworkRow, models: dict[str, CostModel], cache: dict) -> NetworkPriced:
+def price_network(row: NetworkRow, models: dict[tuple[str, str], CostModel], cache: dict) -> NetworkPriced:
     """The step's seconds with every op on the GPU: the sum of ``CostModel.op_time(...,
-    "gpu")`` over the ops (no host copies, no overlap). AMP: every float32 input and
-    parameter typed float16, so each op runs in float16."""
-    profile, dtype = NETWORK_PROFILES[row.gpu], NETWORK_DTYPES[row.precision]
+    "gpu")`` over the ops (no host copies, no overlap), under the row's math mode as
+    ``placer plan --precision`` prices it (FP32 fp32, TF32 tf32, AMP amp)."""
+    profile, dtype = NETWORK_PROFILES[row.gpu], NETWORK_PRECISIONS[row.precision]
     key = (row.mode, row.batch_per_gpu, dtype, profile)
     if key not in cache:
         net_key = ("net", row.mode, row.batch_per_gpu)
@@ -469,14 +471,10 @@ def price_network(row: NetworkRow, models: dict[str, CostModel], cache: dict) ->
             cache[net_key] = network_net(row.mode, row.batch_per_gpu)
         net, fed = cache[net_key]
         shapes = {name: TensorType(tuple(shape), dt) for name, (dt, shape) in fed.items()}
-        if dtype != "float32":
-            shapes = {n: TensorType(t.shape, dtype if t.dtype == "float32" else t.dtype) for n, t in shapes.items()}
-            shapes.update({n: TensorType(t.shape, dtype) for n, t in net.params.items()
-                           if t is not None and t.dtype == "float32"})
         typed = infer(net, shapes)
         total, unknown = 0.0, 0
         for i, op in enumerate(net.ops):
-            seconds, source = models[profile].op_time(op.type, list(typed.op_inputs[i]), op.args,
+            seconds, source = models[(profile, dtype)].op_time(op.type, list(typed.op_inputs[i]), op.args,
                                                       typed.features[i], "gpu")
             total += seconds
             unknown += source == "unknown"
@@ -491,7 +489,7 @@ def network_group(row: NetworkRow) -> str:
     if row.precision == "AMP":
         return "AMP"
     if row.precision == "TF32":
-        return "TF32 (priced FP32)"
+        return "TF32"
     return "inference FP32 batch>=32" if row.mode == "inference" else "training FP32"
 
 
@@ -500,14 +498,15 @@ def network_summary(results: list[NetworkPriced]) -> list[tuple[str, int, float,
     groups: dict[str, list[float]] = {}
     for p in results:
         groups.setdefault(network_group(p.row), []).append(math.exp(abs(math.log(p.ratio))))
-    order = ["inference FP32 batch>=32", "training FP32", "TF32 (priced FP32)", "AMP", "batch 1"]
+    order = ["inference FP32 batch>=32", "training FP32", "TF32", "AMP", "batch 1"]
     return [(g, len(groups[g]), float(np.median(groups[g])), max(groups[g])) for g in order if g in groups]
 
 
 def run_networks() -> int:
     rows = read_network_rows()
     host = load_device_profile(DEFAULT_CPU_PROFILE, "cpu")
-    models = {p: CostModel(host, load_device_profile(p, "gpu")) for p in sorted(set(NETWORK_PROFILES.values()))}
+    models = {(p, mode): CostModel(host, load_device_profile(p, "gpu"), precision=mode)
+              for p in sorted(set(NETWORK_PROFILES.values())) for mode in sorted(set(NETWORK_PRECISIONS.values()))}
     cache: dict = {}
     results = [price_network(r, models, cache) for r in rows]
     print(f"ResNet-50 v1.5 (224x224) vs NVIDIA DeepLearningExamples (PyTorch), from {NETWORKS_CSV.relative_to(ROOT)}")

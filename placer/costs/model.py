@@ -16,9 +16,14 @@ Order of trust for an op on a device (``CostModel.op_time``):
    ``FIT_MAX_MEDIAN_ERROR_PCT``) answers; where no fit of the op's groups covers its
    points, the finest one still answers but the source is ``poor-fit``: one roofline
    does not describe that group, and the estimate says so instead of passing for a fit.
-3. ``roofline``: the same formula with the datasheet peak and bandwidth and the default
-   efficiencies of ``placer.hardware.constants``.
-4. ``unknown``: an op type with no registry entry or with unknown shapes costs
+3. ``kernel-model``: on a GPU whose profile has a ``kernel_model``, the kernel-level model
+   of ``placer.costs.gpu_kernels`` (cuBLAS GEMM tiles in waves over the SMs, cuDNN's
+   convolution algorithm per shape and pass, memory-bound ops at the achieved bandwidth),
+   with constants fitted to published kernel times; ``op_kernel`` says which kernels and
+   algorithm it assumed.
+4. ``roofline``: the same formula as a fit with the datasheet peak and bandwidth and the
+   default efficiencies of ``placer.hardware.constants``.
+5. ``unknown``: an op type with no registry entry or with unknown shapes costs
    ``unknown_op_cost_s`` (default 0) on each device.
 
 ``annotate`` prices a whole typed net and returns ``NetCosts``: a per-op DataFrame and a
@@ -34,6 +39,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from placer.costs import gpu_kernels, gpu_ops
+from placer.costs.precision import AMP_FP32_OPS, byte_scale, check_precision, gemm_dtype
 from placer.errors import ProfileError
 from placer.hardware.constants import (DEFAULT_HALF_EFFICIENCY_ROWS, FIT_MAX_MEDIAN_ERROR_PCT, PEAK_GEMM_ROWS,
                                        default_efficiency)
@@ -43,7 +50,7 @@ from placer.ops import registry
 from placer.shapes import args_key
 from placer.types import OpFeatures, TensorType, TypedNet
 
-SOURCES = ("measured", "fitted", "poor-fit", "roofline", "unknown")
+SOURCES = ("measured", "fitted", "poor-fit", "kernel-model", "roofline", "unknown")
 # Weight of the pull toward default efficiencies, in log units: being a factor e off the
 # default costs as much as a 20% error on one point.
 PRIOR_WEIGHT = 0.2
@@ -315,7 +322,7 @@ class CostModel:
 
     def __init__(self, cpu_profile: DeviceProfile | None = None, gpu_profile: DeviceProfile | None = None,
                  unknown_op_cost_s: float = 0.0, use_measured: bool = True,
-                 devices: Sequence[DeviceProfile] | None = None):
+                 devices: Sequence[DeviceProfile] | None = None, precision: str | None = None):
         if devices is None:
             if cpu_profile is None or gpu_profile is None:
                 cpu_default, gpu_default = default_profiles()
@@ -325,7 +332,9 @@ class CostModel:
         self.devices: tuple[DeviceProfile, ...] = tuple(devices)
         self.unknown_op_cost_s = float(unknown_op_cost_s)
         self.use_measured = use_measured
+        self.precision = check_precision(precision)
         self._fits: dict[int, dict[str, FamilyFit]] = {}
+        self._kernel_models: dict[int, gpu_kernels.GpuKernelModel] = {}
 
     @classmethod
     def for_machine(cls, machine, unknown_op_cost_s: float = 0.0, use_measured: bool = True) -> "CostModel":
@@ -446,9 +455,48 @@ class CostModel:
             return roofline_s(features.flops, nbytes, prof.peak(dtype), prof.memory_bandwidth_bytes_per_s,
                               fit.overhead_s, eff_c, fit.memory_efficiency), \
                 "fitted" if fit.covered else "poor-fit"
+        kernel = self._kernel_model_price(prof, op_type, inputs, args, features)
+        if kernel is not None:
+            return kernel[0], "kernel-model"
         return roofline_s(features.flops, nbytes, prof.peak(dtype), prof.memory_bandwidth_bytes_per_s,
                           self._fixed_cost_s(prof, op_type, inputs, args),
                           *default_efficiency(fam, device_kind)), "roofline"
+
+    def gemm_key(self, prof: DeviceProfile, dtype: str) -> str:
+        """The peak key conv- and GEMM-shaped work of ``dtype`` tensors runs at on ``prof``
+        under this model's precision (``placer.costs.precision.gemm_dtype``)."""
+        return gemm_dtype(self.precision, dtype, prof.peak_flops)
+
+    def _kernel_model_price(self, prof: DeviceProfile, op_type: str, inputs: Sequence[TensorType],
+                            args: Mapping[str, Any], features: OpFeatures) -> tuple[float, str] | None:
+        """(seconds, explanation) from the GPU kernel model, or None (no kernel model, or an
+        op it does not know)."""
+        if prof.kind != "gpu" or not gpu_ops.has_kernel_model(prof):
+            return None
+        key_id = id(prof)
+        model = self._kernel_models.get(key_id)
+        if model is None:
+            model = self._kernel_models[key_id] = gpu_kernels.from_document(prof.kernel_model, prof.peak_flops)
+        dtype = inputs[0].dtype if inputs else "float32"
+        key = self.gemm_key(prof, dtype)
+        if gpu_kernels.math_class(key) not in model.classes:
+            key = "float32" if "simt" in model.classes else key
+        keeps = op_type in AMP_FP32_OPS
+        scale = byte_scale(self.precision, dtype, is_param=False, keeps_fp32=keeps)
+        return gpu_ops.price(model, prof.launch_overhead_s, op_type, inputs, args, features, key, scale,
+                             launches=gpu_ops.registry_launches(op_type, inputs, args))
+
+    def op_kernel(self, op_type: str, inputs: Sequence[TensorType | None], args: Mapping[str, Any],
+                  features: OpFeatures, device: int | str) -> str:
+        """What the GPU kernel model assumed for an op on a device ("cuDNN forward winograd
+        (float32 on CUDA cores)"), or "" where it did not price it."""
+        if not features.known or registry.get(op_type) is None or any(t is None for t in inputs):
+            return ""
+        _, source = self.op_time(op_type, inputs, args, features, device)
+        if source != "kernel-model":
+            return ""
+        found = self._kernel_model_price(self.profile(device), op_type, list(inputs), args, features)
+        return found[1] if found else ""
 
     @staticmethod
     def _fixed_cost_s(prof: DeviceProfile, op_type: str, inputs: Sequence[TensorType],

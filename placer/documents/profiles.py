@@ -10,7 +10,7 @@ from pydantic import ConfigDict, Field, Tag
 
 from placer.documents import (BY_JSON_TYPE, BYTES_PER_S, CAPACITY_BYTES, COUNT, FLAG, FLOPS, LATENCY_S, NON_NEGATIVE,
                               OVERHEAD_S, POSITIVE, TEXT, VERSION_1, Boolean, Closed, NonNegativeInt, Open, Real,
-                              given, number)
+                              given, number, within)
 
 PROFILE_SCHEMA_VERSION = 1     # of device, machine and cluster profiles
 # The most GPUs one machine may have (--gpus, a machine profile): a link is kept for every
@@ -95,6 +95,27 @@ class Fit(Open):
     covered: FLAG = True
 
 
+class KernelClass(Open):
+    """One math class's fitted constants of the GPU kernel model (placer/costs/gpu_kernels.py)."""
+
+    efficiency: POSITIVE
+    k_overhead: NON_NEGATIVE
+    knee: NON_NEGATIVE
+    fixed_s: Annotated[Real, within("seconds", 0.0, 1.0)]
+    conv: dict[str, POSITIVE] = {}
+
+
+class KernelModel(Open):
+    """A GPU's kernel-model figures: SMs and achieved bandwidth (each with its source) and
+    the fitted constants of each math class (``simt``, ``tensor``, ``int8``)."""
+
+    sm_count: Annotated[COUNT, Field(le=4096)]
+    achieved_bandwidth_bytes_per_s: BYTES_PER_S
+    source: TEXT = ""
+    classes: dict[Literal["simt", "tensor", "int8"], KernelClass] = {}
+    classes_source: TEXT = ""
+
+
 SourceKind = Field(description="'measured' or 'datasheet'")
 
 
@@ -136,6 +157,7 @@ class Device(Open):
     ops: list[OpEntry] = []
     fits: dict[str, Fit] = {}
     fits_digest: TEXT = ""
+    kernel_model: Annotated[KernelModel | None, given(KernelModel)] = None
 
 
 class DeviceProfileDocument(Closed):

@@ -112,6 +112,9 @@ class DeviceProfile:
     ops: dict[str, OpTiming] = field(default_factory=dict)
     fits: dict[str, FamilyFit] = field(default_factory=dict)
     fits_digest: str = ""   # fit_inputs_digest() of what ``fits`` were fitted to
+    # GPU kernel-model figures and fitted constants (profiles/README.md, "kernel_model";
+    # read by placer.costs.gpu_kernels), None where the profile has none
+    kernel_model: dict[str, Any] | None = None
 
     def fit_inputs_digest(self, fit_version: int) -> str:
         """A digest of what the fits are made from: the entries (keys, medians, spreads,
@@ -232,6 +235,8 @@ def _device_from_document(path: str, raw: Device, where: str) -> DeviceProfile:
         timing = _op_timing(path, op_raw, f"{where}.ops[{i}]")
         dev.ops[timing.key] = timing
     dev.fits_digest = raw.fits_digest
+    if raw.kernel_model is not None:
+        dev.kernel_model = raw.kernel_model.model_dump()
     for fam, f in raw.fits.items():
         dev.fits[fam] = FamilyFit(
             overhead_s=f.overhead_s, compute_efficiency=f.compute_efficiency,
@@ -295,6 +300,8 @@ def _device_to_dict(d: DeviceProfile) -> dict:
                        "args": cost_args(t.args), "samples": t.samples, "median_s": t.median_s,
                        "iqr_s": t.iqr_s, "flops": t.flops, "bytes": t.bytes, "method": t.method}
                       for t in sorted(d.ops.values(), key=lambda t: t.key)]
+    if d.kernel_model is not None:
+        out["kernel_model"] = d.kernel_model
     if d.fits:
         out["fits"] = {fam: {k: v for k, v in vars(f).items() if v is not None}
                        for fam, f in sorted(d.fits.items())}
