@@ -56,7 +56,6 @@ figure, not the datasheet's), plus one launch overhead per kernel.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -253,7 +252,6 @@ def conv_algorithms(gpu: GpuKernelModel, key: str, shape, pass_: str, elt: float
     y_bytes = elt * sh.n * sh.k * p * q
     w_bytes = elt * sh.k * cg * sh.r * sh.s
     bw = gpu.achieved_bandwidth_bytes_per_s
-    inf = np.full(sh.n.shape, np.inf)
     out: dict[str, np.ndarray] = {}
     own = gpu.classes[cls].for_pass(pass_)
     if pass_ == "forward":
