@@ -108,8 +108,16 @@ def test_families():
         assert family_of(op_type) == "movement", op_type
 
 
+def _datasheet_gpu():
+    """The default GPU profile without its kernel model: the datasheet roofline prices it
+    (as any user profile without a ``kernel_model``)."""
+    gpu = default_profiles()[1]
+    gpu.kernel_model = None
+    return gpu
+
+
 def test_reshape_like_ops_pay_for_the_copy_their_kernels_make():
-    model = CostModel(_cpu(), default_profiles()[1])
+    model = CostModel(_cpu(), _datasheet_gpu())
     big = OpFeatures(bytes_read=1e9, bytes_written=1e9)  # a 1 GB Flatten copies 1 GB
     t, src = model.op_time("Flatten", (TensorType((1000, 250000)),), {}, big, "gpu")
     eff_m = DEFAULT_MEMORY_EFFICIENCY["movement"]
@@ -121,7 +129,7 @@ def test_reshape_like_ops_pay_for_the_copy_their_kernels_make():
 
 
 def test_an_alias_launches_nothing_on_the_gpu_and_costs_a_call_on_the_host():
-    model = CostModel(_cpu(), default_profiles()[1])
+    model = CostModel(_cpu(), default_profiles()[1])   # the kernel model leaves views to the roofline
     x = (TensorType((1000, 250000)),)
     assert model.op_time("Alias", x, {}, OpFeatures(), "gpu") == (0.0, "roofline")
     assert model.op_time("Alias", x, {}, OpFeatures(), "cpu") == (2e-6, "roofline")
@@ -139,7 +147,7 @@ def test_gpu_roofline_pays_one_launch_overhead_per_kernel_launch(op_type, args, 
     """Tiny ops: the GPU time is launches x the profile's launch overhead (5 us on the
     shipped profiles), the host time one call; the counts are the registry's, held to
     what the kernels launch by the stand-in tests (tests/test_ops_gpu_rules.py)."""
-    gpu = default_profiles()[1]
+    gpu = _datasheet_gpu()
     model = CostModel(_cpu(), gpu)
     dtypes = {"SparseLengthsSum": ["float32", "int64", "int32"]}.get(op_type, ["float32"] * len(inputs))
     types = tuple(TensorType(s, d) for s, d in zip(inputs, dtypes))
@@ -176,10 +184,10 @@ def test_annotate_small_net():
     assert costs.op_source[2, 0] == "fitted"          # FC family fitted from the one entry
     assert costs.op_source[1, 0] == "roofline"        # no elementwise entries on the host
     relu = ops.loc[1]
-    assert costs.op_source[1, 1] == "roofline"
-    assert costs.op_s[1, 1] == pytest.approx(5e-6 + max(relu.flops / (14e12 * DEFAULT_COMPUTE_EFFICIENCY["elementwise"]),
-                                                        (relu.bytes_read + relu.bytes_written)
-                                                        / (900e9 * DEFAULT_MEMORY_EFFICIENCY["elementwise"])))
+    # the GPU's kernel model: one launch, the bytes at the achieved (STREAM-measured) bandwidth
+    assert costs.op_source[1, 1] == "kernel-model"
+    achieved = gpu.kernel_model["achieved_bandwidth_bytes_per_s"]
+    assert costs.op_s[1, 1] == pytest.approx(5e-6 + (relu.bytes_read + relu.bytes_written) / achieved)
     assert (costs.op_s[:, 1] == costs.op_s[:, 2]).all()   # two GPUs of one profile: priced once, the same
     assert ops.loc[0, "output_bytes"] == 4 * 16 * 4
     assert ops.loc[0, "param_bytes"] == (16 * 8 + 16) * 4

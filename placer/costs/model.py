@@ -471,8 +471,8 @@ class CostModel:
                             args: Mapping[str, Any], features: OpFeatures) -> tuple[float, str] | None:
         """(seconds, explanation) from the GPU kernel model, or None (no kernel model, or an
         op it does not know)."""
-        if prof.kind != "gpu" or not gpu_ops.has_kernel_model(prof):
-            return None
+        if prof.kind != "gpu" or not gpu_ops.has_kernel_model(prof) or family_of(op_type) == "view":
+            return None     # a view launches nothing: the roofline's zero stands
         key_id = id(prof)
         model = self._kernel_models.get(key_id)
         if model is None:
