@@ -34,12 +34,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from placer.costs.precision import AMP_FP32_OPS, byte_scale, check_precision, resolve, scales_bytes
 from placer.errors import ProfileError
 from placer.hardware.constants import (DEFAULT_HALF_EFFICIENCY_ROWS, FIT_MAX_MEDIAN_ERROR_PCT, PEAK_GEMM_ROWS,
                                        default_efficiency)
 from placer.hardware.device_profile import DeviceProfile, FamilyFit, LinkCurve, OpTiming, op_key
 from placer.hardware.profiles import default_profiles
-from placer.costs.precision import AMP_FP32_OPS, byte_scale, check_precision, resolve, scales_bytes
 from placer.ops import registry
 from placer.shapes import args_key
 from placer.types import OpFeatures, TensorType, TypedNet

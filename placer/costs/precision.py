@@ -20,10 +20,12 @@ amp        float16 tensor cores         activations float16; parameters float32
                                         float32
 =========  ===========================  ===========================================
 
-"amp" is PyTorch's autocast with its default CUDA dtype, ``torch.float16``
-(``torch.autocast(device_type="cuda")``: "the default lower precision floating point
-datatype ... is torch.float16" on CUDA, pytorch.org/docs/stable/amp.html); bfloat16
-autocast is asked for with ``--precision bf16``, which this model prices as a bf16 net.
+"amp" is PyTorch's autocast with its default CUDA dtype, float16: on CUDA
+``torch.autocast(device_type="cuda")`` casts to ``torch.float16`` unless given another
+``dtype`` (pytorch.org/docs/stable/amp.html, "CUDA Ops that can autocast to float16").
+bfloat16 autocast is asked for with ``--precision bf16``, which this model prices as a
+bf16 net (parameters 2-byte too, as in a net cast to bfloat16; autocast would keep them
+fp32).
 
 Only float32 tensors are re-typed: a net already in float16, int8 or int32 keeps its
 dtypes whatever the precision, and CPU devices always run the net's own dtypes (numpy
@@ -36,9 +38,11 @@ default on A100 / H100 / H200 (Ampere and later), checked against these pages:
 
 - PyTorch: convolutions in TF32 (``torch.backends.cudnn.allow_tf32 = True``), matrix
   products in full fp32 since 1.12 (``torch.backends.cuda.matmul.allow_tf32 = False``):
-  the 1.12 change of docs/source/notes/numerical_accuracy.rst, pytorch/pytorch#79537
-  ("On Ampere Nvidia GPUs, PyTorch can use TensorFloat32"), and
-  pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-devices.
+  pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-devices (its
+  example: "The flag below controls whether to allow TF32 on cuDNN. This flag defaults to
+  True."), docs.pytorch.org/docs/1.12/_sources/backends.rst.txt, and the 1.12 rewrite of
+  docs/source/notes/numerical_accuracy.rst (pytorch/pytorch#79537: "by default uses
+  TensorFloat32" became "can use TensorFloat32").
 - TensorFlow: TF32 for both since 2.4 ("TensorFloat-32 is enabled by default",
   tensorflow.org/api_docs/python/tf/config/experimental/enable_tensor_float_32_execution;
   RFC tensorflow/community#287, "Enabling TensorFloat-32 by default").
@@ -90,7 +94,7 @@ GEMM_OPS = frozenset({"Conv", "ConvTranspose", "FC", "FCTransposed", "MatMul", "
 # log_softmax, layer_norm, group_norm, norm, normalize, cosine_similarity, the losses
 # (binary_cross_entropy_with_logits, cross_entropy, nll_loss, mse_loss, l1_loss, kl_div,
 # ...), sum and the reductions), and their gradients: "Backward ops run in the same type
-# that autocast used for corresponding forward ops" (the same page).
+# that autocast used for corresponding forward ops" (torch.autocast's docstring, on that page).
 _AMP_FP32_FORWARD = (
     "Softmax", "LogSoftmax", "SpatialSoftmaxWithLoss",
     "SoftmaxWithLoss", "CrossEntropy", "LabelCrossEntropy", "MakeTwoClass", "SigmoidCrossEntropyWithLogits",
