@@ -309,3 +309,25 @@ def test_shard_records_the_precision_and_fp16_halves_table_bytes(capsys):
     total = lambda d: sum(t["bytes"] for t in d["tables"])  # noqa: E731
     assert total(fp16) == total(auto) / 2       # a .half() net: every table row 2-byte
     assert total(amp) == total(auto)            # amp: parameters (tables) stay fp32
+
+
+# -- train nets: in-place outputs --------------------------------------------------------------
+
+def test_a_train_steps_output_bytes_halve_under_fp16_in_place_outputs_included():
+    """SpatialBN of a train net writes Y and its running statistics, the latter in place;
+    the step takes the in-place ones off (they add no memory) at the size they were counted."""
+    from test_training_plan_memory import V100, bundled
+
+    from placer.formats import load_net
+    from placer.shapes import require_complete
+    from placer.training.placement import step_costs
+    train, init, shapes = bundled("resnet_small_train")
+    typed = require_complete(infer(load_net(train, init_path=init, input_shapes=shapes), shapes))
+    fp32 = step_costs(typed, annotate(typed, V100))[0].ops["output_bytes"].to_numpy()
+    fp16 = step_costs(typed, annotate(typed, V100, precision="fp16"))[0].ops["output_bytes"].to_numpy()
+    floats = [all(t is None or t.dtype == "float32" for t in typed.op_outputs[op.index]) for op in typed.net.ops]
+    inplace = [any(b in op.inputs for b in op.outputs) and len(op.outputs) > 1 for op in typed.net.ops]
+    assert any(f and i and fp32[k] > 0 for k, (f, i) in enumerate(zip(floats, inplace)))   # such ops are there
+    for k, f in enumerate(floats):
+        if f:
+            assert fp16[k] == fp32[k] / 2, typed.net.ops[k].label

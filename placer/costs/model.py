@@ -533,7 +533,9 @@ class NetCosts:
     ``op_source[i, d]`` in ``SOURCES``; ``kernels[i, d]``: the registry has a kernel of
     op i for device d's kind. ``tensors``: the ``TensorTable``; copy times come from the
     machine's links (``machine.link_classes()``) and the tensors' bytes. ``precision``:
-    what ran (``placer.costs.precision.resolve``: "fp32" for a float32 net priced in auto).
+    what ran (``placer.costs.precision.resolve``: "fp32" for a float32 net priced in auto);
+    ``sized_by``: the precision the bytes were sized by (``stored_nbytes``), None where
+    they are the net's own (auto, fp32, tf32, or a machine with no GPU).
     """
 
     ops: pd.DataFrame
@@ -545,6 +547,7 @@ class NetCosts:
     model: CostModel
     fit_quality: dict[str, pd.DataFrame] = field(default_factory=dict)
     precision: str = "fp32"
+    sized_by: str | None = None    # the precision tensor bytes are sized by; None: the net's own
 
     @property
     def param_bytes(self) -> int:
@@ -617,7 +620,17 @@ def annotate(typed_net: TypedNet, machine, unknown_op_cost_s: float = 0.0,
     return NetCosts(ops=ops, op_s=op_s, op_source=source, kernels=kernels,
                     tensors=tensor_table(typed_net, sized_by), machine=machine, model=model,
                     fit_quality={machine.devices[d].name: model.fit_report(d) for d in distinct},
-                    precision=ran)
+                    precision=ran, sized_by=sized_by)
+
+
+def stored_nbytes(t: TensorType, blob: str, producer_type: str | None, params, precision: str | None) -> float:
+    """Bytes of ``blob`` (of type ``t``, made by an op of ``producer_type``; None: fed or
+    a parameter) as stored under ``precision`` (``byte_scale``: a parameter is a blob of
+    ``params``; ``keeps_fp32`` where its maker's type is in ``AMP_FP32_OPS``)."""
+    size = float(t.nbytes)
+    if precision is None:
+        return size
+    return size * byte_scale(precision, t.dtype, blob in params, producer_type in AMP_FP32_OPS)
 
 
 def _sized_op_bytes(typed_net: TypedNet, precision: str, param_bytes, output_bytes) -> dict[str, np.ndarray]:
@@ -628,10 +641,8 @@ def _sized_op_bytes(typed_net: TypedNet, precision: str, param_bytes, output_byt
     params = np.asarray(param_bytes, np.float64).copy()
     outputs = np.asarray(output_bytes, np.float64).copy()
     for op in net.ops:
-        keeps = op.type in AMP_FP32_OPS
         outs = [(b, t) for b, t in zip(op.outputs, _op_types(typed_net, op, "outputs")) if t is not None]
-        outputs[op.index] = float(sum(t.nbytes * byte_scale(precision, t.dtype, b in net.params, keeps)
-                                      for b, t in outs))
+        outputs[op.index] = sum(stored_nbytes(t, b, op.type, net.params, precision) for b, t in outs)
         ins = [t for b, t in zip(op.inputs, _op_types(typed_net, op, "inputs")) if t is not None and b in net.params]
         raw = sum(t.nbytes for t in ins)
         if raw > 0:
@@ -692,10 +703,8 @@ def tensor_table(typed_net: TypedNet, precision: str | None = None) -> TensorTab
     def new(b: str, p: int, t: TensorType | None) -> int:
         names.append(b)
         producer.append(p)
-        size = float(t.nbytes) if t is not None else 0.0
-        if precision is not None and t is not None:
-            size *= byte_scale(precision, t.dtype, b in net.params, p >= 0 and ops[p].type in AMP_FP32_OPS)
-        nbytes.append(size)
+        nbytes.append(stored_nbytes(t, b, ops[p].type if p >= 0 else None, net.params, precision)
+                      if t is not None else 0.0)
         readers.append([])
         return len(names) - 1
 
