@@ -11,6 +11,7 @@ from pathlib import Path
 from placer import arguments
 from placer.commands.common import StageClock, add_feed_argument, add_net_arguments, load_typed_net
 from placer.costs.graph import write_graph
+from placer.costs.precision import PRECISION_HELP, PRECISIONS
 from placer.documents.plan import OpInfo, PlanDocument
 from placer.errors import PlacerError
 from placer.fileio import atomic_write_text, check_output_dir, refuse_outputs
@@ -85,6 +86,7 @@ def add_arguments(p) -> None:
                    help="seconds for the MILP / local search (default: 10)")
     g.add_argument("--unknown-op-cost", type=arguments.seconds, default=0.0, metavar="S",
                    help="CPU seconds charged to an op type placer does not know (default: 0)")
+    g.add_argument("--precision", choices=PRECISIONS, default=None, help=PRECISION_HELP)
     g.add_argument("--stability-draws", type=arguments.count(0), default=8, metavar="N",
                    help="re-solve N times with op costs moved within their measured spread and flag ops "
                         "whose device flips (default: 8; 0: off)")
@@ -135,7 +137,8 @@ def _run(args) -> int:
     options = PlanOptions(method=args.method, gpu_mem_bytes=args.gpu_mem,
                           reserve=args.gpu_reserve, pins=tuple(args.pin),
                           keep_existing=args.keep_existing, outputs_on_host=args.outputs_on_host,
-                          time_limit_s=args.time_limit, unknown_op_cost_s=args.unknown_op_cost)
+                          time_limit_s=args.time_limit, unknown_op_cost_s=args.unknown_op_cost,
+                          precision=args.precision)
     result = (cluster_plan_from_args(args, typed, options) if args.cluster
               else plan(typed, machine, options, clock=clock))
     machine = result.machine
@@ -308,8 +311,8 @@ def print_plan(doc: PlanDocument, all_rows: bool = False, out=None) -> None:
     for o in ops:
         counts[o.device] += 1
     where = ", ".join(f"{n} on {d}" for d, n in counts.items() if n)
-    print(f"\nnet {doc.net or doc.path}: {len(ops)} ops, {where}; machine: {doc.machine.description}",
-          file=out)
+    print(f"\nnet {doc.net or doc.path}: {len(ops)} ops, {where}; machine: {doc.machine.description}"
+          + (f"; precision: {doc.precision}" if doc.precision else ""), file=out)
     total = doc.total_s
     print(f"plan ({doc.solver}): {fmt_time(total)}  (compute {fmt_time(doc.compute_s)}, "
           f"copies {fmt_time(doc.copy_s)}) -- {doc.optimality}", file=out)

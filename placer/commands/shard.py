@@ -8,6 +8,7 @@ import sys
 from placer import arguments
 from placer.commands.common import parse_input_specs
 from placer.commands.shard_manifest import SHARDING_MANIFEST
+from placer.costs.precision import PRECISION_HELP, PRECISIONS
 from placer.errors import InputError
 from placer.examples import dlrm
 from placer.fileio import OutputDir, atomic_write_text, refuse_outputs
@@ -94,6 +95,7 @@ def add_arguments(p) -> None:
     g.add_argument("--kernels", metavar="K,K", help="kernels allowed: hbm, uvm, uvm_caching, host (default: all)")
     g.add_argument("--sharding-types", metavar="T,T", help="sharding types allowed: data_parallel, table_wise, "
                    "row_wise, column_wise (default: all)")
+    g.add_argument("--precision", choices=PRECISIONS, default=None, help=PRECISION_HELP)
     g.add_argument("--time-limit", type=arguments.seconds, metavar="S",
                    help="seconds for the MILP (default: 8, or what is left of 25 s of planning)")
     g.add_argument("--search-time", type=arguments.seconds, default=1.5, metavar="S",
@@ -122,7 +124,7 @@ def run(args) -> int:
     degrees = _degrees(args.degrees)
     limit = {"time_limit_s": 8.0, "budget_s": 25.0} if args.time_limit is None else {"time_limit_s": args.time_limit}
     result = plan_sharding(source, machine, global_batch=global_batch, per_gpu_batch=per_gpu, settings=settings,
-                           degrees=degrees, search_s=args.search_time, **limit)
+                           degrees=degrees, search_s=args.search_time, precision=args.precision, **limit)
     doc = result_json(result)
     written, notes = write_sharded_net(result, source, folder) if folder else ([], [])
     text = json.dumps(finite_json(doc), indent=1, allow_nan=False)  # strict JSON: an infinite cost is null
@@ -272,6 +274,7 @@ def result_json(result) -> dict:
     return {
         "version": 1, "net": result.name, "machine": {"name": result.machine.name,
                                                       "description": result.machine.describe()},
+        "precision": result.precision,
         "global_batch": plan.global_batch, "gpus": [names[r] for r in plan.ranks],
         "per_replica_batch": plan.per_replica_batch, "step_s": plan.total_s,
         "samples_per_s": plan.global_batch / plan.total_s, "method": plan.method,
@@ -329,8 +332,8 @@ def _table_row(o, table, names) -> dict:
 def print_result(doc: dict, out=None) -> None:
     import pandas as pd
     out = out or sys.stdout
-    print(f"net {doc['net']}: {len(doc['tables'])} embedding tables; machine: {doc['machine']['description']}",
-          file=out)
+    print(f"net {doc['net']}: {len(doc['tables'])} embedding tables; machine: {doc['machine']['description']}; "
+          f"precision: {doc['precision']}", file=out)
     print(f"global batch {doc['global_batch']} over {len(doc['gpus'])} GPU(s) ({doc['per_replica_batch']} per GPU); "
           f"step {fmt_time(doc['step_s'])}, {doc['samples_per_s']:,.0f} samples/s; {_optimality(doc)}", file=out)
     with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_colwidth", 60):

@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from placer.costs import gpu_kernels, gpu_ops
-from placer.costs.precision import AMP_FP32_OPS, byte_scale, check_precision, gemm_dtype
+from placer.costs.precision import AMP_FP32_OPS, byte_scale, check_precision, gemm_dtype, resolve, scales_bytes
 from placer.errors import ProfileError
 from placer.hardware.constants import (DEFAULT_HALF_EFFICIENCY_ROWS, FIT_MAX_MEDIAN_ERROR_PCT, PEAK_GEMM_ROWS,
                                        default_efficiency)
@@ -318,6 +318,9 @@ class CostModel:
 
     ``use_measured=False`` ignores measured entries for the answer (they still train
     the family fits): how the accuracy benchmark predicts shapes it has not timed.
+
+    ``precision`` is the math mode of GPU work (``placer.costs.precision``: None = auto,
+    the net's own dtypes, or one of ``PRECISIONS``); ``annotate`` sizes tensors by it.
     """
 
     def __init__(self, cpu_profile: DeviceProfile | None = None, gpu_profile: DeviceProfile | None = None,
@@ -337,9 +340,10 @@ class CostModel:
         self._kernel_models: dict[int, gpu_kernels.GpuKernelModel] = {}
 
     @classmethod
-    def for_machine(cls, machine, unknown_op_cost_s: float = 0.0, use_measured: bool = True) -> "CostModel":
+    def for_machine(cls, machine, unknown_op_cost_s: float = 0.0, use_measured: bool = True,
+                    precision: str | None = None) -> "CostModel":
         return cls(devices=[d.profile for d in machine.devices], unknown_op_cost_s=unknown_op_cost_s,
-                   use_measured=use_measured)
+                   use_measured=use_measured, precision=precision)
 
     @property
     def profiles(self) -> dict[str, DeviceProfile]:
@@ -570,10 +574,14 @@ class NetCosts:
 
     ``ops``: one row per op in net order, columns ``OP_COLUMNS`` (features from shape
     inference; ``output_bytes`` the sum of the op's output sizes; ``known`` whether the
-    type and shapes are known). ``op_s[i, d]``: seconds of op i on device d, with
+    type and shapes are known; ``param_bytes`` and ``output_bytes`` sized by the precision,
+    as the tensors are). ``op_s[i, d]``: seconds of op i on device d, with
     ``op_source[i, d]`` in ``SOURCES``; ``kernels[i, d]``: the registry has a kernel of
     op i for device d's kind. ``tensors``: the ``TensorTable``; copy times come from the
-    machine's links (``machine.link_classes()``) and the tensors' bytes.
+    machine's links (``machine.link_classes()``) and the tensors' bytes. ``precision``:
+    what ran (``placer.costs.precision.resolve``: "fp32" for a float32 net priced in auto);
+    ``sized_by``: the precision the bytes were sized by (``stored_nbytes``), None where
+    they are the net's own (auto, fp32, tf32, or a machine with no GPU).
     """
 
     ops: pd.DataFrame
@@ -584,6 +592,8 @@ class NetCosts:
     machine: Any
     model: CostModel
     fit_quality: dict[str, pd.DataFrame] = field(default_factory=dict)
+    precision: str = "fp32"
+    sized_by: str | None = None    # the precision tensor bytes are sized by; None: the net's own
 
     @property
     def param_bytes(self) -> int:
@@ -609,14 +619,24 @@ class NetCosts:
 
 
 def annotate(typed_net: TypedNet, machine, unknown_op_cost_s: float = 0.0,
-             model: CostModel | None = None) -> NetCosts:
+             model: CostModel | None = None, precision: str | None = None) -> NetCosts:
     """Price every op on every device of ``machine`` (once per distinct device profile)
     and list every tensor with its readers and bytes.
 
     An op's prices are a function of its type, argument values, input and output types
     and features, so ops that agree on all of them (the layers of a deep net) are priced
-    once; the tables are built column by column. Both keep a million-op net to seconds."""
-    model = model or CostModel.for_machine(machine, unknown_op_cost_s=unknown_op_cost_s)
+    once; the tables are built column by column. Both keep a million-op net to seconds.
+
+    ``precision`` (``placer.costs.precision``) builds the model when none is given; a
+    given model's own precision is used. On a machine with a GPU, fp16 / bf16 / amp size
+    the tensor table (copies, the memory walk) and the ops' ``param_bytes`` /
+    ``output_bytes`` by ``byte_scale``; a tensor has one size, the GPU's, also where it
+    lives on the host: a copy between the two moves the 2-byte form. A CPU-only machine
+    runs the net's own dtypes, and its costs are those of auto."""
+    has_gpu = any(d.kind == "gpu" for d in machine.devices)
+    model = model or CostModel.for_machine(machine, unknown_op_cost_s=unknown_op_cost_s,
+                                           precision=check_precision(precision) if has_gpu else None)
+    sized_by = model.precision if has_gpu and scales_bytes(model.precision) else None
     net = typed_net.net
     n, k = len(net.ops), machine.k
     kinds = [d.kind for d in machine.devices]
@@ -639,10 +659,41 @@ def annotate(typed_net: TypedNet, machine, unknown_op_cost_s: float = 0.0,
     op_s, source, kernels, features = _op_tables(rows, row_of, distinct, same_as, k)
     columns = {"index": np.arange(n), "name": [op.name for op in net.ops], "type": [op.type for op in net.ops],
                **features}
+    if sized_by is not None:
+        columns.update(_sized_op_bytes(typed_net, sized_by, features["param_bytes"], features["output_bytes"]))
     ops = pd.DataFrame(columns, columns=OP_COLUMNS) if n else pd.DataFrame([], columns=OP_COLUMNS)
+    ran = resolve(model.precision, {t.dtype for t in typed_net.blobs.values() if t is not None}, has_gpu)
     return NetCosts(ops=ops, op_s=op_s, op_source=source, kernels=kernels,
-                    tensors=tensor_table(typed_net), machine=machine, model=model,
-                    fit_quality={machine.devices[d].name: model.fit_report(d) for d in distinct})
+                    tensors=tensor_table(typed_net, sized_by), machine=machine, model=model,
+                    fit_quality={machine.devices[d].name: model.fit_report(d) for d in distinct},
+                    precision=ran, sized_by=sized_by)
+
+
+def stored_nbytes(t: TensorType, blob: str, producer_type: str | None, params, precision: str | None) -> float:
+    """Bytes of ``blob`` (of type ``t``, made by an op of ``producer_type``; None: fed or
+    a parameter) as stored under ``precision`` (``byte_scale``: a parameter is a blob of
+    ``params``; ``keeps_fp32`` where its maker's type is in ``AMP_FP32_OPS``)."""
+    size = float(t.nbytes)
+    if precision is None:
+        return size
+    return size * byte_scale(precision, t.dtype, blob in params, producer_type in AMP_FP32_OPS)
+
+
+def _sized_op_bytes(typed_net: TypedNet, precision: str, param_bytes, output_bytes) -> dict[str, np.ndarray]:
+    """The ops' ``param_bytes`` and ``output_bytes`` under a precision that re-sizes
+    tensors: outputs by their own ``byte_scale``; parameter bytes by the share the op's
+    parameter inputs keep (the features count them as the shape inference saw them)."""
+    net = typed_net.net
+    params = np.asarray(param_bytes, np.float64).copy()
+    outputs = np.asarray(output_bytes, np.float64).copy()
+    for op in net.ops:
+        outs = [(b, t) for b, t in zip(op.outputs, _op_types(typed_net, op, "outputs")) if t is not None]
+        outputs[op.index] = sum(stored_nbytes(t, b, op.type, net.params, precision) for b, t in outs)
+        ins = [t for b, t in zip(op.inputs, _op_types(typed_net, op, "inputs")) if t is not None and b in net.params]
+        raw = sum(t.nbytes for t in ins)
+        if raw > 0:
+            params[op.index] *= sum(t.nbytes * byte_scale(precision, t.dtype, True) for t in ins) / raw
+    return {"param_bytes": params, "output_bytes": outputs}
 
 
 def _priced_row(model: CostModel, op, inputs: tuple, outs: tuple, feats: OpFeatures,
@@ -680,10 +731,15 @@ def op_signature(op, inputs: tuple, outs: tuple, feats: OpFeatures) -> tuple | N
     return None if arguments is None else (op.type, inputs, outs, feats, arguments)
 
 
-def tensor_table(typed_net: TypedNet) -> TensorTable:
+def tensor_table(typed_net: TypedNet, precision: str | None = None) -> TensorTable:
     """One row per version of a blob: an in-place op's output is a new tensor (same name,
-    its own producer), so a copy is priced for the version its reader actually reads."""
+    its own producer), so a copy is priced for the version its reader actually reads.
+
+    ``precision`` sizes each tensor by ``byte_scale``: a parameter is a blob of
+    ``net.params`` (every version of it: an update writes the fp32 master weights);
+    ``keeps_fp32`` where its producer's type is in ``AMP_FP32_OPS``. None: the net's own sizes."""
     net = typed_net.net
+    ops = net.ops
     current: dict[str, int] = {}           # blob -> tensor id of its live version
     names: list[str] = []
     producer: list[int] = []
@@ -693,7 +749,8 @@ def tensor_table(typed_net: TypedNet) -> TensorTable:
     def new(b: str, p: int, t: TensorType | None) -> int:
         names.append(b)
         producer.append(p)
-        nbytes.append(float(t.nbytes) if t is not None else 0.0)
+        nbytes.append(stored_nbytes(t, b, ops[p].type if p >= 0 else None, net.params, precision)
+                      if t is not None else 0.0)
         readers.append([])
         return len(names) - 1
 

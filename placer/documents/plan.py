@@ -13,7 +13,7 @@ prints of it is what the plan says.
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import ConfigDict, Field, Strict, Tag, ValidatorFunctionWrapHandler, WrapValidator
 
@@ -209,6 +209,12 @@ class Schedule(Open):
     events: Annotated[list[Event] | None, given(list[Event])] = None
 
 
+# The math GPU work was priced in (``placer.costs.precision.PRECISIONS``, which a test keeps
+# equal to these; the documents import no stage); absent in plans written before it.
+Precision = Annotated[Literal["fp32", "tf32", "fp16", "bf16", "amp"] | None,
+                      Field(description="one of fp32, tf32, fp16, bf16, amp, or null")]
+
+
 class PlanDocument(Open):
     """What ``placer plan --json`` prints (docs/PLAN_JSON.md)."""
 
@@ -220,6 +226,7 @@ class PlanDocument(Open):
     objective: Text = None
     method: Text = None
     solver: Text = None
+    precision: Precision = None
     total_s: Num = None
     compute_s: Num = None
     copy_s: Num = None

@@ -37,7 +37,7 @@ def plan_cluster(typed, cluster: ClusterMachine, options=None):
         raise PlacerError(f"{net.path or net.name or 'the net'}: the net has no ops; there is nothing to place")
     refuse_collectives(net)
     # 1. price every op on every device of every host
-    costs = annotate(typed, cluster, unknown_op_cost_s=options.unknown_op_cost_s)
+    costs = annotate(typed, cluster, unknown_op_cost_s=options.unknown_op_cost_s, precision=options.precision)
     # 2. the cost graph, with per-host CPU memory limits
     capacity, usable = cluster_memory_limits(cluster, options)
     arrays, graph_args, step, state_reads = step_arrays(typed, costs, cluster, options, usable)

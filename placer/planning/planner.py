@@ -45,6 +45,7 @@ class PlanOptions:
     outputs_on_host: bool = True           # external outputs come back to the host
     time_limit_s: float = 10.0             # MILP / local-search time limit
     unknown_op_cost_s: float = 0.0         # CPU time charged to an op type with no entry
+    precision: str | None = None           # GPU math (placer.costs.precision); None: the net's dtypes
 
 
 @dataclass
@@ -82,7 +83,8 @@ def plan(typed: TypedNet, machine: Machine, options: PlanOptions = PlanOptions()
         raise PlacerError(f"{net.path or net.name or 'the net'}: the net has no ops; there is nothing to place")
     refuse_collectives(net)
     with clock("costs"):  # 1. price every op on every device
-        costs = annotate(typed, machine, unknown_op_cost_s=options.unknown_op_cost_s)
+        costs = annotate(typed, machine, unknown_op_cost_s=options.unknown_op_cost_s,
+                         precision=options.precision)
     with clock("graph"):  # 2. the cost graph with restrictions, colocation and memory limits, as arrays
         capacity, usable = memory_limits(machine, options)
         arrays, graph_args, step, state_reads = step_arrays(typed, costs, machine, options, usable)

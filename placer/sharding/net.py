@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from placer.costs.model import CostModel, annotate, tensor_table
+from placer.costs.precision import byte_scale, scales_bytes
 from placer.errors import PlacerError
 from placer.examples import dlrm
 from placer.formats.caffe2 import net_from_netdef
@@ -134,8 +135,10 @@ class GroupCost:
     transient_bytes: float
 
 
-def find_tables(typed: TypedNet, first_backward: int, first_update: int) -> list[TableOps]:
-    """Every embedding table of a train net with its group of ops (module docstring)."""
+def find_tables(typed: TypedNet, first_backward: int, first_update: int,
+                precision: str | None = None) -> list[TableOps]:
+    """Every embedding table of a train net with its group of ops (module docstring); its
+    row and state bytes sized by ``precision`` (``placer.costs.precision``; None: the net's)."""
     net = typed.net
     made_by_init = init_blobs(net)
     readers: dict[str, list[int]] = {}
@@ -156,11 +159,12 @@ def find_tables(typed: TypedNet, first_backward: int, first_update: int) -> list
             raise ShardingInputError(f"{net.path or net.name}: embedding table '{name}': {what}",
                                      hint="a table is read by SparseLengths* lookups and updated by its "
                                           "sparse optimizer only; make the train net with `placer train-net`")
-        found.append(_table_ops(typed, name, t, lookups, updates, readers, producer, made_by_init))
+        found.append(_table_ops(typed, name, t, lookups, updates, readers, producer, made_by_init, precision))
     return found
 
 
-def _table_ops(typed, name, t: TensorType, lookups, updates, readers, producer, made_by_init) -> TableOps:
+def _table_ops(typed, name, t: TensorType, lookups, updates, readers, producer, made_by_init,
+               precision: str | None = None) -> TableOps:
     net = typed.net
     group = set(lookups) | set(updates)
     grew = True
@@ -186,8 +190,9 @@ def _table_ops(typed, name, t: TensorType, lookups, updates, readers, producer, 
     if len(t.shape) != 2:
         raise ShardingInputError(f"{net.path or net.name}: embedding table '{name}' is {t}; a table has 2 dimensions")
     state_row = sum(float(np.prod(typed.blobs[s].shape[1:], dtype=np.float64)) * typed.blobs[s].itemsize
+                    * _param_scale(precision, typed.blobs[s].dtype)
                     for s in state if typed.blobs.get(s) is not None and typed.blobs[s].shape[:1] == t.shape[:1])
-    table = Table(name, int(t.shape[0]), int(t.shape[1]), t.itemsize,
+    table = Table(name, int(t.shape[0]), int(t.shape[1]), int(t.itemsize * _param_scale(precision, t.dtype)),
                   pooling=n_idx * len(lookups) / max(samples, 1), state_bytes_per_row=state_row,
                   index_bytes=typed.blobs[first.inputs[ix]].itemsize)
     return TableOps(table, sorted(group), lookups, updates, state, indices, lengths,
@@ -280,18 +285,27 @@ class TrainView:
     tables: list[TableOps]
     dense: DenseModel
     model: CostModel
+    precision: str = "fp32"                 # what ran (``NetCosts.precision``)
 
 
-def train_view(typed: TypedNet, machine, model: CostModel | None = None) -> TrainView:
+def train_view(typed: TypedNet, machine, model: CostModel | None = None, precision: str | None = None) -> TrainView:
+    """The view of ``typed`` priced on ``machine`` by ``model`` (or one built with
+    ``precision``), tables and dense memory sized by the model's precision."""
     first_backward, first_update = phases(typed.net)
-    tables = find_tables(typed, first_backward, first_update)
-    costs = annotate(typed, machine, model=model)
-    dense = dense_model(typed, tables, costs.op_s, first_backward, first_update)
-    return TrainView(typed, tables, dense, costs.model)
+    costs = annotate(typed, machine, model=model, precision=precision)
+    sized = costs.model.precision if scales_bytes(costs.model.precision) else None
+    tables = find_tables(typed, first_backward, first_update, sized)
+    dense = dense_model(typed, tables, costs.op_s, first_backward, first_update, sized)
+    return TrainView(typed, tables, dense, costs.model, costs.precision)
+
+
+def _param_scale(precision: str | None, dtype: str) -> float:
+    """How a parameter's (or its optimizer state's) bytes scale under ``precision``."""
+    return 1.0 if precision is None else byte_scale(precision, dtype, True)
 
 
 def dense_model(typed: TypedNet, tables: list[TableOps], op_s: np.ndarray, first_backward: int,
-                first_update: int) -> DenseModel:
+                first_update: int, precision: str | None = None) -> DenseModel:
     net = typed.net
     n = len(net.ops)
     in_table = np.zeros(n, bool)
@@ -316,12 +330,13 @@ def dense_model(typed: TypedNet, tables: list[TableOps], op_s: np.ndarray, first
         g = grads.get(p)
         if p in table_names or p not in read_forward or not isinstance(g, str) or g not in last_writer:
             continue
-        gradients.append((p, float(typed.blobs[p].nbytes), backward_cum[last_writer[g]].copy()))
+        gradients.append((p, float(typed.blobs[p].nbytes) * _param_scale(precision, typed.blobs[p].dtype),
+                          backward_cum[last_writer[g]].copy()))
     gradients.sort(key=lambda x: float(x[2].max()))
     pooled_grads = [grads.get(b) for t in tables for b in t.pooled]
     ready = [last_writer[g] for g in pooled_grads if isinstance(g, str) and g in last_writer]
     exchange = backward_cum[max(ready)].copy() if ready else np.zeros(op_s.shape[1])
-    params, activations = _dense_memory(typed, dense, table_names, made_by_init, tables)
+    params, activations = _dense_memory(typed, dense, table_names, made_by_init, tables, precision)
     return DenseModel(batch=_batch(tables, typed), forward_s=times[phase == 0].sum(axis=0),
                       backward_s=times[phase == 1].sum(axis=0), optimizer_s=times[phase == 2].sum(axis=0),
                       exchange_ready_s=exchange, gradients=gradients, param_bytes=params,
@@ -336,7 +351,7 @@ def _batch(tables: list[TableOps], typed: TypedNet) -> int:
 
 
 def _dense_memory(typed: TypedNet, dense: np.ndarray, table_names: set[str], made_by_init: set[str],
-                  tables: list[TableOps]) -> tuple[float, float]:
+                  tables: list[TableOps], precision: str | None = None) -> tuple[float, float]:
     """(bytes of the dense parameters and optimizer state, peak bytes of the activations a
     replica keeps live): tensors the dense ops make or read, each live from its maker (or
     first reader) to its last reader, params and state excluded."""
@@ -344,8 +359,9 @@ def _dense_memory(typed: TypedNet, dense: np.ndarray, table_names: set[str], mad
     table_state = {s for t in tables for s in t.state} | table_names
     touched_state = {b for op in net.ops if dense[op.index] for b in (*op.inputs, *op.outputs)
                      if b in made_by_init and b not in table_state}
-    params = float(sum(typed.blobs[b].nbytes for b in touched_state if typed.blobs.get(b) is not None))
-    tt = tensor_table(typed)
+    params = float(sum(typed.blobs[b].nbytes * _param_scale(precision, typed.blobs[b].dtype)
+                       for b in touched_state if typed.blobs.get(b) is not None))
+    tt = tensor_table(typed, precision)
     n = len(net.ops)
     diff = np.zeros(n + 1)
     for t in range(len(tt)):

@@ -66,6 +66,7 @@ class ShardingResult:
     seconds: float
     search: Search | None = None            # of the chosen degree
     notes: list[str] = field(default_factory=list)
+    precision: str = "fp32"                 # the GPU math it was priced in (what ran)
 
 
 def default_degrees(gpus: int, global_batch: int | None) -> list[int]:
@@ -75,11 +76,13 @@ def default_degrees(gpus: int, global_batch: int | None) -> list[int]:
 
 def plan_sharding(source: ShardingSource, machine: Machine, global_batch: int | None = None, per_gpu_batch: int | None = None,
                   settings: ShardSettings = ShardSettings(), degrees: list[int] | None = None,
-                  time_limit_s: float = 8.0, search_s: float = 1.5, budget_s: float | None = None) -> ShardingResult:
+                  time_limit_s: float = 8.0, search_s: float = 1.5, budget_s: float | None = None,
+                  precision: str | None = None) -> ShardingResult:
     """The plan (module docstring). Exactly one of ``global_batch`` (strong scaling) and
     ``per_gpu_batch`` (weak scaling) is given; ``source`` is a train net at any batch
     (``typed_at_batch(b)``: ``placer.sharding.source``).
-    ``budget_s``: the MILP gets at most what is left of it after the degrees' searches."""
+    ``budget_s``: the MILP gets at most what is left of it after the degrees' searches.
+    ``precision``: the GPU math the step is priced in (``placer.costs.precision``; None: the net's)."""
     start = time.monotonic()
     gpus = machine.gpus
     if not gpus:
@@ -90,8 +93,8 @@ def plan_sharding(source: ShardingSource, machine: Machine, global_batch: int | 
     if bad:
         raise InfeasiblePlanError(f"data-parallel degree(s) {bad}: the machine has {len(gpus)} GPUs"
                                   + (f" and the global batch {global_batch} must split evenly" if global_batch else ""))
-    done = [_degree(source, machine, k, global_batch or per_gpu_batch * k, settings, search_s, k == max(ks))
-            for k in ks]
+    done = [_degree(source, machine, k, global_batch or per_gpu_batch * k, settings, search_s, k == max(ks),
+                    precision) for k in ks]
     feasible = [d for d in done if math.isfinite(d.plan.total_s)]
     if not feasible:
         raise InfeasiblePlanError("no layout fits on any data-parallel degree: " +
@@ -106,14 +109,14 @@ def plan_sharding(source: ShardingSource, machine: Machine, global_batch: int | 
     tr = baselines.get("torchrec")
     differences = explain_differences(best, widest, tr) if tr is not None and math.isfinite(tr.total_s) else []
     return ShardingResult(best.plan, [d.plan for d in done], baselines, differences, machine, source.name, settings,
-                          time.monotonic() - start, best.search)
+                          time.monotonic() - start, best.search, precision=best.search.est.view.precision)
 
 
 def _degree(source: ShardingSource, machine: Machine, k: int, global_batch: int, settings: ShardSettings, search_s: float,
-            widest: bool) -> Degree:
+            widest: bool, precision: str | None = None) -> Degree:
     """Baselines, starts and local search over the first k GPUs."""
     ranks = tuple(machine.gpus[:k])
-    view = train_view(source.typed_at_batch(global_batch // k), machine)
+    view = train_view(source.typed_at_batch(global_batch // k), machine, precision=precision)
     est = ShardEstimator(view, machine, ranks, global_batch, settings)
     search = Search(est)
     starts: dict[str, list[Choice] | None] = {

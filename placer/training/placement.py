@@ -78,7 +78,7 @@ import dataclasses
 
 import numpy as np
 
-from placer.costs.model import PARAMETER, TensorTable
+from placer.costs.model import PARAMETER, TensorTable, stored_nbytes
 from placer.types import Net
 
 
@@ -147,19 +147,21 @@ def step_costs(typed, costs):
     read away from its device is copied every step (rule 2). Returns (costs, the
     state-copy rows)."""
     tensors, reads = with_state_reads(typed.net, costs.tensors)
-    ops = costs.ops.assign(output_bytes=_new_output_bytes(typed, costs.ops["output_bytes"].to_numpy(float)))
+    ops = costs.ops.assign(output_bytes=_new_output_bytes(typed, costs.ops["output_bytes"].to_numpy(float),
+                                                          costs.sized_by))
     return dataclasses.replace(costs, ops=ops, tensors=tensors), reads
 
 
-def _new_output_bytes(typed, output_bytes: np.ndarray) -> np.ndarray:
+def _new_output_bytes(typed, output_bytes: np.ndarray, precision: str | None = None) -> np.ndarray:
     """Bytes each op's outputs add: an output named like one of the op's inputs is written
-    into that input's buffer and adds none (rule 6)."""
+    into that input's buffer and adds none (rule 6). ``precision``: the one ``output_bytes``
+    was sized by (``NetCosts.sized_by``), so that what is taken off is what was counted."""
     out = output_bytes.copy()
     for op in typed.net.ops:
         types = typed.op_outputs[op.index] if op.index < len(typed.op_outputs) else ()
         for name, t in zip(op.outputs, types):
             if name in op.inputs and t is not None:
-                out[op.index] -= t.nbytes
+                out[op.index] -= stored_nbytes(t, name, op.type, typed.net.params, precision)
     return np.maximum(out, 0.0)
 
 
