@@ -208,7 +208,7 @@ def _call(op: str, result, fn, *args, **kwargs):
     """``fn(*args, **kwargs)`` (which fills ``result``); None, noted, when cuDNN refuses."""
     try:
         fn(*args, **kwargs)
-    except (RuntimeError, ValueError, TypeError) as e:   # CuDNNError is a RuntimeError
+    except (RuntimeError, ValueError) as e:   # CuDNNError is a RuntimeError; a TypeError is a bug here
         _note(op, MATMUL, f"cuDNN refused: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
         return None
     _note(op, CUDNN)
