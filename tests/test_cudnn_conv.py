@@ -29,6 +29,7 @@ from placer.ops import cudnn_conv
 from placer.ops.conv import conv2d, conv_kernel, conv_transpose_kernel
 from placer.ops.gradients_spatial import _conv_grad_kernel, conv_grad_matmul
 from placer.ops.spatial_args import parse_window
+from placer.runtime import record as run_record
 from placer.types import Args
 
 from cupy_standin import StrictCupy
@@ -350,7 +351,6 @@ def test_placer_run_says_the_numpy_engine_ran(tmp_path, capsys):
 
 
 def test_records_without_engines_read_back():
-    from placer.runtime import record as run_record
     data = {"schema": "placer.run_record", "schema_version": 1, "net_name": "n", "devices": ["cpu"], "ops": [],
             "peak_bytes": {"cpu": 0}, "emulated": False, "iterations": 1, "warmup": 0}
     assert run_record.from_dict(data).conv_engines == {}
