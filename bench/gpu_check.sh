@@ -15,6 +15,9 @@
 #   ops_*         bench/gpu_vs_cpu_ops.py per net (bundled and generated in code): per-op GPU
 #                 and CPU times beside the cost model's predicted GPU times, from the H200
 #                 datasheet profile and from the measured one
+#   kernel_check  bench/gpu_kernel_check.py: ResNet-50 convolutions (fwd, bwd data, bwd filter)
+#                 and GEMMs through placer's kernels (cuDNN where cupy has it) against the
+#                 datasheet profile's predicted times
 #   link_compare  bench/link_vs_profile.py: the measured PCIe curves against the profile's
 #   plan          `placer plan` of dlrm_small with the measured GPU and CPU profiles
 #   summary       bench/gpu_check_summary.py: DIR/summary.txt, printed at the end
@@ -177,6 +180,8 @@ for net in $NETS; do
   else gpu_step "ops_$net" 90 "$PY" "${args[@]}"
   fi
 done
+
+gpu_step kernel_check 60 "$PY" bench/gpu_kernel_check.py --gpu-profile "$DATASHEET" --csv "$OUT/kernel_check.csv"
 
 # 6. the measured PCIe curves against the profile's
 gpu_step link_compare 30 "$PY" bench/link_vs_profile.py "$OUT/gpu_profile.json" --reference "$DATASHEET" \

@@ -339,6 +339,8 @@ class RunRecord:
     ``emulated`` is True when a GPU was emulated on the CPU: its times are CPU times
     (``timing_labels`` maps each device name to how its times must be read).
     ``peak_bytes`` is the peak of live blob bytes per device over the op sequence.
+    ``conv_engines`` counts the convolution ops (Conv, ConvTranspose, ConvGradient) by the
+    engine that ran them: "cudnn", "matmul" (the decomposition on a GPU), "numpy".
     """
 
     net_name: str
@@ -349,6 +351,7 @@ class RunRecord:
     iterations: int
     warmup: int
     timing_labels: dict[str, str] = field(default_factory=dict)
+    conv_engines: dict[str, int] = field(default_factory=dict)
 
     @property
     def total_s(self) -> float:

@@ -20,7 +20,7 @@ from placer.ops import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "gpu_check.sh"
-GPU_STEPS = ("profile_gpu_dlrm_small", "profile_gpu_resnet_small", "link", "link_compare")
+GPU_STEPS = ("profile_gpu_dlrm_small", "profile_gpu_resnet_small", "link", "kernel_check", "link_compare")
 
 
 def bench_module(name: str):

@@ -13,6 +13,7 @@ from placer.commands.run_ray import run_command
 from placer.commands.shard_manifest import sharding_notes
 from placer.errors import InputError
 from placer.fileio import atomic_write_bytes, refuse_outputs
+from placer.ops import cudnn_conv
 from placer.progress import Progress
 from placer.report.tables import run_table
 from placer.report.trace import write_trace
@@ -159,6 +160,9 @@ def run(args: argparse.Namespace) -> int:
     rec = executor.record
     if not args.quiet:
         print(run_table(rec))
+        line = conv_engine_line(op.label for op in net.ops)
+        if line:
+            print(line)
         if trains:
             print(f"trained {args.iterations} step(s)"
                   + (f"; the {args.warmup} warm-up run(s) trained a copy of the state, then dropped"
@@ -176,6 +180,25 @@ def run(args: argparse.Namespace) -> int:
     if args.trace:
         write_trace(None, args.trace, run=run_record.to_dict(rec))
     return 0
+
+
+def conv_engine_line(labels) -> str | None:
+    """One line saying which engine ran the convolutions among the ops ``labels`` (None:
+    no convolution ran), with the reasons for any fallback on a GPU and, when cuDNN is
+    missing there, how to get it."""
+    engines, reasons = cudnn_conv.engine_counts(labels)
+    parts = []
+    if engines[cudnn_conv.CUDNN] or engines[cudnn_conv.MATMUL]:
+        part = (f"cuDNN (cupyx.cudnn) for {engines[cudnn_conv.CUDNN]} op(s), "
+                f"matmul fallback for {engines[cudnn_conv.MATMUL]}")
+        if reasons:
+            part += " (" + "; ".join(f"{n}: {why}" for why, n in reasons.most_common(3)) + ")"
+        if any(why.startswith(cudnn_conv.NO_CUDNN) for why in reasons):
+            part += "; " + cudnn_conv.HOW_TO_GET
+        parts.append(part)
+    if engines[cudnn_conv.NUMPY]:
+        parts.append(f"matmul decomposition (numpy) for {engines[cudnn_conv.NUMPY]} op(s)")
+    return "convolutions: " + ", ".join(parts) if parts else None
 
 
 def _check_outputs(args, files) -> None:

@@ -52,6 +52,8 @@ class RunRecordDocument(Open):
     iterations: Annotated[NonNegativeInt, Field(description="an integer >= 0")]
     warmup: Annotated[NonNegativeInt, Field(description="an integer >= 0")]
     timing_labels: dict[str, TEXT] = {}
+    conv_engines: Annotated[dict[str, NonNegativeInt], Field(
+        description="convolution ops per engine (cudnn, matmul, numpy)")] = {}
 
 
 __all__ = ["RUN_RECORD_SCHEMA", "RUN_RECORD_VERSION", "RunRecordDocument", "OpRunEntry"]

@@ -22,10 +22,15 @@ GEMM instead, block by block as well. Depthwise convolutions (C/group == 1) are 
 also blocked for the cache. Groups are a batch dimension of the matmul; the only Python
 loops are over filter taps and cache blocks, never over channels or pixels. On a GPU
 (``xp`` not numpy) the blocks are one block.
+
+On a GPU with cuDNN (cupy 13 with libcudnn) Conv and ConvTranspose run through cuDNN
+instead, and this decomposition is the fallback for what cuDNN cannot take (asymmetric
+pads, other dtypes): ``cudnn_conv`` decides per call and notes which engine ran.
 """
 from __future__ import annotations
 
 from placer.errors import ArgumentError, ShapeError
+from placer.ops import cudnn_conv
 from placer.ops.registry import OpDef, register
 from placer.ops.spatial_args import Window, parse_window, shape_of
 from placer.types import Args, OpFeatures, TensorType, shape_str
@@ -279,7 +284,9 @@ def conv_kernel(xp, inputs, args: Args):
     n, c, h, wd = win.image_dims(shape_of(x), args.op)
     out, pads = win.resolve(h, wd, args.op)
     bias = inputs[2] if len(inputs) > 2 else None
-    return (conv2d(xp, x, w, bias, win, pads, out, args.int("group", 1)),)
+    group = args.int("group", 1)
+    y = cudnn_conv.forward(xp, args.op, x, w, bias, win, pads, out, group)
+    return (y if y is not None else conv2d(xp, x, w, bias, win, pads, out, group),)
 
 
 # ---------------------------------------------------------------- ConvTranspose
@@ -347,10 +354,15 @@ def conv_transpose_cost(inputs, outputs, args: Args) -> OpFeatures:
 
 
 def conv_transpose_kernel(xp, inputs, args: Args):
-    """One GEMM (filter^T @ X) for all taps, then one strided add per tap (col2im)."""
+    """cuDNN's data gradient where it applies (``cudnn_conv.transpose``); else one GEMM
+    (filter^T @ X) for all taps, then one strided add per tap (col2im)."""
     x, w = inputs[0], inputs[1]
     win, n, c, m, (ho, wo), pads = _transpose_geometry([shape_of(a) for a in inputs], args)
     group = args.int("group", 1)
+    y = cudnn_conv.transpose(xp, args.op, x, w, inputs[2] if len(inputs) > 2 else None, win, pads,
+                             (ho, wo), _adj(args), group)
+    if y is not None:
+        return (y,)
     cg, mg = c // group, m // group
     (kh, kw), (sh, sw) = win.kernel, win.stride
     h, wd = (x.shape[2], x.shape[3]) if win.nchw else (x.shape[1], x.shape[2])

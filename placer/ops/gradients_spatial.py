@@ -16,7 +16,9 @@ What torch 1.8.1's ``AddGradientOperators`` writes for each forward op:
 Kernels (NCHW; NHWC inputs are transposed to NCHW and back): the only Python loops are
 over the kH x kW window taps. Conv: per tap, one GEMM per image and group for dW (dY x the
 tap's strided input slice, summed over images) and one for dX (the tap's filter slice x
-dY, added into the padded input gradient), dY used in place as (N, G, M/G, Ho*Wo).
+dY, added into the padded input gradient), dY used in place as (N, G, M/G, Ho*Wo). On a GPU with cuDNN, dW and dX come from cuDNN's
+backward filter and data convolutions instead (``cudnn_conv.gradient``; this path is the
+fallback, e.g. for asymmetric pads).
 Pools: per tap, the strided slice of the padded input gradient receives dY where the
 input equals the max (every tied position, as Caffe2's CPU kernel) or dY / window count;
 a global pool's gradient is one broadcast pass, no taps. Window geometry (pads,
@@ -34,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from placer.errors import ShapeError
+from placer.ops import cudnn_conv
 from placer.ops.conv import conv_kernel, conv_launches
 from placer.ops.registry import OpDef, io_bytes, register
 from placer.ops.spatial_args import parse_window, shape_of
@@ -106,6 +109,18 @@ def _conv_grad_cost(inputs, outputs, args) -> OpFeatures:
 
 def _conv_grad_kernel(xp, inputs, args):
     x, w, dy = inputs
+    win, _, _, _, pads, group = _conv_geometry(shape_of(x), shape_of(w), args)
+    has_db, has_dx = _conv_outputs(args)
+    grads = cudnn_conv.gradient(xp, args.op, x, w, dy, win, pads, group, has_dx)
+    if grads is None:
+        return conv_grad_matmul(xp, x, w, dy, args)
+    dw, dx = grads
+    db = [dy.sum(axis=(0, 2, 3) if win.nchw else (0, 1, 2), dtype=dy.dtype)] if has_db else []
+    return (dw, *db, *([dx] if has_dx else []))
+
+
+def conv_grad_matmul(xp, x, w, dy, args):
+    """ConvGradient as the per-tap GEMMs of the module docstring (dW[, db][, dX])."""
     win, (n, c, h, wd), m, out, pads, group = _conv_geometry(shape_of(x), shape_of(w), args)
     x4, dy4 = _to_nchw(x, win.nchw), _to_nchw(dy, win.nchw)
     w4 = w if win.nchw else w.transpose(0, 3, 1, 2)               # (M, Cg, kh, kw)

@@ -51,7 +51,7 @@ import numpy as np
 
 from placer.errors import DeviceError, InputError, KernelMissingError, PlacerError
 from placer.formats.caffe2 import net_from_netdef
-from placer.ops import registry
+from placer.ops import cudnn_conv, registry
 from placer.ops.copy import inserted_copy
 from placer.runtime.devices import DeviceSet, EmulatedArray, device_name, location
 from placer.runtime.timing import RunningTimes
@@ -573,7 +573,8 @@ class Executor:
         return RunRecord(net_name=self.net.name, devices=tuple(d.name for d in devices), ops=ops,
                          peak_bytes={d.name: int(peak.get(d.name, 0)) for d in devices},
                          emulated=any(d.emulated for d in devices), iterations=iterations,
-                         warmup=warmup, timing_labels={d.name: d.timing_label for d in devices})
+                         warmup=warmup, timing_labels={d.name: d.timing_label for d in devices},
+                         conv_engines=dict(cudnn_conv.engine_counts(s.op.label for s in self.steps)[0]))
 
 
 def _plain(x: Any) -> Any:

@@ -9,7 +9,8 @@ to 256 runs, a uniform sample of 256 beyond, with ``count``, ``mean_s``, ``std_s
 ``device`` is the device it is placed on and timed on (a copy's GPU end, as Caffe2 places
 copies); a copy's transfers are in ``links`` (source, target, bytes) and summed in
 ``copy_bytes`` / ``copy_direction``; ``timing_labels`` says how each device's times must
-be read (an emulated GPU's are CPU times); ``peak_bytes`` counts live blobs (parameters,
+be read (an emulated GPU's are CPU times); ``conv_engines`` counts the convolution ops
+by the engine that ran them (optional: absent in older files); ``peak_bytes`` counts live blobs (parameters,
 fed inputs, activations until their last reader) per device, not allocator overhead.
 
 Derived figures written beside them for readers without placer: ``total_s``,
@@ -63,7 +64,8 @@ def from_dict(data: dict, where: str = "run record") -> RunRecord:
 def from_document(doc: RunRecordDocument) -> RunRecord:
     return RunRecord(net_name=doc.net_name, devices=tuple(doc.devices), ops=tuple(_op_run(o) for o in doc.ops),
                      peak_bytes=dict(doc.peak_bytes), emulated=doc.emulated, iterations=doc.iterations,
-                     warmup=doc.warmup, timing_labels=dict(doc.timing_labels))
+                     warmup=doc.warmup, timing_labels=dict(doc.timing_labels),
+                     conv_engines=dict(doc.conv_engines))
 
 
 def _op_run(o: OpRunEntry) -> OpRun:
