@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from placer.hardware.constants import DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_MEMORY_EFFICIENCY, default_efficiency
+from placer.hardware.constants import DEFAULT_MEMORY_EFFICIENCY, default_efficiency
 from placer.costs.model import (OP_COLUMNS, CostModel, annotate, curve_time, family_of, fit_family,
                           gemm_dims, row_efficiency)
 from placer.hardware.profiles import default_profiles, load_device_profile

@@ -16,7 +16,6 @@ element from the kernel run on |X| and |W|.
 """
 from __future__ import annotations
 
-import io
 import json
 
 import numpy as np
