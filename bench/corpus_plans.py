@@ -5,9 +5,10 @@
 For each case of tests/test_placed_corpus.py (the runnable corpus nets and the bundled
 examples, batch 1, the default host and V100 profiles), ``placer plan --json`` gives the
 serial total and the kind of device ("cpu"/"gpu") of every op. tests/data/
-corpus_plans_cpu_gpu.json holds these figures as the two-device planner made them before
-placer planned over any number of GPUs; tests/test_corpus_plans.py checks that today's
-planner, on the same machine, makes the same placements at the same totals.
+corpus_plans_cpu_gpu.json holds these figures (first as the two-device planner made them,
+rewritten once when the GPU kernel model replaced the datasheet roofline);
+tests/test_corpus_plans.py checks that today's planner, on the same machine, makes the
+same placements at the same totals.
 """
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
 """On the CPU + one GPU machine, plans of the corpus nets are those of the two-device planner.
 
-tests/data/corpus_plans_cpu_gpu.json was written by bench/corpus_plans.py with the planner
-that placed over exactly one CPU and one GPU; the planner for any number of devices must
-give, on that machine, the same device kind for every op and the same serial total.
+tests/data/corpus_plans_cpu_gpu.json was first written by bench/corpus_plans.py with the
+planner that placed over exactly one CPU and one GPU, and the planner for any number of
+devices reproduced it on that machine. It was rewritten by the same script when the GPU
+kernel model replaced the datasheet roofline (GPU op times changed; the planner did not):
+the placements and serial totals of today's planner must stay those.
 """
 from __future__ import annotations
 
