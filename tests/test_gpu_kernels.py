@@ -180,3 +180,25 @@ def test_every_shipped_gpu_profile_has_a_sourced_kernel_model():
         assert km["achieved_bandwidth_bytes_per_s"] < prof.memory_bandwidth_bytes_per_s, name
         assert np.isfinite(list(prof.peak_flops.values())).all()
     assert len(gpus) >= 8
+
+
+def test_the_plan_json_and_report_say_what_the_kernel_model_assumed(tmp_path, capsys):
+    import json
+    from placer import cli
+    from placer.examples import __file__ as examples_init
+    from pathlib import Path
+    net = Path(examples_init).parent / "data" / "resnet_small.pbtxt"
+    out = tmp_path / "plan.json"
+    assert cli.main(["plan", str(net), "--gpu-profile", "a100-40gb-sxm4", "--precision", "tf32",
+                     "--stability-draws", "0", "--plan-out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["precision"] == "tf32"
+    convs = [o for o in doc["ops"] if o["type"] == "Conv"]
+    assert convs and all(o["source"]["cuda:0"] == "kernel-model" for o in convs)
+    assert all(o["gpu_kernel"]["cuda:0"].startswith("cuDNN forward ") and "TF32 tensor cores" in o["gpu_kernel"]["cuda:0"]
+               for o in convs)
+    relu = next(o for o in doc["ops"] if o["type"] == "Relu")
+    assert relu["gpu_kernel"]["cuda:0"].startswith("memory-bound")
+    html = tmp_path / "r.html"
+    assert cli.main(["report", str(out), "-o", str(html)]) == 0
+    assert "GPU: cuDNN forward" in html.read_text()

@@ -594,6 +594,9 @@ class NetCosts:
     fit_quality: dict[str, pd.DataFrame] = field(default_factory=dict)
     precision: str = "fp32"
     sized_by: str | None = None    # the precision tensor bytes are sized by; None: the net's own
+    # op index -> {device index: what the GPU kernel model assumed ("cuDNN forward winograd
+    # (float32 on CUDA cores)")}, for the ops and GPUs it priced
+    kernel_notes: dict[int, dict[int, str]] = field(default_factory=dict)
 
     @property
     def param_bytes(self) -> int:
@@ -657,6 +660,7 @@ def annotate(typed_net: TypedNet, machine, unknown_op_cost_s: float = 0.0,
                 priced[key] = r
         row_of[op.index] = r
     op_s, source, kernels, features = _op_tables(rows, row_of, distinct, same_as, k)
+    kernel_notes = _kernel_notes(rows, row_of, same_as)
     columns = {"index": np.arange(n), "name": [op.name for op in net.ops], "type": [op.type for op in net.ops],
                **features}
     if sized_by is not None:
@@ -666,7 +670,18 @@ def annotate(typed_net: TypedNet, machine, unknown_op_cost_s: float = 0.0,
     return NetCosts(ops=ops, op_s=op_s, op_source=source, kernels=kernels,
                     tensors=tensor_table(typed_net, sized_by), machine=machine, model=model,
                     fit_quality={machine.devices[d].name: model.fit_report(d) for d in distinct},
-                    precision=ran, sized_by=sized_by)
+                    precision=ran, sized_by=sized_by, kernel_notes=kernel_notes)
+
+
+def _kernel_notes(rows: list[tuple], row_of: np.ndarray, same_as: list[int]) -> dict[int, dict[int, str]]:
+    """Op index -> {device: the kernel model's note} from the priced rows (identical
+    devices share their profile's note)."""
+    out: dict[int, dict[int, str]] = {}
+    for i, r in enumerate(row_of.tolist()):
+        notes = rows[r][4]
+        if notes:
+            out[i] = {d: notes[same_as[d]] for d in range(len(same_as)) if same_as[d] in notes}
+    return out
 
 
 def stored_nbytes(t: TensorType, blob: str, producer_type: str | None, params, precision: str | None) -> float:
@@ -704,7 +719,9 @@ def _priced_row(model: CostModel, op, inputs: tuple, outs: tuple, feats: OpFeatu
     kernels = tuple(kind in opdef.devices for kind in kinds) if opdef is not None else (False,) * len(kinds)
     features = (feats.flops, feats.macs, feats.bytes_read, feats.bytes_written, feats.param_bytes,
                 float(sum(t.nbytes for t in outs if t is not None)), bool(feats.known and opdef is not None))
-    return times, sources, kernels, features
+    notes = {d: model.op_kernel(op.type, list(inputs), op.args, feats, d)
+             for d, src in zip(distinct, sources) if src == "kernel-model"}
+    return times, sources, kernels, features, {d: v for d, v in notes.items() if v}
 
 
 def _op_tables(rows: list[tuple], row_of: np.ndarray, distinct: list[int], same_as: list[int], k: int):

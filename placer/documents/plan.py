@@ -83,6 +83,8 @@ class OpInfo(Open):
     device_kind: Text = None
     time_s: ByDevice = None
     source: dict[str, Text] | None = None
+    # GPU -> what the GPU kernel model assumed (cuDNN algorithm and pass, cuBLAS GEMM, math)
+    gpu_kernel: dict[str, Text] | None = None
     reason: Text = None
     flops: Num = None
     param_bytes: Num = None

@@ -123,6 +123,9 @@ def _op_records(result: PlanResult, first_gpu: int | None) -> list[dict]:
             "reason": reasons.get(i, ""), "flops": flops[i], "param_bytes": pbytes[i],
             "output_bytes": obytes[i], "outputs": list(op.outputs), "pinned": pinned.get(i),
             "copies_in": copies_in.get(i, []), "copies_out": copies_out.get(i, [])}
+        notes = costs.kernel_notes.get(i)
+        if notes:    # what the GPU kernel model assumed, per GPU it priced the op on
+            entry["gpu_kernel"] = {devices[d]: note for d, note in notes.items()}
         if first_gpu is not None:   # version 1 fields: the first GPU's figures
             entry["gpu_s"], entry["gpu_source"] = op_s[i][first_gpu], src[i][first_gpu]
         ops.append(entry)

@@ -199,6 +199,8 @@ def op_rows(plan: PlanDocument, measured: dict[int, float] | None = None,
         row["kind"] = kinds.get(dev) or device_kind(dev)
         row["times"] = [op_time(o, c["device"], c["kind"]) for c in columns]
         row["sources"] = _sources_text(o, columns)
+        notes = sorted(set((o.gpu_kernel or {}).values()))   # what the GPU kernel model assumed
+        row["gpu_kernel"] = "; ".join(notes)
         row["time_s"] = op_time(o, dev, row["kind"]) if dev != "?" else None
         here, cpu = row["time_s"], op_time(o, host, "cpu")
         row["saved_s"] = (cpu - here) if _finite(cpu) and _finite(here) else None
