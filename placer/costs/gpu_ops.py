@@ -19,7 +19,7 @@ None where the op is not one this module knows (the caller then uses the rooflin
 
 ``key`` is the peak key (float32, tf32, float16, bfloat16, int8) conv- and GEMM-shaped
 work runs at; ``byte_scale`` the element-size ratio of the math mode (0.5 when float32
-activations move as float16).
+activations move as float16): operands are the first input's dtype at that ratio.
 """
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ from placer.types import Args, OpFeatures, TensorType
 
 CONV_TYPES = ("Conv", "ConvTranspose", "ConvGradient")
 GEMM_TYPES = ("FC", "FCTransposed", "FCGradient", "FCTransposedGradient", "MatMul", "BatchMatMul")
-ELEMENT_BYTES = {"float32": 4.0, "tf32": 4.0, "float16": 2.0, "bfloat16": 2.0, "int8": 1.0, "float64": 8.0}
+ELEMENT_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "int8": 1.0, "uint8": 1.0, "float64": 8.0,
+                 "int32": 4.0, "int64": 8.0}
 # The compute efficiency of memory-bound ops' flops (Softmax's exponentials, LRN's powers):
 # the datasheet roofline's default for those families (placer.hardware.constants).
 MEMORY_BOUND_COMPUTE_EFFICIENCY = 0.2
@@ -44,8 +45,10 @@ def price(model: gk.GpuKernelModel, launch_overhead_s: float, op_type: str, inpu
           args: Mapping[str, Any], features: OpFeatures, key: str, byte_scale: float = 1.0,
           launches: int | None = None) -> tuple[float, str] | None:
     """(seconds, explanation) of one op on the GPU, or None when it cannot be priced here."""
-    # bytes per element of the product's operands: the peak key's, float32's scaled by the mode
-    elt = ELEMENT_BYTES[key] if key in ("float16", "bfloat16", "int8") else ELEMENT_BYTES.get(key, 4.0) * byte_scale
+    # bytes per element of the operands as stored: the tensors' own, scaled by the math mode
+    # (0.5 for float32 tensors under fp16 / bf16 / amp)
+    dtype = inputs[0].dtype if inputs else "float32"
+    elt = ELEMENT_BYTES.get(dtype, 4.0) * byte_scale
     a = args if isinstance(args, Args) else Args(args, op=op_type)
     try:
         if op_type in CONV_TYPES:
