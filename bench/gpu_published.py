@@ -104,8 +104,10 @@ from placer.shapes import infer  # noqa: E402
 from placer.types import TensorType  # noqa: E402
 
 DEFAULT_REFERENCE = ROOT.parent / "shared" / "gpu-reference"
-GPU_PROFILES = {"NVIDIA V100": "v100-16gb-sxm2", "NVIDIA T4": "t4-pcie3"}
-PRECISION_DTYPES = {"fp32": "float32", "fp16_mixed": "float16", "int8": "int8"}
+GPU_PROFILES = {"NVIDIA V100": "v100-16gb-sxm2", "NVIDIA T4": "t4-pcie3", "NVIDIA Tesla P100": "p100-16gb-pcie3"}
+# fp16_pseudo (P100): float16 operands, float32 math: float16 tensors on a profile whose only
+# peak is float32's
+PRECISION_DTYPES = {"fp32": "float32", "fp16_mixed": "float16", "fp16_pseudo": "float16", "int8": "int8"}
 CONV_FAMILIES = {"forward": "conv_fwd", "backward_data": "conv_bwd_data", "backward_filter": "conv_bwd_filter"}
 GPU_SHORT = {"NVIDIA V100": "V100", "NVIDIA T4": "T4", "NVIDIA Tesla P100": "P100"}
 CSV_COLUMNS = ["file", "source_row", "gpu", "suite", "precision", "family", "shape", "note", "dtype",
@@ -126,6 +128,7 @@ class KernelRow:
     dims: dict            # gemm: M N K a_t b_t; conv: N C H W K R S pad_h pad_w stride_h stride_w
     time_us: float
     note: str = ""
+    fwd_algo: str = ""    # cuDNN's forward algorithm as the sheet records it (train forward rows)
 
     @property
     def shape(self) -> str:
@@ -186,7 +189,7 @@ def parse_row(file: str, kind: str, rec: dict) -> KernelRow:
         family = CONV_FAMILIES[rec["pass"]]
     return KernelRow(file=file, source_row=int(rec["source_row"]), gpu=rec["gpu"], suite=rec["suite"],
                      precision=rec["precision"], family=family, dims=dims, time_us=float(rec["time_us"]),
-                     note=rec.get("note", "") or "")
+                     note=rec.get("note", "") or "", fwd_algo=rec.get("fwd_algo", "") or "")
 
 
 # ------------------------------------------------------------------ nets
@@ -304,13 +307,58 @@ def summarize(results: list[Priced], worst: int = 3) -> list[dict]:
     for (gpu, fam, prec), items in sorted(groups.items()):
         ratios = np.array([p.ratio for p in items])
         errors = np.abs(ratios - 1.0)
-        bounds = [p.bound for p in items]
+        kernels: dict[str, int] = {}
+        for p in items:
+            name = kernel_name(p)
+            kernels[name] = kernels.get(name, 0) + 1
         out.append({"gpu": gpu, "family": fam, "precision": prec, "count": len(items),
                     "median_abs_error": float(np.median(errors)), "p90_abs_error": float(np.percentile(errors, 90)),
                     "median_ratio": float(np.median(ratios)),
-                    "bound": {k: bounds.count(k) for k in ("overhead", "compute", "memory")},
+                    "kernels": dict(sorted(kernels.items(), key=lambda kv: -kv[1])),
                     "profile": items[0].profile, "op": items[0].op,
                     "worst": sorted(items, key=lambda p: -factor_off(p.ratio))[:worst]})
+    return out
+
+
+def kernel_name(p: Priced) -> str:
+    """What priced a row, short: the cuDNN algorithm ("winograd"), "GEMM", or the roofline's
+    largest term for a profile without a kernel model."""
+    if p.source != "kernel-model":
+        return f"roofline {p.bound}"
+    note = p.bound.split(" (")[0]
+    for pass_ in ("forward ", "backward-data ", "backward-filter "):
+        if pass_ in note:
+            return note.split(pass_, 1)[1]
+    return note.replace("cuBLAS ", "").replace(" x1", "")
+
+
+# cuDNN's forward algorithm names (cudnnConvolutionFwdAlgo_t, as the sheets write them) -> the
+# kernel model's algorithm family
+CUDNN_FAMILIES = {"IMPLICIT_GEMM": "implicit gemm", "IMPLICIT_PRECOMP_GEMM": "implicit gemm",
+                  "LICIT_PRECOMP_GEMM": "implicit gemm", "GEMM": "implicit gemm", "WINOGRAD": "winograd",
+                  "WINOGRAD_NONFUSED": "winograd", "FFT": "fft", "FFT_TILING": "fft", "DIRECT": "direct"}
+
+
+def algorithm_agreement(results: list[Priced]) -> list[tuple[str, str, int, int, dict]]:
+    """(GPU, precision, rows agreeing, rows, {recorded -> modelled: count} of the others):
+    the kernel model's forward algorithm against the one cuDNN's heuristics chose for
+    DeepBench (the model's 1x1 "gemm" counts as cuDNN's implicit GEMM: the same product)."""
+    groups: dict[tuple[str, str], list[Priced]] = {}
+    for p in results:
+        if p.predicted_us is not None and p.row.family == "conv_fwd" and p.row.fwd_algo and p.source == "kernel-model":
+            groups.setdefault((p.row.gpu, p.row.precision), []).append(p)
+    out = []
+    for (gpu, prec), items in sorted(groups.items()):
+        agree, misses = 0, {}
+        for p in items:
+            recorded = CUDNN_FAMILIES.get(p.row.fwd_algo, p.row.fwd_algo.lower())
+            modelled = kernel_name(p).replace("gemm", "implicit gemm") if kernel_name(p) == "gemm" else kernel_name(p)
+            if recorded == modelled:
+                agree += 1
+            else:
+                key = f"{p.row.fwd_algo} -> {modelled}"
+                misses[key] = misses.get(key, 0) + 1
+        out.append((gpu, prec, agree, len(items), misses))
     return out
 
 
@@ -326,9 +374,9 @@ def skipped_summary(results: list[Priced]) -> list[tuple[str, str, int]]:
 
 def summary_markdown(summary: list[dict]) -> str:
     lines = ["| GPU | kernel family | precision | rows | median \\|error\\| | p90 \\|error\\| | median pred/pub "
-             "| largest term (overhead / compute / memory) |", "|---|---|---|---:|---:|---:|---:|---|"]
+             "| priced as (rows) |", "|---|---|---|---:|---:|---:|---:|---|"]
     for s in summary:
-        terms = " / ".join(str(s["bound"][k]) for k in ("overhead", "compute", "memory"))
+        terms = ", ".join(f"{k} {n}" for k, n in s["kernels"].items())
         lines.append(f"| {GPU_SHORT.get(s['gpu'], s['gpu'])} ({s['profile']}) | {s['family']} ({s['op']}) "
                      f"| {s['precision']} | {s['count']} | {s['median_abs_error']:.0%} | {s['p90_abs_error']:.0%} "
                      f"| {s['median_ratio']:.2f} | {terms} |")
@@ -559,22 +607,27 @@ def main(argv=None) -> int:
 
     if not args.summary_only:
         print(f"{'gpu':5s} {'family':15s} {'precision':10s} {'shape':68s} {'pub_us':>8s} {'pred_us':>9s} "
-              f"{'pred/pub':>8s}  largest term")
+              f"{'pred/pub':>8s}  priced as")
         for p in priced:
             print(f"{GPU_SHORT.get(p.row.gpu):5s} {p.row.family:15s} {p.row.precision:10s} {p.row.shape:68s} "
                   f"{p.row.time_us:8.0f} {p.predicted_us:9.1f} {p.ratio:8.3f}  {p.bound}")
         print()
-    print(f"GPU cost model (current, datasheet roofline) vs DeepBench: {len(priced)} of {len(rows)} kernel rows "
+    print(f"GPU kernel model vs DeepBench: {len(priced)} of {len(rows)} kernel rows "
           f"priced, from {args.reference}")
     print()
     print(summary_markdown(summary))
     print()
-    print("worst rows per group (by factor off, max(r, 1/r); the roofline's largest term):")
+    print("worst rows per group (by factor off, max(r, 1/r); what priced them):")
     for s in summary:
         print(f"  {GPU_SHORT.get(s['gpu'])} {s['family']} {s['precision']}:")
         for p in s["worst"]:
             print(f"    {p.row.shape}: published {p.row.time_us:.0f} us, predicted {p.predicted_us:.1f} us, "
-                  f"ratio {p.ratio:.3g} ({p.bound}; {p.launches} launches; {p.row.file} row {p.row.source_row})")
+                  f"ratio {p.ratio:.3g} ({p.bound}; {p.row.file} row {p.row.source_row})")
+    print()
+    print("forward algorithm: the model's choice against cuDNN's recorded one (fwd_algo):")
+    for gpu, prec, agree, n, misses in algorithm_agreement(results):
+        other = "; ".join(f"{k} {v}" for k, v in sorted(misses.items(), key=lambda kv: -kv[1]))
+        print(f"  {GPU_SHORT.get(gpu)} {prec}: {agree} of {n} agree" + (f" (others: {other})" if other else ""))
     print()
     print("not priced:")
     for file, reason, n in skipped_summary(results):

@@ -175,11 +175,13 @@ def test_every_shipped_gpu_profile_has_a_sourced_kernel_model():
             continue
         gpus.append(name)
         km = prof.kernel_model
-        assert km and km["sm_count"] >= 40 and "simt" in km["classes"] and "tensor" in km["classes"], name
+        assert km and km["sm_count"] >= 40 and "simt" in km["classes"], name
+        # tensor cores (a float16 peak) have their class; P100 has neither
+        assert ("tensor" in km["classes"]) == ("float16" in prof.peak_flops), name
         assert km["source"] and km["classes_source"].startswith("fitted by bench/fit_gpu_kernels.py"), name
         assert km["achieved_bandwidth_bytes_per_s"] < prof.memory_bandwidth_bytes_per_s, name
         assert np.isfinite(list(prof.peak_flops.values())).all()
-    assert len(gpus) >= 8
+    assert len(gpus) >= 9
 
 
 def test_the_plan_json_and_report_say_what_the_kernel_model_assumed(tmp_path, capsys):

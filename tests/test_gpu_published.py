@@ -110,13 +110,16 @@ def test_backward_rows_build_the_ops_that_make_dx_and_dw(rows):
     assert op_type == "ConvGradient" and [t.shape for t in typed.op_outputs[0]] == [(32, 1, 5, 20)]
 
 
-def test_int8_rows_are_priced_and_p100_rows_are_not(rows):
+def test_int8_and_p100_rows_are_priced(rows):
     pricer = gp.Pricer(gp.GPU_PROFILES)
     int8 = next(r for r in rows if r.precision == "int8")
-    p100 = next(r for r in rows if r.gpu == "NVIDIA Tesla P100")
     priced = pricer.price(int8)
     assert priced.dtype == "int8" and priced.predicted_us > 0 and "int8 tensor cores" in priced.bound
-    assert pricer.price(p100).not_priced == "no shipped profile for NVIDIA Tesla P100"
+    # P100 has no tensor cores: its pseudo-fp16 rows (fp16 operands, fp32 math) run on CUDA cores
+    p100 = next(r for r in rows if r.gpu == "NVIDIA Tesla P100" and r.precision == "fp16_pseudo")
+    priced = pricer.price(p100)
+    assert priced.profile == "p100-16gb-pcie3" and "float32 on CUDA cores" in priced.bound
+    assert not [r for r in gp.price_all(rows, gp.GPU_PROFILES) if r.not_priced]
 
 
 def test_the_stored_kernel_constants_are_a_current_fit(reference, capsys):
@@ -132,9 +135,26 @@ def test_the_kernel_model_meets_its_medians_on_deepbench(reference):
     bench prints it: at most 25% for GEMM and convolution in fp32 and fp16, and for int8
     GEMM; the int8 convolutions (30.5% when fitted) at most 35%."""
     results = gp.price_all(gp.read_rows(reference), gp.GPU_PROFILES)
-    for s in gp.summarize(results):
+    summary = gp.summarize(results)
+    for s in summary:
+        if s["gpu"] == "NVIDIA Tesla P100":
+            continue     # not fitted: the carried check below
         bound = 0.35 if (s["precision"], s["family"]) == ("int8", "conv_fwd") else 0.25
         assert s["median_abs_error"] <= bound, s
+    # P100 carries V100's SIMT constants at its own SMs, peak and bandwidth (none of its rows
+    # is fitted): its fp32 kernels within a median 30%
+    p100 = [s for s in summary if s["gpu"] == "NVIDIA Tesla P100" and s["precision"] == "fp32"]
+    assert len(p100) == 4 and all(s["median_abs_error"] <= 0.30 for s in p100), p100
+
+
+def test_the_modelled_forward_algorithm_is_mostly_cudnns(reference):
+    """DeepBench records the forward algorithm cuDNN's heuristics chose; the model's choice
+    (the fastest of its algorithms) agrees on at least 90% of each group's rows."""
+    results = gp.price_all(gp.read_rows(reference), gp.GPU_PROFILES)
+    agreement = gp.algorithm_agreement(results)
+    assert len(agreement) == 6
+    for gpu, prec, agree, n, misses in agreement:
+        assert n == 94 and agree >= 0.9 * n, (gpu, prec, misses)
 
 
 def test_missing_reference_exits_2(tmp_path, capsys):
