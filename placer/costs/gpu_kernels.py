@@ -167,40 +167,36 @@ def gemm_seconds(gpu: GpuKernelModel, key: str, m, n, k, batch=1, in_bytes: floa
 
 def _gemm(gpu: GpuKernelModel, cls: str, peak: float, m, n, k, batch, in_bytes, out_bytes, extra_bytes,
           efficiency, max_split, params=None):
+    """The tile and split-K search of ``gemm_seconds``, every (tile, split) at once: arrays
+    of shape (tiles, splits, *problems); the first best (tile, split) in list order wins
+    ties, as a loop over them would pick."""
     p = params or gpu.classes[cls]
     shape = np.broadcast(m, n, k, batch).shape
-    m, n, k, batch = (np.broadcast_to(v, shape) for v in (m, n, k, batch))
+    m, n, k, batch = (np.broadcast_to(np.asarray(v, float), shape) for v in (m, n, k, batch))
     sm = float(gpu.sm_count)
-    rate = peak * p.efficiency * np.asarray(efficiency, float) / sm        # FLOP/s of one SM
+    rate = np.broadcast_to(peak * p.efficiency * np.asarray(efficiency, float) / sm, shape)   # FLOP/s of one SM
     bw = gpu.achieved_bandwidth_bytes_per_s
     memory = (in_bytes * (m * k + k * n) + out_bytes * m * n) * batch / bw + np.asarray(extra_bytes, float) / bw
-    best = np.full(shape, np.inf)
-    best_tile = np.zeros(shape, int)
-    best_split = np.ones(shape, int)
-    for i, (tm, tn) in enumerate(TILES[cls]):
-        occ = float(max(1, min(MAX_OCCUPANCY, FULL_TILE // (tm * tn))))
-        tiles = np.ceil(m / tm) * np.ceil(n / tn) * batch
-        per_k = 2.0 * max(tm * tn, p.knee * (tm + tn)) / (rate / occ)
-        for s in SPLITS:
-            if s > max_split:
-                break
-            if s > 1:
-                ok = k / s >= MIN_SPLIT_K
-                if not ok.any():
-                    break
-            blocks = tiles * s
-            waves = np.ceil(blocks / (sm * occ))
-            compute = waves * (k / s + p.k_overhead) * per_k
-            t = np.maximum(compute, memory)
-            if s > 1:
-                # the partial products written and read back, then C written, one more kernel
-                t = t + (2.0 * s + 1.0) * 4.0 * m * n * batch / bw + p.fixed_s
-                t = np.where(ok, t, np.inf)
-            better = t < best
-            best = np.where(better, t, best)
-            best_tile = np.where(better, i, best_tile)
-            best_split = np.where(better, s, best_split)
-    return p.fixed_s + best, best_tile, best_split
+    tiles = np.array(TILES[cls], float)                                     # (T, 2)
+    tm, tn = tiles[:, 0], tiles[:, 1]
+    occ = np.clip(np.floor(FULL_TILE / (tm * tn)), 1, MAX_OCCUPANCY)
+    per_block = 2.0 * np.maximum(tm * tn, p.knee * (tm + tn)) * occ         # FLOP per k step x occupancy
+    splits = np.array([sp for sp in SPLITS if sp <= max_split], float)      # (S,)
+    extra = (slice(None),) + (None,) * len(shape)
+    tm_, tn_, occ_, blk_ = (v[extra][:, None] for v in (tm, tn, occ, per_block))   # (T, 1, ...)
+    sp = splits[(None, slice(None)) + (None,) * len(shape)]                         # (1, S, ...)
+    count = np.ceil(m / tm_) * np.ceil(n / tn_) * batch                             # (T, 1, ...)
+    waves = np.ceil(count * sp / (sm * occ_))
+    compute = waves * (k / sp + p.k_overhead) * blk_ / rate
+    t = np.maximum(compute, memory)
+    # split-K: the partial products written and read back, then C written, one more kernel;
+    # a split's slice is at least MIN_SPLIT_K deep
+    t = np.where(sp > 1, t + (2.0 * sp + 1.0) * 4.0 * m * n * batch / bw + p.fixed_s, t)
+    t = np.where((sp > 1) & (k / sp < MIN_SPLIT_K), np.inf, t)
+    flat = t.reshape(len(tm) * len(splits), *shape)
+    pick = np.argmin(flat, axis=0)
+    best = np.take_along_axis(flat, pick[None], axis=0)[0]
+    return p.fixed_s + best, pick // len(splits), splits[pick % len(splits)].astype(int)
 
 
 # ----------------------------------------------------------------- convolution
