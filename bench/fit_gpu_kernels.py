@@ -83,9 +83,11 @@ SOURCE = ("fitted by bench/fit_gpu_kernels.py to DeepBench's published kernel ti
           "CUDA 10.1, cuDNN 7.6.2): {detail}")
 
 
-def conv_factor_names(cls: str) -> list[str]:
+def conv_factor_names(cls: str, passes=gk.PASSES) -> list[str]:
+    """The convolution constants a fit moves: those of the passes it has rows of (int8
+    inference rows are forward only: its backward constants stay absent, the GEMM's)."""
     names = []
-    for p in gk.PASSES:
+    for p in passes:
         names += [f"conv_{p}", f"conv_{p}.k_overhead", f"conv_{p}.fixed_s"]
         if cls != "simt":
             names.append(f"conv_{p}.unaligned")
@@ -164,7 +166,7 @@ def fit_gemm(model, cls, key, elt, arrays) -> gk.ClassParams:
 
 
 def fit_conv(model, cls, key, elt, by_pass, gemm: gk.ClassParams) -> gk.ClassParams:
-    names = conv_factor_names(cls)
+    names = conv_factor_names(cls, [p for p in gk.PASSES if p in by_pass])
     lo = np.log([factor_bounds(n)[0] for n in names])
     hi = np.log([factor_bounds(n)[1] for n in names])
 
