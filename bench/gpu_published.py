@@ -1,4 +1,4 @@
-"""placer's current GPU cost model against published per-kernel GPU times (DeepBench).
+"""placer's GPU cost model against published per-kernel GPU times (DeepBench) and whole-network throughputs.
 
 Usage: python bench/gpu_published.py [--reference DIR] [--csv OUT.csv] [--worst 3]
                                      [--v100-profile v100-16gb-sxm2] [--check-plan 5]
@@ -7,7 +7,8 @@ Usage: python bench/gpu_published.py [--reference DIR] [--csv OUT.csv] [--worst 
 Reference: the DeepBench GEMM and convolution results on V100, T4 and P100 as CSV, in
 ``../shared/gpu-reference`` beside the checkout (its README.md documents the columns), or
 ``--reference DIR``. Without that folder the script exits 2 with one line. Measurement
-only: nothing here changes the cost model.
+only: nothing here changes the cost model (``bench/fit_gpu_kernels.py`` fits its constants
+on the same rows).
 
 Each kernel row becomes the one-op Caffe2 net it describes, built with placer's own
 ``NetBuilder`` (every operand an external input whose shape and dtype go to value_info):
@@ -26,20 +27,18 @@ Each kernel row becomes the one-op Caffe2 net it describes, built with placer's 
   forward's, and a cuDNN ConvTranspose is cudnnConvolutionBackwardData (Caffe2's
   CudnnConvTransposeOp); the summary lists them as ``conv_bwd_data``.
 
-Dtypes: fp32 rows float32, fp16_mixed rows float16 (every operand, so the profile's
-float16 peak applies). Not priced, each with its reason in the output: int8 rows (T4
-inference; the shipped profiles give no int8 peak and the model would fall back to the
-float32 one), the P100 rows (no shipped P100 profile), and the P100 all-reduce file (a
-collective, not a kernel: not read).
+Dtypes: fp32 rows float32, fp16_mixed rows float16 (tensor cores), fp16_pseudo rows (P100:
+fp16 operands, fp32 math) float16 on a profile whose only peak is float32's, int8 rows
+int8. The P100 all-reduce file (a collective, not a kernel) is not read.
 
 Profiles: V100 rows on ``v100-16gb-sxm2`` (the DeepBench sheets name a DGX-1, i.e. SXM2;
-``--v100-profile v100-16gb-pcie3`` for the PCIe part), T4 rows on ``t4-pcie3``, each
-paired with the default host profile. Pricing goes straight through
-``CostModel.op_time(..., "gpu")``, the call ``annotate`` makes for every op of a plan:
-shape inference (``placer.shapes.infer``) gives the op's input types and features. The
-shipped GPU profiles are datasheet profiles (no measured entries, no fits), so every
-priced row comes out with source ``roofline``: overhead (one launch overhead per kernel
-the op launches) + max(flops / (peak x 0.5 conv, 0.6 fc), bytes / (bandwidth x same)).
+``--v100-profile v100-16gb-pcie3`` for the PCIe part), T4 rows on ``t4-pcie3``, P100 rows
+on ``p100-16gb-pcie3``, each paired with the default host profile. Pricing goes straight
+through ``CostModel.op_time(..., "gpu")``, the call ``annotate`` makes for every op of a
+plan: shape inference (``placer.shapes.infer``) gives the op's input types and features.
+The shipped GPU profiles carry a ``kernel_model``, so every row is priced by the GPU
+kernel model (source ``kernel-model``; ``CostModel.op_kernel`` says which cuDNN algorithm
+or cuBLAS GEMM it assumed); a profile without one falls back to the datasheet roofline.
 
 Check against ``placer plan`` (``--check-plan N``): N priced rows spread over the
 families are saved as one-op nets (``NetBuilder.save``: pbtxt + value_info.json) and
@@ -48,11 +47,12 @@ subprocess; the op's ``gpu_s`` in the plan JSON must equal the direct price (rel
 difference under 1e-9), else the script exits 1.
 
 Output: per row the published time, the prediction, ratio = predicted / published and
-the roofline's largest term (overhead, compute or memory; ``--summary-only`` leaves the
-rows out); per (GPU, kernel family, precision) the count, median and 90th percentile of
-|ratio - 1|, the median ratio, how many rows each term dominates, and the worst rows
-(ranked by the factor off, max(r, 1/r)); the rows not priced and why; the wall time from
-the script's first import. ``--csv OUT`` writes every row, priced or not.
+what priced it (``--summary-only`` leaves the rows out); per (GPU, kernel family,
+precision) the count, median and 90th percentile of |ratio - 1|, the median ratio, the
+algorithms that priced its rows, and the worst rows (ranked by the factor off, max(r,
+1/r)); the model's forward algorithm against the one cuDNN recorded (``fwd_algo``); the
+rows not priced and why; the wall time from the script's first import. ``--csv OUT``
+writes every row, priced or not.
 
 Whole networks (``--networks``, instead of the kernel rows; no reference folder needed):
 NVIDIA DeepLearningExamples' published ResNet-50 v1.5 (PyTorch) throughputs, as recorded
@@ -63,12 +63,11 @@ parameters, 4.1 GMACs per image). Inference rows price the predict net; training
 the train step ``make_train_nets`` makes (SpatialBN in training mode, SoftmaxWithLoss,
 Caffe2's gradient ops, MomentumSGDUpdate), as ``placer train-net`` does. The step's
 seconds are the sum of ``CostModel.op_time(..., "gpu")`` over its ops: every op on the
-GPU, no host copies, no overlap. Predicted img/s = GPUs x batch per GPU / step seconds;
-the 8-GPU rows use the one-GPU step (data parallel at the per-GPU batch): no all-reduce
-is added. Approximations: AMP rows type every float32 input and parameter float16 (so
-every op, not only the convs and GEMMs, runs in float16); placer has no TF32, so TF32
-rows are priced as FP32; the A100 rows were published on A100 80GB, priced on the
-shipped ``a100-40gb-sxm4``; V100 rows on ``v100-16gb-sxm2`` (DGX-1), T4 on
+GPU, no host copies, no overlap, under the row's math mode as ``placer plan --precision``
+prices it (FP32 ``fp32``, TF32 ``tf32``, AMP ``amp``). Predicted img/s = GPUs x batch per
+GPU / step seconds; the 8-GPU rows use the one-GPU step (data parallel at the per-GPU
+batch): no all-reduce is added. Approximations: the A100 rows were published on A100
+80GB, priced on the shipped ``a100-40gb-sxm4``; V100 rows on ``v100-16gb-sxm2`` (DGX-1), T4 on
 ``t4-pcie3``. Output: per row published and predicted img/s and their ratio; per group
 (inference FP32 batch>=32, training FP32, TF32, AMP, batch 1) the median and worst of
 exp|ln(ratio)|, the factor off either way.
@@ -149,7 +148,7 @@ class Priced:
     op: str = ""
     predicted_us: float | None = None
     source: str = ""
-    bound: str = ""       # the largest roofline term: overhead, compute or memory
+    bound: str = ""       # what priced it: the kernel model's note, or the roofline's largest term
     launches: int = 0     # GPU kernel launches the roofline's overhead charges
     not_priced: str = ""
     net: NetBuilder | None = field(default=None, repr=False)
