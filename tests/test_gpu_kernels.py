@@ -204,3 +204,23 @@ def test_the_plan_json_and_report_say_what_the_kernel_model_assumed(tmp_path, ca
     html = tmp_path / "r.html"
     assert cli.main(["report", str(out), "-o", str(html)]) == 0
     assert "GPU: cuDNN forward" in html.read_text()
+
+
+def test_a_gpu_without_the_asked_math_says_what_it_was_priced_in(tmp_path, capsys):
+    import json
+    from placer import cli
+    from placer.examples import __file__ as examples_init
+    from pathlib import Path
+    net = Path(examples_init).parent / "data" / "resnet_small.pbtxt"
+    out = tmp_path / "plan.json"
+    assert cli.main(["plan", str(net), "--precision", "tf32", "--stability-draws", "0", "--plan-out", str(out)]) == 0
+    text = capsys.readouterr().out
+    note = "NVIDIA V100 PCIe 16 GB has no tf32 peak: its conv and GEMM work is priced in float32"
+    assert note in text
+    doc = json.loads(out.read_text())
+    assert doc["precision"] == "tf32" and doc["precision_notes"] == [note]
+    conv = next(o for o in doc["ops"] if o["type"] == "Conv")
+    assert "float32 on CUDA cores" in conv["gpu_kernel"]["cuda:0"]
+    html = tmp_path / "r.html"
+    assert cli.main(["report", str(out), "-o", str(html)]) == 0
+    assert note in html.read_text()

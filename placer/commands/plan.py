@@ -312,7 +312,8 @@ def print_plan(doc: PlanDocument, all_rows: bool = False, out=None) -> None:
         counts[o.device] += 1
     where = ", ".join(f"{n} on {d}" for d, n in counts.items() if n)
     print(f"\nnet {doc.net or doc.path}: {len(ops)} ops, {where}; machine: {doc.machine.description}"
-          + (f"; precision: {doc.precision}" if doc.precision else ""), file=out)
+          + (f"; precision: {doc.precision}" if doc.precision else "")
+          + "".join(f" ({note})" for note in doc.precision_notes or []), file=out)
     total = doc.total_s
     print(f"plan ({doc.solver}): {fmt_time(total)}  (compute {fmt_time(doc.compute_s)}, "
           f"copies {fmt_time(doc.copy_s)}) -- {doc.optimality}", file=out)

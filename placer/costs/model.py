@@ -40,7 +40,8 @@ import numpy as np
 import pandas as pd
 
 from placer.costs import gpu_kernels, gpu_ops
-from placer.costs.precision import AMP_FP32_OPS, byte_scale, check_precision, gemm_dtype, resolve, scales_bytes
+from placer.costs.precision import (AMP_FP32_OPS, byte_scale, check_precision, fallback_notes, gemm_dtype, resolve,
+                                    scales_bytes)
 from placer.errors import ProfileError
 from placer.hardware.constants import (DEFAULT_HALF_EFFICIENCY_ROWS, FIT_MAX_MEDIAN_ERROR_PCT, PEAK_GEMM_ROWS,
                                        default_efficiency)
@@ -597,6 +598,8 @@ class NetCosts:
     # op index -> {device index: what the GPU kernel model assumed ("cuDNN forward winograd
     # (float32 on CUDA cores)")}, for the ops and GPUs it priced
     kernel_notes: dict[int, dict[int, str]] = field(default_factory=dict)
+    # GPUs that lack the math the precision asks for, and what they were priced in
+    precision_notes: list[str] = field(default_factory=list)
 
     @property
     def param_bytes(self) -> int:
@@ -670,7 +673,9 @@ def annotate(typed_net: TypedNet, machine, unknown_op_cost_s: float = 0.0,
     return NetCosts(ops=ops, op_s=op_s, op_source=source, kernels=kernels,
                     tensors=tensor_table(typed_net, sized_by), machine=machine, model=model,
                     fit_quality={machine.devices[d].name: model.fit_report(d) for d in distinct},
-                    precision=ran, sized_by=sized_by, kernel_notes=kernel_notes)
+                    precision=ran, sized_by=sized_by, kernel_notes=kernel_notes,
+                    precision_notes=fallback_notes(model.precision, [(d.name, d.peak_flops) for d in model.devices
+                                                                     if d.kind == "gpu"]))
 
 
 def _kernel_notes(rows: list[tuple], row_of: np.ndarray, same_as: list[int]) -> dict[int, dict[int, str]]:

@@ -177,6 +177,21 @@ def scales_bytes(precision: str | None) -> bool:
     return precision in ("fp16", "bf16", "amp")
 
 
+def fallback_notes(precision: str | None, gpus: Iterable[tuple[str, Mapping[str, float]]]) -> list[str]:
+    """One line per GPU (name, peaks) that lacks the math ``precision`` asks for, saying
+    what its conv and GEMM work was priced in instead (``gemm_dtype``'s fallbacks): TF32 on
+    a pre-Ampere GPU, bfloat16 without a bfloat16 peak, float16 without tensor cores."""
+    notes = []
+    for name, peaks in gpus:
+        got = gemm_dtype(precision, _FLOAT32, peaks)
+        wanted = {"tf32": "tf32", "bf16": "bfloat16", "fp16": "float16", "amp": "float16"}.get(precision or "")
+        if wanted and got != wanted:
+            notes.append(f"{name} has no {wanted} peak: its conv and GEMM work is priced in {got}")
+        elif wanted and got not in peaks:
+            notes.append(f"{name} has no {wanted} peak: its conv and GEMM work is priced at its float32 rate")
+    return sorted(set(notes))
+
+
 def resolve(precision: str | None, dtypes: Iterable[str], has_gpu: bool) -> str:
     """What ran, for the plan document: the precision asked for on a machine with a GPU;
     else (auto, or no GPU) the net's own math: "fp16" / "bf16" for a net whose float

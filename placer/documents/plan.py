@@ -229,6 +229,8 @@ class PlanDocument(Open):
     method: Text = None
     solver: Text = None
     precision: Precision = None
+    # GPUs without the math the precision asks for, and what their work was priced in
+    precision_notes: list[str] | None = None
     total_s: Num = None
     compute_s: Num = None
     copy_s: Num = None

@@ -71,7 +71,7 @@ def plan_json(result: PlanResult, profiles: dict | None = None) -> dict:
     return {
         "schema_version": SCHEMA_VERSION,
         "net": net.name, "path": net.path, "objective": plan.objective,
-        "method": result.options.method, "solver": plan.method, "precision": costs.precision,
+        "method": result.options.method, "solver": plan.method, "precision": costs.precision, "precision_notes": costs.precision_notes,
         "total_s": plan.cost.total_s, "compute_s": plan.cost.compute_s, "copy_s": plan.cost.copy_s,
         "optimal": bool(plan.optimal), "gap": _gap(plan), "optimality": optimality(plan),
         "outputs_on_host": bool(arr.outputs_on_host), "notes": list(plan.notes),

@@ -122,7 +122,8 @@ def summary(plan: PlanDocument) -> dict:
         "total_s": plan.total_s, "compute_s": plan.compute_s, "copy_s": plan.copy_s,
         "machine": (plan.machine.description if plan.machine is not None else None)
         or ("the CPU and one GPU (a version-1 plan)" if not plan.devices else "not recorded"),
-        "precision": plan.precision or "not recorded (a plan written before --precision: the net's own dtypes)",
+        "precision": (plan.precision or "not recorded (a plan written before --precision: the net's own dtypes)")
+                     + "".join(f" ({note})" for note in plan.precision_notes or []),
         "n_ops": len(ops), "n_gpu": on_gpu, "n_cpu": len(ops) - on_gpu,
         "device_counts": [{"device": d, "kind": kinds[d], "ops": n} for d, n in counts.items()],
         "n_copies": len(plan.copies or []),
