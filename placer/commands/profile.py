@@ -207,7 +207,7 @@ def _require_gpu(what: str) -> None:
 def _guess_base(gpu_name: str) -> str:
     lowered = gpu_name.lower()
     for key, base in (("h200", "h200-141gb-pcie5"), ("h100", "h100-pcie5"), ("a100", "a100-40gb-pcie4"),
-                      ("t4", "t4-pcie3"), ("v100", "v100-16gb-pcie3")):
+                      ("t4", "t4-pcie3"), ("v100", "v100-16gb-pcie3"), ("p100", "p100-16gb-pcie3")):
         if key in lowered:
             return base
     return DEFAULT_GPU_PROFILE
