@@ -70,7 +70,7 @@ def test_no_measured_spread_means_no_draws_and_a_budget_bounds_them():
     none = stability.check(arr, lambda a: calls.append(1) or plan, plan, np.zeros((4, 2)), draws=8)
     assert none.draws == 0 and not calls and none.flipping_ops == 0
     assert none.summary() == ("placement stability not checked: no op cost has a measured spread "
-                              "(datasheet or roofline estimates only)")
+                              "(kernel-model, datasheet or roofline estimates only)")
     one = stability.check(arr, _brute_force, plan, np.full((4, 2), 0.1), draws=8, budget_s=0.0)
     assert one.draws == 1                                    # the budget was spent after the first
     with pytest.raises(ValueError, match="shape"):

@@ -62,7 +62,7 @@ class Stability:
         n = len(self.flips)
         if self.draws == 0 and self.requested:
             return ("placement stability not checked: no op cost has a measured spread "
-                    "(datasheet or roofline estimates only)")
+                    "(kernel-model, datasheet or roofline estimates only)")
         if self.draws == 0:
             return "placement stability not checked"
         if self.flipping_ops == 0:
