@@ -70,6 +70,7 @@ CARRIED = {
     "h200-141gb-pcie5": {"simt": "NVIDIA V100", "tensor": "NVIDIA V100", "int8": "NVIDIA T4"},
     # Pascal: CUDA cores only; its DeepBench rows are not fitted, so they check the carry
     "p100-16gb-pcie3": {"simt": "NVIDIA V100"},
+    "p100-16gb-sxm2": {"simt": "NVIDIA V100"},
 }
 GEMM_NAMES = ("efficiency", "k_overhead", "knee", "fixed_s")
 GEMM_LO = (0.05, 0.1, 0.1, 1e-7)

@@ -427,10 +427,17 @@ def check_plan(results: list[Priced], profiles: dict[str, str], count: int) -> l
 # ------------------------------------------------------------------ whole networks (--networks)
 
 NETWORKS_CSV = ROOT / "bench" / "data" / "published_resnet50.csv"
-NETWORK_PROFILES = {"V100-16GB-SXM2": "v100-16gb-sxm2", "T4": "t4-pcie3", "A100-80GB-SXM4": "a100-40gb-sxm4"}
+# An independent set: tf_cnn_benchmarks' published P100 training throughputs (other nets,
+# another framework, older cuDNN), priced the same way.
+TF_BENCHMARKS_CSV = ROOT / "bench" / "data" / "published_tf_cnn_benchmarks.csv"
+NETWORK_PROFILES = {"V100-16GB-SXM2": "v100-16gb-sxm2", "T4": "t4-pcie3", "A100-80GB-SXM4": "a100-40gb-sxm4",
+                    "P100-16GB-SXM2": "p100-16gb-sxm2"}
 # the published math mode -> placer's --precision (the nets stay float32, as the frameworks' are)
 NETWORK_PRECISIONS = {"FP32": "fp32", "TF32": "tf32", "AMP": "amp"}
 RESNET50_STAGES = ((64, 3), (128, 4), (256, 6), (512, 3))   # (bottleneck width, blocks); out = 4 x width
+RESNET152_STAGES = ((64, 3), (128, 8), (256, 36), (512, 3))
+# VGG16 (configuration D): 3x3 convs per stage, each stage ending in a 2x2 max pool
+VGG16_STAGES = ((64, 2), (128, 2), (256, 3), (512, 3), (512, 3))
 
 
 @dataclass
@@ -444,28 +451,34 @@ class NetworkRow:
     batch_per_gpu: int
     images_per_s: float
     source: str
+    model: str = "resnet50_v15"   # the net (NETWORK_MODELS)
+    independent: bool = False     # a row of the independent set (TF_BENCHMARKS_CSV)
 
 
 def read_network_rows(path: Path = NETWORKS_CSV) -> list[NetworkRow]:
+    independent = path == TF_BENCHMARKS_CSV
     with path.open(newline="") as f:
         return [NetworkRow(r["gpu"], r["precision"], r["mode"], int(r["gpus"]), int(r["batch_per_gpu"]),
-                           float(r["images_per_s"]), r["source"]) for r in csv.DictReader(f)]
+                           float(r["images_per_s"]), r["source"], r.get("model") or "resnet50_v15", independent)
+                for r in csv.DictReader(f)]
 
 
-def build_resnet50(batch: int) -> NetBuilder:
+def build_resnet50(batch: int, stages=RESNET50_STAGES, v15: bool = True, name: str = "resnet50_v15") -> NetBuilder:
     """ResNet-50 v1.5 at 224x224, NCHW: the bundled example's conv -> SpatialBN -> Relu
     unit in bottleneck blocks (1x1, 3x3, 1x1 x4), v1.5's stride 2 on the 3x3 conv, a
-    1x1 projection on each stage's first block, global average pool, FC 1000, Softmax."""
-    b = NetBuilder(f"resnet50_v15_b{batch}")
+    1x1 projection on each stage's first block, global average pool, FC 1000, Softmax.
+    ``v15=False``: v1, the stride on the first 1x1 (tf_cnn_benchmarks' 2017 ResNets);
+    ``stages`` (width, blocks) per stage: ResNet-152 is (3, 8, 36, 3) blocks."""
+    b = NetBuilder(f"{name}_b{batch}")
     x = b.input("data", (batch, 3, 224, 224))
     x = conv_bn(b, "conv1", x, 3, 64, kernel=7, stride=2, pad=3, relu=True)
     x = b.op("MaxPool", [x], "pool1", kernel=3, stride=2, pad=1)
     cin = 64
-    for s, (width, blocks) in enumerate(RESNET50_STAGES):
+    for s, (width, blocks) in enumerate(stages):
         for k in range(blocks):
             stride, name, cout = (2 if s > 0 and k == 0 else 1), f"res{s + 2}_{k}", 4 * width
-            y = conv_bn(b, f"{name}_a", x, cin, width, 1, 1, 0, relu=True)
-            y = conv_bn(b, f"{name}_b", y, width, width, 3, stride, 1, relu=True)
+            y = conv_bn(b, f"{name}_a", x, cin, width, 1, 1 if v15 else stride, 0, relu=True)
+            y = conv_bn(b, f"{name}_b", y, width, width, 3, stride if v15 else 1, 1, relu=True)
             y = conv_bn(b, f"{name}_c", y, width, cout, 1, 1, 0, relu=False)
             short = x if k > 0 else conv_bn(b, f"{name}_proj", x, cin, cout, 1, stride, 0, relu=False)
             x = b.op("Relu", [b.op("Sum", [y, short], f"{name}_sum")], f"{name}_sum")
@@ -477,11 +490,45 @@ def build_resnet50(batch: int) -> NetBuilder:
     return b
 
 
-def network_net(mode: str, batch: int):
+def build_vgg16(batch: int) -> NetBuilder:
+    """VGG16 (configuration D) at 224x224, NCHW: 13 3x3 convs with bias and Relu in five
+    stages, each ending in a 2x2 max pool, FC 4096 -> Relu -> FC 4096 -> Relu -> FC 1000,
+    Softmax (no dropout: it is elementwise, and tf_cnn_benchmarks' VGG16 has none)."""
+    b = NetBuilder(f"vgg16_b{batch}")
+    x = b.input("data", (batch, 3, 224, 224))
+    cin = 3
+    for s, (width, convs) in enumerate(VGG16_STAGES):
+        for k in range(convs):
+            w = b.param(f"conv{s + 1}_{k + 1}_w", (width, cin, 3, 3), "MSRAFill")
+            bias = b.param(f"conv{s + 1}_{k + 1}_b", (width,), "ConstantFill", value=0.0)
+            x = b.op("Relu", [b.op("Conv", [x, w, bias], f"conv{s + 1}_{k + 1}", kernel=3, pad=1)],
+                     f"conv{s + 1}_{k + 1}")
+            cin = width
+        x = b.op("MaxPool", [x], f"pool{s + 1}", kernel=2, stride=2)
+    features = cin * 7 * 7
+    for i, (n_in, n_out) in enumerate(((features, 4096), (4096, 4096), (4096, 1000))):
+        w = b.param(f"fc{i + 6}_w", (n_out, n_in), "XavierFill")
+        bias = b.param(f"fc{i + 6}_b", (n_out,), "ConstantFill", value=0.0)
+        x = b.op("FC", [x, w, bias], f"fc{i + 6}")
+        if i < 2:
+            x = b.op("Relu", [x], x)
+    b.output(b.op("Softmax", [x], "softmax"))
+    return b
+
+
+NETWORK_MODELS = {
+    "resnet50_v15": lambda batch: build_resnet50(batch),
+    "resnet50_v1": lambda batch: build_resnet50(batch, v15=False, name="resnet50_v1"),
+    "resnet152_v1": lambda batch: build_resnet50(batch, RESNET152_STAGES, v15=False, name="resnet152_v1"),
+    "vgg16": build_vgg16,
+}
+
+
+def network_net(mode: str, batch: int, model: str = "resnet50_v15"):
     """(Net, the fed inputs' types) of the inference net, or of the train step: SpatialBN in
     training mode, SoftmaxWithLoss, Caffe2's gradient ops and momentum SGD, made by
     ``make_train_nets`` as ``placer train-net --optimizer momentum`` does."""
-    b = build_resnet50(batch)
+    b = NETWORK_MODELS[model](batch)
     if mode == "inference":
         return net_from_netdef(b.predict, b.init, path=b.predict.name), dict(b.value_info)
     made = train_examples.make(train_examples.in_training_mode(b, batch), "momentum", lr=0.1)
@@ -511,11 +558,11 @@ def price_network(row: NetworkRow, models: dict[tuple[str, str], CostModel], cac
     "gpu")`` over the ops (no host copies, no overlap), under the row's math mode as
     ``placer plan --precision`` prices it (FP32 fp32, TF32 tf32, AMP amp)."""
     profile, dtype = NETWORK_PROFILES[row.gpu], NETWORK_PRECISIONS[row.precision]
-    key = (row.mode, row.batch_per_gpu, dtype, profile)
+    key = (row.model, row.mode, row.batch_per_gpu, dtype, profile)
     if key not in cache:
-        net_key = ("net", row.mode, row.batch_per_gpu)
-        if net_key not in cache:   # one net per (mode, batch), typed once per (dtype, profile)
-            cache[net_key] = network_net(row.mode, row.batch_per_gpu)
+        net_key = ("net", row.model, row.mode, row.batch_per_gpu)
+        if net_key not in cache:   # one net per (model, mode, batch), typed once per (dtype, profile)
+            cache[net_key] = network_net(row.mode, row.batch_per_gpu, row.model)
         net, fed = cache[net_key]
         shapes = {name: TensorType(tuple(shape), dt) for name, (dt, shape) in fed.items()}
         typed = infer(net, shapes)
@@ -531,6 +578,8 @@ def price_network(row: NetworkRow, models: dict[tuple[str, str], CostModel], cac
 
 
 def network_group(row: NetworkRow) -> str:
+    if row.independent:
+        return "independent: tf_cnn_benchmarks P100 FP32 training"
     if row.batch_per_gpu == 1:
         return "batch 1"
     if row.precision == "AMP":
@@ -545,25 +594,27 @@ def network_summary(results: list[NetworkPriced]) -> list[tuple[str, int, float,
     groups: dict[str, list[float]] = {}
     for p in results:
         groups.setdefault(network_group(p.row), []).append(math.exp(abs(math.log(p.ratio))))
-    order = ["inference FP32 batch>=32", "training FP32", "TF32", "AMP", "batch 1"]
+    order = ["inference FP32 batch>=32", "training FP32", "TF32", "AMP", "batch 1",
+             "independent: tf_cnn_benchmarks P100 FP32 training"]
     return [(g, len(groups[g]), float(np.median(groups[g])), max(groups[g])) for g in order if g in groups]
 
 
 def run_networks() -> int:
-    rows = read_network_rows()
+    rows = read_network_rows() + read_network_rows(TF_BENCHMARKS_CSV)
     host = load_device_profile(DEFAULT_CPU_PROFILE, "cpu")
     models = {(p, mode): CostModel(host, load_device_profile(p, "gpu"), precision=mode)
               for p in sorted(set(NETWORK_PROFILES.values())) for mode in sorted(set(NETWORK_PRECISIONS.values()))}
     cache: dict = {}
     results = [price_network(r, models, cache) for r in rows]
-    print(f"ResNet-50 v1.5 (224x224) vs NVIDIA DeepLearningExamples (PyTorch), from {NETWORKS_CSV.relative_to(ROOT)}")
-    print("| GPU (profile) | precision (dtype) | mode | GPUs | batch/GPU | ops | published img/s "
+    print(f"ResNet-50 v1.5 (224x224) vs NVIDIA DeepLearningExamples (PyTorch), from {NETWORKS_CSV.relative_to(ROOT)}; "
+          f"ResNet-50/152 v1 and VGG16 vs tf_cnn_benchmarks (TensorFlow), from {TF_BENCHMARKS_CSV.relative_to(ROOT)}")
+    print("| GPU (profile) | net | precision (mode) | mode | GPUs | batch/GPU | ops | published img/s "
           "| predicted img/s | pred/pub |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
     for p in results:
         r = p.row
-        print(f"| {r.gpu} ({p.profile}) | {r.precision} ({p.dtype}) | {r.mode} | {r.gpus} | {r.batch_per_gpu} "
-              f"| {p.ops} | {r.images_per_s:.0f} | {p.predicted_images_per_s:.0f} | {p.ratio:.2f} |")
+        print(f"| {r.gpu} ({p.profile}) | {r.model} | {r.precision} ({p.dtype}) | {r.mode} | {r.gpus} | {r.batch_per_gpu} "
+              f"| {p.ops} | {r.images_per_s:.3g} | {p.predicted_images_per_s:.3g} | {p.ratio:.2f} |")
     unknown = sum(p.unknown_ops for p in results)
     if unknown:
         print(f"\n{unknown} op(s) priced at the unknown-op cost")

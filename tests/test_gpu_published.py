@@ -207,14 +207,29 @@ def test_published_networks_at_batch_32_and_more_are_within_the_targets():
     """The whole-network check: no constant is fitted to these rows (the kernel constants
     come from DeepBench), and every group at batch >= 32 is within a median factor of 1.2
     and a worst of 1.5 of the published throughput."""
-    rows = gp.read_network_rows()
+    rows = gp.read_network_rows() + gp.read_network_rows(gp.TF_BENCHMARKS_CSV)
     host = gp.load_device_profile(gp.DEFAULT_CPU_PROFILE, "cpu")
     models = {(p, m): gp.CostModel(host, gp.load_device_profile(p, "gpu"), precision=m)
               for p in set(gp.NETWORK_PROFILES.values()) for m in set(gp.NETWORK_PRECISIONS.values())}
     cache: dict = {}
     results = [gp.price_network(r, models, cache) for r in rows]
     summary = {g: (n, med, worst) for g, n, med, worst in gp.network_summary(results)}
-    assert set(summary) == {"inference FP32 batch>=32", "training FP32", "TF32", "AMP", "batch 1"}
+    independent = "independent: tf_cnn_benchmarks P100 FP32 training"
+    assert set(summary) == {"inference FP32 batch>=32", "training FP32", "TF32", "AMP", "batch 1", independent}
     for group, (n, med, worst) in summary.items():
         if group != "batch 1":
             assert med <= 1.2 and worst <= 1.5, (group, med, worst)
+    assert summary[independent][0] == 6
+
+
+def test_the_independent_nets_are_built_as_published():
+    """tf_cnn_benchmarks' 2017 nets: ResNet v1 (stride on the first 1x1), ResNet-152's
+    (3, 8, 36, 3) blocks, VGG16's 13 convs and 3 FCs; parameter counts as published
+    (25.6 M with BN statistics, 60.3 M for ResNet-152 with them, 138.4 M for VGG16)."""
+    for model, convs, params in (("resnet50_v1", 53, 25.6e6), ("resnet152_v1", 155, 60.4e6), ("vgg16", 13, 138.4e6)):
+        net, _ = gp.network_net("inference", 1, model)
+        assert sum(op.type == "Conv" for op in net.ops) == convs, model
+        assert sum(math.prod(t.shape) for t in net.params.values()) == pytest.approx(params, rel=0.01), model
+    net, _ = gp.network_net("inference", 1, "resnet50_v1")
+    strides = {op.outputs[0]: op.args.get("stride") for op in net.ops if op.type == "Conv"}
+    assert (strides["res3_0_a"], strides["res3_0_b"]) == (2, 1)
