@@ -14,7 +14,11 @@ int8 inference) and per math class (fp32 rows: ``simt``; fp16_mixed: ``tensor``;
 2. with those fixed, each convolution pass's own efficiency factor, K overhead and fixed
    time (``conv_forward``, ``conv_forward.k_overhead``, ``conv_forward.fixed_s``, ... for
    backward_data and backward_filter), ``winograd`` and ``fft`` (SIMT) or ``unaligned``
-   (tensor and int8: channels not multiples of 8), on the class's convolution rows.
+   (tensor and int8: channels not multiples of 8), and ``reread`` (the share of the image's
+   filter-tap re-reads that reach memory) for the forward pass and the tensor-core
+   backward-data pass, on the class's convolution rows. The backward passes without
+   ``reread`` keep the GEMM view's traffic (the expanded operand): the term was tried there
+   and did not improve their fit (SIMT backward-data medians rose 2-4 points).
 
 Each fit minimises a soft-L1 loss of log(predicted / published) (relative error: a 10 us
 kernel counts as much as a 10 ms one; a few outlying rows pull less than with squares),
@@ -90,6 +94,8 @@ def conv_factor_names(cls: str, passes=gk.PASSES) -> list[str]:
     names = []
     for p in passes:
         names += [f"conv_{p}", f"conv_{p}.k_overhead", f"conv_{p}.fixed_s"]
+        if p == "forward" or (p == "backward_data" and cls != "simt"):
+            names.append(f"conv_{p}.reread")
         if cls != "simt":
             names.append(f"conv_{p}.unaligned")
     if cls == "simt":
@@ -98,6 +104,8 @@ def conv_factor_names(cls: str, passes=gk.PASSES) -> list[str]:
 
 
 def factor_bounds(name: str) -> tuple[float, float]:
+    if name.endswith(".reread"):
+        return 1e-4, 1.0
     if name.endswith(".k_overhead"):
         return 0.1, 4096.0
     if name.endswith(".fixed_s"):
@@ -106,6 +114,8 @@ def factor_bounds(name: str) -> tuple[float, float]:
 
 
 def factor_start(name: str, gemm: gk.ClassParams) -> float:
+    if name.endswith(".reread"):
+        return 0.1
     if name.endswith(".k_overhead"):
         return max(gemm.k_overhead, 1.0)
     if name.endswith(".fixed_s"):

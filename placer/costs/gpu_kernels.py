@@ -30,9 +30,12 @@ algorithms cuDNN offers for the shape, each its own work count, the fastest take
 ``cudnnFind`` / benchmark mode does):
 
 - ``implicit_gemm``: the GEMM view of the convolution (forward M = N P Q, N = K, K = C R S
-  per group; backward-data M = N H W, N = C, K = K ceil(R/stride) ceil(S/stride);
-  backward-filter M = K, N = C R S, K = N P Q), at the pass's ``conv_*`` efficiency
-  relative to a plain GEMM (the im2col gather is done on the fly);
+  per group; backward-data M = N H W, N = C, K = K R S / (stride_h stride_w);
+  backward-filter M = K, N = C R S, K = N P Q), at the pass's ``conv_*`` constants (the
+  im2col gather is done on the fly). Its memory traffic is the tensors' own bytes plus the
+  share ``conv_<pass>.reread`` of the image's re-reads for its other filter taps where
+  that constant is fitted (the forward pass; tensor-core backward-data), else the GEMM
+  view's operands (the expanded image);
 - ``gemm`` for 1x1 stride-1 unpadded convolutions: a plain GEMM;
 - ``winograd`` (3x3, stride 1, no groups, SIMT math): F(4x4, 3x3) non-fused, 36 batched
   GEMMs over 4x4 output tiles (M = N ceil(P/4) ceil(Q/4), K = C, N = K), 4x fewer
@@ -138,7 +141,7 @@ def math_class(key: str) -> str:
 
 def gemm_seconds(gpu: GpuKernelModel, key: str, m, n, k, batch=1, in_bytes: float = 4.0,
                  out_bytes: float = 4.0, extra_bytes=0.0, efficiency=1.0, aligned=None, max_split: int = SPLITS[-1],
-                 params: ClassParams | None = None, unaligned_factor: float = 1.0):
+                 params: ClassParams | None = None, unaligned_factor: float = 1.0, memory_bytes=None):
     """Seconds of ``batch`` GEMMs (M, N, K) (numpy arrays broadcast) in peak key ``key``
     (``math_class``); ``extra_bytes`` more memory traffic; ``efficiency`` scales the tile
     rate (a conv algorithm's factor); ``max_split`` caps split-K (1: none, as cuDNN's
@@ -160,13 +163,13 @@ def gemm_seconds(gpu: GpuKernelModel, key: str, m, n, k, batch=1, in_bytes: floa
             np_ = np.where(aligned, n, np.ceil(n / TENSOR_ALIGN) * TENSOR_ALIGN)
             eff = np.asarray(efficiency, float) * np.where(aligned, 1.0, unal)
             return _gemm(gpu, cls, gpu.peak(key), m, np_, kp, batch, in_bytes, out_bytes, extra_bytes, eff,
-                         max_split, params)
+                         max_split, params, memory_bytes)
     return _gemm(gpu, cls, gpu.peak(key), m, n, k, batch, in_bytes, out_bytes, extra_bytes, efficiency, max_split,
-                 params)
+                 params, memory_bytes)
 
 
 def _gemm(gpu: GpuKernelModel, cls: str, peak: float, m, n, k, batch, in_bytes, out_bytes, extra_bytes,
-          efficiency, max_split, params=None):
+          efficiency, max_split, params=None, memory_bytes=None):
     """The tile and split-K search of ``gemm_seconds``, every (tile, split) at once: arrays
     of shape (tiles, splits, *problems); the first best (tile, split) in list order wins
     ties, as a loop over them would pick."""
@@ -176,7 +179,9 @@ def _gemm(gpu: GpuKernelModel, cls: str, peak: float, m, n, k, batch, in_bytes, 
     sm = float(gpu.sm_count)
     rate = np.broadcast_to(peak * p.efficiency * np.asarray(efficiency, float) / sm, shape)   # FLOP/s of one SM
     bw = gpu.achieved_bandwidth_bytes_per_s
-    memory = (in_bytes * (m * k + k * n) + out_bytes * m * n) * batch / bw + np.asarray(extra_bytes, float) / bw
+    if memory_bytes is None:
+        memory_bytes = (in_bytes * (m * k + k * n) + out_bytes * m * n) * batch
+    memory = np.broadcast_to(np.asarray(memory_bytes, float) / bw + np.asarray(extra_bytes, float) / bw, shape)
     tiles = np.array(TILES[cls], float)                                     # (T, 2)
     tm, tn = tiles[:, 0], tiles[:, 1]
     occ = np.clip(np.floor(FULL_TILE / (tm * tn)), 1, MAX_OCCUPANCY)
@@ -261,8 +266,17 @@ def conv_algorithms(gpu: GpuKernelModel, key: str, shape, pass_: str, elt: float
     depthwise = (cg == 1) & (g > 1)
     split = SPLITS[-1]
     unal = gpu.classes[cls].factor(f"conv_{pass_}.unaligned")
+    # the tensors' own bytes, the image read again for a share of its filter taps (what the
+    # caches miss of the implicit im2col: ``conv_<pass>.reread``)
+    taps_all = sh.r * sh.s / (sh.stride_h * sh.stride_w)
+    name = f"conv_{pass_}.reread"
+    if name in gpu.classes[cls].conv:
+        image = x_bytes if pass_ != "backward_data" else y_bytes
+        traffic = x_bytes + y_bytes + w_bytes + image * gpu.classes[cls].factor(name) * np.maximum(taps_all - 1.0, 0.0)
+    else:   # the GEMM view's operands, the expanded image among them
+        traffic = None
     implicit = gemm_seconds(gpu, key, *dims, batch=g, in_bytes=elt, out_bytes=elt, aligned=aligned,
-                            max_split=split, params=own, unaligned_factor=unal)[0]
+                            max_split=split, params=own, unaligned_factor=unal, memory_bytes=traffic)[0]
     out["implicit_gemm"] = np.where(depthwise, np.inf, implicit)
     # depthwise: cuDNN's direct kernel, one pass over its tensors (dX's pass reads W and dY, writes dX)
     simt = gpu.classes.get("simt", own)
