@@ -11,7 +11,9 @@
    copies staged through host memory): step, images/s, scaling efficiency (images/s over k
    times one GPU's), and the degree the planner picks (the most images/s).
 
-GPU times are datasheet rooflines (no GPU here); re-run with measured profiles on a GPU host.
+GPU times come from the shipped profiles' kernel model (cuBLAS GEMM tiles, cuDNN convolution
+algorithms, fitted to DeepBench kernel times: placer/costs/gpu_kernels.py), not a measurement
+(no GPU here); re-run with measured profiles on a GPU host.
 
     python bench/sharding_plans.py dlrm
     python bench/sharding_plans.py resnet
