@@ -197,10 +197,10 @@ def test_the_plan_json_and_report_say_what_the_kernel_model_assumed(tmp_path, ca
     assert doc["precision"] == "tf32"
     convs = [o for o in doc["ops"] if o["type"] == "Conv"]
     assert convs and all(o["source"]["cuda:0"] == "kernel-model" for o in convs)
-    assert all(o["gpu_kernel"]["cuda:0"].startswith("cuDNN forward ") and "TF32 tensor cores" in o["gpu_kernel"]["cuda:0"]
+    assert all(o["gpu_kernel"].startswith("cuDNN forward ") and "TF32 tensor cores" in o["gpu_kernel"]
                for o in convs)
     relu = next(o for o in doc["ops"] if o["type"] == "Relu")
-    assert relu["gpu_kernel"]["cuda:0"].startswith("memory-bound")
+    assert relu["gpu_kernel"].startswith("memory-bound")
     html = tmp_path / "r.html"
     assert cli.main(["report", str(out), "-o", str(html)]) == 0
     assert "GPU: cuDNN forward" in html.read_text()
@@ -220,7 +220,17 @@ def test_a_gpu_without_the_asked_math_says_what_it_was_priced_in(tmp_path, capsy
     doc = json.loads(out.read_text())
     assert doc["precision"] == "tf32" and doc["precision_notes"] == [note]
     conv = next(o for o in doc["ops"] if o["type"] == "Conv")
-    assert "float32 on CUDA cores" in conv["gpu_kernel"]["cuda:0"]
+    assert "float32 on CUDA cores" in conv["gpu_kernel"]
     html = tmp_path / "r.html"
     assert cli.main(["report", str(out), "-o", str(html)]) == 0
     assert note in html.read_text()
+
+
+def test_the_plan_keeps_one_note_per_op_unless_gpus_differ():
+    from placer.planning.view import gpu_kernel_field
+    devices = ["cpu", "cuda:0", "cuda:1", "cuda:2"]
+    same = {1: "cuDNN forward winograd (float32 on CUDA cores)", 2: "cuDNN forward winograd (float32 on CUDA cores)"}
+    assert gpu_kernel_field(same, devices) == "cuDNN forward winograd (float32 on CUDA cores)"
+    mixed = {3: "cuDNN forward implicit gemm (TF32 tensor cores)", 1: "cuDNN forward winograd (float32 on CUDA cores)"}
+    assert gpu_kernel_field(mixed, devices) == {"cuda:0": "cuDNN forward winograd (float32 on CUDA cores)",
+                                                "cuda:2": "cuDNN forward implicit gemm (TF32 tensor cores)"}

@@ -83,8 +83,9 @@ class OpInfo(Open):
     device_kind: Text = None
     time_s: ByDevice = None
     source: dict[str, Text] | None = None
-    # GPU -> what the GPU kernel model assumed (cuDNN algorithm and pass, cuBLAS GEMM, math)
-    gpu_kernel: dict[str, Text] | None = None
+    # what the GPU kernel model assumed (cuDNN algorithm and pass, cuBLAS GEMM, math): one
+    # text when every GPU priced it alike, else GPU -> text
+    gpu_kernel: Text | dict[str, Text] | None = None
     reason: Text = None
     flops: Num = None
     param_bytes: Num = None

@@ -99,6 +99,15 @@ def plan_json(result: PlanResult, profiles: dict | None = None) -> dict:
     }
 
 
+def gpu_kernel_field(notes: dict[int, str], devices: list[str]) -> str | dict[str, str]:
+    """An op's ``gpu_kernel``: what the GPU kernel model assumed, one text when every GPU
+    priced it alike (eight identical GPUs: one note, not eight), else GPU name -> text."""
+    distinct = set(notes.values())
+    if len(distinct) == 1:
+        return distinct.pop()
+    return {devices[d]: note for d, note in sorted(notes.items())}
+
+
 def _op_records(result: PlanResult, first_gpu: int | None) -> list[dict]:
     """One record per op: device, time and source on every device, reason, copies."""
     net, plan, costs, arr = result.typed.net, result.plan, result.costs, result.arrays
@@ -124,8 +133,8 @@ def _op_records(result: PlanResult, first_gpu: int | None) -> list[dict]:
             "output_bytes": obytes[i], "outputs": list(op.outputs), "pinned": pinned.get(i),
             "copies_in": copies_in.get(i, []), "copies_out": copies_out.get(i, [])}
         notes = costs.kernel_notes.get(i)
-        if notes:    # what the GPU kernel model assumed, per GPU it priced the op on
-            entry["gpu_kernel"] = {devices[d]: note for d, note in notes.items()}
+        if notes:
+            entry["gpu_kernel"] = gpu_kernel_field(notes, devices)
         if first_gpu is not None:   # version 1 fields: the first GPU's figures
             entry["gpu_s"], entry["gpu_source"] = op_s[i][first_gpu], src[i][first_gpu]
         ops.append(entry)

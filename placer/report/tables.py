@@ -200,7 +200,8 @@ def op_rows(plan: PlanDocument, measured: dict[int, float] | None = None,
         row["kind"] = kinds.get(dev) or device_kind(dev)
         row["times"] = [op_time(o, c["device"], c["kind"]) for c in columns]
         row["sources"] = _sources_text(o, columns)
-        notes = sorted(set((o.gpu_kernel or {}).values()))   # what the GPU kernel model assumed
+        kernel = o.gpu_kernel or {}                           # what the GPU kernel model assumed
+        notes = [kernel] if isinstance(kernel, str) else sorted(set(kernel.values()))
         row["gpu_kernel"] = "; ".join(notes)
         row["time_s"] = op_time(o, dev, row["kind"]) if dev != "?" else None
         here, cpu = row["time_s"], op_time(o, host, "cpu")
