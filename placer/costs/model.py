@@ -492,12 +492,14 @@ class CostModel:
                              launches=gpu_ops.registry_launches(op_type, inputs, args))
 
     def op_kernel(self, op_type: str, inputs: Sequence[TensorType | None], args: Mapping[str, Any],
-                  features: OpFeatures, device: int | str) -> str:
+                  features: OpFeatures, device: int | str, source: str | None = None) -> str:
         """What the GPU kernel model assumed for an op on a device ("cuDNN forward winograd
-        (float32 on CUDA cores)"), or "" where it did not price it."""
+        (float32 on CUDA cores)"), or "" where it did not price it. ``source``: the op's
+        ``op_time`` source where the caller has it (not priced again)."""
         if not features.known or registry.get(op_type) is None or any(t is None for t in inputs):
             return ""
-        _, source = self.op_time(op_type, inputs, args, features, device)
+        if source is None:
+            _, source = self.op_time(op_type, inputs, args, features, device)
         if source != "kernel-model":
             return ""
         found = self._kernel_model_price(self.profile(device), op_type, list(inputs), args, features)
@@ -724,7 +726,7 @@ def _priced_row(model: CostModel, op, inputs: tuple, outs: tuple, feats: OpFeatu
     kernels = tuple(kind in opdef.devices for kind in kinds) if opdef is not None else (False,) * len(kinds)
     features = (feats.flops, feats.macs, feats.bytes_read, feats.bytes_written, feats.param_bytes,
                 float(sum(t.nbytes for t in outs if t is not None)), bool(feats.known and opdef is not None))
-    notes = {d: model.op_kernel(op.type, list(inputs), op.args, feats, d)
+    notes = {d: model.op_kernel(op.type, list(inputs), op.args, feats, d, source=src)
              for d, src in zip(distinct, sources) if src == "kernel-model"}
     return times, sources, kernels, features, {d: v for d, v in notes.items() if v}
 
