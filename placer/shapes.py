@@ -14,10 +14,18 @@ An op's output types and features are a function of its type, its argument value
 input types (and which inputs are parameters) and its number of outputs: ops that agree
 on all of them (the layers of a deep net) are inferred once per ``infer`` call, which
 keeps a million-op net to seconds.
+
+Data-dependent sizes (the proposals of GenerateProposals, the detections of
+BoxWithNMSLimit) are inferred as the upper bound their op's arguments allow and marked
+(``TensorType.bound``); every non-scalar output of an op that reads a marked blob (not
+counting parameters) is marked too, since its size follows from it. ``counts`` prices a
+typical case instead: ``{op type: N}`` cuts the leading dimension of that op type's own
+marked outputs to at most N rows (``--proposals`` / ``--detections``).
 """
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Mapping
 
 from placer.errors import PlacerError, ShapeError, excerpt
 from placer.ops import registry
@@ -26,12 +34,14 @@ from placer.types import Net, Op, OpFeatures, TensorType, TypedNet
 UNKNOWN = OpFeatures(known=False)
 
 
-def infer(net: Net, input_shapes: dict[str, TensorType] | None = None) -> TypedNet:
+def infer(net: Net, input_shapes: dict[str, TensorType] | None = None,
+          counts: Mapping[str, int] | None = None) -> TypedNet:
     """Types of every blob of ``net`` and the cost features of every op.
 
     Starting types: parameters (``net.params``), shapes the file carries
     (``net.input_shapes``), then the user's ``input_shapes`` (which win). A user shape
-    for the output of an op placer cannot infer fills that output.
+    for the output of an op placer cannot infer fills that output. ``counts``: see the
+    module's docstring.
     """
     user = dict(input_shapes or {})
     blobs: dict[str, TensorType | None] = {**net.params, **net.input_shapes, **user}
@@ -40,7 +50,7 @@ def infer(net: Net, input_shapes: dict[str, TensorType] | None = None) -> TypedN
     inferred: dict[tuple, tuple] = {}  # op signature -> (output types, features)
     for op in net.ops:
         typed.op_inputs.append(tuple(typed.blobs.get(b) for b in op.inputs))
-        typed.features.append(_infer_op(typed, op, user, producers, inferred))
+        typed.features.append(_infer_op(typed, op, user, producers, inferred, counts or {}))
         typed.op_outputs.append(tuple(typed.blobs.get(b) for b in op.outputs))
         producers.update((out, op) for out in op.outputs)
     for blob in net.external_outputs:  # what the net hands back needs a shape too
@@ -69,7 +79,7 @@ def args_key(args) -> tuple | None:
 
 
 def _infer_op(typed: TypedNet, op: Op, user: dict[str, TensorType],
-              producers: dict[str, Op], inferred: dict[tuple, tuple]) -> OpFeatures:
+              producers: dict[str, Op], inferred: dict[tuple, tuple], counts: Mapping[str, int]) -> OpFeatures:
     """Set the types of ``op``'s outputs in ``typed.blobs`` and return its features."""
     opdef = registry.get(op.type)
     inputs = [typed.blobs.get(b) for b in op.inputs]
@@ -88,9 +98,12 @@ def _infer_op(typed: TypedNet, op: Op, user: dict[str, TensorType],
     # which inputs are parameters, and repeats of one (its bytes count once)
     param_inputs = tuple(op.inputs.index(b) if b in params else -1 for b in op.inputs)
     key = None if arguments is None else (op.type, tuple(inputs), param_inputs, len(op.outputs), arguments)
+    bound = next((t.bound for b, t in zip(op.inputs, inputs) if t.bound and b not in params), None)
+    if bound is not None and key is not None:
+        key = key + (bound,)
     hit = inferred.get(key) if key is not None else None
     if hit is None:
-        hit = _infer_and_cost(typed, opdef, op, inputs)
+        hit = _infer_and_cost(typed, opdef, op, inputs, counts.get(op.type), bound)
         if key is not None:
             inferred[key] = hit
     outputs, features = hit
@@ -98,10 +111,25 @@ def _infer_op(typed: TypedNet, op: Op, user: dict[str, TensorType],
     return features
 
 
-def _infer_and_cost(typed: TypedNet, opdef, op: Op, inputs: list[TensorType]) -> tuple[list, OpFeatures]:
+def _bounded(outputs: list, cap: int | None, bound: str | None) -> list:
+    """The outputs with their data-dependent sizes marked: an output the op itself bounds
+    keeps its mark, its leading dimension cut to ``cap`` rows when given; any other
+    non-scalar output of an op that reads a marked blob takes that blob's mark."""
+    out = []
+    for t in outputs:
+        if t is not None and t.bound and cap is not None and t.shape and t.shape[0] > cap:
+            t = replace(t, shape=(cap, *t.shape[1:]), bound=f"{t.bound}, priced at {cap}")
+        elif t is not None and not t.bound and bound is not None and t.shape:
+            t = replace(t, bound=bound)
+        out.append(t)
+    return out
+
+
+def _infer_and_cost(typed: TypedNet, opdef, op: Op, inputs: list[TensorType], cap: int | None = None,
+                    bound: str | None = None) -> tuple[list, OpFeatures]:
     """The registry's output types and cost features of one op, with its parameter bytes."""
     opdef.check_arity(len(inputs), op.label)
-    outputs = _run_infer(opdef, op, inputs)
+    outputs = _bounded(_run_infer(opdef, op, inputs), cap, bound)
     try:
         features = opdef.cost(inputs, [t for t in outputs if t is not None], op.args)
     except PlacerError:

@@ -34,11 +34,18 @@ class TensorType:
     takes its sizes from such a tensor (Split, Reshape: the gradients of Concat and
     Reshape) still gets a shape. It is not part of the type: two TensorTypes that differ
     only in ``values`` compare equal.
+
+    ``bound`` marks a blob whose size depends on the data (the proposals of
+    GenerateProposals, the detections of BoxWithNMSLimit, what is computed from them): the
+    shape is then the upper bound its op's arguments allow, and ``bound`` says which
+    (``"GenerateProposals post_nms_topN=1000"``). Costs and memory use the bound; the
+    runtime allocates what it gets. Not part of the type either.
     """
 
     shape: tuple[int, ...]
     dtype: str = "float32"
     values: tuple[int, ...] | None = field(default=None, compare=False, repr=False)
+    bound: str | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))

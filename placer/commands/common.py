@@ -9,6 +9,7 @@ from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
+from placer import arguments
 from placer.errors import InputError, ShapeError
 from placer.formats import load_net, value_info_paths
 from placer.rewrite.netdef import inject_copies
@@ -40,6 +41,39 @@ def add_net_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Caffe include/exclude phase to keep (default: test)")
     parser.add_argument("--weights", metavar="X.caffemodel",
                         help="Caffe weights for a .prototxt net")
+    parser.add_argument("--proposals", type=arguments.count(1), metavar="N",
+                        help="price N region proposals (rows over the batch) where a detection net's "
+                             "count depends on the data (default: the bound its arguments allow, "
+                             "e.g. post_nms_topN per image)")
+    parser.add_argument("--detections", type=arguments.count(1), metavar="N",
+                        help="price N detections (rows over the batch) out of BoxWithNMSLimit "
+                             "(default: the bound, detections_per_im per image)")
+
+
+# The op types whose own outputs --proposals and --detections cut (shapes.infer ``counts``).
+PROPOSAL_OPS = ("GenerateProposals", "CollectAndDistributeFpnRpnProposals", "CollectRpnProposals",
+                "DistributeFpnProposals")
+DETECTION_OPS = ("BoxWithNMSLimit",)
+
+
+def data_dependent_counts(args: argparse.Namespace) -> dict[str, int]:
+    """``shapes.infer``'s ``counts`` from --proposals and --detections."""
+    counts: dict[str, int] = {}
+    for option, types in (("proposals", PROPOSAL_OPS), ("detections", DETECTION_OPS)):
+        n = getattr(args, option, None)
+        if n is not None:
+            counts.update(dict.fromkeys(types, int(n)))
+    return counts
+
+
+def image_info_shape(net, shapes: dict[str, TensorType]) -> dict[str, TensorType]:
+    """A detection net's ``im_info`` (N, 3: height, width, scale) from its 4-D ``data``
+    input when neither the user nor the file gives it (``--input im_info=...`` wins)."""
+    data = shapes.get("data", net.input_shapes.get("data"))
+    if ("im_info" in net.data_inputs and "im_info" not in shapes and "im_info" not in net.input_shapes
+            and data is not None and data.ndim == 4):
+        return {"im_info": TensorType((data.shape[0], 3), "float32")}
+    return {}
 
 
 def parse_input_spec(spec: str) -> tuple[str, TensorType]:
@@ -162,17 +196,18 @@ def load_typed_net(args: argparse.Namespace, complete: bool = False,
             shapes[name] = fed_type(net, name, t, net.input_shapes.get(name), fed_from)
             given_by[name] = fed_from
     changed = _changed_shapes(net, shapes, given_by)
+    shapes.update(image_info_shape(net, shapes))
     with clock("shapes"):
-        typed = _infer_at(net, shapes, changed)
+        typed = _infer_at(net, shapes, changed, data_dependent_counts(args))
     if changed and not getattr(args, "quiet", False):
         print(f"placer: note: {changed}; the net's shapes are inferred from the given ones", file=sys.stderr)
     return require_complete(typed) if complete else typed
 
 
-def _infer_at(net, shapes: dict[str, TensorType], changed: str) -> TypedNet:
+def _infer_at(net, shapes: dict[str, TensorType], changed: str, counts: dict[str, int] | None = None) -> TypedNet:
     """``infer`` at the given shapes; a ShapeError there names the shapes that changed."""
     try:
-        typed = infer(net, shapes)
+        typed = infer(net, shapes, counts)
     except ShapeError as e:
         if not changed:
             raise

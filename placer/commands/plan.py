@@ -87,6 +87,10 @@ def add_arguments(p) -> None:
     g.add_argument("--unknown-op-cost", type=arguments.seconds, default=0.0, metavar="S",
                    help="CPU seconds charged to an op type placer does not know (default: 0)")
     g.add_argument("--precision", choices=PRECISIONS, default=None, help=PRECISION_HELP)
+    g.add_argument("--allow-gpu-only-in-placer", action="store_true", dest="placer_kernels",
+                   help="let ops that only placer's runtime has GPU kernels for (in detection nets: "
+                        "BBoxTransform, BoxWithNMSLimit) run on a GPU; the placed net then runs in "
+                        "placer run, not in Caffe2 (default: only where Caffe2 has a GPU kernel)")
     g.add_argument("--stability-draws", type=arguments.count(0), default=8, metavar="N",
                    help="re-solve N times with op costs moved within their measured spread and flag ops "
                         "whose device flips (default: 8; 0: off)")
@@ -138,7 +142,7 @@ def _run(args) -> int:
                           reserve=args.gpu_reserve, pins=tuple(args.pin),
                           keep_existing=args.keep_existing, outputs_on_host=args.outputs_on_host,
                           time_limit_s=args.time_limit, unknown_op_cost_s=args.unknown_op_cost,
-                          precision=args.precision)
+                          precision=args.precision, placer_kernels=args.placer_kernels)
     result = (cluster_plan_from_args(args, typed, options) if args.cluster
               else plan(typed, machine, options, clock=clock))
     machine = result.machine

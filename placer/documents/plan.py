@@ -240,6 +240,9 @@ class PlanDocument(Open):
     optimality: Text = None
     outputs_on_host: OptBool = None
     notes: Annotated[list[Str] | None, given(list[Str])] = None
+    # blobs whose size depends on the data, priced at their bound: {blob: {shape, bound}}
+    bounded_blobs: dict[str, dict] | None = Field(
+        None, description="blob -> {shape: the bound priced, bound: which op argument sets it}")
     devices: OptNames = None
     profiles: Annotated[dict[str, ProfileRef] | None, given(dict[str, ProfileRef])] = None
     machine: Annotated[MachineInfo | None, given(MachineInfo)] = None

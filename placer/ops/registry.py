@@ -8,7 +8,11 @@ An entry holds
   parameters); ``default_cost`` when omitted;
 - ``kernel(xp, inputs, args) -> tuple``: one array-module-generic kernel that runs on
   numpy and cupy unchanged (``xp`` is the module); None until a kernel exists;
-- ``devices``: the device kinds it has kernels for ("cpu", "gpu");
+- ``devices``: the device kinds placer has kernels for ("cpu", "gpu");
+- ``caffe2_devices``: the device kinds real Caffe2 (torch 1.8.1) has kernels for, where
+  that differs from ``devices`` (None: the same). A placed net must run in the Caffe2 the
+  user deploys, so the planner keeps an op to these by default; ``placer plan
+  --allow-gpu-only-in-placer`` lifts it for placer's own runtime (``caffe2_kinds``);
 - ``host_inputs``: input positions Caffe2 reads from a CPU tensor whatever device the op
   runs on (the iteration counter of Adam and LearningRate): such an input must be on the
   host, and the kernel gets it as a numpy array even when ``xp`` is cupy;
@@ -142,6 +146,7 @@ class OpDef:
     cost: CostFn = default_cost
     transfer: Transfer | None = None
     devices: frozenset = field(default_factory=lambda: frozenset({"cpu", "gpu"}))
+    caffe2_devices: frozenset | None = None  # where real Caffe2 has a kernel; None: as devices
     min_inputs: int = 0
     max_inputs: int | None = None
     doc: str = ""
@@ -150,6 +155,10 @@ class OpDef:
     launches: int | LaunchFn = 1
     is_copy: bool = False       # moves its one input, unchanged, to another device (copy_types)
     scratch: float | ScratchFn | None = None
+
+    def caffe2_kinds(self) -> frozenset:
+        """The device kinds real Caffe2 has kernels for (``caffe2_devices``, else ``devices``)."""
+        return self.caffe2_devices if self.caffe2_devices is not None else self.devices
 
     def scratch_bytes(self, inputs: Sequence[TensorType | None], outputs: Sequence[TensorType | None],
                       args: Mapping[str, Any]) -> int:

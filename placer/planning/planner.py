@@ -46,6 +46,7 @@ class PlanOptions:
     time_limit_s: float = 10.0             # MILP / local-search time limit
     unknown_op_cost_s: float = 0.0         # CPU time charged to an op type with no entry
     precision: str | None = None           # GPU math (placer.costs.precision); None: the net's dtypes
+    placer_kernels: bool = False           # allow GPUs for ops only placer's runtime has GPU kernels for
 
 
 @dataclass
@@ -123,7 +124,8 @@ def refuse_collectives(net: Net) -> None:
 def graph_arguments(net: Net, costs: NetCosts, machine: Machine, options: PlanOptions, usable) -> dict:
     """The keyword arguments of ``build_cost_graph`` / ``cost_arrays`` for a plan: allowed
     devices and why, colocation groups, in-place pairs, outputs, usable memory."""
-    allowed, why = allowed_devices(net, costs, machine, options.pins, options.keep_existing)
+    allowed, why = allowed_devices(net, costs, machine, options.pins, options.keep_existing,
+                                   placer_kernels=options.placer_kernels)
     return dict(allowed=allowed, pin_reason=why, colocate=parameter_groups(net), inplace=inplace_pairs(net),
                 outputs_on_host=options.outputs_on_host, capacity=usable)
 
@@ -178,12 +180,19 @@ def _refuse_memory_blind(arrays, chosen: Plan, options: PlanOptions) -> None:
             hint="the default method places within the limits; or raise --gpu-mem")
 
 
-def allowed_devices(net: Net, costs: NetCosts, machine: Machine, specs, keep_existing: bool
-                    ) -> tuple[np.ndarray, list[str]]:
+CAFFE2_CPU_ONLY = "pinned: no GPU kernel in Caffe2 (--allow-gpu-only-in-placer for placer's runtime)"
+
+
+def allowed_devices(net: Net, costs: NetCosts, machine: Machine, specs, keep_existing: bool,
+                    placer_kernels: bool = False) -> tuple[np.ndarray, list[str]]:
     """bool [n, k] devices each op may run on, and why it is restricted ("" if free).
 
     Kernels first: an unknown op type runs on the host only; an op type without a GPU
-    kernel on CPU devices only. Then pins, a later one replacing an earlier one on the same
+    kernel on CPU devices only; an op type placer has a GPU kernel for but real Caffe2 does
+    not (``OpDef.caffe2_devices``: BBoxTransform and BoxWithNMSLimit in a detection net) on CPU
+    devices only too, unless ``placer_kernels`` (``--allow-gpu-only-in-placer``): the placed
+    net must run in the Caffe2 the user deploys, and only placer's runtime could run it
+    otherwise. Then pins, a later one replacing an earlier one on the same
     op: ``--keep-existing`` (the file's own device options), then each ``--pin GLOB=DEV``
     (DEV: ``cpu``, ``gpu`` = any GPU, or a device name such as ``cuda:1``) matched against
     op names, op types and output blobs. A pin to a device the op has no kernel for is an
@@ -196,8 +205,14 @@ def allowed_devices(net: Net, costs: NetCosts, machine: Machine, specs, keep_exi
     allowed[~known] = False
     allowed[~known, 0] = True
     why = ["" if known[i] else "pinned: unknown op type" for i in range(n)]
+    if not placer_kernels and (kinds == "gpu").any():
+        for op in net.ops:
+            opdef = registry.get(op.type)
+            if opdef is not None and "gpu" in opdef.devices and "gpu" not in opdef.caffe2_kinds():
+                allowed[op.index, kinds == "gpu"] = False
+                why[op.index] = CAFFE2_CPU_ONLY
     for i in np.flatnonzero(known & ~allowed[:, kinds == "gpu"].any(axis=1) & (kinds == "gpu").any()):
-        why[i] = "pinned: no GPU kernel"
+        why[i] = why[i] or "pinned: no GPU kernel"
     pins: dict[int, tuple[np.ndarray, str]] = {}
     if keep_existing:
         for op in net.ops:

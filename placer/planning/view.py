@@ -74,7 +74,9 @@ def plan_json(result: PlanResult, profiles: dict | None = None) -> dict:
         "method": result.options.method, "solver": plan.method, "precision": costs.precision, "precision_notes": costs.precision_notes,
         "total_s": plan.cost.total_s, "compute_s": plan.cost.compute_s, "copy_s": plan.cost.copy_s,
         "optimal": bool(plan.optimal), "gap": _gap(plan), "optimality": optimality(plan),
-        "outputs_on_host": bool(arr.outputs_on_host), "notes": list(plan.notes),
+        "outputs_on_host": bool(arr.outputs_on_host), "notes": list(plan.notes) + bounded_notes(result.typed.blobs),
+        "bounded_blobs": {b: {"shape": list(t.shape), "bound": t.bound}
+                          for b, t in result.typed.blobs.items() if t is not None and t.bound},
         "machine": {"name": result.machine.name, "description": result.machine.describe(),
                     "devices": [{"name": dev.name, "kind": dev.kind, "profile": dev.profile.name}
                                 for dev in result.machine.devices]},
@@ -97,6 +99,18 @@ def plan_json(result: PlanResult, profiles: dict | None = None) -> dict:
                       "makespan": {"makespan_s": result.makespan["makespan_s"],
                                    "events": [_event(result, e) for e in result.makespan["events"]]}},
     }
+
+
+def bounded_notes(blobs: dict) -> list[str]:
+    """One note per data-dependent count (``TensorType.bound``): the plan prices its blobs
+    at the bound, which the data may not reach."""
+    groups: dict[str, list[str]] = {}
+    for name, t in blobs.items():
+        if t is not None and t.bound:
+            groups.setdefault(t.bound, []).append(name)
+    return [f"data-dependent sizes priced at their bound ({bound}): {len(names)} blob(s), e.g. "
+            f"'{names[0]}' {'x'.join(map(str, blobs[names[0]].shape))}; --proposals / --detections "
+            f"price a typical count" for bound, names in groups.items()]
 
 
 def gpu_kernel_field(notes: dict[int, str], devices: list[str]) -> str | dict[str, str]:

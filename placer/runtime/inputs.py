@@ -60,6 +60,9 @@ ROLES: dict[str, dict[int, tuple]] = {
     "Gather": {1: ("index", 0, 0)},
     "BatchGather": {1: ("index", 0, 1)},
     **{t: {1: ("label", 0, -1)} for t in _LABELS},
+    # a detection net's im_info (N, 3): the image's height and width (the feature map the
+    # proposals come from, times 1 / spatial_scale), scale 1
+    "GenerateProposals": {2: ("image_info", 0, 2)},
 }
 _ROLE_DTYPE = {"index": "int64", "lengths": "int32", "label": "int32"}
 
@@ -158,6 +161,8 @@ def _make(rng, net, types, name, found, made) -> np.ndarray:
             return rng.integers(0, 2, t.shape).astype(bool)
         return rng.integers(0, 10, t.shape).astype(dtype)
     (role, ref, axis), op, _ = found
+    if role == "image_info":
+        return _image_info(t, op, _shape(types, op.inputs[ref], op, name))
     if dtype.kind not in "iu":
         dtype = np.dtype(_ROLE_DTYPE[role])
     ref_name = op.inputs[ref]
@@ -167,6 +172,14 @@ def _make(rng, net, types, name, found, made) -> np.ndarray:
         return _split(rng, total, t.size).reshape(t.shape).astype(dtype)
     bound = ref_shape[axis] if len(ref_shape) > abs(axis) - (axis < 0) else 1
     return rng.integers(0, max(1, bound), t.shape).astype(dtype)
+
+
+def _image_info(t: TensorType, op, feature_shape: tuple) -> np.ndarray:
+    """Rows of (height, width, 1.0): the image size the proposals' feature map implies."""
+    scale = float(op.args.get("spatial_scale", 1.0 / 16)) or 1.0
+    h, w = (feature_shape[2], feature_shape[3]) if len(feature_shape) == 4 else (1, 1)
+    row = np.array([round(h / scale), round(w / scale), 1.0])
+    return np.broadcast_to(row, t.shape).astype(t.dtype)  # (N, 3): GenerateProposals checks it
 
 
 def _shape(types, ref_name, op, name) -> tuple:
