@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from placer.ops import registry
 from placer.partition.problem import device_memory
 from placer.planning.planner import PlanResult
 from placer.types import Plan
@@ -74,7 +75,7 @@ def plan_json(result: PlanResult, profiles: dict | None = None) -> dict:
         "method": result.options.method, "solver": plan.method, "precision": costs.precision, "precision_notes": costs.precision_notes,
         "total_s": plan.cost.total_s, "compute_s": plan.cost.compute_s, "copy_s": plan.cost.copy_s,
         "optimal": bool(plan.optimal), "gap": _gap(plan), "optimality": optimality(plan),
-        "outputs_on_host": bool(arr.outputs_on_host), "notes": list(plan.notes) + bounded_notes(result.typed.blobs),
+        "outputs_on_host": bool(arr.outputs_on_host), "notes": list(plan.notes) + bounded_notes(result.typed.blobs) + caffe2_gpu_notes(result),
         "bounded_blobs": {b: {"shape": list(t.shape), "bound": t.bound}
                           for b, t in result.typed.blobs.items() if t is not None and t.bound},
         "machine": {"name": result.machine.name, "description": result.machine.describe(),
@@ -99,6 +100,20 @@ def plan_json(result: PlanResult, profiles: dict | None = None) -> dict:
                       "makespan": {"makespan_s": result.makespan["makespan_s"],
                                    "events": [_event(result, e) for e in result.makespan["events"]]}},
     }
+
+
+def caffe2_gpu_notes(result: PlanResult) -> list[str]:
+    """A note when ops sit on a GPU that real Caffe2 has no GPU kernel for (only under
+    ``--allow-gpu-only-in-placer``): the placed net then runs in placer, not in Caffe2."""
+    kinds = [d.kind for d in result.machine.devices]
+    ops = result.typed.net.ops
+    types = sorted({ops[i].type for i, d in enumerate(result.plan.placement)
+                    if kinds[d] == "gpu" and (o := registry.get(ops[i].type)) is not None
+                    and "gpu" not in o.caffe2_kinds()})
+    if not types:
+        return []
+    return [f"on a GPU where Caffe2 has no GPU kernel (--allow-gpu-only-in-placer): {', '.join(types)}; "
+            f"the placed net runs in placer run, not in Caffe2"]
 
 
 def bounded_notes(blobs: dict) -> list[str]:
