@@ -209,3 +209,15 @@ def require_complete(typed: TypedNet) -> TypedNet:
     if typed.missing:
         raise ShapeError(f"{typed.net.path}: {missing_summary(typed)}")
     return typed
+
+
+def bounded_notes(blobs: dict) -> list[str]:
+    """One note per data-dependent count (``TensorType.bound``): the plan prices its blobs
+    at the bound, which the data may not reach."""
+    groups: dict[str, list[str]] = {}
+    for name, t in blobs.items():
+        if t is not None and t.bound:
+            groups.setdefault(t.bound, []).append(name)
+    return [f"data-dependent sizes priced at their bound ({bound}): {len(names)} blob(s), e.g. "
+            f"'{names[0]}' {'x'.join(map(str, blobs[names[0]].shape))}; --proposals / --detections "
+            f"price a typical count" for bound, names in groups.items()]

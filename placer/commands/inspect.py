@@ -6,7 +6,7 @@ import sys
 from collections import Counter
 
 from placer.commands.common import add_net_arguments, load_typed_net
-from placer.shapes import missing_summary
+from placer.shapes import bounded_notes, missing_summary
 from placer.types import TypedNet, display_name, shape_str
 from placer.units import fmt_bytes
 
@@ -57,6 +57,8 @@ def run(args) -> int:
         print(format_table(rows))
         print()
         print(format_totals(totals))
+        for note in bounded_notes(typed.blobs):
+            print(f"note: {note}")
         if typed.missing:
             print("\nmissing shapes:")
             for message in typed.missing.values():
@@ -77,7 +79,8 @@ def op_rows(typed: TypedNet) -> list[dict]:
         rows.append({
             "index": op.index, "op": display_name(op.name, op.outputs),
             "type": op.type, "outputs": shape_str(outs),
-            "output_types": [None if t is None else {"shape": list(t.shape), "dtype": t.dtype}
+            "output_types": [None if t is None else {"shape": list(t.shape), "dtype": t.dtype,
+                                                     **({"bound": t.bound} if t.bound else {})}
                              for t in outs],
             "gflop": f.flops / G if have else None, "gmac": f.macs / G if have else None,
             "mb_read": f.bytes_read / MB if have else None,

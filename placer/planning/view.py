@@ -18,6 +18,7 @@ import numpy as np
 
 from placer.ops import registry
 from placer.partition.problem import device_memory
+from placer.shapes import bounded_notes
 from placer.planning.planner import PlanResult
 from placer.types import Plan
 from placer.units import fmt_bytes
@@ -114,18 +115,6 @@ def caffe2_gpu_notes(result: PlanResult) -> list[str]:
         return []
     return [f"on a GPU where Caffe2 has no GPU kernel (--allow-gpu-only-in-placer): {', '.join(types)}; "
             f"the placed net runs in placer run, not in Caffe2"]
-
-
-def bounded_notes(blobs: dict) -> list[str]:
-    """One note per data-dependent count (``TensorType.bound``): the plan prices its blobs
-    at the bound, which the data may not reach."""
-    groups: dict[str, list[str]] = {}
-    for name, t in blobs.items():
-        if t is not None and t.bound:
-            groups.setdefault(t.bound, []).append(name)
-    return [f"data-dependent sizes priced at their bound ({bound}): {len(names)} blob(s), e.g. "
-            f"'{names[0]}' {'x'.join(map(str, blobs[names[0]].shape))}; --proposals / --detections "
-            f"price a typical count" for bound, names in groups.items()]
 
 
 def gpu_kernel_field(notes: dict[int, str], devices: list[str]) -> str | dict[str, str]:
