@@ -283,3 +283,31 @@ def test_gpu_kernels_keep_to_cupy_rules(op_type, make, args):
     """On the strict cupy stand-in (tests/cupy_standin.py): see ``check_gpu_kernel``."""
     require_cupy()
     check_gpu_kernel(registry.get(op_type), make(), Args(args, op=f"#0 {op_type}"))
+
+
+SCRATCH_CASES = [
+    ("GenerateProposals", lambda: _proposal_inputs(31, 1, 50, 76), {"pre_nms_topN": 6000, "post_nms_topN": 1000}),
+    ("GenerateProposals", lambda: _proposal_inputs(32, 2, 30, 40), {"pre_nms_topN": -1, "post_nms_topN": 300,
+                                                                     "min_size": 0.0}),
+    ("CollectAndDistributeFpnRpnProposals", lambda: _fpn_inputs(33, per_level=(4000, 2000, 1000, 500, 200)),
+     {"rpn_post_nms_topN": 1000}),
+    ("CollectRpnProposals", lambda: _fpn_inputs(34, per_level=(4000, 2000, 1000, 500, 200)), {}),
+    ("DistributeFpnProposals", lambda: [_fpn_inputs(35, per_level=(5000,))[0]], {}),
+]
+
+
+@pytest.mark.parametrize("op_type,make,args", SCRATCH_CASES, ids=[f"{c[0]}{i}" for i, c in enumerate(SCRATCH_CASES)])
+def test_declared_scratch_covers_the_measured_temporaries(op_type, make, args):
+    """tracemalloc's peak during the numpy kernel, less its outputs, within ``scratch``."""
+    import tracemalloc
+    arrays = make()
+    opdef = registry.get(op_type)
+    n_out = {"GenerateProposals": 2, "CollectRpnProposals": 1, "DistributeFpnProposals": 5}.get(op_type, 6)
+    a = Args(args, op=f"#0 {op_type}", n_outputs=n_out)
+    types = opdef.infer([TensorType(x.shape, str(x.dtype)) for x in arrays], a)
+    tracemalloc.start()
+    outs = opdef.kernel(np, arrays, a)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    measured = peak - sum(o.nbytes for o in outs)
+    assert measured <= opdef.scratch_bytes([TensorType(x.shape, str(x.dtype)) for x in arrays], types, a)

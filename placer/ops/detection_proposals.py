@@ -351,19 +351,38 @@ def _collect_distribute_cost(inputs, outputs, args):
                       bytes_written=c.bytes_written + d.bytes_written)
 
 
+def _proposals_scratch(inputs, outputs, args):
+    """Measured with tracemalloc (peak less outputs; A=15, H x W 20x20 .. 100x150, topN
+    -1 .. 12000): at most 25 bytes per anchor cell (the argsort, the transposed deltas) plus
+    190 per NMS candidate (the gathered deltas, anchors, boxes, NMS temporaries); charged 28
+    and 192, plus one copy of the inputs (a GPU kernel's one read-back)."""
+    p = _ProposalArgs(args)
+    _, a, h, w = _proposal_dims(inputs, args)
+    cells = a * h * w
+    return 28 * cells + 192 * p.candidates(cells) + sum(t.nbytes for t in inputs)
+
+
+def _collect_scratch(inputs, outputs, args):
+    """The concatenated RoIs and scores and the sort order, or the 5-column copy, areas and
+    levels (tracemalloc: 34-54 bytes per input row with 7,700 or 5,000 rows): charged 40
+    bytes per input row plus 3 per byte of the largest output (a level's bound)."""
+    rows = sum(t.shape[0] for t in inputs[:len(inputs) // 2]) if len(inputs) > 1 else inputs[0].shape[0]
+    return 40 * rows + 3 * max((t.nbytes for t in outputs if t is not None), default=0)
+
+
 CPU = frozenset({"cpu"})
 BOTH = frozenset({"cpu", "gpu"})
 
 register(OpDef("GenerateProposals", _proposals_infer, _proposals_kernel, _proposals_cost,
-               devices=BOTH, caffe2_devices=BOTH, min_inputs=4, max_inputs=4, launches=3, scratch=8.0,
+               devices=BOTH, caffe2_devices=BOTH, min_inputs=4, max_inputs=4, launches=3, scratch=_proposals_scratch,
                doc="Faster R-CNN RPN proposals: top scores, anchor decoding, clip, min_size, greedy NMS "
                    "(rois (R, 5), probs (R,), R bounded by post_nms_topN per image)"))
 register(OpDef("CollectRpnProposals", _collect_infer, _collect_kernel, _collect_cost,
-               devices=CPU, caffe2_devices=CPU, min_inputs=2,
+               devices=CPU, caffe2_devices=CPU, min_inputs=2, scratch=_collect_scratch,
                doc="FPN: every level's RPN proposals, the rpn_post_nms_topN best by score"))
 register(OpDef("DistributeFpnProposals", _distribute_infer, _distribute_kernel, _distribute_cost,
-               devices=CPU, caffe2_devices=CPU, min_inputs=1, max_inputs=1,
+               devices=CPU, caffe2_devices=CPU, min_inputs=1, max_inputs=1, scratch=_collect_scratch,
                doc="FPN: RoIs to their levels by scale, and the permutation restoring their order"))
 register(OpDef("CollectAndDistributeFpnRpnProposals", _collect_distribute_infer, _collect_distribute_kernel,
-               _collect_distribute_cost, devices=CPU, caffe2_devices=CPU, min_inputs=2,
+               _collect_distribute_cost, devices=CPU, caffe2_devices=CPU, min_inputs=2, scratch=_collect_scratch,
                doc="FPN: CollectRpnProposals then DistributeFpnProposals in one op"))
