@@ -111,8 +111,9 @@ def test_generate_proposals_nms_thres_spelling_is_ignored_as_caffe2_does():
     name does."""
     arrays = _proposal_inputs(7, 1, 24, 24)
     base = {"pre_nms_topN": 3000, "post_nms_topN": 400, "min_size": 0.0}
-    old = caffe2_run("GenerateProposals", arrays, {**base, "nms_thres": 0.3}, 2)
-    (rois, probs), _ = ours("GenerateProposals", arrays, {**base, "nms_thres": 0.3}, 2)
+    frcnn = {**base, "nms_thres": 0.3, "correct_transform_coords": 1}   # as frcnn_r50c4 spells them
+    old = caffe2_run("GenerateProposals", arrays, frcnn, 2)
+    (rois, probs), _ = ours("GenerateProposals", arrays, frcnn, 2)
     (default_rois, _), _ = ours("GenerateProposals", arrays, {**base, "nms_thresh": 0.7}, 2)
     (strict_rois, _), _ = ours("GenerateProposals", arrays, {**base, "nms_thresh": 0.3}, 2)
     np.testing.assert_array_equal(probs, old[1])
@@ -137,6 +138,18 @@ def test_generate_proposals_tied_scores_agree_as_sets():
     np.testing.assert_array_equal(probs, want[1])              # scores still descending, ties equal
     key = lambda r: np.lexsort(np.round(r, 2).T[::-1])         # noqa: E731
     np.testing.assert_allclose(rois[key(rois)], want[0][key(want[0])], **COORD_TOL)
+
+
+@pytest.mark.caffe2
+def test_caffe2_refuses_per_cell_anchors_too():
+    """Anchors (H, W, A, 4): Caffe2 1.8.1 takes box_dim from the anchors' second dimension
+    and fails its bbox_deltas check; placer refuses them in shape inference."""
+    arrays = _proposal_inputs(9, 1, 4, 5, anchors=_anchors(sizes=(32,), ratios=(0.5, 1.0, 2.0)))
+    arrays[3] = np.broadcast_to(arrays[3], (4, 5, 3, 4)).copy()
+    with pytest.raises(AssertionError, match="bbox_deltas"):
+        caffe2_run("GenerateProposals", arrays, {}, 2)
+    with pytest.raises(ShapeError, match="anchors must be"):
+        ours("GenerateProposals", arrays, {}, 2)
 
 
 def test_generate_proposals_bounds_and_cost():
