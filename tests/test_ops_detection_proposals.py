@@ -324,3 +324,23 @@ def test_declared_scratch_covers_the_measured_temporaries(op_type, make, args):
     tracemalloc.stop()
     measured = peak - sum(o.nbytes for o in outs)
     assert measured <= opdef.scratch_bytes([TensorType(x.shape, str(x.dtype)) for x in arrays], types, a)
+
+
+@pytest.mark.caffe2
+def test_empty_results_match_caffe2():
+    """Every box below min_size: no proposals, (0, 5) and (0,); FPN levels that get no RoI
+    and an input level without proposals come out empty as Caffe2's do."""
+    arrays = _proposal_inputs(41, 2, 8, 8)
+    args = {"min_size": 10000.0}
+    want = caffe2_run("GenerateProposals", arrays, args, 2)
+    (rois, probs), _ = ours("GenerateProposals", arrays, args, 2)
+    assert rois.shape == want[0].shape == (0, 5) and probs.shape == want[1].shape == (0,)
+    fpn = _fpn_inputs(42, per_level=(40, 0, 30, 0, 10))
+    for r in fpn[:5]:                  # every RoI small: all to level 2 (others empty)
+        r[:, 3:] = r[:, 1:3] + 10
+    want = caffe2_run("CollectAndDistributeFpnRpnProposals", fpn, {}, 6)
+    got, _ = ours("CollectAndDistributeFpnRpnProposals", fpn, {}, 6)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+    assert [len(x) for x in got[1:5]] == [80, 0, 0, 0]
