@@ -344,3 +344,26 @@ def test_empty_results_match_caffe2():
         assert g.shape == w.shape
         np.testing.assert_array_equal(g, w)
     assert [len(x) for x in got[1:5]] == [80, 0, 0, 0]
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["cpu", "emulated_gpu"])
+def test_proposals_run_in_a_net(gpu):
+    """GenerateProposals (on the CPU or an emulated GPU) feeding DistributeFpnProposals (CPU
+    only) through the executor: the blobs have the kernels' actual sizes, not the bounds."""
+    from test_runtime import make_net, op
+    from placer.runtime.executor import Executor
+    arrays = _proposal_inputs(51, 1, 20, 24)
+    feed = dict(zip(["scores", "deltas", "im_info", "anchors"], arrays))
+    dev = 1 if gpu else None
+    ops = [op("GenerateProposals", list(feed), ["rois", "probs"], dev, post_nms_topN=250, min_size=0.0)]
+    if gpu:
+        ops.append(op("CopyGPUToCPU", ["rois"], ["rois_host"], 1))
+    ops.append(op("DistributeFpnProposals", ["rois_host" if gpu else "rois"],
+                  ["fpn2", "fpn3", "fpn4", "fpn5", "restore"]))
+    out = Executor(make_net(ops, list(feed), ["probs", "fpn2", "fpn3", "fpn4", "fpn5", "restore"]),
+                   emulate_gpu=gpu).run(feed)
+    (rois, probs), _ = ours("GenerateProposals", arrays, {"post_nms_topN": 250, "min_size": 0.0}, 2)
+    np.testing.assert_array_equal(np.asarray(out["probs"]), probs)
+    assert len(probs) == 250
+    levels = [np.asarray(out[f"fpn{k}"]) for k in range(2, 6)]
+    np.testing.assert_array_equal(np.concatenate(levels)[np.asarray(out["restore"])], rois)
