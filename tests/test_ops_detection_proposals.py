@@ -2,14 +2,18 @@
 real Caffe2 (torch 1.8.1) on the same inputs, and their shapes, bounds, costs and errors."""
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 from caffe2_oracle import run_caffe2
 from conftest import require_cupy
 from cupy_standin import check_gpu_kernel
+from test_runtime import make_net, op
 
 from placer.errors import ArgumentError, ShapeError
 from placer.ops import registry
+from placer.runtime.executor import Executor
 from placer.types import Args, TensorType
 
 STRIDE = 16
@@ -312,7 +316,6 @@ SCRATCH_CASES = [
 @pytest.mark.parametrize("op_type,make,args", SCRATCH_CASES, ids=[f"{c[0]}{i}" for i, c in enumerate(SCRATCH_CASES)])
 def test_declared_scratch_covers_the_measured_temporaries(op_type, make, args):
     """tracemalloc's peak during the numpy kernel, less its outputs, within ``scratch``."""
-    import tracemalloc
     arrays = make()
     opdef = registry.get(op_type)
     n_out = {"GenerateProposals": 2, "CollectRpnProposals": 1, "DistributeFpnProposals": 5}.get(op_type, 6)
@@ -350,8 +353,6 @@ def test_empty_results_match_caffe2():
 def test_proposals_run_in_a_net(gpu):
     """GenerateProposals (on the CPU or an emulated GPU) feeding DistributeFpnProposals (CPU
     only) through the executor: the blobs have the kernels' actual sizes, not the bounds."""
-    from test_runtime import make_net, op
-    from placer.runtime.executor import Executor
     arrays = _proposal_inputs(51, 1, 20, 24)
     feed = dict(zip(["scores", "deltas", "im_info", "anchors"], arrays))
     dev = 1 if gpu else None
