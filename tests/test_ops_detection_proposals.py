@@ -156,6 +156,41 @@ def test_caffe2_refuses_per_cell_anchors_too():
         ours("GenerateProposals", arrays, {}, 2)
 
 
+def _rotated_anchors(sizes=(32, 64, 128, 256, 512), angles=(-60.0, 0.0, 60.0)) -> np.ndarray:
+    """Rotated anchors (cx, cy, w, h, angle): one per size and angle (A = 15), 2:1 boxes."""
+    ctr = (STRIDE - 1) / 2.0
+    return np.array([[ctr, ctr, s * 1.4, s * 0.7, t] for s in sizes for t in angles], np.float32)
+
+
+ROTATED_CASES = [
+    (61, 1, 20, 24, {"pre_nms_topN": 2000, "post_nms_topN": 300, "nms_thresh": 0.7, "min_size": 16.0}),
+    (62, 2, 20, 20, {"pre_nms_topN": 1000, "post_nms_topN": 100, "nms_thresh": 0.5, "min_size": 0.0,
+                     "clip_angle_thresh": 5.0}),
+    (63, 1, 22, 20, {"pre_nms_topN": 500, "post_nms_topN": -1, "nms_thresh": 0.6, "min_size": 8.0,
+                     "angle_bound_on": 0, "clip_angle_thresh": -1.0}),
+]
+
+
+@pytest.mark.caffe2
+@pytest.mark.parametrize("seed,n,h,w,args", ROTATED_CASES, ids=[f"rotated{c[0]}" for c in ROTATED_CASES])
+def test_generate_proposals_rotated_matches_caffe2(seed, n, h, w, args):
+    """Rotated boxes (anchors (A, 5), deltas (N, 5A, H, W)): rois (R, 6). The rotated
+    intersection areas come from a different summation (angle order about the centroid, in
+    float64, where Caffe2 runs a Graham scan in float32), so the coordinates are held to
+    COORD_TOL and the angles (degrees, up to 180) to 1e-4 relative."""
+    arrays = _proposal_inputs(seed, n, h, w, anchors=_rotated_anchors())
+    rng = np.random.default_rng(seed)
+    arrays[1] = (rng.standard_normal((n, 5 * 15, h, w)) * 0.3).astype(np.float32)
+    want = caffe2_run("GenerateProposals", arrays, args, 2)
+    (rois, probs), types = ours("GenerateProposals", arrays, args, 2)
+    assert rois.shape == want[0].shape and rois.shape[1] == 6 and len(rois) > 0
+    np.testing.assert_array_equal(probs, want[1])
+    np.testing.assert_array_equal(rois[:, 0], want[0][:, 0])
+    np.testing.assert_allclose(rois[:, 1:5], want[0][:, 1:5], **COORD_TOL)
+    np.testing.assert_allclose(rois[:, 5], want[0][:, 5], rtol=1e-4, atol=1e-4)
+    assert types[0].shape[1] == 6
+
+
 def test_generate_proposals_bounds_and_cost():
     opdef = registry.get("GenerateProposals")
     ins = [TensorType((2, 15, 50, 40)), TensorType((2, 60, 50, 40)), TensorType((2, 3)), TensorType((15, 4))]
@@ -176,7 +211,7 @@ def test_generate_proposals_bounds_and_cost():
     assert opdef.devices == opdef.caffe2_devices == frozenset({"cpu", "gpu"})
 
 
-def test_generate_proposals_refuses_bad_shapes_and_rotated_boxes():
+def test_generate_proposals_shapes_errors_and_angle_bounds():
     opdef = registry.get("GenerateProposals")
     a = Args({}, op="#3 GenerateProposals")
     good = [TensorType((1, 15, 4, 4)), TensorType((1, 60, 4, 4)), TensorType((1, 3)), TensorType((15, 4))]
@@ -188,8 +223,12 @@ def test_generate_proposals_refuses_bad_shapes_and_rotated_boxes():
         opdef.infer(good[:3] + [TensorType((4, 4, 15, 4))], a)   # (H, W, A, 4): Caffe2 1.8.1 refuses it too
     with pytest.raises(ShapeError, match="4-D"):
         opdef.infer([TensorType((15, 4, 4))] + good[1:], a)
-    with pytest.raises(ArgumentError, match="#3 GenerateProposals.*rotated.*angle_bound_on"):
-        opdef.infer([good[0], TensorType((1, 75, 4, 4)), good[2], TensorType((15, 5))], a)
+    rotated = [good[0], TensorType((1, 75, 4, 4)), good[2], TensorType((15, 5))]
+    assert [t.shape for t in opdef.infer(rotated, a)] == [(240, 6), (240,)]
+    with pytest.raises(ShapeError, match="bbox_deltas must be \\(N, 5A, H, W\\)"):
+        opdef.infer([good[0], good[1], good[2], TensorType((15, 5))], a)
+    with pytest.raises(ArgumentError, match="#3 GenerateProposals.*angle_bound_hi - angle_bound_lo"):
+        opdef.infer(rotated, Args({"angle_bound_lo": -90, "angle_bound_hi": 0}, op="#3 GenerateProposals"))
 
 
 # ---------------------------------------------------------------- FPN ops
@@ -292,10 +331,14 @@ def test_fpn_shape_errors_bounds_and_devices():
 KERNEL_CASES = [
     ("GenerateProposals", lambda: _proposal_inputs(21, 2, 6, 5),
      {"pre_nms_topN": 200, "post_nms_topN": 50, "min_size": 0.0}),
+    ("GenerateProposals", lambda: [_proposal_inputs(22, 1, 4, 5, anchors=_rotated_anchors())[k] if k != 1 else
+                                   np.random.default_rng(22).standard_normal((1, 75, 4, 5)).astype(np.float32)
+                                   for k in range(4)],
+     {"pre_nms_topN": 100, "post_nms_topN": 30, "min_size": 0.0}),
 ]
 
 
-@pytest.mark.parametrize("op_type,make,args", KERNEL_CASES, ids=[c[0] for c in KERNEL_CASES])
+@pytest.mark.parametrize("op_type,make,args", KERNEL_CASES, ids=["upright", "rotated"])
 def test_gpu_kernels_keep_to_cupy_rules(op_type, make, args):
     """On the strict cupy stand-in (tests/cupy_standin.py): see ``check_gpu_kernel``."""
     require_cupy()

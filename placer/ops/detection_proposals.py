@@ -16,9 +16,13 @@ generate_proposals_op_util_nms.h, collect_and_distribute_fpn_rpn_proposals_op.cc
   <= the threshold), stopping after ``post_nms_topN`` when that is > 0. ``legacy_plus_one``
   (default 1) adds the +1 of the old pixel convention to widths and heights. Arguments
   Caffe2 1.8.1 does not read are ignored as it ignores them: the old spelling
-  ``nms_thres`` (the default 0.7 applies) and ``correct_transform_coords``. Rotated boxes
-  (anchors (A, 5), the ``angle_bound_*`` / ``clip_angle_thresh`` arguments) are refused with
-  an ArgumentError; anchors (H, W, A, 4) are refused as Caffe2 1.8.1 refuses them.
+  ``nms_thres`` (the default 0.7 applies) and ``correct_transform_coords``. Anchors
+  (H, W, A, 4) are refused as Caffe2 1.8.1 refuses them.
+  Rotated boxes (RRPN): anchors (A, 5) = (cx, cy, w, h, angle in degrees), deltas
+  (N, 5A, H, W), rois (R, 6). The angle delta is in radians; with ``angle_bound_on``
+  (default 1) angles are wrapped into [``angle_bound_lo``, ``angle_bound_hi``] (-90, 90);
+  boxes within ``clip_angle_thresh`` (1.0) degrees of upright are clipped as upright ones,
+  the others not; no +1 in their widths; NMS on the rotated intersection areas.
 - ``CollectRpnProposals`` (rpn_rois_fpn<min..max>, rpn_roi_probs_fpn<min..max>) -> rois:
   every level's proposals, the ``rpn_post_nms_topN`` best by score (ties by position: the
   comparator Caffe2 sorts with).
@@ -102,31 +106,35 @@ class _ProposalArgs:
         return k, "A*H*W"
 
 
-def _proposal_dims(inputs, args) -> tuple[int, int, int, int]:
+def _proposal_dims(inputs, args) -> tuple[int, int, int, int, int]:
+    """(N, A, H, W, box_dim): box_dim 4 for upright boxes, 5 for rotated ones (RRPN)."""
     scores, deltas, im_info, anchors = inputs[:4]
     if scores.ndim != 4:
         raise _fail(args, "GenerateProposals", inputs, "scores must be 4-D (N, A, H, W)")
     n, a, h, w = scores.shape
-    if anchors.ndim == 2 and anchors.shape[1] == 5:
-        raise ArgumentError(f"op {args.op}: GenerateProposals with rotated boxes (anchors (A, 5), "
-                            f"arguments angle_bound_on/angle_bound_lo/angle_bound_hi/"
-                            f"clip_angle_thresh) is not supported")
-    if anchors.shape != (a, 4):
-        raise _fail(args, "GenerateProposals", inputs, f"anchors must be (A, 4) = ({a}, 4)")
-    if deltas.shape != (n, 4 * a, h, w):
-        raise _fail(args, "GenerateProposals", inputs, f"bbox_deltas must be (N, 4A, H, W) = "
-                    f"({n}, {4 * a}, {h}, {w})")
+    box = anchors.shape[1] if anchors.ndim == 2 and anchors.shape[1] in (4, 5) else 4
+    if anchors.shape != (a, box):
+        raise _fail(args, "GenerateProposals", inputs, f"anchors must be (A, 4) or (A, 5) = ({a}, 4)")
+    if deltas.shape != (n, box * a, h, w):
+        raise _fail(args, "GenerateProposals", inputs, f"bbox_deltas must be (N, {box}A, H, W) = "
+                    f"({n}, {box * a}, {h}, {w})")
     if im_info.shape != (n, 3):
         raise _fail(args, "GenerateProposals", inputs, f"im_info must be (N, 3) = ({n}, 3)")
-    return n, a, h, w
+    if box == 5 and args.bool("angle_bound_on", True):
+        lo, hi = args.int("angle_bound_lo", -90), args.int("angle_bound_hi", 90)
+        if hi - lo <= 0 or (hi - lo) % 180:
+            raise ArgumentError(f"op {args.op}: GenerateProposals angle_bound_hi - angle_bound_lo "
+                                f"({hi} - {lo}) must be a positive multiple of 180")
+    return n, a, h, w, box
 
 
 def _proposals_infer(inputs, args):
     p = _ProposalArgs(args)
-    n, a, h, w = _proposal_dims(inputs, args)
+    n, a, h, w, box = _proposal_dims(inputs, args)
     rows, why = p.per_image(a * h * w)
     bound = f"GenerateProposals {why}"
-    return [TensorType((n * rows, 5), "float32", bound=bound), TensorType((n * rows,), "float32", bound=bound)]
+    return [TensorType((n * rows, box + 1), "float32", bound=bound),
+            TensorType((n * rows,), "float32", bound=bound)]
 
 
 def _nms(boxes: np.ndarray, order: np.ndarray, thresh: float, top_n: int, plus_one: float) -> list[int]:
@@ -152,34 +160,142 @@ def _nms(boxes: np.ndarray, order: np.ndarray, thresh: float, top_n: int, plus_o
     return keep
 
 
-def _one_image(p: _ProposalArgs, scores, deltas, im_info, anchors) -> tuple[np.ndarray, np.ndarray]:
-    """Boxes (k, 4) and scores (k,) of one image (scores (A, H, W), deltas (4A, H, W))."""
+def _rect_vertices(r: np.ndarray) -> np.ndarray:
+    """(M, 4, 2) corners of rotated boxes (M, 5) = (cx, cy, w, h, angle in degrees), in
+    Caffe2's RotatedRect order (its angle is the box's, negated)."""
+    theta = -r[:, 4].astype(np.float64) * 0.01745329251
+    b, a = np.cos(theta) * 0.5, np.sin(theta) * 0.5
+    cx, cy, w, h = (r[:, k].astype(np.float64) for k in range(4))
+    p0 = np.stack([cx - a * h - b * w, cy + b * h - a * w], axis=-1)
+    p1 = np.stack([cx + a * h - b * w, cy - b * h - a * w], axis=-1)
+    c = np.stack([cx, cy], axis=-1)
+    return np.stack([p0, p1, 2 * c - p0, 2 * c - p1], axis=1)
+
+
+def _cross(u, v):
+    return u[..., 0] * v[..., 1] - u[..., 1] * v[..., 0]
+
+
+def _inside(points, corners):
+    """(M, 4) whether each of 4 points lies in the rectangle of its row's corners."""
+    ab, da = corners[:, 1] - corners[:, 0], corners[:, 0] - corners[:, 3]
+    ap = points - corners[:, None, 0]
+    u, v = np.einsum("mkd,md->mk", ap, ab), -np.einsum("mkd,md->mk", ap, da)
+    return (u >= 0) & (v >= 0) & (u <= (ab * ab).sum(-1)[:, None]) & (v <= (da * da).sum(-1)[:, None])
+
+
+def _rotated_intersections(one: np.ndarray, rest: np.ndarray) -> np.ndarray:
+    """Areas of the intersections of rotated box ``one`` (5,) with each of ``rest`` (M, 5):
+    Caffe2's rotated_rect_intersection (edge crossings, corners inside the other box, the
+    convex hull's area; none with 2 points or fewer). The hull is the points' polygon in
+    angle order about their centroid (the intersection of two rectangles is convex)."""
+    m = rest.shape[0]
+    p1 = np.broadcast_to(_rect_vertices(one[None]), (m, 4, 2))
+    p2 = _rect_vertices(rest)
+    v1, v2 = np.roll(p1, -1, axis=1) - p1, np.roll(p2, -1, axis=1) - p2
+    det = _cross(v2[:, None, :, :], v1[:, :, None, :])                 # (M, i, j)
+    d12 = p2[:, None, :, :] - p1[:, :, None, :]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t1 = _cross(v2[:, None, :, :], d12) / det
+        t2 = _cross(v1[:, :, None, :], d12) / det
+        crossings = p1[:, :, None, :] + t1[..., None] * v1[:, :, None, :]
+    cross_ok = (np.abs(det) > 1e-14) & (t1 >= 0) & (t1 <= 1) & (t2 >= 0) & (t2 <= 1)
+    pts = np.concatenate([crossings.reshape(m, 16, 2), p1, p2], axis=1)     # (M, 24, 2)
+    ok = np.concatenate([cross_ok.reshape(m, 16), _inside(p1, p2), _inside(p2, p1)], axis=1)
+    count = ok.sum(axis=1)
+    centre = np.where(ok[..., None], pts, 0).sum(axis=1) / np.maximum(count, 1)[:, None]
+    rel = pts - centre[:, None, :]
+    angle = np.where(ok, np.arctan2(rel[..., 1], rel[..., 0]), np.inf)
+    order = np.argsort(angle, axis=1)
+    rel = np.take_along_axis(rel, order[..., None], axis=1)
+    valid = np.take_along_axis(ok, order, axis=1)
+    rel = np.where(valid[..., None], rel, rel[:, :1])                 # pad with the first point
+    area = np.abs(_cross(rel, np.roll(rel, -1, axis=1)).sum(axis=1)) / 2.0
+    return np.where(count > 2, area, 0.0)
+
+
+def _nms_rotated(boxes: np.ndarray, order: np.ndarray, thresh: float, top_n: int) -> list[int]:
+    """Caffe2's nms_cpu_rotated: as ``_nms`` with rotated intersections, areas w * h."""
+    areas = boxes[:, 2] * boxes[:, 3]
+    thresh = np.float32(thresh)
+    keep: list[int] = []
+    while order.size:
+        if 0 <= top_n <= len(keep):
+            break
+        i = int(order[0])
+        keep.append(i)
+        rest = order[1:]
+        inter = _rotated_intersections(boxes[i], boxes[rest]).astype(np.float32)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ovr = inter / (areas[i] + areas[rest] - inter)
+        order = rest[ovr <= thresh]
+    return keep
+
+
+def _decode_rotated(p: _ProposalArgs, anc, d, im_info, args: Args) -> np.ndarray:
+    """bbox_transform_rotated, then clip_boxes_rotated (boxes within ``clip_angle_thresh``
+    degrees of upright are clipped as upright ones)."""
+    dw, dh = np.minimum(d[:, 2], BBOX_XFORM_CLIP), np.minimum(d[:, 3], BBOX_XFORM_CLIP)
+    boxes = np.stack([d[:, 0] * anc[:, 2] + anc[:, 0], d[:, 1] * anc[:, 3] + anc[:, 1],
+                      np.exp(dw) * anc[:, 2], np.exp(dh) * anc[:, 3],
+                      (d[:, 4].astype(np.float64) * 180.0 / math.pi).astype(np.float32) + anc[:, 4]], axis=1)
+    if args.bool("angle_bound_on", True):
+        lo, hi = args.int("angle_bound_lo", -90), args.int("angle_bound_hi", 90)
+        ang = boxes[:, 4]
+        boxes[:, 4] = np.where(ang < lo, ang + np.float32(hi - lo), np.where(ang > hi, ang - np.float32(hi - lo), ang))
+    upright = np.abs(boxes[:, 4]) <= np.float32(args.float("clip_angle_thresh", 1.0))
+    one, two = np.float32(p.plus_one), np.float32(2.0)
+    u = boxes[upright]
+    xyxy = np.stack([u[:, 0] - (u[:, 2] - one) / two, u[:, 1] - (u[:, 3] - one) / two,
+                     u[:, 0] + (u[:, 2] - one) / two, u[:, 1] + (u[:, 3] - one) / two], axis=1)
+    im_h, im_w = int(im_info[0]), int(im_info[1])
+    xyxy[:, 0::2] = np.maximum(np.minimum(xyxy[:, 0::2], np.float32(im_w - p.plus_one)), np.float32(0))
+    xyxy[:, 1::2] = np.maximum(np.minimum(xyxy[:, 1::2], np.float32(im_h - p.plus_one)), np.float32(0))
+    u[:, 0], u[:, 1] = (xyxy[:, 0] + xyxy[:, 2]) / two, (xyxy[:, 1] + xyxy[:, 3]) / two
+    u[:, 2], u[:, 3] = xyxy[:, 2] - xyxy[:, 0] + one, xyxy[:, 3] - xyxy[:, 1] + one
+    boxes[upright] = u
+    return boxes
+
+
+def _one_image(p: _ProposalArgs, scores, deltas, im_info, anchors, args: Args) -> tuple[np.ndarray, np.ndarray]:
+    """Boxes (k, 4 or 5) and scores (k,) of one image (scores (A, H, W), deltas (box A, H, W))."""
     a, h, w = scores.shape
+    box = anchors.shape[1]
     flat = scores.reshape(-1)
     order = np.argsort(-flat, kind="stable")[:p.candidates(flat.size)]   # (A, H, W) order
     best = flat[order]
-    d = deltas.reshape(a, 4, h * w).transpose(1, 0, 2).reshape(4, -1)[:, order].T      # (k, 4)
+    d = deltas.reshape(a, box, h * w).transpose(1, 0, 2).reshape(box, -1)[:, order].T   # (k, box)
     cell_a, cell = order // (h * w), order % (h * w)
     stride = np.float32(1.0) / np.float32(p.spatial_scale)
     sx = (cell % w).astype(np.float32) * stride
     sy = (cell // w).astype(np.float32) * stride
-    anc = anchors[cell_a] + np.stack([sx, sy, sx, sy], axis=1)
-    one, half = np.float32(p.plus_one), np.float32(0.5)
-    widths, heights = anc[:, 2] - anc[:, 0] + one, anc[:, 3] - anc[:, 1] + one
-    ctr_x, ctr_y = anc[:, 0] + half * widths, anc[:, 1] + half * heights
-    dw, dh = np.minimum(d[:, 2], BBOX_XFORM_CLIP), np.minimum(d[:, 3], BBOX_XFORM_CLIP)
-    px, py = d[:, 0] * widths + ctr_x, d[:, 1] * heights + ctr_y
-    pw, ph = np.exp(dw) * widths, np.exp(dh) * heights
-    boxes = np.stack([px - half * pw, py - half * ph, px + half * pw - one, py + half * ph - one], axis=1)
-    im_h, im_w = int(im_info[0]), int(im_info[1])          # Caffe2 passes them as int
-    boxes[:, 0::2] = np.maximum(np.minimum(boxes[:, 0::2], np.float32(im_w - p.plus_one)), np.float32(0))
-    boxes[:, 1::2] = np.maximum(np.minimum(boxes[:, 1::2], np.float32(im_h - p.plus_one)), np.float32(0))
+    zero = np.zeros_like(sx)
+    shift = [sx, sy, sx, sy] if box == 4 else [sx, sy, zero, zero, zero]
+    anc = anchors[cell_a] + np.stack(shift, axis=1)
+    if box == 5:
+        boxes = _decode_rotated(p, anc, d, im_info, args)
+        ws, hs, xc, yc = boxes[:, 2], boxes[:, 3], boxes[:, 0], boxes[:, 1]
+    else:
+        one, half = np.float32(p.plus_one), np.float32(0.5)
+        widths, heights = anc[:, 2] - anc[:, 0] + one, anc[:, 3] - anc[:, 1] + one
+        ctr_x, ctr_y = anc[:, 0] + half * widths, anc[:, 1] + half * heights
+        dw, dh = np.minimum(d[:, 2], BBOX_XFORM_CLIP), np.minimum(d[:, 3], BBOX_XFORM_CLIP)
+        px, py = d[:, 0] * widths + ctr_x, d[:, 1] * heights + ctr_y
+        pw, ph = np.exp(dw) * widths, np.exp(dh) * heights
+        boxes = np.stack([px - half * pw, py - half * ph, px + half * pw - one, py + half * ph - one], axis=1)
+        im_h, im_w = int(im_info[0]), int(im_info[1])          # Caffe2 passes them as int
+        boxes[:, 0::2] = np.maximum(np.minimum(boxes[:, 0::2], np.float32(im_w - p.plus_one)), np.float32(0))
+        boxes[:, 1::2] = np.maximum(np.minimum(boxes[:, 1::2], np.float32(im_h - p.plus_one)), np.float32(0))
+        ws, hs = boxes[:, 2] - boxes[:, 0] + one, boxes[:, 3] - boxes[:, 1] + one
+        xc, yc = boxes[:, 0] + ws / np.float32(2), boxes[:, 1] + hs / np.float32(2)
     min_size = np.float32(float(p.min_size) * float(im_info[2]))
-    ws, hs = boxes[:, 2] - boxes[:, 0] + one, boxes[:, 3] - boxes[:, 1] + one
-    xc, yc = boxes[:, 0] + ws / np.float32(2), boxes[:, 1] + hs / np.float32(2)
     keep = np.nonzero((ws >= min_size) & (hs >= min_size) & (xc < im_info[1]) & (yc < im_info[0]))[0]
     top_n = p.post if 0 < p.post < keep.size else -1
-    kept = np.asarray(_nms(boxes, keep, p.nms_thresh, top_n, p.plus_one), dtype=np.int64)
+    if box == 5:
+        kept = _nms_rotated(boxes, keep, p.nms_thresh, top_n)
+    else:
+        kept = _nms(boxes, keep, p.nms_thresh, top_n, p.plus_one)
+    kept = np.asarray(kept, dtype=np.int64)
     return boxes[kept], best[kept]
 
 
@@ -191,10 +307,10 @@ def _proposals_kernel(xp, inputs, args):
     scores, deltas, im_info, anchors = _to_host(xp, inputs[:4])
     rois, probs = [], []
     for i in range(scores.shape[0]):
-        boxes, best = _one_image(p, scores[i], deltas[i], im_info[i], anchors)
+        boxes, best = _one_image(p, scores[i], deltas[i], im_info[i], anchors, args)
         rois.append(np.concatenate([np.full((len(boxes), 1), i, np.float32), boxes], axis=1))
         probs.append(best)
-    out_rois = np.concatenate(rois).astype(np.float32) if rois else np.zeros((0, 5), np.float32)
+    out_rois = np.concatenate(rois).astype(np.float32) if rois else np.zeros((0, anchors.shape[1] + 1), np.float32)
     out_probs = np.concatenate(probs).astype(np.float32) if probs else np.zeros((0,), np.float32)
     return xp.asarray(out_rois), xp.asarray(out_probs)
 
@@ -203,7 +319,7 @@ def _proposals_cost(inputs, outputs, args):
     """Sorting A*H*W scores per image, decoding, clipping and filtering the candidates, and
     the NMS overlaps: at most every kept box against every candidate (the bound)."""
     p = _ProposalArgs(args)
-    n, a, h, w = _proposal_dims(inputs, args)
+    n, a, h, w, _ = _proposal_dims(inputs, args)
     cells = a * h * w
     k = p.candidates(cells)
     kept, _ = p.per_image(cells)
@@ -357,7 +473,7 @@ def _proposals_scratch(inputs, outputs, args):
     190 per NMS candidate (the gathered deltas, anchors, boxes, NMS temporaries); charged 28
     and 192, plus one copy of the inputs (a GPU kernel's one read-back)."""
     p = _ProposalArgs(args)
-    _, a, h, w = _proposal_dims(inputs, args)
+    _, a, h, w, _ = _proposal_dims(inputs, args)
     cells = a * h * w
     return 28 * cells + 192 * p.candidates(cells) + sum(t.nbytes for t in inputs)
 
