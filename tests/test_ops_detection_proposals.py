@@ -345,7 +345,15 @@ def test_gpu_kernels_keep_to_cupy_rules(op_type, make, args):
     check_gpu_kernel(registry.get(op_type), make(), Args(args, op=f"#0 {op_type}"))
 
 
+def _rotated_inputs(seed, n, h, w):
+    arrays = _proposal_inputs(seed, n, h, w, anchors=_rotated_anchors())
+    arrays[1] = (np.random.default_rng(seed).standard_normal((n, 75, h, w)) * 0.3).astype(np.float32)
+    return arrays
+
+
 SCRATCH_CASES = [
+    ("GenerateProposals", lambda: _rotated_inputs(36, 1, 12, 14), {"pre_nms_topN": 1000, "post_nms_topN": 200,
+                                                                    "min_size": 0.0}),
     ("GenerateProposals", lambda: _proposal_inputs(31, 1, 50, 76), {"pre_nms_topN": 6000, "post_nms_topN": 1000}),
     ("GenerateProposals", lambda: _proposal_inputs(32, 2, 30, 40), {"pre_nms_topN": -1, "post_nms_topN": 300,
                                                                      "min_size": 0.0}),

@@ -57,6 +57,7 @@ from placer.types import Args, OpFeatures, TensorType, shape_str
 BBOX_XFORM_CLIP = np.float32(math.log(1000.0 / 16.0))
 DECODE_FLOPS_PER_BOX = 24   # shift, width/height/centre, 2 exp, 4 corners, 8 clip, 6 filter
 IOU_FLOPS = 12              # 4 min/max, 2 widths, intersection, union, divide, compare
+ROTATED_IOU_FLOPS = 600     # 8 corners, 16 edge crossings (~20 each), 8 inside tests, 24-point hull
 LEVEL_FLOPS_PER_ROI = 8     # area, sqrt, divide, log, floor, clip
 
 
@@ -319,12 +320,12 @@ def _proposals_cost(inputs, outputs, args):
     """Sorting A*H*W scores per image, decoding, clipping and filtering the candidates, and
     the NMS overlaps: at most every kept box against every candidate (the bound)."""
     p = _ProposalArgs(args)
-    n, a, h, w, _ = _proposal_dims(inputs, args)
+    n, a, h, w, box = _proposal_dims(inputs, args)
     cells = a * h * w
     k = p.candidates(cells)
     kept, _ = p.per_image(cells)
     select = cells * (1 + math.log2(max(k, 2)))
-    nms = IOU_FLOPS * kept * k
+    nms = (IOU_FLOPS if box == 4 else ROTATED_IOU_FLOPS) * kept * k
     read, written = io_bytes(inputs, outputs)
     return OpFeatures(flops=float(n * (select + DECODE_FLOPS_PER_BOX * k + nms)),
                       bytes_read=read, bytes_written=written)
@@ -471,11 +472,14 @@ def _proposals_scratch(inputs, outputs, args):
     """Measured with tracemalloc (peak less outputs; A=15, H x W 20x20 .. 100x150, topN
     -1 .. 12000): at most 25 bytes per anchor cell (the argsort, the transposed deltas) plus
     190 per NMS candidate (the gathered deltas, anchors, boxes, NMS temporaries); charged 28
-    and 192, plus one copy of the inputs (a GPU kernel's one read-back)."""
+    and 192, plus one copy of the inputs (a GPU kernel's one read-back). Rotated boxes:
+    2,700-3,100 bytes per candidate (the 24 intersection points of every pair of one NMS
+    step, float64), charged 3,300."""
     p = _ProposalArgs(args)
-    _, a, h, w, _ = _proposal_dims(inputs, args)
+    _, a, h, w, box = _proposal_dims(inputs, args)
     cells = a * h * w
-    return 28 * cells + 192 * p.candidates(cells) + sum(t.nbytes for t in inputs)
+    per = 192 if box == 4 else 3300
+    return 28 * cells + per * p.candidates(cells) + sum(t.nbytes for t in inputs)
 
 
 def _collect_scratch(inputs, outputs, args):
