@@ -22,7 +22,9 @@ generate_proposals_op_util_nms.h, collect_and_distribute_fpn_rpn_proposals_op.cc
   (N, 5A, H, W), rois (R, 6). The angle delta is in radians; with ``angle_bound_on``
   (default 1) angles are wrapped into [``angle_bound_lo``, ``angle_bound_hi``] (-90, 90);
   boxes within ``clip_angle_thresh`` (1.0) degrees of upright are clipped as upright ones,
-  the others not; no +1 in their widths; NMS on the rotated intersection areas.
+  the others not; no +1 in their widths; NMS on the rotated intersection areas (vectorised
+  over the candidates of each NMS step, but still about 9 s for 6,000 candidates and 1,000
+  kept of large anchors on one core, against 0.05 s upright).
 - ``CollectRpnProposals`` (rpn_rois_fpn<min..max>, rpn_roi_probs_fpn<min..max>) -> rois:
   every level's proposals, the ``rpn_post_nms_topN`` best by score (ties by position: the
   comparator Caffe2 sorts with).
@@ -216,8 +218,11 @@ def _rotated_intersections(one: np.ndarray, rest: np.ndarray) -> np.ndarray:
 
 
 def _nms_rotated(boxes: np.ndarray, order: np.ndarray, thresh: float, top_n: int) -> list[int]:
-    """Caffe2's nms_cpu_rotated: as ``_nms`` with rotated intersections, areas w * h."""
+    """Caffe2's nms_cpu_rotated: as ``_nms`` with rotated intersections, areas w * h. Only
+    the boxes whose circumscribed circles meet box i's get their intersection computed."""
     areas = boxes[:, 2] * boxes[:, 3]
+    centres = boxes[:, :2].astype(np.float64)
+    radii = 0.5 * np.hypot(boxes[:, 2].astype(np.float64), boxes[:, 3].astype(np.float64))
     thresh = np.float32(thresh)
     keep: list[int] = []
     while order.size:
@@ -226,7 +231,10 @@ def _nms_rotated(boxes: np.ndarray, order: np.ndarray, thresh: float, top_n: int
         i = int(order[0])
         keep.append(i)
         rest = order[1:]
-        inter = _rotated_intersections(boxes[i], boxes[rest]).astype(np.float32)
+        inter = np.zeros(rest.size, np.float32)
+        near = np.nonzero(np.hypot(centres[rest, 0] - centres[i, 0], centres[rest, 1] - centres[i, 1])
+                          <= radii[rest] + radii[i] + 1e-3)[0]    # circumscribed circles apart: 0
+        inter[near] = _rotated_intersections(boxes[i], boxes[rest[near]])
         with np.errstate(divide="ignore", invalid="ignore"):
             ovr = inter / (areas[i] + areas[rest] - inter)
         order = rest[ovr <= thresh]
