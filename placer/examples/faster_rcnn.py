@@ -34,9 +34,12 @@ Inputs: ``data`` (N, 3, H, W) and ``im_info`` (N, 3) = [height, width, scale]. T
 are random fills in the init net (so the init net is small: one fill op per parameter);
 they are chosen so that the net, on random input, gives a non-trivial set of detections:
 Xavier-filled trunk convs keep the activations of a BN-free ResNet from growing
-block by block, the RPN convs are Gaussian (std 0.01, as Detectron initialises them) so the
-RPN scores differ, and ``cls_score_b`` is a given tensor that lifts a few foreground
-classes above the 0.05 score threshold (uniform over 81 classes would be 0.012).
+block by block (their RMS stays 25..80 for an input of std 50), the Gaussian head fills
+are scaled by fan-in so that, at that input scale, the RPN logits have RMS about 1 (the
+RPN scores differ), the RPN deltas about 0.1, the class logits about 0.5 and the box
+deltas about 0.05, and ``cls_score_b`` is a given tensor that lifts ``lifted_classes``
+foreground classes above the 0.05 score threshold (uniform over 81 classes would be
+0.012; with bias 3 on 10 classes each scores about 0.07).
 
 ``r50_c4_800()`` is the planning configuration: R-50-C4 at 1x3x800x800 (Detectron's test
 scale), 81 classes. Measured on ``build(r50_c4_800())``: 132 ops, the corpus file's count
@@ -59,6 +62,11 @@ from placer.examples.builder import NetBuilder
 
 CONV_ARGS = {"exhaustive_search": 0, "order": "NCHW"}
 RELU_ARGS = {"cudnn_exhaustive_search": 0, "order": "NCHW"}
+# The RMS of the Xavier-filled trunk's features for an input of pixel scale (std 50, as
+# Detectron's BGR-minus-mean input): measured 25..80 at every stage of R-50-C4 and of
+# small(). The head fills are scaled by it (see _head_std); the nets are positively
+# homogeneous (zero biases, ReLU), so a 10x larger input gives 10x larger head outputs.
+FEATURE_RMS = 50.0
 
 
 @dataclass(frozen=True)
@@ -154,14 +162,14 @@ def build(cfg: FasterRCNNConfig = FasterRCNNConfig()) -> NetBuilder:
 
     anchors = generate_anchors(cfg.stride, cfg.anchor_sizes, cfg.aspect_ratios)
     a = len(anchors)
-    w = b.param("conv_rpn_w", (c4, c4, 3, 3), "GaussianFill", std=0.01)
+    w = b.param("conv_rpn_w", (c4, c4, 3, 3), "XavierFill")
     bias = b.param("conv_rpn_b", (c4,), "ConstantFill", value=0.0)
     rpn = b.op("Conv", [trunk, w, bias], "conv_rpn", kernel=3, pad=1, stride=1, **CONV_ARGS)
     rpn = b.op("Relu", [rpn], rpn, **RELU_ARGS)
-    w = b.param("rpn_cls_logits_w", (a, c4, 1, 1), "GaussianFill", std=0.01)
+    w = b.param("rpn_cls_logits_w", (a, c4, 1, 1), "GaussianFill", std=_head_std(1.0, c4))
     bias = b.param("rpn_cls_logits_b", (a,), "ConstantFill", value=0.0)
     logits = b.op("Conv", [rpn, w, bias], "rpn_cls_logits", kernel=1, pad=0, stride=1, **CONV_ARGS)
-    w = b.param("rpn_bbox_pred_w", (4 * a, c4, 1, 1), "GaussianFill", std=0.01)
+    w = b.param("rpn_bbox_pred_w", (4 * a, c4, 1, 1), "GaussianFill", std=_head_std(0.1, c4))
     bias = b.param("rpn_bbox_pred_b", (4 * a,), "ConstantFill", value=0.0)
     deltas = b.op("Conv", [rpn, w, bias], "rpn_bbox_pred", kernel=1, pad=0, stride=1, **CONV_ARGS)
     probs = b.op("Sigmoid", [logits], "rpn_cls_probs")
@@ -174,13 +182,13 @@ def build(cfg: FasterRCNNConfig = FasterRCNNConfig()) -> NetBuilder:
     head, c5 = _roi_head(b, cfg, "", trunk, rois, c4)
     pool = b.op("AveragePool", [head], "res5_pool", kernel=cfg.roi_resolution // 2, **RELU_ARGS)
     fc_args = {"use_cudnn": 1, **RELU_ARGS}
-    w = b.param("cls_score_w", (cfg.classes, c5), "GaussianFill", std=0.01)
+    w = b.param("cls_score_w", (cfg.classes, c5), "GaussianFill", std=_head_std(0.5, c5))
     lifted = min(cfg.lifted_classes, cfg.classes - 1)
     bias = b.param("cls_score_b", (cfg.classes,), "GivenTensorFill",
                    values=[0.0] + [cfg.foreground_bias] * lifted + [0.0] * (cfg.classes - 1 - lifted))
     score = b.op("FC", [pool, w, bias], "cls_score", **fc_args)
     b.op("Softmax", [score], "cls_prob", order="NCHW", cudnn_exhaustive_search=0)
-    w = b.param("bbox_pred_w", (4 * cfg.classes, c5), "GaussianFill", std=0.001)
+    w = b.param("bbox_pred_w", (4 * cfg.classes, c5), "GaussianFill", std=_head_std(0.05, c5))
     bias = b.param("bbox_pred_b", (4 * cfg.classes,), "ConstantFill", value=0.0)
     bbox = b.op("FC", [pool, w, bias], "bbox_pred", **fc_args)
     batched = cfg.batch > 1
@@ -195,15 +203,22 @@ def build(cfg: FasterRCNNConfig = FasterRCNNConfig()) -> NetBuilder:
 
     if cfg.mask:
         head, c5 = _roi_head(b, cfg, "_[mask]_", trunk, "bbox_nms", c4)
-        w = b.param("conv5_mask_w", (c5, cfg.mask_dim_reduced, 2, 2), "GaussianFill", std=0.001)
+        w = b.param("conv5_mask_w", (c5, cfg.mask_dim_reduced, 2, 2), "XavierFill")
         bias = b.param("conv5_mask_b", (cfg.mask_dim_reduced,), "ConstantFill", value=0.0)
         m = b.op("ConvTranspose", [head, w, bias], "conv5_mask", kernel=2, pad=0, stride=2, **CONV_ARGS)
         m = b.op("Relu", [m], m, **RELU_ARGS)
-        w = b.param("mask_fcn_logits_w", (cfg.classes, cfg.mask_dim_reduced, 1, 1), "GaussianFill", std=0.001)
+        w = b.param("mask_fcn_logits_w", (cfg.classes, cfg.mask_dim_reduced, 1, 1), "GaussianFill",
+                    std=_head_std(1.0, cfg.mask_dim_reduced))
         bias = b.param("mask_fcn_logits_b", (cfg.classes,), "ConstantFill", value=0.0)
         m = b.op("Conv", [m, w, bias], "mask_fcn_logits", kernel=1, pad=0, stride=1, **CONV_ARGS)
         b.output(b.op("Sigmoid", [m], "mask_fcn_probs"))
     return b
+
+
+def _head_std(out_rms: float, fan_in: int) -> float:
+    """The std of a Gaussian head weight that turns features of RMS ``FEATURE_RMS`` into
+    outputs of RMS ``out_rms`` (rounded to 3 significant digits, so the text stays short)."""
+    return float(f"{out_rms / (FEATURE_RMS * fan_in ** 0.5):.3g}")
 
 
 def _roi_head(b: NetBuilder, cfg: FasterRCNNConfig, prefix: str, trunk: str, rois: str, c4: int) -> tuple[str, int]:
