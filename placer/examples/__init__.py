@@ -5,6 +5,9 @@
 - ``dlrm_40gb``: ten 8M-row tables (about 41 GB): more than one 16 GB GPU holds (planning only);
 - ``resnet_small``: a small ResNet-style CNN;
 - ``two_tower``: two independent heavy convolution towers joined at the end;
+- ``faster_rcnn_r50_c4``: a Detectron-style R-50-C4 Faster R-CNN at 1x3x800x800
+  (``faster_rcnn.py``: GenerateProposals, RoIAlign, BBoxTransform, BoxWithNMSLimit;
+  33.8M parameters);
 - train nets (``train_nets.py``, made by placer's own train-net generator, each with the
   loss its model trains with): ``dlrm_small_train`` (Adagrad, SparseAdagrad on the
   tables), ``dlrm_criteo_1tb_train`` (RowWiseSparseAdagrad on the tables; planning only),
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from placer.examples import dlrm, resnet, train_nets, two_tower
+from placer.examples import dlrm, faster_rcnn, resnet, train_nets, two_tower
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -31,6 +34,7 @@ def builders() -> dict:
         "two_tower": lambda: two_tower.build(),
         "dlrm_small": lambda: dlrm.build(dlrm.small()),
         "resnet_small": lambda: resnet.build(),
+        "faster_rcnn_r50_c4": lambda: faster_rcnn.build(faster_rcnn.r50_c4_800()),
     }
 
 
