@@ -39,6 +39,7 @@ class TensorType:
     shape: tuple[int, ...]
     dtype: str = "float32"
     values: tuple[int, ...] | None = field(default=None, compare=False, repr=False)
+    bound: str | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))

@@ -142,6 +142,7 @@ class OpDef:
     cost: CostFn = default_cost
     transfer: Transfer | None = None
     devices: frozenset = field(default_factory=lambda: frozenset({"cpu", "gpu"}))
+    caffe2_devices: frozenset | None = None  # where real Caffe2 has a kernel; None: as devices
     min_inputs: int = 0
     max_inputs: int | None = None
     doc: str = ""
