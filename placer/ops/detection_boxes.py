@@ -355,7 +355,7 @@ def _nms_kernel(xp, inputs, args):
     p = _NMSArgs(args)
     r, k, n = _nms_dims([TensorType(tuple(a.shape)) for a in inputs], args, p)
     scores_all = np.asarray(inputs[0], dtype=np.float32).reshape(r, k)
-    boxes_all = np.asarray(inputs[1], dtype=np.float32).reshape(r, -1)
+    boxes_all = np.asarray(inputs[1], dtype=np.float32).reshape(r, inputs[1].shape[1])
     splits = (np.asarray(inputs[2]).astype(np.int64) if len(inputs) > 2 else np.array([r], np.int64))
     if splits.sum() != r or (splits < 0).any():
         raise ArgumentError(f"op {args.op}: BoxWithNMSLimit batch_splits {splits.tolist()} must be "
