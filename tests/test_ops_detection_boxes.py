@@ -1,5 +1,6 @@
 """BBoxTransform and BoxWithNMSLimit (Caffe2's Detectron box ops) against real Caffe2's CPU
-operators on the same inputs, plus shapes (bounds), costs and errors."""
+operators on the same inputs (hard and soft NMS, upright and rotated boxes, batches,
+tied scores compared as sets), plus shapes (bounds), costs and errors."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -41,6 +42,14 @@ def _nms_case(name, seed, r, k, splits=None, ties=False, n_outputs=6, **args):
     agnostic, bg = args.get("cls_agnostic_bbox_reg", 0), args.get("input_boxes_include_bg_cls", 1)
     nbc = 1 if agnostic else (k if bg else k - 1)
     boxes = _boxes(rng, r, nbc)
+    if args.get("rotated"):    # [ctr_x, ctr_y, w, h, angle]: jittered per class around a base box
+        base = np.concatenate([rng.random((r, 1, 2)) * 300, rng.random((r, 1, 2)) * 60 + 10,
+                               rng.random((r, 1, 1)) * 180 - 90], axis=2)
+        jitter = np.concatenate([rng.standard_normal((r, nbc, 2)) * 5, np.ones((r, nbc, 2)),
+                                 rng.standard_normal((r, nbc, 1)) * 15], axis=2)
+        boxes = base + jitter
+        boxes[..., 2:4] = base[..., 2:4] * np.exp(rng.standard_normal((r, nbc, 2)) * 0.1)
+        boxes = boxes.reshape(r, 5 * nbc).astype(np.float32)
     if ties:
         corner = np.stack([np.arange(r) % 20 * 40.0, np.arange(r) // 20 * 40.0], axis=1)
         boxes = np.tile(np.concatenate([corner, corner + 30.0], axis=1), (1, nbc)).astype(np.float32)
@@ -85,6 +94,12 @@ NMS_CASES = [
     _nms_case("soft_gaussian_b2_r400_k5", 7, 400, 5, splits=[150, 250], score_thresh=0.4, nms=0.3,
               detections_per_im=60, soft_nms_enabled=1, soft_nms_method="gaussian", soft_nms_sigma=0.5,
               soft_nms_min_score_thres=0.1),
+    _nms_case("rotated_b2_r150_k3", 10, 150, 3, splits=[60, 90], rotated=1, score_thresh=0.1, nms=0.3,
+              detections_per_im=50),
+    _nms_case("rotated_nolimit_b1_r120_k4", 18, 120, 4, rotated=1, score_thresh=0.05, nms=0.2,
+              detections_per_im=-1, legacy_plus_one=0),
+    _nms_case("rotated_soft_b1_r100_k3", 17, 100, 3, rotated=1, score_thresh=0.2, nms=0.3,
+              detections_per_im=40, soft_nms_enabled=1, soft_nms_method="linear"),
     _nms_case("ties_b1_r300_k6", 8, 300, 6, ties=True, score_thresh=0.2, nms=0.5, detections_per_im=2000),
     _nms_case("nms_b1_r200_k5_three_outputs", 9, 200, 5, n_outputs=3, score_thresh=0.05, nms=0.5,
               detections_per_im=20),
@@ -261,7 +276,7 @@ def test_shape_errors_name_the_op():
 def test_argument_errors():
     nms = registry.get("BoxWithNMSLimit")
     ins = [TensorType((10, 5)), TensorType((10, 20))]
-    with pytest.raises(ArgumentError, match="#7 BoxWithNMSLimit.*rotated"):
+    with pytest.raises(ShapeError, match="#7 BoxWithNMSLimit.*\\(10, 25\\).*rotated"):
         nms.infer(ins, Args({"rotated": 1}, op="#7 BoxWithNMSLimit"))
     with pytest.raises(ArgumentError, match="soft_nms_method"):
         nms.infer(ins, Args({"soft_nms_method": "hard"}, op="#7 BoxWithNMSLimit"))

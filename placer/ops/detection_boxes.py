@@ -26,8 +26,11 @@
   row indices within the image and ``keeps_size`` their count per (image, class).
   ``cls_agnostic_bbox_reg``, ``input_boxes_include_bg_cls``,
   ``output_classes_include_bg_cls`` and ``legacy_plus_one`` as in Caffe2
-  (caffe2/operators/box_with_nms_limit_op.h). ``rotated`` (5-value boxes and rotated IoU)
-  is refused with an ArgumentError: placer does not implement the rotated overlap.
+  (caffe2/operators/box_with_nms_limit_op.h). ``rotated`` boxes (R, 5 * K') are
+  [ctr_x, ctr_y, w, h, angle]; their overlap is Caffe2's polygon intersection
+  (``rotated_rect_intersection``: edge crossings, contained corners, Graham hull, area),
+  ported in float32 and computed pair by pair in Python (slow: fine for hundreds of
+  boxes, not for a benchmark); the output boxes are then (D, 5).
 
 Data-dependent size: D is bounded by ``detections_per_im`` per image (and by every
 candidate, R * (K - 1), which is also the bound when ``detections_per_im`` <= 0);
@@ -50,6 +53,7 @@ registered for the CPU only.
 from __future__ import annotations
 
 import math
+from functools import cmp_to_key
 from typing import Sequence
 
 import numpy as np
@@ -224,6 +228,114 @@ def _transform_cost(inputs, outputs, args):
                       bytes_read=read, bytes_written=written)
 
 
+# -- rotated overlaps (utils::rotated_rect_intersection of generate_proposals_op_util_nms.h)
+
+_F = np.float32
+
+
+def _vertices(box):
+    """RotatedRect(center, size, -angle).get_vertices, float32 as Eigen::Vector2f."""
+    cx, cy, w, h = _F(box[0]), _F(box[1]), _F(box[2]), _F(box[3])
+    angle = -_F(box[4])
+    rad = float(angle) * 0.01745329251
+    b = _F(math.cos(rad)) * _F(0.5)
+    a = _F(math.sin(rad)) * _F(0.5)
+    p0 = (cx - a * h - b * w, cy + b * h - a * w)
+    p1 = (cx + a * h - b * w, cy - b * h - a * w)
+    two = _F(2)
+    return [p0, p1, (two * cx - p0[0], two * cy - p0[1]), (two * cx - p1[0], two * cy - p1[1])]
+
+
+def _cross(ax, ay, bx, by):
+    return ax * by - bx * ay
+
+
+def _inside(points, rect, out):
+    """Vertices of ``points`` inside the rectangle ``rect`` (projections on two sides)."""
+    abx, aby = rect[1][0] - rect[0][0], rect[1][1] - rect[0][1]
+    dax, day = rect[0][0] - rect[3][0], rect[0][1] - rect[3][1]
+    ab2, ad2 = abx * abx + aby * aby, dax * dax + day * day
+    zero = _F(0)
+    for px, py in points:
+        apx, apy = px - rect[0][0], py - rect[0][1]
+        pab = apx * abx + apy * aby
+        pad = -(apx * dax + apy * day)
+        if pab >= zero and pad >= zero and pab <= ab2 and pad <= ad2:
+            out.append((px, py))
+
+
+def _rotated_intersection(box1, box2) -> float:
+    pts1, pts2 = _vertices(box1), _vertices(box2)
+    eps_same = 0.00001
+    if all(abs(float(pts1[i][0] - pts2[i][0])) <= eps_same and abs(float(pts1[i][1] - pts2[i][1])) <= eps_same
+           for i in range(4)):
+        return float(min(_F(box1[2]) * _F(box1[3]), _F(box2[2]) * _F(box2[3])))   # INTERSECT_FULL
+    vec1 = [(pts1[(i + 1) % 4][0] - pts1[i][0], pts1[(i + 1) % 4][1] - pts1[i][1]) for i in range(4)]
+    vec2 = [(pts2[(i + 1) % 4][0] - pts2[i][0], pts2[(i + 1) % 4][1] - pts2[i][1]) for i in range(4)]
+    found = []
+    zero, one = _F(0), _F(1)
+    for i in range(4):
+        for j in range(4):
+            det = _cross(vec2[j][0], vec2[j][1], vec1[i][0], vec1[i][1])
+            if abs(float(det)) <= 1e-14:
+                continue
+            v12x, v12y = pts2[j][0] - pts1[i][0], pts2[j][1] - pts1[i][1]
+            t1 = _cross(vec2[j][0], vec2[j][1], v12x, v12y) / det
+            t2 = _cross(vec1[i][0], vec1[i][1], v12x, v12y) / det
+            if t1 >= zero and t1 <= one and t2 >= zero and t2 <= one:
+                found.append((pts1[i][0] + t1 * vec1[i][0], pts1[i][1] + t1 * vec1[i][1]))
+    _inside(pts1, pts2, found)
+    _inside(pts2, pts1, found)
+    if len(found) <= 2:
+        return 0.0
+    return _hull_area(found)
+
+
+def _hull_area(p) -> float:
+    """convex_hull_graham (shifted to the lowest point) then polygon_area."""
+    t = 0
+    for i in range(1, len(p)):
+        if p[i][1] < p[t][1] or (p[i][1] == p[t][1] and p[i][0] < p[t][0]):
+            t = i
+    sx, sy = p[t]
+    q = [(x - sx, y - sy) for x, y in p]
+    q[0], q[t] = q[t], q[0]
+
+    def before(a, b):
+        c = _cross(a[0], a[1], b[0], b[1])
+        if abs(float(c)) < 1e-6:
+            return a[0] * a[0] + a[1] * a[1] < b[0] * b[0] + b[1] * b[1]
+        return c > 0
+
+    rest = sorted(q[1:], key=cmp_to_key(lambda a, b: -1 if before(a, b) else (1 if before(b, a) else 0)))
+    q = [q[0]] + rest
+    k = 1
+    while k < len(q) and not float(q[k][0] * q[k][0] + q[k][1] * q[k][1]) > 1e-8:
+        k += 1
+    if k == len(q):
+        return 0.0
+    stack = [q[0], q[k]]
+    zero = _F(0)
+    for i in range(k + 1, len(q)):
+        while len(stack) > 1 and _cross(q[i][0] - stack[-2][0], q[i][1] - stack[-2][1],
+                                        stack[-1][0] - stack[-2][0], stack[-1][1] - stack[-2][1]) >= zero:
+            stack.pop()
+        stack.append(q[i])
+    if len(stack) <= 2:
+        return 0.0
+    area = 0.0
+    for i in range(1, len(stack) - 1):
+        area += abs(float(_cross(stack[i][0] - stack[0][0], stack[i][1] - stack[0][1],
+                                 stack[i + 1][0] - stack[0][0], stack[i + 1][1] - stack[0][1])))
+    return area / 2.0
+
+
+def _iou_rotated(i, rest, boxes, areas):
+    """nms_cpu_rotated's overlaps of box i with boxes ``rest``, in float32."""
+    inter = np.array([_rotated_intersection(boxes[i], boxes[j]) for j in rest], dtype=np.float32)
+    return inter / (areas[i] + areas[rest] - inter)
+
+
 # -- BoxWithNMSLimit --------------------------------------------------------------------
 
 class _NMSArgs:
@@ -239,9 +351,8 @@ class _NMSArgs:
         self.method = method
         self.sigma = np.float32(args.float("soft_nms_sigma", 0.5))
         self.min_score = np.float32(args.float("soft_nms_min_score_thres", 0.001))
-        if args.bool("rotated", False):
-            raise ArgumentError(f"op {args.op}: BoxWithNMSLimit with rotated=1 (rotated-box IoU) is not "
-                                f"supported by placer", hint="use upright boxes (rotated 0)")
+        self.rotated = args.bool("rotated", False)
+        self.box_dim = 5 if self.rotated else 4
         self.agnostic = args.bool("cls_agnostic_bbox_reg", False)
         self.boxes_bg = args.bool("input_boxes_include_bg_cls", True)
         self.classes_bg = args.bool("output_classes_include_bg_cls", True)
@@ -264,9 +375,10 @@ def _nms_dims(inputs, args, p: _NMSArgs) -> tuple[int, int, int]:
     r, k = scores.shape[0], scores.shape[1]
     if k < 1:
         raise _fail(args, "BoxWithNMSLimit", inputs, "scores need at least 1 class column")
-    nbc = p.box_cls(k - 1) + 1
-    if boxes.shape[0] != r or boxes.shape[1] != nbc * 4:
-        raise _fail(args, "BoxWithNMSLimit", inputs, f"boxes must be ({r}, {nbc * 4}) for {k} score classes")
+    nbc, d = p.box_cls(k - 1) + 1, p.box_dim
+    if boxes.shape[0] != r or boxes.shape[1] != nbc * d:
+        raise _fail(args, "BoxWithNMSLimit", inputs, f"boxes must be ({r}, {nbc * d}) for {k} score classes"
+                    + (" (rotated)" if p.rotated else ""))
     n = 1
     if len(inputs) > 2:
         if inputs[2].ndim != 1:
@@ -287,7 +399,7 @@ def _nms_infer(inputs, args):
     r, k, n = _nms_dims(inputs, args, p)
     d = _bound(r, k, n, p)
     bound = f"BoxWithNMSLimit detections_per_im={p.detections_per_im}"
-    outs = [TensorType((d,), "float32", bound=bound), TensorType((d, 4), "float32", bound=bound),
+    outs = [TensorType((d,), "float32", bound=bound), TensorType((d, p.box_dim), "float32", bound=bound),
             TensorType((d,), "float32", bound=bound)]
     if p.n_outputs > 3:
         outs.append(TensorType((n,), "float32"))
@@ -308,13 +420,17 @@ def _iou_one(i, rest, x1, y1, x2, y2, areas, one):
     return inter / (areas[i] + areas[rest] - inter)
 
 
-def _corners(boxes, one):
+def _overlaps(boxes, one, rotated):
+    """overlap(i, rest): the IoU of box i with boxes ``rest`` as Caffe2's NMS computes it."""
+    if rotated:
+        areas = boxes[:, 2] * boxes[:, 3]
+        return lambda i, rest: _iou_rotated(i, rest, boxes, areas)
     x1, y1, x2, y2 = (np.ascontiguousarray(boxes[:, c]) for c in range(4))
-    return x1, y1, x2, y2, (x2 - x1 + one) * (y2 - y1 + one)
+    areas = (x2 - x1 + one) * (y2 - y1 + one)
+    return lambda i, rest: _iou_one(i, rest, x1, y1, x2, y2, areas, one)
 
 
-def _hard_nms(boxes, order, thresh, top_n, one):
-    x1, y1, x2, y2, areas = _corners(boxes, one)
+def _hard_nms(overlap, order, thresh, top_n):
     keep = []
     while order.size:
         if top_n >= 0 and len(keep) >= top_n:
@@ -322,13 +438,12 @@ def _hard_nms(boxes, order, thresh, top_n, one):
         i = int(order[0])
         keep.append(i)
         rest = order[1:]
-        order = rest[_iou_one(i, rest, x1, y1, x2, y2, areas, one) <= thresh]
+        order = rest[overlap(i, rest) <= thresh]
     return keep
 
 
-def _soft_nms(scores, boxes, pending, p: _NMSArgs, one):
-    """utils::soft_nms_cpu_upright: returns (keep, decayed scores)."""
-    x1, y1, x2, y2, areas = _corners(boxes, one)
+def _soft_nms(scores, overlap, pending, p: _NMSArgs):
+    """utils::soft_nms_cpu_upright / _rotated: returns (keep, decayed scores)."""
     out = scores.copy()
     keep = []
     while pending.size:
@@ -338,7 +453,7 @@ def _soft_nms(scores, boxes, pending, p: _NMSArgs, one):
         pending = pending.copy()
         pending[0], pending[pos] = pending[pos], pending[0]
         rest = pending[1:]
-        ovr = _iou_one(i, rest, x1, y1, x2, y2, areas, one)
+        ovr = overlap(i, rest)
         if p.method == "linear":
             weight = np.where(ovr > p.nms, (1.0 - ovr.astype(np.float64)).astype(np.float32), np.float32(1))
         else:
@@ -361,6 +476,7 @@ def _nms_kernel(xp, inputs, args):
         raise ArgumentError(f"op {args.op}: BoxWithNMSLimit batch_splits {splits.tolist()} must be "
                             f"non-negative and add up to {r} boxes")
     one = np.float32(int(p.plus_one))
+    d = p.box_dim
     top_n = p.detections_per_im if p.detections_per_im > 0 else -1
     o_scores, o_boxes, o_classes, o_keeps, per_image = [], [], [], [], []
     keeps_size = np.zeros((n, k), dtype=np.int32)
@@ -374,13 +490,14 @@ def _nms_kernel(xp, inputs, args):
             keeps: list[list[int]] = [[] for _ in range(k)]
             for j in range(1, k):
                 col = np.ascontiguousarray(scores[:, p.score_cls(j)])
-                cb = boxes[:, p.box_cls(j) * 4:p.box_cls(j) * 4 + 4]
+                cb = boxes[:, p.box_cls(j) * d:p.box_cls(j) * d + d]
                 inds = np.nonzero(col > p.score_thresh)[0]
+                overlap = _overlaps(cb, one, p.rotated)
                 if p.soft:
-                    keeps[j], final_scores[:, p.score_cls(j)] = _soft_nms(col, cb, inds, p, one)
+                    keeps[j], final_scores[:, p.score_cls(j)] = _soft_nms(col, overlap, inds, p)
                 else:
                     order = inds[np.argsort(-col[inds], kind="stable")]
-                    keeps[j] = _hard_nms(cb, order, p.nms, top_n, one)
+                    keeps[j] = _hard_nms(overlap, order, p.nms, top_n)
             total = sum(len(kp) for kp in keeps)
             if p.detections_per_im > 0 and total > p.detections_per_im:
                 flat = [(j, i) for j in range(1, k) for i in keeps[j]]
@@ -395,14 +512,14 @@ def _nms_kernel(xp, inputs, args):
             for j in range(1, k):
                 kp = np.asarray(keeps[j], dtype=np.int64)
                 o_scores.append(final_scores[kp, p.score_cls(j)])
-                o_boxes.append(boxes[kp, p.box_cls(j) * 4:p.box_cls(j) * 4 + 4])
+                o_boxes.append(boxes[kp, p.box_cls(j) * d:p.box_cls(j) * d + d])
                 o_classes.append(np.full(kp.size, j - (not p.classes_bg), dtype=np.float32))
             for j in range(k):
                 o_keeps.append(np.asarray(keeps[j], dtype=np.int32))
                 keeps_size[b, j] = len(keeps[j])
             offset += m
     cat = (lambda parts, shape, dt: np.concatenate(parts).astype(dt) if parts else np.zeros(shape, dt))
-    outs = [cat(o_scores, (0,), np.float32), cat(o_boxes, (0, 4), np.float32).reshape(-1, 4),
+    outs = [cat(o_scores, (0,), np.float32), cat(o_boxes, (0, d), np.float32).reshape(-1, d),
             cat(o_classes, (0,), np.float32)]
     if p.n_outputs > 3:
         outs.append(np.asarray(per_image, dtype=np.float32))
@@ -436,5 +553,5 @@ register(OpDef("BBoxTransform", _transform_infer, _transform_kernel, _transform_
                    "[+ roi_batch_splits] (CPU only in Caffe2: bbox_transform_op.cc)"))
 register(OpDef("BoxWithNMSLimit", _nms_infer, _nms_kernel, _nms_cost,
                devices=CPU_ONLY, caffe2_devices=CPU_ONLY, min_inputs=2, max_inputs=3,
-               doc="per-class NMS or soft-NMS and a per-image detection limit; D rows bounded by "
+               doc="per-class NMS or soft-NMS (upright or rotated) and a per-image detection limit; D rows bounded by "
                    "detections_per_im (CPU only in Caffe2: box_with_nms_limit_op.cc)"))
