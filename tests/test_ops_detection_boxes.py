@@ -260,6 +260,9 @@ def test_shape_errors_name_the_op():
                   Args({"input_boxes_include_bg_cls": 0}, op="#7 BoxWithNMSLimit"))
     with pytest.raises(ShapeError, match="#7 BoxWithNMSLimit.*2-D"):
         nms.infer([TensorType((10, 5, 2)), TensorType((10, 20))], Args({}, op="#7 BoxWithNMSLimit"))
+    with pytest.raises(ShapeError, match="batch_splits must be 1-D"):
+        nms.infer([TensorType((10, 5)), TensorType((10, 20)), TensorType((2,), "int64")],
+                  Args({}, op="#7 BoxWithNMSLimit"))
     with pytest.raises(ShapeError, match="3, 4 or 6 outputs"):
         nms.infer([TensorType((10, 5)), TensorType((10, 20))], Args({}, op="#7 BoxWithNMSLimit", n_outputs=5))
     bt = registry.get("BBoxTransform")

@@ -381,8 +381,8 @@ def _nms_dims(inputs, args, p: _NMSArgs) -> tuple[int, int, int]:
                     + (" (rotated)" if p.rotated else ""))
     n = 1
     if len(inputs) > 2:
-        if inputs[2].ndim != 1:
-            raise _fail(args, "BoxWithNMSLimit", inputs, "batch_splits must be 1-D (N,)")
+        if inputs[2].ndim != 1 or inputs[2].dtype not in ("int32", "float32"):
+            raise _fail(args, "BoxWithNMSLimit", inputs, "batch_splits must be 1-D (N,), int32 or float32")
         n = inputs[2].shape[0]
     if p.n_outputs not in (3, 4, 6):
         raise _fail(args, "BoxWithNMSLimit", inputs, f"takes 3, 4 or 6 outputs, found {p.n_outputs}")
