@@ -1,0 +1,182 @@
+"""IsEmpty and If (nested then_net / else_net): kernels and the executor against real
+Caffe2, shape inference of nested nets, and Mask R-CNN2Go's If typed."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from caffe2_oracle import run_caffe2
+from conftest import corpus_dir
+from cupy_standin import check_gpu_kernel
+from google.protobuf import text_format
+
+from placer import shapes
+from placer.errors import ShapeError
+from placer.formats import caffe2_pb as pb
+from placer.formats import load_net
+from placer.formats.caffe2 import net_from_netdef
+from placer.ops import registry
+from placer.runtime.executor import Executor
+from placer.types import Args, TensorType
+
+# IsEmpty(d) -> c; If(c): then y = Relu(x); else y = Sigmoid(x), z = Scale(y); then w = Add(y, x)
+# outside. The If lists x and y (as Caffe2's python add_if_op does, and as the loader's
+# structure check needs for y's later reader); else also writes z, which it does not list.
+IF_NET = """
+name: "if_test"
+op { input: "d" output: "c" type: "IsEmpty" }
+op {
+  input: "c" input: "x" output: "y" type: "If"
+  arg { name: "then_net" n { name: "t" op { input: "x" output: "y" type: "Relu" } } }
+  arg { name: "else_net" n { name: "e"
+    op { input: "x" output: "y" type: "Sigmoid" }
+    op { input: "y" output: "z" type: "Scale" arg { name: "scale" f: 2.0 } } } }
+}
+op { input: "y" input: "x" output: "w" type: "Add" }
+external_input: "d"
+external_input: "x"
+external_output: "w"
+"""
+
+ORACLE = """
+net = caffe2_pb2.NetDef()
+text_format.Parse(inputs_text, net)
+for k, v in inputs.items():
+    workspace.FeedBlob(k, v)
+workspace.RunNetOnce(net)
+save(**{b: workspace.FetchBlob(b) for b in ("c", "y", "w", "z") if workspace.HasBlob(b)
+        and workspace.FetchBlob(b) is not None and not isinstance(workspace.FetchBlob(b), bytes)})
+"""
+
+
+def netdef(text: str = IF_NET) -> pb.NetDef:
+    return text_format.Parse(text, pb.NetDef())
+
+
+def feeds(empty: bool) -> dict[str, np.ndarray]:
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    return {"x": x, "d": np.zeros((0 if empty else 3, 4), np.float32)}
+
+
+def caffe2_run(arrays: dict) -> dict:
+    script = f"inputs_text = {IF_NET!r}\n" + ORACLE
+    saved, _ = run_caffe2(script, arrays)
+    return saved
+
+
+# ---------------------------------------------------------------- IsEmpty
+
+@pytest.mark.parametrize("shape", [(0,), (3, 0, 2), (2, 3), ()], ids=str)
+def test_is_empty_kernel_and_infer(shape):
+    opdef = registry.get("IsEmpty")
+    x = np.ones(shape, np.float32)
+    (out,) = opdef.kernel(np, [x], Args({}, op="#0 IsEmpty"))
+    assert out.dtype == np.bool_ and out.shape == () and bool(out) == (x.size == 0)
+    assert opdef.infer([TensorType(shape)], Args({})) == [TensorType((), "bool")]
+    assert opdef.caffe2_kinds() == {"cpu"} and opdef.devices == {"cpu", "gpu"}
+
+
+@pytest.mark.caffe2
+@pytest.mark.parametrize("shape", [(0, 4), (3, 4)], ids=str)
+def test_is_empty_matches_caffe2(shape):
+    x = np.zeros(shape, np.float32)
+    saved, _ = run_caffe2("""
+workspace.FeedBlob("x", inputs["x"])
+workspace.RunOperatorOnce(core.CreateOperator("IsEmpty", ["x"], ["c"]))
+save(c=workspace.FetchBlob("c"))
+""", {"x": x})
+    (out,) = registry.get("IsEmpty").kernel(np, [x], Args({}))
+    assert saved["c"].dtype == out.dtype and saved["c"].shape == out.shape and bool(saved["c"]) == bool(out)
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (3, 4)], ids=str)
+def test_is_empty_gpu_kernel_keeps_to_cupy_rules(shape):
+    check_gpu_kernel(registry.get("IsEmpty"), [np.zeros(shape, np.float32)], Args({}, op="#0 IsEmpty"))
+
+
+# ---------------------------------------------------------------- If on the executor
+
+@pytest.mark.caffe2
+@pytest.mark.parametrize("empty", [True, False], ids=["then", "else"])
+def test_if_runs_the_branch_caffe2_runs(empty):
+    arrays = feeds(empty)
+    want = caffe2_run(arrays)
+    net = net_from_netdef(netdef())
+    got = Executor(net).run(arrays, warmup=0)
+    # exact: the same elementwise float32 ops on the same values (Sigmoid within 1 ulp-ish)
+    np.testing.assert_allclose(got["w"], want["w"], rtol=1e-6, atol=1e-7)
+    assert bool(want["c"]) is empty
+    # the branch wrote y in the outer workspace; else also made z, then did not
+    assert ("z" in want) is (not empty)
+
+
+@pytest.mark.parametrize("empty", [True, False], ids=["then", "else"])
+def test_if_executor_reads_and_writes_outer_blobs(empty):
+    arrays = feeds(empty)
+    net = net_from_netdef(netdef())
+    net.external_outputs += ["y"]
+    got = Executor(net).run(arrays, warmup=0)
+    x = arrays["x"]
+    y = np.maximum(x, 0) if empty else 1 / (1 + np.exp(-x))
+    np.testing.assert_allclose(got["y"], y, rtol=1e-6)
+    np.testing.assert_allclose(got["w"], y + x, rtol=1e-6)
+
+
+def test_if_without_else_and_false_condition_runs_nothing():
+    text = IF_NET.replace('  arg { name: "else_net" n { name: "e"\n', "").replace(
+        '    op { input: "x" output: "y" type: "Sigmoid" }\n', "").replace(
+        '    op { input: "y" output: "z" type: "Scale" arg { name: "scale" f: 2.0 } } } }\n', "")
+    net = net_from_netdef(netdef(text.replace('op { input: "y" input: "x" output: "w" type: "Add" }\n',
+                                              'op { input: "x" input: "x" output: "w" type: "Add" }\n')))
+    got = Executor(net).run(feeds(False), warmup=0)
+    np.testing.assert_allclose(got["w"], 2 * feeds(False)["x"])
+
+
+# ---------------------------------------------------------------- shape inference
+
+def test_if_infers_the_larger_branch_and_marks_it():
+    net = net_from_netdef(netdef())
+    typed = shapes.infer(net, {"d": TensorType((5, 4)), "x": TensorType((2, 3))})
+    assert not typed.missing
+    assert typed.blobs["c"] == TensorType((), "bool")
+    assert typed.blobs["y"] == TensorType((2, 3)) and typed.blobs["z"] == TensorType((2, 3))
+    assert typed.blobs["z"].bound == "If: the larger branch"   # then_net does not write z
+    assert typed.blobs["w"] == TensorType((2, 3))
+    f = typed.features[1]
+    # the else branch: Sigmoid and Scale, 6 elements each, float32 in and out
+    assert f.known and f.flops > 0 and f.bytes_read == 2 * 24 and f.bytes_written == 2 * 24
+
+
+def test_if_with_agreeing_branches_is_not_bound():
+    text = IF_NET.replace('    op { input: "y" output: "z" type: "Scale" arg { name: "scale" f: 2.0 } } } }\n',
+                          "    } }\n")
+    typed = shapes.infer(net_from_netdef(netdef(text)), {"d": TensorType((5, 4)), "x": TensorType((2, 3))})
+    assert typed.blobs["y"] == TensorType((2, 3)) and typed.blobs["y"].bound is None
+
+
+def test_if_condition_must_be_one_value():
+    text = IF_NET.replace('op { input: "d" output: "c" type: "IsEmpty" }\n', "").replace(
+        'external_input: "d"', 'external_input: "c"')
+    with pytest.raises(ShapeError, match="If.*one value"):
+        shapes.infer(net_from_netdef(netdef(text)), {"c": TensorType((2,), "bool"), "x": TensorType((2, 3))})
+
+
+def test_if_branch_missing_shape_is_reported():
+    typed = shapes.infer(net_from_netdef(netdef()), {"d": TensorType((5, 4))})
+    assert "x" in typed.missing
+
+
+# ---------------------------------------------------------------- the corpus
+
+@pytest.mark.corpus
+def test_maskrcnn2go_if_and_is_empty_get_typed():
+    if registry.get("RoIAlign") is None:
+        pytest.skip("RoIAlign (the mask head's first op) is not registered yet")
+    net = load_net(corpus_dir() / "caffe2" / "maskrcnn2go_fp32_model.pbtxt")
+    typed = shapes.infer(net, {"data": TensorType((1, 3, 320, 320)),
+                               "im_info": TensorType((1, 3))})
+    is_empty = next(op for op in net.ops if op.type == "IsEmpty")
+    if_op = next(op for op in net.ops if op.type == "If")
+    assert typed.blobs[is_empty.outputs[0]] == TensorType((), "bool")
+    probs = typed.blobs["mask_fcn_probs"]
+    assert probs is not None and probs.ndim == 4 and probs.bound and "If" in probs.bound
+    assert typed.features[if_op.index].known and typed.features[if_op.index].flops > 0
