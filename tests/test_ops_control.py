@@ -201,3 +201,23 @@ def test_maskrcnn2go_if_and_is_empty_get_typed():
     probs = typed.blobs["mask_fcn_probs"]
     assert probs is not None and probs.ndim == 4 and probs.bound and "If" in probs.bound
     assert typed.features[if_op.index].known and typed.features[if_op.index].flops > 0
+
+
+@pytest.mark.corpus
+def test_maskrcnn2go_is_empty_typed_and_if_names_what_its_branch_lacks():
+    """With the detections' shape given (whatever the detection ops' state), IsEmpty is
+    typed and the If's else_net is inferred on the outer blobs: a mask-head op placer
+    lacks shows up in ``missing``, named with the If's branch."""
+    net = load_net(corpus_dir() / "caffe2" / "maskrcnn2go_fp32_model.pbtxt")
+    typed = shapes.infer(net, {"data": TensorType((1, 3, 320, 320)), "im_info": TensorType((1, 3)),
+                               "bbox_nms": TensorType((100, 4))})
+    is_empty = next(op for op in net.ops if op.type == "IsEmpty")
+    if_op = next(op for op in net.ops if op.type == "If")
+    assert typed.blobs[is_empty.outputs[0]] == TensorType((), "bool")
+    assert typed.features[is_empty.index].known
+    if registry.get("RoIAlign") is None:
+        assert any("else_net" in why for why in typed.missing.values())
+        assert "If's branch writes it" in typed.missing["mask_fcn_probs"]
+        assert not typed.features[if_op.index].known
+    else:
+        assert typed.features[if_op.index].flops > 0

@@ -128,9 +128,12 @@ def infer_nested(typed: TypedNet, op: Op, infer: Callable) -> tuple[dict, OpFeat
             results.append(({}, OpFeatures()))
             continue
         read = {b for p in netdef.op for b in p.input}
-        net = net_from_netdef(netdef, path=f"{op.label} {branch}", fed=list(known))
+        net = net_from_netdef(netdef, path=f"{op.label} {branch}", fed=list(typed.blobs),
+                              source_format=typed.net.source_format)
         net.params = {b: t for b, t in typed.net.params.items() if b in read}
-        sub = infer(net, {b: t for b, t in known.items() if b not in net.params})
+        net.init_proto = typed.net.init_proto   # for the hints of missing shapes
+        # the branch's inputs: the outer blobs it reads before it writes them
+        sub = infer(net, {b: known[b] for b in net.external_inputs if b in known and b not in net.params})
         for blob, why in sub.missing.items():
             typed.missing.setdefault(blob, f"{why} (in {op.label} {branch})")
         written = {o: sub.blobs.get(o) for p in net.ops for o in p.outputs}
@@ -139,7 +142,9 @@ def infer_nested(typed: TypedNet, op: Op, infer: Callable) -> tuple[dict, OpFeat
             total = total + f
         results.append((written, total))
     (then_out, then_cost), (else_out, else_cost) = results
-    larger = else_cost.flops + else_cost.bytes_written > then_cost.flops + then_cost.bytes_written
+    # the larger by work, then by what it writes (a branch whose ops lack shapes counts 0 work)
+    larger = ((else_cost.flops + else_cost.bytes_written, len(else_out))
+              > (then_cost.flops + then_cost.bytes_written, len(then_out)))
     (chosen, cost), (other, _) = (results[1], results[0]) if larger else (results[0], results[1])
     disagree = set(then_out) != set(else_out) or any(then_out[b] != else_out[b] for b in then_out)
     outputs = {**other, **chosen}
@@ -149,6 +154,10 @@ def infer_nested(typed: TypedNet, op: Op, infer: Callable) -> tuple[dict, OpFeat
                    for b, t in outputs.items()}
     for name in op.outputs:
         outputs.setdefault(name, None)
+    for name, t in outputs.items():  # an external output the branch leaves untyped: say where
+        if t is None and name in typed.net.external_outputs:
+            typed.missing.setdefault(name, f"blob '{name}' has no shape: {op.label}'s branch writes "
+                                           "it from blobs without shape (see the other blobs named)")
     return outputs, cost
 
 
