@@ -10,7 +10,7 @@ from cupy_standin import check_gpu_kernel
 from google.protobuf import text_format
 
 from placer import shapes
-from placer.errors import ShapeError
+from placer.errors import DeviceError, ShapeError
 from placer.formats import caffe2_pb as pb
 from placer.formats import load_net
 from placer.formats.caffe2 import net_from_netdef
@@ -57,8 +57,8 @@ def feeds(empty: bool) -> dict[str, np.ndarray]:
     return {"x": x, "d": np.zeros((0 if empty else 3, 4), np.float32)}
 
 
-def caffe2_run(arrays: dict) -> dict:
-    script = f"inputs_text = {IF_NET!r}\n" + ORACLE
+def caffe2_run(arrays: dict, text: str = IF_NET) -> dict:
+    script = f"inputs_text = {text!r}\n" + ORACLE
     saved, _ = run_caffe2(script, arrays)
     return saved
 
@@ -139,6 +139,55 @@ def test_if_runs_its_branch_on_its_own_gpu(empty):
     x = arrays["x"]
     y = np.maximum(x, 0) if empty else 1 / (1 + np.exp(-x))
     np.testing.assert_allclose(got["w"], y + x, rtol=1e-6)
+
+
+def test_if_on_a_gpu_wants_its_condition_there():
+    """As Caffe2's CUDA If (a CUDA tensor condition): IsEmpty on the CPU, If on a GPU."""
+    net = net_from_netdef(netdef())
+    gpu = Device("gpu", 0)
+    ex = Executor(net, device_map={1: gpu, 2: gpu}, emulate_gpu=True)
+    with pytest.raises(DeviceError, match="If.*'c'"):
+        ex.run(feeds(True), warmup=0)
+
+
+# an If inside the then branch of an If: both levels read and write the outer blobs
+NESTED_IF = """
+name: "nested"
+op {
+  input: "c" input: "x" output: "y" type: "If"
+  arg { name: "then_net" n { name: "t"
+    op { input: "c2" input: "x" output: "y" type: "If"
+      arg { name: "then_net" n { name: "tt" op { input: "x" output: "y" type: "Relu" } } }
+      arg { name: "else_net" n { name: "te" op { input: "x" output: "y" type: "Sigmoid" } } } } } }
+  arg { name: "else_net" n { name: "e" op { input: "x" input: "x" output: "y" type: "Add" } } }
+}
+op { input: "y" input: "x" output: "w" type: "Add" }
+external_input: "c" external_input: "c2" external_input: "x"
+external_output: "w"
+"""
+
+
+@pytest.mark.parametrize("c,c2", [(True, True), (True, False), (False, True)])
+def test_nested_ifs_run_and_infer(c, c2):
+    net = net_from_netdef(netdef(NESTED_IF))
+    x = feeds(False)["x"]
+    got = Executor(net).run({"c": np.array(c), "c2": np.array(c2), "x": x}, warmup=0)
+    y = (np.maximum(x, 0) if c2 else 1 / (1 + np.exp(-x))) if c else 2 * x
+    np.testing.assert_allclose(got["w"], y + x, rtol=1e-6)
+    typed = shapes.infer(net, {"c": TensorType((), "bool"), "c2": TensorType((), "bool"),
+                               "x": TensorType((2, 3))})
+    assert typed.blobs["y"] == TensorType((2, 3)) and typed.blobs["w"] == TensorType((2, 3))
+    assert not typed.missing and typed.features[0].known
+
+
+@pytest.mark.caffe2
+def test_nested_ifs_match_caffe2():
+    x = feeds(False)["x"]
+    for c, c2 in ((True, True), (True, False), (False, True)):
+        arrays = {"c": np.array(c), "c2": np.array(c2), "x": x}
+        want = caffe2_run(arrays, NESTED_IF)
+        got = Executor(net_from_netdef(netdef(NESTED_IF))).run(arrays, warmup=0)
+        np.testing.assert_allclose(got["w"], want["w"], rtol=1e-6, atol=1e-7)  # as above
 
 
 def test_if_without_else_and_false_condition_runs_nothing():

@@ -495,13 +495,13 @@ class Executor:
         if branch is None:
             return ()
         branches = self.__dict__.setdefault("_branches", {})
-        steps = branches.get((s.op.index, branch))
+        steps = branches.get((id(s), branch))
         if steps is None:
             ops = control.branch_ops(s.op, branch)
             bad = missing_kernels(ops, f"{s.label} {branch} op")
             if bad:
                 raise KernelMissingError(f"{len(bad)} op(s) cannot run: " + "; ".join(bad))
-            steps = branches[(s.op.index, branch)] = [
+            steps = branches[(id(s), branch)] = [
                 self._step(op, f"{s.label} {branch} op", s.device) for op in ops]
         self._run_ops(blobs, sizes, None, steps, timed=False)
         return ()
