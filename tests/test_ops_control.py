@@ -109,7 +109,8 @@ def test_if_runs_the_branch_caffe2_runs(empty):
     want = caffe2_run(arrays)
     net = net_from_netdef(netdef())
     got = Executor(net).run(arrays, warmup=0)
-    # exact: the same elementwise float32 ops on the same values (Sigmoid within 1 ulp-ish)
+    # Relu, Scale and Add are exact in float32; Sigmoid is 1/(1+exp(-x)) in both, with exp
+    # from different libraries (Eigen vs numpy) within a few ulps: rtol 1e-6 is ~8 ulps
     np.testing.assert_allclose(got["w"], want["w"], rtol=1e-6, atol=1e-7)
     assert bool(want["c"]) is empty
     # the branch wrote y in the outer workspace; else also made z, then did not
@@ -187,7 +188,7 @@ def test_nested_ifs_match_caffe2():
         arrays = {"c": np.array(c), "c2": np.array(c2), "x": x}
         want = caffe2_run(arrays, NESTED_IF)
         got = Executor(net_from_netdef(netdef(NESTED_IF))).run(arrays, warmup=0)
-        np.testing.assert_allclose(got["w"], want["w"], rtol=1e-6, atol=1e-7)  # as above
+        np.testing.assert_allclose(got["w"], want["w"], rtol=1e-6, atol=1e-7)  # as above: Sigmoid's exp
 
 
 def test_if_without_else_and_false_condition_runs_nothing():

@@ -13,7 +13,10 @@ and runs ``If(is_bbox_rois_empty)`` whose ``then_net`` is empty and whose ``else
   ws)``): the branch reads and writes the outer blobs directly, whether or not the If op
   lists them as inputs or outputs (Mask R-CNN2Go's If lists only the condition). Kernels:
   CPU (if_op.cc) and CUDA (if_op_gpu.cc, ``REGISTER_CUDA_OPERATOR(If, IfOp<CUDAContext>)``;
-  the CUDA op wants its condition in a CUDA tensor).
+  the CUDA op wants its condition in a CUDA tensor). Building the If builds both branch
+  nets, so Caffe2 creates the blobs either branch writes, uninitialized, before either runs
+  (seen in Caffe2 1.8.1: after a True condition the else branch's ``z`` exists, empty);
+  placer's executor makes only what the branch taken writes.
 
 Placement: the planner places the whole If, nested net included, on one device: the
 branch's ops run on the If op's device (``runtime.executor`` runs them with the registry
@@ -25,7 +28,8 @@ types as its inputs (and the outer parameters it reads as its parameters); what 
 writes becomes an outer blob. Where the branches disagree (one writes a blob the other
 does not, or at another type) the larger branch's types win -- the else branch when the
 then branch is empty -- and its outputs are marked ``bound="If: the larger branch"``. The
-If's cost is the sum of that branch's ops' features (flops, MACs, bytes, parameter bytes).
+If's cost is the sum of that branch's ops' features (flops, MACs, bytes, parameter bytes);
+its ``launches`` is 0 (the branch's kernel launches are not counted in it).
 """
 from __future__ import annotations
 
