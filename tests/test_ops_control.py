@@ -271,3 +271,34 @@ def test_maskrcnn2go_is_empty_typed_and_if_names_what_its_branch_lacks():
         assert not typed.features[if_op.index].known
     else:
         assert typed.features[if_op.index].flops > 0
+
+
+FC_IF = """
+name: "fc_if"
+op { input: "d" output: "c" type: "IsEmpty" }
+op {
+  input: "c" input: "x" output: "y" type: "If"
+  arg { name: "then_net" n { name: "t" } }
+  arg { name: "else_net" n { name: "e" op { input: "x" input: "W" input: "b" output: "y" type: "FC" } } }
+}
+external_input: "d" external_input: "x" external_input: "W" external_input: "b"
+external_output: "y"
+"""
+
+FC_INIT = """
+name: "init"
+op { output: "W" type: "ConstantFill" arg { name: "shape" ints: 5 ints: 3 } arg { name: "value" f: 0.5 } }
+op { output: "b" type: "ConstantFill" arg { name: "shape" ints: 5 } arg { name: "value" f: 1.0 } }
+"""
+
+
+def test_if_cost_is_its_branch_with_the_outer_parameters():
+    net = net_from_netdef(netdef(FC_IF), netdef(FC_INIT))
+    typed = shapes.infer(net, {"d": TensorType((0, 4)), "x": TensorType((2, 3))})
+    assert not typed.missing
+    assert typed.blobs["y"] == TensorType((2, 5)) and typed.blobs["y"].bound == "If: the larger branch"
+    f = typed.features[1]
+    assert f.macs == 2 * 3 * 5 and f.param_bytes == (15 + 5) * 4   # the FC's, W and b float32
+    x = feeds(False)["x"]
+    got = Executor(net).run({"d": np.zeros((3, 4), np.float32), "x": x}, warmup=0)
+    np.testing.assert_allclose(got["y"], x @ np.full((3, 5), 0.5, np.float32) + 1, rtol=1e-6)
