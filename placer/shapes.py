@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import Mapping
 
 from placer.errors import PlacerError, ShapeError, excerpt
-from placer.ops import registry
+from placer.ops import control, registry
 from placer.types import Net, Op, OpFeatures, TensorType, TypedNet
 
 UNKNOWN = OpFeatures(known=False)
@@ -93,6 +93,11 @@ def _infer_op(typed: TypedNet, op: Op, user: dict[str, TensorType],
             _note_missing(typed, blob, producers.get(blob))
         _set_outputs(typed, op, [None] * len(op.outputs), user)
         return UNKNOWN
+    if op.type in control.NESTED:  # If: its branches inferred on the outer blobs (ops/control.py)
+        opdef.check_arity(len(inputs), op.label)
+        outputs, features = control.infer_nested(typed, op, infer)
+        typed.blobs.update(outputs)
+        return features
     params = typed.net.params
     arguments = args_key(op.args)
     # which inputs are parameters, and repeats of one (its bytes count once)

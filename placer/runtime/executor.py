@@ -51,7 +51,7 @@ import numpy as np
 
 from placer.errors import DeviceError, InputError, KernelMissingError, PlacerError
 from placer.formats.caffe2 import net_from_netdef
-from placer.ops import cudnn_conv, registry
+from placer.ops import control, cudnn_conv, registry
 from placer.ops.copy import inserted_copy
 from placer.runtime.devices import DeviceSet, EmulatedArray, device_name, location
 from placer.runtime.timing import RunningTimes
@@ -235,7 +235,7 @@ class Executor:
             o for op in self.init_ops for o in op.outputs}
         last: dict[str, int] = {}
         for i, s in enumerate(self.steps):
-            for name in s.inputs + s.outputs:
+            for name in s.inputs + s.outputs + control.branch_blobs(s.op):  # an If's branches too
                 last[name] = i
         dying: list[list[str]] = [[] for _ in self.steps]
         for name, i in last.items():
@@ -463,7 +463,8 @@ class Executor:
                         s.args.inplace = self._grant_inplace(s, blobs, fed)
                     if timed:
                         s.timer.start()
-                    outs = s.kernel(device.xp, [_plain(x) for x in ins] if device.emulated else ins, s.args)
+                    outs = (self._run_branch(s, ins[0], blobs, sizes, timed) if s.op.type in control.NESTED
+                            else s.kernel(device.xp, [_plain(x) for x in ins] if device.emulated else ins, s.args))
                     if timed:
                         s.timer.stop()
                     adopt = device.adopt
@@ -485,6 +486,25 @@ class Executor:
                 raise self._missing_blob(s, absent[0], blobs) from None
             raise PlacerError(f"{s.label} failed on {s.device.name}: {e!r}",
                               hint="inputs: " + ", ".join(f"{n} {_describe(blobs.get(n))}" for n in s.inputs)) from e
+
+    def _run_branch(self, s: Step, condition: Any, blobs: dict, sizes: dict | None, timed: bool) -> tuple:
+        """An If: the branch its condition selects, its ops on the If's device with the
+        registry kernels, reading and writing the outer blobs (as Caffe2 runs it in the same
+        workspace). Its ops are resolved on first use; the If's timer covers them."""
+        branch = control.branch_taken(_plain(condition), s.op)
+        if branch is None:
+            return ()
+        branches = self.__dict__.setdefault("_branches", {})
+        steps = branches.get((id(s), branch))
+        if steps is None:
+            ops = control.branch_ops(s.op, branch)
+            bad = missing_kernels(ops, f"{s.label} {branch} op")
+            if bad:
+                raise KernelMissingError(f"{len(bad)} op(s) cannot run: " + "; ".join(bad))
+            steps = branches[(id(s), branch)] = [
+                self._step(op, f"{s.label} {branch} op", s.device) for op in ops]
+        self._run_ops(blobs, sizes, None, steps, timed=False)
+        return ()
 
     def _grant_inplace(self, s: Step, blobs: dict, fed: Mapping) -> frozenset:
         """The in-place candidates of ``s`` whose array no other blob and no caller's array
