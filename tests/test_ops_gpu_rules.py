@@ -22,6 +22,7 @@ import test_ops_detection_proposals
 import test_ops_gradients
 import test_ops_optimizers
 import test_ops_resize
+import test_ops_roi
 import test_ops_spatial
 from conftest import require_cupy
 from cupy_standin import CupyRuleError, StrictCupy, check_gpu_kernel, run_strict
@@ -53,6 +54,7 @@ def covered_op_types() -> set[str]:
            + test_ops_gradients.CASES + test_ops_optimizers.ALL}
     ops |= {c[0] for c in test_ops_detection.KERNEL_CASES} | {c[0] for c in test_ops_resize.CASES}
     ops |= {c[0] for c in test_ops_detection_proposals.KERNEL_CASES}
+    ops |= {c[0] for c in test_ops_roi.KERNEL_CASES}
     ops |= set(test_collectives_ops.STRICT_CHECKED + test_collectives_ops.GLOO_CHECKED)
     ops |= {"CreateCommonWorld", "CloneCommonWorld"}     # host blobs only (test_collectives_ops)
     ops |= set(test_cluster.STRICT_CHECKED)             # SendTensor, ReceiveTensor
