@@ -146,7 +146,61 @@ def test_roi_align_errors_name_the_op():
                  Args({"pooled_h": 0}, op="#3 RoIAlign"))
 
 
+def _grad_inputs(seed, args, **kw):
+    x, rois = _align_inputs(seed, args, **kw)
+    p = (args.get("pooled_h", 1), args.get("pooled_w", 1))
+    rng = np.random.default_rng(seed + 100)
+    c = x.shape[1] if args.get("order", "NCHW") == "NCHW" else x.shape[3]
+    shape = (rois.shape[0], c) + p if args.get("order", "NCHW") == "NCHW" else (rois.shape[0],) + p + (c,)
+    return [x, rois, rng.standard_normal(shape).astype(np.float32)]
+
+
+# dX sums dY * weight / count over every sample of every RoI that touches a pixel (up to
+# R * 4 * grid^2 terms here, ~100): placer adds them in another order than Caffe2's loop,
+# each addition rounding at 2^-24 of the running sum, so rtol 1e-5 with atol
+# 1e-5 * max|dY| * 10 (sums of ~10 terms of size max|dY|) covers it.
+@pytest.mark.caffe2
+@pytest.mark.parametrize("seed,args", ALIGN_CASES, ids=[f"case{c[0]}" for c in ALIGN_CASES])
+def test_roi_align_gradient_matches_caffe2(seed, args):
+    arrays = _grad_inputs(seed, args)
+    (want,) = caffe2_run("RoIAlignGradient", arrays, args)
+    (got,) = ours("RoIAlignGradient", arrays, args)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4 * float(np.abs(arrays[2]).max()))
+
+
+def test_roi_align_gradient_nhwc_is_nchw_transposed():
+    args = {"spatial_scale": 1 / 8, "pooled_h": 3, "pooled_w": 2, "sampling_ratio": 0}
+    x, rois, dy = _grad_inputs(9, args)
+    (want,) = ours("RoIAlignGradient", [x, rois, dy], args)
+    (got,) = ours("RoIAlignGradient", [x.transpose(0, 2, 3, 1).copy(), rois, dy.transpose(0, 2, 3, 1).copy()],
+                  dict(args, order="NHWC"))
+    np.testing.assert_allclose(got.transpose(0, 3, 1, 2), want, rtol=1e-6, atol=1e-6)
+
+
+def test_roi_align_gradient_is_the_adjoint_of_roi_align():
+    """<RoIAlign(X), dY> = <X, RoIAlignGradient(dY)>: both are the same linear map."""
+    args = {"spatial_scale": 1 / 16, "pooled_h": 4, "pooled_w": 4, "sampling_ratio": 0, "aligned": 1}
+    x, rois, dy = _grad_inputs(10, args)
+    (y,) = ours("RoIAlign", [x, rois], args)
+    (dx,) = ours("RoIAlignGradient", [x, rois, dy], args)
+    assert np.isclose(float((y.astype(np.float64) * dy).sum()), float((x.astype(np.float64) * dx).sum()),
+                      rtol=1e-5, atol=1e-4)
+
+
+def test_roi_align_gradient_shape_errors():
+    a = Args({"pooled_h": 2, "pooled_w": 2}, op="#4 RoIAlignGradient")
+    with pytest.raises(ShapeError, match="#4 RoIAlignGradient"):
+        registry.get("RoIAlignGradient").infer([TensorType((1, 3, 8, 8), "float32"), TensorType((5, 5), "float32"),
+                                                TensorType((5, 3, 2, 3), "float32")], a)
+    (dx,) = registry.get("RoIAlignGradient").infer([TensorType((1, 3, 8, 8), "float32"),
+                                                    TensorType((5, 5), "float32"),
+                                                    TensorType((5, 3, 2, 2), "float32")], a)
+    assert dx.shape == (1, 3, 8, 8)
+
+
 KERNEL_CASES = [
+    ("RoIAlignGradient", lambda: _grad_inputs(2, ALIGN_CASES[1][1]), ALIGN_CASES[1][1]),
+    ("RoIAlignGradient", lambda: _grad_inputs(4, ALIGN_CASES[3][1]), ALIGN_CASES[3][1]),
     ("RoIAlign", lambda: _align_inputs(1, ALIGN_CASES[0][1]), ALIGN_CASES[0][1]),
     ("RoIAlign", lambda: _align_inputs(3, ALIGN_CASES[2][1]), ALIGN_CASES[2][1]),
 ]

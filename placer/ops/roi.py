@@ -193,7 +193,60 @@ def _align_launches(inputs, args):
     return ALIGN_LAUNCHES + 3 * (len(_blocks(r, p.ph * p.pw * p.grid_guess() ** 2 * 4 * c)) - 1)
 
 
+def _grad_infer(inputs, args):
+    p = _RoIArgs(args, "RoIAlignGradient")
+    _n, c, _h, _w, r = _dims(inputs, args, "RoIAlignGradient", p)
+    if tuple(inputs[2].shape) != _out_shape(p, c, r):
+        raise ShapeError(f"op {args.op}: RoIAlignGradient on inputs ({shape_str(inputs)}): dY must be "
+                         f"RoIAlign's output {_out_shape(p, c, r)}")
+    return [TensorType(inputs[0].shape, inputs[0].dtype)]
+
+
+def _grad_kernel(xp, inputs, args):
+    p = _RoIArgs(args, "RoIAlignGradient")
+    x, rois, dy = inputs[0], inputs[1], inputs[2]
+    n, c, h, w, r = _dims([TensorType(a.shape, str(a.dtype)) for a in inputs], args, "RoIAlignGradient", p)
+    dxn = xp.zeros((n, h, w, c), dtype=xp.float32)
+    if r and dy.size:
+        dyn = dy.transpose(0, 2, 3, 1) if p.order == "NCHW" else dy      # (R, ph, pw, C)
+        image, ys, wys, xs, wxs, inv_count, samples = _samples(xp, rois, p, h, w)
+        wxs = wxs * inv_count[:, None, None, None]
+        for a, b in _blocks(r, p.ph * p.pw * samples * 4 * c):
+            vals = xp.einsum("rpqc,rpia,rqjb->rpiaqjbc", dyn[a:b].astype(xp.float32, copy=False),
+                             wys[a:b], wxs[a:b])
+            xp.add.at(dxn, (image[a:b, None, None, None, None, None, None],
+                            ys[a:b, :, :, :, None, None, None], xs[a:b, None, None, None, :, :, :]), vals)
+    dx = xp.ascontiguousarray(dxn.transpose(0, 3, 1, 2)) if p.order == "NCHW" else dxn
+    return (dx.astype(x.dtype, copy=False),)
+
+
+def _grad_cost(inputs, outputs, args):
+    """dY read once, the taps written back (scatter-adds), dX zeroed first."""
+    p = _RoIArgs(args, "RoIAlignGradient")
+    _n, c, _h, _w, r = _dims(inputs, args, "RoIAlignGradient", p)
+    taps = _taps(p, c, r)
+    samples = float(r) * p.ph * p.pw * p.grid_guess() ** 2
+    item = np.dtype(inputs[0].dtype).itemsize
+    return OpFeatures(flops=FLOPS_PER_TAP * taps + WEIGHT_FLOPS * samples,
+                      bytes_read=float(inputs[1].nbytes + inputs[2].nbytes) + taps * item,
+                      bytes_written=float(outputs[0].nbytes) + taps * item)
+
+
+# Launches: the samples as RoIAlign's (~70), the zero fill, the einsum, the scatter, the copy.
+GRAD_LAUNCHES = 75
+
+
+def _grad_launches(inputs, args):
+    p = _RoIArgs(args, "RoIAlignGradient")
+    _n, c, _h, _w, r = _dims(inputs, args, "RoIAlignGradient", p)
+    return GRAD_LAUNCHES + 2 * (len(_blocks(r, p.ph * p.pw * p.grid_guess() ** 2 * 4 * c)) - 1)
+
+
 register(OpDef("RoIAlign", _align_infer, _align_kernel, _align_cost, min_inputs=2, max_inputs=2,
                devices=frozenset({"cpu", "gpu"}), caffe2_devices=frozenset({"cpu", "gpu"}),
                launches=_align_launches,
                doc="Mask R-CNN RoIAlign: bilinear samples averaged per bin (Caffe2 semantics)"))
+register(OpDef("RoIAlignGradient", _grad_infer, _grad_kernel, _grad_cost, min_inputs=3, max_inputs=3,
+               devices=frozenset({"cpu", "gpu"}), caffe2_devices=frozenset({"cpu", "gpu"}),
+               launches=_grad_launches,
+               doc="RoIAlign's gradient: dY scattered back along the bilinear weights (Caffe2 semantics)"))
