@@ -1,4 +1,4 @@
-"""Caffe2's RoI pooling ops (RoIAlign, RoIAlignGradient) against real Caffe2 (torch 1.8.1)
+"""Caffe2's RoI pooling ops (RoIAlign, RoIAlignGradient, RoIPool) against real Caffe2 (torch 1.8.1)
 on the same inputs, and their shapes, bounds, costs and errors."""
 from __future__ import annotations
 
@@ -190,7 +190,8 @@ def test_roi_align_gradient_is_the_adjoint_of_roi_align():
 def test_roi_align_gradient_shape_errors():
     a = Args({"pooled_h": 2, "pooled_w": 2}, op="#4 RoIAlignGradient")
     with pytest.raises(ShapeError, match="#4 RoIAlignGradient"):
-        registry.get("RoIAlignGradient").infer([TensorType((1, 3, 8, 8), "float32"), TensorType((5, 5), "float32"),
+        registry.get("RoIAlignGradient").infer([TensorType((1, 3, 8, 8), "float32"),
+                                                TensorType((5, 5), "float32"),
                                                 TensorType((5, 3, 2, 3), "float32")], a)
     (dx,) = registry.get("RoIAlignGradient").infer([TensorType((1, 3, 8, 8), "float32"),
                                                     TensorType((5, 5), "float32"),
@@ -198,7 +199,52 @@ def test_roi_align_gradient_shape_errors():
     assert dx.shape == (1, 3, 8, 8)
 
 
+POOL_CASES = [
+    (21, {"spatial_scale": 1 / 8, "pooled_h": 3, "pooled_w": 2}),
+    (22, {"spatial_scale": 1 / 16, "pooled_h": 7, "pooled_w": 7}),
+    (23, {"spatial_scale": 1 / 8, "pooled_h": 2, "pooled_w": 4, "is_test": 0}),
+]
+
+
+# A max copies a value and the argmax is an index: exact (standard normal X has no ties).
+@pytest.mark.caffe2
+@pytest.mark.parametrize("seed,args", POOL_CASES, ids=[f"pool{c[0]}" for c in POOL_CASES])
+def test_roi_pool_matches_caffe2_exactly(seed, args):
+    arrays = _inputs(seed, scale=args["spatial_scale"])
+    want = caffe2_run("RoIPool", arrays, args, 2)
+    got = ours("RoIPool", arrays, args, 2)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    assert got[1].dtype == np.int32 and (got[1] == -1).any()      # the RoI outside: empty bins
+
+
+@pytest.mark.caffe2
+def test_roi_pool_is_test_matches_caffe2():
+    args = {"spatial_scale": 1 / 8, "pooled_h": 3, "pooled_w": 3, "is_test": 1}
+    arrays = _inputs(24, scale=1 / 8)
+    (want,) = caffe2_run("RoIPool", arrays, args, 1)
+    (got,) = ours("RoIPool", arrays, args, 1)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_roi_pool_shapes_and_errors():
+    op = registry.get("RoIPool")
+    rois = TensorType((64, 5), "float32", bound="DistributeFpnProposals rois")
+    x = TensorType((2, 16, 30, 40), "float32")
+    y, am = op.infer([x, rois], Args({"pooled_h": 6, "pooled_w": 6}, op="#1 RoIPool"))
+    assert y.shape == am.shape == (64, 16, 6, 6) and am.dtype == "int32" and y.bound == rois.bound
+    (y,) = op.infer([x, rois], Args({"is_test": 1}, op="#1 RoIPool", n_outputs=1))
+    assert y.shape == (64, 16, 1, 1)
+    with pytest.raises(ShapeError, match="#1 RoIPool"):
+        op.infer([x, TensorType((64, 4), "float32")], Args({}, op="#1 RoIPool"))
+    with pytest.raises(ShapeError, match="#1 RoIPool"):
+        op.infer([x, rois], Args({}, op="#1 RoIPool", n_outputs=1))
+
+
 KERNEL_CASES = [
+    ("RoIPool", lambda: _inputs(21, scale=1 / 8), POOL_CASES[0][1]),
+    ("RoIPool", lambda: _inputs(24, scale=1 / 8),
+     {"spatial_scale": 1 / 8, "pooled_h": 3, "pooled_w": 3, "is_test": 1}),
     ("RoIAlignGradient", lambda: _grad_inputs(2, ALIGN_CASES[1][1]), ALIGN_CASES[1][1]),
     ("RoIAlignGradient", lambda: _grad_inputs(4, ALIGN_CASES[3][1]), ALIGN_CASES[3][1]),
     ("RoIAlign", lambda: _align_inputs(1, ALIGN_CASES[0][1]), ALIGN_CASES[0][1]),

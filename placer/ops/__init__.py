@@ -9,7 +9,7 @@ from placer.ops import (  # noqa: F401
     collective,                  # NCCL and Gloo collectives, all-to-all, common worlds
     detection,                   # SSD fork layers: Permute, Normalize, PriorBox, DetectionOutput
     detection_proposals,         # Caffe2 Faster R-CNN: GenerateProposals, FPN proposal collect/distribute
-    roi,                         # RoI pooling: RoIAlign and its gradient
+    roi,                         # RoI pooling: RoIAlign, RoIAlignGradient, RoIPool
     p2p,                         # between processes: SendTensor, ReceiveTensor (and worlds, ops/p2p.py)
     # training: gradient ops (FC and arithmetic, activations, losses, Conv/pools/SpatialBN/LRN/
     # Dropout, sparse lengths and scatters, sorted segments, data movement), parameter updates

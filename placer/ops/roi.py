@@ -1,7 +1,7 @@
 """Op family 'roi': Caffe2's region-of-interest pooling, as Mask / Faster R-CNN heads use it.
 
 Semantics are torch 1.8.1's Caffe2 CPU operators (caffe2/operators/roi_align_op.cc,
-roi_align_gradient_op.cc):
+roi_align_gradient_op.cc, roi_pool_op.cc):
 
 - ``RoIAlign`` (X (N, C, H, W), or (N, H, W, C) with ``order`` NHWC; rois (R, 5) =
   (image, x1, y1, x2, y2), or (R, 4) for one image) -> Y (R, C, pooled_h, pooled_w)
@@ -13,7 +13,13 @@ roi_align_gradient_op.cc):
   coordinates below 0 are clamped to 0, and a sample at or past the last row (column)
   reads that row (column) alone.
 - ``RoIAlignGradient`` (X, rois, dY) -> dX (X's shape): each sample's four bilinear
-  weights times dY / count, added back into dX.
+  weights times dY / count, added back into dX. Caffe2's CPU gradient reads X as NCHW
+  whatever ``order`` says; here NHWC is honoured (X, dY and dX all NHWC).
+- ``RoIPool`` (X (N, C, H, W), rois (R, 5); NCHW only, as Caffe2's) -> Y (R, C, pooled_h,
+  pooled_w) and, with ``is_test`` 0 (the default), argmaxes (int32, h * W + w within the
+  channel; -1 for an empty bin, whose Y is 0). The RoI's corners are rounded (halves away
+  from zero) after ``spatial_scale``; bin [floor(p * b), ceil((p + 1) * b)) of the RoI's
+  (extent + 1) / pooled cells b, clipped to the map; the first of equal maxima wins.
 
 The kernels are vectorised over RoIs: the sample grid is the largest grid over the RoIs
 (one device-to-host read of that size when ``sampling_ratio`` <= 0), the samples past a
@@ -22,9 +28,13 @@ gradient scatters them back with ``add.at``, cupy's atomic scatter-add). Blocks 
 keep the gathered taps under ``TAP_BLOCK`` elements; a block is a handful of launches.
 The output's ``bound`` is the rois' (RoIs from a proposal op are an upper bound).
 
-Devices: Caffe2 1.8.1 registers CUDA kernels for both (caffe2/operators/roi_align_op.cu,
-REGISTER_CUDA_OPERATOR(RoIAlign, ...); roi_align_gradient_op.cu,
-REGISTER_CUDA_OPERATOR(RoIAlignGradient, ...)).
+RoIPool's bins get the same treatment: the largest bin over the RoIs (one device read),
+cells past a bin masked to -inf.
+
+Devices: Caffe2 1.8.1 registers CUDA kernels for all three (caffe2/operators/
+roi_align_op.cu, REGISTER_CUDA_OPERATOR(RoIAlign, ...); roi_align_gradient_op.cu,
+REGISTER_CUDA_OPERATOR(RoIAlignGradient, ...); roi_pool_op.cu, REGISTER_CUDA_OPERATOR(
+RoIPool, ...) and RoIPoolGradient, which placer does not register).
 """
 from __future__ import annotations
 
@@ -182,15 +192,18 @@ def _align_cost(inputs, outputs, args):
                       bytes_written=float(outputs[0].nbytes))
 
 
-# Launches of one block: the RoI coordinates and grids (~20), two axes (~25 each), the
-# gather, the einsum, the scale, the transpose copy.
-ALIGN_LAUNCHES = 75
+# Launches (counted on the cupy stand-in): the RoI coordinates and grids, the two axes'
+# taps and weights, one gather, the einsum, the scale and the transpose copy; an adaptive
+# grid adds its ceil and the largest grid's reduction.
+ALIGN_LAUNCHES = 86
+ADAPTIVE_LAUNCHES = 6
 
 
 def _align_launches(inputs, args):
     p = _RoIArgs(args, "RoIAlign")
     _n, c, _h, _w, r = _dims(inputs, args, "RoIAlign", p)
-    return ALIGN_LAUNCHES + 3 * (len(_blocks(r, p.ph * p.pw * p.grid_guess() ** 2 * 4 * c)) - 1)
+    blocks = len(_blocks(r, p.ph * p.pw * p.grid_guess() ** 2 * 4 * c))
+    return ALIGN_LAUNCHES + (ADAPTIVE_LAUNCHES if p.sampling <= 0 else 0) + 3 * (blocks - 1)
 
 
 def _grad_infer(inputs, args):
@@ -232,14 +245,16 @@ def _grad_cost(inputs, outputs, args):
                       bytes_written=float(outputs[0].nbytes) + taps * item)
 
 
-# Launches: the samples as RoIAlign's (~70), the zero fill, the einsum, the scatter, the copy.
-GRAD_LAUNCHES = 75
+# Launches (counted on the cupy stand-in): the samples as RoIAlign's, the zero fill, the
+# einsum, the scatter-add, the transpose copy.
+GRAD_LAUNCHES = 85
 
 
 def _grad_launches(inputs, args):
     p = _RoIArgs(args, "RoIAlignGradient")
     _n, c, _h, _w, r = _dims(inputs, args, "RoIAlignGradient", p)
-    return GRAD_LAUNCHES + 2 * (len(_blocks(r, p.ph * p.pw * p.grid_guess() ** 2 * 4 * c)) - 1)
+    blocks = len(_blocks(r, p.ph * p.pw * p.grid_guess() ** 2 * 4 * c))
+    return GRAD_LAUNCHES + (ADAPTIVE_LAUNCHES + 4 if p.sampling <= 0 else 0) + 2 * (blocks - 1)
 
 
 register(OpDef("RoIAlign", _align_infer, _align_kernel, _align_cost, min_inputs=2, max_inputs=2,
@@ -250,3 +265,118 @@ register(OpDef("RoIAlignGradient", _grad_infer, _grad_kernel, _grad_cost, min_in
                devices=frozenset({"cpu", "gpu"}), caffe2_devices=frozenset({"cpu", "gpu"}),
                launches=_grad_launches,
                doc="RoIAlign's gradient: dY scattered back along the bilinear weights (Caffe2 semantics)"))
+
+
+# -- RoIPool ------------------------------------------------------------------------------
+
+def _pool_outputs(args) -> int:
+    """Y, and the argmaxes when training (is_test=0) or when a second output is asked for."""
+    return 2 if not args.bool("is_test", False) or getattr(args, "n_outputs", None) == 2 else 1
+
+
+def _pool_dims(inputs, args, p: _RoIArgs):
+    fail = f"op {args.op}: RoIPool on inputs ({shape_str(inputs)}): "
+    x, rois = inputs[0], inputs[1]
+    if p.order != "NCHW":
+        raise ArgumentError(fail + "Caffe2's RoIPool takes only order NCHW")
+    if x.ndim != 4:
+        raise ShapeError(fail + "X must be 4-D (N, C, H, W)")
+    if rois.ndim != 2 or rois.shape[1] != 5:
+        raise ShapeError(fail + "rois must be (R, 5) = (image, x1, y1, x2, y2)")
+    if not args.bool("is_test", False) and getattr(args, "n_outputs", None) == 1:
+        raise ShapeError(fail + "is_test=0 writes the argmaxes too: two outputs (Y, argmaxes)")
+    return x.shape[0], x.shape[1], x.shape[2], x.shape[3], rois.shape[0]
+
+
+def _pool_infer(inputs, args):
+    p = _RoIArgs(args, "RoIPool")
+    _n, c, _h, _w, r = _pool_dims(inputs, args, p)
+    shape = (r, c, p.ph, p.pw)
+    outs = [TensorType(shape, inputs[0].dtype, bound=inputs[1].bound)]
+    if _pool_outputs(args) == 2:
+        outs.append(TensorType(shape, "int32", bound=inputs[1].bound))
+    return outs
+
+
+def _round(xp, v):
+    """C's round: halves away from zero."""
+    return xp.where(v < 0, -xp.floor(-v + 0.5), xp.floor(v + 0.5))
+
+
+def _bins(xp, start, end, pooled: int, size: int):
+    """[lo, hi) of each bin (R, pooled) int32, clipped to the map, as Caffe2's RoIPool."""
+    extent = xp.maximum(end - start + 1, 1).astype(xp.float32)
+    bin_size = extent / np.float32(pooled)
+    k = xp.arange(pooled, dtype=xp.float32)[None, :]
+    lo = xp.floor(k * bin_size[:, None]).astype(xp.int32) + start[:, None]
+    hi = xp.ceil((k + 1.0) * bin_size[:, None]).astype(xp.int32) + start[:, None]
+    return xp.clip(lo, 0, size), xp.clip(hi, 0, size)
+
+
+def _pool_kernel(xp, inputs, args):
+    p = _RoIArgs(args, "RoIPool")
+    x, rois = inputs[0], inputs[1]
+    _n, c, h, w, r = _pool_dims([TensorType(a.shape, str(a.dtype)) for a in inputs], args, p)
+    two = _pool_outputs(args) == 2
+    if r == 0:
+        y = xp.zeros((0, c, p.ph, p.pw), dtype=x.dtype)
+        return (y, xp.zeros(y.shape, dtype=xp.int32)) if two else (y,)
+    rois = rois.astype(xp.float32, copy=False)
+    image = rois[:, 0].astype(xp.int64)
+    corners = _round(xp, rois[:, 1:5] * np.float32(p.scale)).astype(xp.int32)
+    hlo, hhi = _bins(xp, corners[:, 1], corners[:, 3], p.ph, h)
+    wlo, whi = _bins(xp, corners[:, 0], corners[:, 2], p.pw, w)
+    largest = xp.stack([(hhi - hlo).max(), (whi - wlo).max()])
+    largest = largest.get() if hasattr(largest, "get") else largest      # one device read
+    kh, kw = max(int(largest[0]), 1), max(int(largest[1]), 1)
+    rows = hlo[:, :, None] + xp.arange(kh, dtype=xp.int32)[None, None, :]     # (R, ph, kh)
+    cols = wlo[:, :, None] + xp.arange(kw, dtype=xp.int32)[None, None, :]     # (R, pw, kw)
+    row_in, col_in = rows < hhi[:, :, None], cols < whi[:, :, None]
+    rows, cols = xp.minimum(rows, h - 1), xp.minimum(cols, w - 1)
+    xn = x.transpose(0, 2, 3, 1)                                             # (N, H, W, C)
+    ys, picks = [], []
+    for a, b in _blocks(r, p.ph * p.pw * kh * kw * c):
+        # (R, ph, pw, kh, kw, C): each bin's rows, then its columns, as Caffe2 scans them
+        taps = xn[image[a:b, None, None, None, None], rows[a:b, :, None, :, None],
+                  cols[a:b, None, :, None, :]]
+        inside = row_in[a:b, :, None, :, None] & col_in[a:b, None, :, None, :]
+        taps = xp.where(inside[..., None], taps, -xp.inf).reshape(b - a, p.ph, p.pw, kh * kw, c)
+        best = xp.argmax(taps, axis=3)                      # the first of equal maxima, as Caffe2's >
+        empty = ~inside.reshape(b - a, p.ph, p.pw, kh * kw).any(axis=3)[..., None]
+        ys.append(xp.where(empty, 0.0, taps.max(axis=3)))
+        if two:
+            at = ((hlo[a:b, :, None, None] + best // kw) * w + wlo[a:b, None, :, None] + best % kw)
+            picks.append(xp.where(empty, -1, at).astype(xp.int32))
+    y = ys[0] if len(ys) == 1 else xp.concatenate(ys, axis=0)
+    y = xp.ascontiguousarray(y.transpose(0, 3, 1, 2)).astype(x.dtype, copy=False)
+    if not two:
+        return (y,)
+    arg = picks[0] if len(picks) == 1 else xp.concatenate(picks, axis=0)
+    return y, xp.ascontiguousarray(arg.transpose(0, 3, 1, 2))
+
+
+def _pool_cost(inputs, outputs, args):
+    """Each bin's cells read once (about the RoIs' area, taken as 2 x 2 cells a bin: the
+    RoIs are not known), one compare each."""
+    p = _RoIArgs(args, "RoIPool")
+    _n, c, _h, _w, r = _pool_dims(inputs, args, p)
+    cells = float(r) * p.ph * p.pw * 4 * c
+    item = np.dtype(inputs[0].dtype).itemsize
+    return OpFeatures(flops=cells, bytes_read=cells * item + inputs[1].nbytes,
+                      bytes_written=float(sum(t.nbytes for t in outputs)))
+
+
+# Launches (counted on the cupy stand-in): rounding, the bins, the largest bin, the gather,
+# the mask, max and argmax, the transpose copy; the argmaxes' indices add 9.
+POOL_LAUNCHES = 67
+ARGMAX_LAUNCHES = 9
+
+
+def _pool_launches(inputs, args):
+    return POOL_LAUNCHES + (ARGMAX_LAUNCHES if _pool_outputs(args) == 2 else 0)
+
+
+register(OpDef("RoIPool", _pool_infer, _pool_kernel, _pool_cost, min_inputs=2, max_inputs=2,
+               devices=frozenset({"cpu", "gpu"}), caffe2_devices=frozenset({"cpu", "gpu"}),
+               launches=_pool_launches,
+               doc="Fast R-CNN RoIPool: the max of each bin of the rounded RoI, and its argmax (Caffe2)"))
