@@ -8,7 +8,7 @@ from caffe2_oracle import run_caffe2
 from conftest import require_cupy
 from cupy_standin import check_gpu_kernel
 
-from placer.errors import ArgumentError, ShapeError
+from placer.errors import ArgumentError, InputError, ShapeError
 from placer.ops import registry
 from placer.types import Args, TensorType
 
@@ -114,6 +114,17 @@ def test_roi_align_shapes_and_bound():
     a = Args({"pooled_h": 7, "pooled_w": 5, "order": "NHWC"}, op="#0 RoIAlign")
     (y,) = registry.get("RoIAlign").infer([TensorType((1, 50, 60, 256), "float32"), rois], a)
     assert y.shape == (300, 7, 5, 256)
+
+
+def test_roi_align_aligned_refuses_negative_sizes_as_caffe2():
+    """Caffe2 1.8.1 enforces roi_w >= 0 and roi_h >= 0 when aligned (roi_align_op.cc; the
+    enforce inside its OpenMP loop terminates the process, so it is not run here)."""
+    x, rois = _inputs(5)
+    rois[0, 1], rois[0, 3] = 30.0, 10.0
+    for s in (0, 2):
+        with pytest.raises(InputError, match="#0 RoIAlign.*non-negative"):
+            ours("RoIAlign", [x, rois], {"aligned": 1, "sampling_ratio": s, "spatial_scale": 1 / 8})
+    ours("RoIAlign", [x, rois], {"aligned": 0, "spatial_scale": 1 / 8})     # unaligned: made 1 x 1
 
 
 def test_roi_align_empty_rois():

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from placer.errors import ArgumentError, ShapeError
+from placer.errors import ArgumentError, InputError, ShapeError
 from placer.ops.registry import OpDef, register
 from placer.types import OpFeatures, TensorType, shape_str
 
@@ -117,7 +117,7 @@ def _axis(xp, start, bin_size, grid, grid_f, pooled: int, g: int, size: int):
     return xp.stack([low, high], axis=-1), weights
 
 
-def _samples(xp, rois, p: _RoIArgs, h: int, w: int):
+def _samples(xp, rois, p: _RoIArgs, h: int, w: int, args_op: str, op_type: str):
     """Per RoI: image index (R,), the y and x taps and weights (_axis), 1 / count (R,)."""
     rois = rois.astype(xp.float32, copy=False)
     r = rois.shape[0]
@@ -135,15 +135,24 @@ def _samples(xp, rois, p: _RoIArgs, h: int, w: int):
     if not p.aligned:               # malformed RoIs become 1 x 1
         rw, rh = xp.maximum(rw, 1.0), xp.maximum(rh, 1.0)
     bin_h, bin_w = rh / np.float32(p.ph), rw / np.float32(p.pw)
+    checks = []       # read from the device together, in one transfer
     if p.sampling > 0:
         grid_h = grid_w = xp.full((r,), p.sampling, dtype=xp.int32)
         gh = gw = p.sampling
     else:
         grid_h, grid_w = xp.ceil(bin_h).astype(xp.int32), xp.ceil(bin_w).astype(xp.int32)
         grid_h, grid_w = xp.maximum(grid_h, 0), xp.maximum(grid_w, 0)
-        largest = xp.stack([grid_h.max(), grid_w.max()])
-        largest = largest.get() if hasattr(largest, "get") else largest   # one device read
-        gh, gw = max(int(largest[0]), 1), max(int(largest[1]), 1)
+        checks += [grid_h.max().astype(xp.float32), grid_w.max().astype(xp.float32)]
+    if p.aligned:     # Caffe2 refuses RoIs of negative size when aligned (it keeps no minimum)
+        checks.append(xp.minimum(rw.min(), rh.min()))
+    if checks:
+        host = xp.stack(checks)
+        host = host.get() if hasattr(host, "get") else host     # the one device read
+        if p.sampling <= 0:
+            gh, gw = max(int(host[0]), 1), max(int(host[1]), 1)
+        if p.aligned and host[-1] < 0:
+            raise InputError(f"op {args_op}: {op_type} with aligned=1 takes RoIs of non-negative "
+                             f"size only (x2 >= x1, y2 >= y1 after spatial_scale), as Caffe2 does")
     count = xp.maximum(grid_h * grid_w, 1).astype(xp.float32)
     ys, wys = _axis(xp, y1, bin_h, grid_h, grid_h.astype(xp.float32), p.ph, gh, h)
     xs, wxs = _axis(xp, x1, bin_w, grid_w, grid_w.astype(xp.float32), p.pw, gw, w)
@@ -162,7 +171,7 @@ def _align_kernel(xp, inputs, args):
     if r == 0:
         return (xp.zeros(_out_shape(p, c, 0), dtype=xp.float32),)
     xn = x.transpose(0, 2, 3, 1) if p.order == "NCHW" else x       # (N, H, W, C), a view
-    image, ys, wys, xs, wxs, inv_count, samples = _samples(xp, rois, p, h, w)
+    image, ys, wys, xs, wxs, inv_count, samples = _samples(xp, rois, p, h, w, args.op, "RoIAlign")
     parts = []
     for a, b in _blocks(r, p.ph * p.pw * samples * 4 * c):
         # taps (R, ph, gh, 2, pw, gw, 2, C)
@@ -194,16 +203,22 @@ def _align_cost(inputs, outputs, args):
 
 # Launches (counted on the cupy stand-in): the RoI coordinates and grids, the two axes'
 # taps and weights, one gather, the einsum, the scale and the transpose copy; an adaptive
-# grid adds its ceil and the largest grid's reduction.
+# grid adds its ceil and the largest grid's reduction, aligned=1 the negative-size check.
 ALIGN_LAUNCHES = 86
-ADAPTIVE_LAUNCHES = 6
+ADAPTIVE_LAUNCHES = 10
+
+
+def _check_launches(p: _RoIArgs) -> int:
+    """The launches of the adaptive grid and of the aligned RoIs' size check."""
+    adaptive = p.sampling <= 0
+    return (ADAPTIVE_LAUNCHES if adaptive else 0) + ((1 if adaptive else 2) if p.aligned else 0)
 
 
 def _align_launches(inputs, args):
     p = _RoIArgs(args, "RoIAlign")
     _n, c, _h, _w, r = _dims(inputs, args, "RoIAlign", p)
     blocks = len(_blocks(r, p.ph * p.pw * p.grid_guess() ** 2 * 4 * c))
-    return ALIGN_LAUNCHES + (ADAPTIVE_LAUNCHES if p.sampling <= 0 else 0) + 3 * (blocks - 1)
+    return ALIGN_LAUNCHES + _check_launches(p) + 3 * (blocks - 1)
 
 
 def _grad_infer(inputs, args):
@@ -222,7 +237,8 @@ def _grad_kernel(xp, inputs, args):
     dxn = xp.zeros((n, h, w, c), dtype=xp.float32)
     if r and dy.size:
         dyn = dy.transpose(0, 2, 3, 1) if p.order == "NCHW" else dy      # (R, ph, pw, C)
-        image, ys, wys, xs, wxs, inv_count, samples = _samples(xp, rois, p, h, w)
+        image, ys, wys, xs, wxs, inv_count, samples = _samples(xp, rois, p, h, w, args.op,
+                                                               "RoIAlignGradient")
         wxs = wxs * inv_count[:, None, None, None]
         for a, b in _blocks(r, p.ph * p.pw * samples * 4 * c):
             vals = xp.einsum("rpqc,rpia,rqjb->rpiaqjbc", dyn[a:b].astype(xp.float32, copy=False),
@@ -247,14 +263,14 @@ def _grad_cost(inputs, outputs, args):
 
 # Launches (counted on the cupy stand-in): the samples as RoIAlign's, the zero fill, the
 # einsum, the scatter-add, the transpose copy.
-GRAD_LAUNCHES = 85
+GRAD_LAUNCHES = 87
 
 
 def _grad_launches(inputs, args):
     p = _RoIArgs(args, "RoIAlignGradient")
     _n, c, _h, _w, r = _dims(inputs, args, "RoIAlignGradient", p)
     blocks = len(_blocks(r, p.ph * p.pw * p.grid_guess() ** 2 * 4 * c))
-    return GRAD_LAUNCHES + (ADAPTIVE_LAUNCHES + 4 if p.sampling <= 0 else 0) + 2 * (blocks - 1)
+    return GRAD_LAUNCHES + _check_launches(p) + 2 * (blocks - 1)
 
 
 register(OpDef("RoIAlign", _align_infer, _align_kernel, _align_cost, min_inputs=2, max_inputs=2,
