@@ -11,6 +11,7 @@ from placer.ops import (  # noqa: F401
     detection_proposals,         # Caffe2 Faster R-CNN: GenerateProposals, FPN proposal collect/distribute
     detection_boxes,             # Detectron boxes: BBoxTransform, BoxWithNMSLimit
     control,                     # IsEmpty, If (nested then_net / else_net)
+    roi,                         # RoI pooling: RoIAlign, RoIAlignGradient, RoIPool
     p2p,                         # between processes: SendTensor, ReceiveTensor (and worlds, ops/p2p.py)
     # training: gradient ops (FC and arithmetic, activations, losses, Conv/pools/SpatialBN/LRN/
     # Dropout, sparse lengths and scatters, sorted segments, data movement), parameter updates
