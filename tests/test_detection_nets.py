@@ -14,6 +14,7 @@ import pytest
 
 from conftest import corpus_dir
 from placer.cli import main
+from placer.examples import faster_rcnn
 from placer.examples.builder import NetBuilder
 from placer.formats import load_net
 from placer.formats.caffe2 import net_from_netdef
@@ -48,10 +49,17 @@ def rpn_net(b: NetBuilder, post_nms: int = 300) -> None:
     b.output("head")
 
 
+SHAPES = {"feat": TensorType((1, 8, H, W)), "im_info": TensorType((1, 3))}
+
+
 def _net():
     b = NetBuilder("rpn")
     rpn_net(b)
     return net_from_netdef(b.predict, b.init)
+
+
+def _typed(counts=None):
+    return infer(_net(), SHAPES, counts)
 
 
 @pytest.fixture(autouse=True)
@@ -63,7 +71,7 @@ def _ops_present():
 
 
 def test_proposal_counts_are_bounded_and_marked_downstream():
-    typed = infer(_net())
+    typed = _typed()
     rois, head = typed.blobs["rois"], typed.blobs["head"]
     assert rois.shape == (300, 5) and rois.bound == "GenerateProposals post_nms_topN=300"
     assert typed.blobs["rois_probs"].shape == (300,)
@@ -76,15 +84,15 @@ def test_proposal_counts_are_bounded_and_marked_downstream():
 
 
 def test_proposals_cap_prices_a_typical_count():
-    full = infer(_net())
-    typed = infer(_net(), counts={"GenerateProposals": 40})
+    full = _typed()
+    typed = _typed({"GenerateProposals": 40})
     assert typed.blobs["rois"].shape == (40, 5) and typed.blobs["head"].shape == (40, 32)
     assert "priced at 40" in typed.blobs["rois"].bound
     fc = next(i for i, op in enumerate(typed.net.ops) if op.type == "FC")
     # the FC after RoIAlign: 40 rows instead of 300, its MACs in the same ratio
     assert typed.features[fc].macs == pytest.approx(full.features[fc].macs * 40 / 300)
     # a cap above the bound changes nothing
-    assert infer(_net(), counts={"GenerateProposals": 5000}).blobs["rois"].shape == (300, 5)
+    assert _typed({"GenerateProposals": 5000}).blobs["rois"].shape == (300, 5)
 
 
 def test_marks_survive_the_inference_cache():
@@ -98,34 +106,36 @@ def test_marks_survive_the_inference_cache():
     net.ops.insert(0, net.ops.pop())   # the unbounded FC first
     net = type(net)(**{**net.__dict__, "ops": [o.__class__(**{**o.__dict__, "index": i})
                                                 for i, o in enumerate(net.ops)]})
-    typed = infer(net)
+    typed = infer(net, {**SHAPES, "plain": TensorType((300, 8, 7, 7))})
     assert typed.blobs["plain_head"].bound is None
     assert typed.blobs["head"].bound is not None
 
 
 def test_random_im_info_is_the_image_size():
     net = _net()
-    typed = infer(net)
+    typed = infer(net, SHAPES)
     (info,) = random_inputs(net, typed.blobs, ["im_info"]).values()
     assert info.tolist() == [[H * 16, W * 16, 1.0]] and info.dtype == np.float32
 
 
 def test_plan_cli_takes_im_info_from_data_and_names_the_bound(tmp_path, capsys):
-    b = NetBuilder("rpn")
-    rpn_net(b)
-    files = b.save(tmp_path, "rpn")
+    """The bundled Faster R-CNN with only --input data: im_info (N, 3) follows from it."""
+    files = faster_rcnn.build(faster_rcnn.small()).save(tmp_path, "frcnn")
     info = json.loads(files["value_info"].read_text())
-    del info["im_info"]
+    del info["im_info"], info["data"]
     files["value_info"].write_text(json.dumps(info))
-    assert main(["plan", str(files["predict"]), "--init-net", str(files["init"]), "--json",
-                 "--stability-draws", "0", "--detections", "10"]) == 0
+    common = ["plan", str(files["predict"]), "--init-net", str(files["init"]), "--input", "data=1,3,256,256",
+              "--json", "--stability-draws", "0"]
+    assert main(common) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["bounded_blobs"]["rois"] == {"shape": [300, 5], "bound": "GenerateProposals post_nms_topN=300"}
+    assert doc["bounded_blobs"]["rpn_rois"] == {"shape": [1000, 5], "bound": "GenerateProposals post_nms_topN=1000"}
+    assert doc["bounded_blobs"]["bbox_nms"]["shape"] == [100, 4]
     assert any("priced at their bound" in n for n in doc["notes"])
-    assert main(["plan", str(files["predict"]), "--init-net", str(files["init"]), "--json",
-                 "--stability-draws", "0", "--proposals", "50"]) == 0
+    assert main(common + ["--proposals", "300", "--detections", "20"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["bounded_blobs"]["head"]["shape"] == [50, 32]
+    assert doc["bounded_blobs"]["rpn_rois"]["shape"] == [300, 5]
+    assert doc["bounded_blobs"]["pool5"]["shape"][0] == 300
+    assert doc["bounded_blobs"]["bbox_nms"]["shape"] == [20, 4]
 
 
 def test_proposals_option_is_checked(tmp_path, capsys):
@@ -148,5 +158,5 @@ def test_corpus_detection_nets_have_no_unknown_op_and_ask_for_their_weights(name
     # every missing shape is a weight (or Mask R-CNN2Go's anchors), asked for with the init net
     assert missing and all("--init-net INIT" in m for m in missing)
     named = {m.split("'")[1] for m in missing}
-    assert named <= weights | {"anchors", "im_info"}, sorted(named - weights)[:5]
+    assert named <= weights | {"anchor"}, sorted(named - weights)[:5]
     assert "--init-net" in captured.err
