@@ -14,7 +14,7 @@ import pytest
 
 from conftest import corpus_dir
 from placer.cli import main
-from placer.examples import faster_rcnn
+from placer.examples import DATA, faster_rcnn
 from placer.examples.builder import NetBuilder
 from placer.formats import load_net
 from placer.formats.caffe2 import net_from_netdef
@@ -160,3 +160,40 @@ def test_corpus_detection_nets_have_no_unknown_op_and_ask_for_their_weights(name
     named = {m.split("'")[1] for m in missing}
     assert named <= weights | {"anchor"}, sorted(named - weights)[:5]
     assert "--init-net" in captured.err
+
+
+def test_ops_without_a_caffe2_gpu_kernel_stay_on_the_cpu_unless_lifted(tmp_path, capsys):
+    files = faster_rcnn.build(faster_rcnn.small()).save(tmp_path, "frcnn")
+    common = ["plan", str(files["predict"]), "--init-net", str(files["init"]), "--gpu-profile", "t4-pcie3",
+              "--json", "--stability-draws", "0"]
+    assert main(common) == 0
+    doc = json.loads(capsys.readouterr().out)
+    by_type = {o["type"]: o for o in doc["ops"]}
+    for t in ("BBoxTransform", "BoxWithNMSLimit"):
+        assert by_type[t]["device"] == "cpu"
+        assert by_type[t]["reason"].startswith("pinned: no GPU kernel in Caffe2"), by_type[t]["reason"]
+    assert by_type["RoIAlign"]["reason"] == "" or "pinned" not in by_type["RoIAlign"]["reason"]
+    # lifted, with the NMS forced onto the GPU to see the note (pricing alone may keep it on the CPU)
+    assert main(common + ["--allow-gpu-only-in-placer", "--pin", "BoxWithNMSLimit=gpu"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {o["type"]: o["device"] for o in doc["ops"]}["BoxWithNMSLimit"] == "cuda:0"
+    assert any("Caffe2 has no GPU kernel" in n and "BoxWithNMSLimit" in n for n in doc["notes"])
+    # without the lift, that pin is refused in one line
+    assert main(common + ["--pin", "BoxWithNMSLimit=gpu"]) == 2
+    assert "no GPU kernel in Caffe2" in capsys.readouterr().err
+
+
+@pytest.mark.corpus
+def test_corpus_faster_rcnn_plans_with_the_bundled_weights(capsys):
+    """The corpus R-50-C4 export and the bundled generator share every blob name: its init
+    net gives the corpus net its weight shapes, and the net plans whole."""
+    path = corpus_dir() / "caffe2" / "frcnn_r50c4_predict_net.pbtxt"
+    assert main(["plan", str(path), "--init-net", str(DATA / "faster_rcnn_r50_c4_init.pbtxt"),
+                 "--input", "data=1,3,800,800", "--gpu-profile", "v100-16gb-pcie3", "--json",
+                 "--stability-draws", "0"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["ops"]) == 132
+    where = {o["type"]: o["device"] for o in doc["ops"]}
+    assert where["Conv"] == "cuda:0" and where["BoxWithNMSLimit"] == "cpu" and where["BBoxTransform"] == "cpu"
+    assert doc["bounded_blobs"]["rpn_rois"]["shape"] == [1000, 5]
+    assert doc["total_s"] < doc["baselines"]["all_cpu"]["total_s"]

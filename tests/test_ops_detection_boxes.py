@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from caffe2_oracle import run_caffe2
+from conftest import require_cupy
+from cupy_standin import check_gpu_kernel
 from placer.errors import ArgumentError, ShapeError
 from placer.ops import registry
 from placer.types import Args, TensorType
@@ -325,7 +327,23 @@ def test_hand_nms_and_limit():
     np.testing.assert_array_equal(s, np.float32([0.9]))
 
 
-def test_devices_are_cpu_only():
+def test_devices_caffe2_cpu_only_placer_both():
+    """Caffe2 runs them on the CPU only; placer's host kernels also take a GPU's inputs
+    (one read back) for --allow-gpu-only-in-placer."""
     for t in ("BBoxTransform", "BoxWithNMSLimit"):
         opdef = registry.get(t)
-        assert opdef.devices == frozenset({"cpu"}) and opdef.caffe2_devices == frozenset({"cpu"})
+        assert opdef.devices == frozenset({"cpu", "gpu"}) and opdef.caffe2_devices == frozenset({"cpu"})
+
+
+KERNEL_CASES = [
+    ("BBoxTransform", _transform_case("gpu-t", 3, 40, 5, n=2)),
+    ("BoxWithNMSLimit", _nms_case("gpu-n", 4, 60, 6, splits=[25, 35], score_thresh=0.3, nms=0.5,
+                                  detections_per_im=20)),
+]
+
+
+@pytest.mark.parametrize("op_type,case", KERNEL_CASES, ids=[c[0] for c in KERNEL_CASES])
+def test_gpu_kernels_keep_to_cupy_rules(op_type, case):
+    """On the strict cupy stand-in (tests/cupy_standin.py): see ``check_gpu_kernel``."""
+    require_cupy()
+    check_gpu_kernel(registry.get(op_type), case["inputs"], Args(case["args"], op=f"#0 {op_type}"))

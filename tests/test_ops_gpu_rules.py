@@ -19,6 +19,7 @@ import test_ops_data
 import test_ops_dense
 import test_ops_detection
 import test_ops_control
+import test_ops_detection_boxes
 import test_ops_detection_proposals
 import test_ops_gradients
 import test_ops_optimizers
@@ -56,7 +57,7 @@ def covered_op_types() -> set[str]:
     ops |= {c[0] for c in test_ops_detection.KERNEL_CASES} | {c[0] for c in test_ops_resize.CASES}
     ops |= {c[0] for c in test_ops_detection_proposals.KERNEL_CASES}
     ops |= {c[0] for c in test_ops_control.KERNEL_CASES} | {"If"}    # If runs its branch's kernels
-    ops |= {c[0] for c in test_ops_roi.KERNEL_CASES}
+    ops |= {c[0] for c in test_ops_roi.KERNEL_CASES} | {c[0] for c in test_ops_detection_boxes.KERNEL_CASES}
     ops |= set(test_collectives_ops.STRICT_CHECKED + test_collectives_ops.GLOO_CHECKED)
     ops |= {"CreateCommonWorld", "CloneCommonWorld"}     # host blobs only (test_collectives_ops)
     ops |= set(test_cluster.STRICT_CHECKED)             # SendTensor, ReceiveTensor

@@ -47,8 +47,10 @@ deterministic and followed exactly.
 Devices: Caffe2 has CPU kernels only (REGISTER_CPU_OPERATOR in
 caffe2/operators/bbox_transform_op.cc and box_with_nms_limit_op.cc; no
 bbox_transform_op.cu or box_with_nms_limit_op.cu in caffe2/operators). Placer's kernels
-run on the host with numpy (NMS is sequential) and return ``xp`` arrays; they are
-registered for the CPU only.
+run on the host with numpy (NMS is sequential) and return ``xp`` arrays; on a GPU they read
+their inputs back in one copy. So they are registered for both (``devices``) with
+``caffe2_devices`` the CPU: the planner keeps them on the CPU unless ``placer plan
+--allow-gpu-only-in-placer``.
 """
 from __future__ import annotations
 
@@ -59,6 +61,7 @@ from typing import Sequence
 import numpy as np
 
 from placer.errors import ArgumentError, ShapeError
+from placer.ops.detection_proposals import _to_host
 from placer.ops.registry import OpDef, io_bytes, register
 from placer.types import Args, OpFeatures, TensorType, shape_str
 
@@ -68,6 +71,7 @@ TRANSFORM_FLOPS_PER_BOX = 30   # widths, centres, 4 deltas over weights, 2 caps,
 IOU_FLOPS = 14                 # 4 min/max, 2 widths (+1), 2 clamps, intersection, union, divide, compare
 SOFT_NMS_FLOPS = 4             # the weight (with exp for gaussian), the product, the min-score compare
 CPU_ONLY = frozenset({"cpu"})
+BOTH = frozenset({"cpu", "gpu"})  # placer: the host kernel, its inputs read back from a GPU in one copy
 
 
 def _fail(args: Args, op_type: str, inputs: Sequence, what: str) -> ShapeError:
@@ -184,7 +188,7 @@ def _transform_kernel(xp, inputs, args):
     ``xp``."""
     p = _TransformArgs(args)
     r, k, n = _transform_dims([TensorType(tuple(a.shape)) for a in inputs[:3]], args, p)
-    rois, deltas, im_info = (np.asarray(a, dtype=np.float32) for a in inputs[:3])
+    rois, deltas, im_info = _to_host(xp, inputs[:3])
     d = p.box_dim
     if rois.shape[1] == d:
         counts = np.array([r], dtype=np.int64)
@@ -469,9 +473,10 @@ def _nms_kernel(xp, inputs, args):
     module docstring); the outputs move to ``xp``."""
     p = _NMSArgs(args)
     r, k, n = _nms_dims([TensorType(tuple(a.shape)) for a in inputs], args, p)
-    scores_all = np.asarray(inputs[0], dtype=np.float32).reshape(r, k)
-    boxes_all = np.asarray(inputs[1], dtype=np.float32).reshape(r, inputs[1].shape[1])
-    splits = (np.asarray(inputs[2]).astype(np.int64) if len(inputs) > 2 else np.array([r], np.int64))
+    host = _to_host(xp, inputs)        # from a GPU: one device-to-host read
+    scores_all = host[0].reshape(r, k)
+    boxes_all = host[1].reshape(r, inputs[1].shape[1])
+    splits = (host[2].astype(np.int64) if len(inputs) > 2 else np.array([r], np.int64))
     if splits.sum() != r or (splits < 0).any():
         raise ArgumentError(f"op {args.op}: BoxWithNMSLimit batch_splits {splits.tolist()} must be "
                             f"non-negative and add up to {r} boxes")
@@ -548,10 +553,12 @@ def _nms_cost(inputs, outputs, args):
 
 
 register(OpDef("BBoxTransform", _transform_infer, _transform_kernel, _transform_cost,
-               devices=CPU_ONLY, caffe2_devices=CPU_ONLY, min_inputs=3, max_inputs=3,
+               devices=BOTH, caffe2_devices=CPU_ONLY, min_inputs=3, max_inputs=3,
+               launches=2,          # on a GPU: the inputs joined for one read back, the boxes made
                doc="Detectron box regression: deltas applied to rois per image, clipped; (R, 4K) "
                    "[+ roi_batch_splits] (CPU only in Caffe2: bbox_transform_op.cc)"))
 register(OpDef("BoxWithNMSLimit", _nms_infer, _nms_kernel, _nms_cost,
-               devices=CPU_ONLY, caffe2_devices=CPU_ONLY, min_inputs=2, max_inputs=3,
+               devices=BOTH, caffe2_devices=CPU_ONLY, min_inputs=2, max_inputs=3,
+               launches=4,          # on a GPU: one join for the read back, scores, boxes, classes made
                doc="per-class NMS or soft-NMS (upright or rotated) and a per-image detection limit; D rows bounded by "
                    "detections_per_im (CPU only in Caffe2: box_with_nms_limit_op.cc)"))
