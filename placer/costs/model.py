@@ -723,6 +723,11 @@ def _priced_row(model: CostModel, op, inputs: tuple, outs: tuple, feats: OpFeatu
     """(seconds per distinct device, sources, kernel per device, feature columns) of one op."""
     times, sources = zip(*(model.op_time(op.type, list(inputs), op.args, feats, d) for d in distinct))
     opdef = registry.get(op.type)
+    if opdef is not None and opdef.host_kernel and "cpu" in kinds:
+        # its kernel computes on the host wherever it is placed: a GPU's price is the host's
+        host = distinct.index(next(j for j in distinct if kinds[j] == "cpu"))
+        times = tuple(times[host] if kinds[d] == "gpu" else t for d, t in zip(distinct, times))
+        sources = tuple(sources[host] if kinds[d] == "gpu" else s for d, s in zip(distinct, sources))
     kernels = tuple(kind in opdef.devices for kind in kinds) if opdef is not None else (False,) * len(kinds)
     features = (feats.flops, feats.macs, feats.bytes_read, feats.bytes_written, feats.param_bytes,
                 float(sum(t.nbytes for t in outs if t is not None)), bool(feats.known and opdef is not None))

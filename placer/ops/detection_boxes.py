@@ -553,12 +553,12 @@ def _nms_cost(inputs, outputs, args):
 
 
 register(OpDef("BBoxTransform", _transform_infer, _transform_kernel, _transform_cost,
-               devices=BOTH, caffe2_devices=CPU_ONLY, min_inputs=3, max_inputs=3,
+               devices=BOTH, host_kernel=True, caffe2_devices=CPU_ONLY, min_inputs=3, max_inputs=3,
                launches=2,          # on a GPU: the inputs joined for one read back, the boxes made
                doc="Detectron box regression: deltas applied to rois per image, clipped; (R, 4K) "
                    "[+ roi_batch_splits] (CPU only in Caffe2: bbox_transform_op.cc)"))
 register(OpDef("BoxWithNMSLimit", _nms_infer, _nms_kernel, _nms_cost,
-               devices=BOTH, caffe2_devices=CPU_ONLY, min_inputs=2, max_inputs=3,
+               devices=BOTH, host_kernel=True, caffe2_devices=CPU_ONLY, min_inputs=2, max_inputs=3,
                launches=4,          # on a GPU: one join for the read back, scores, boxes, classes made
                doc="per-class NMS or soft-NMS (upright or rotated) and a per-image detection limit; D rows bounded by "
                    "detections_per_im (CPU only in Caffe2: box_with_nms_limit_op.cc)"))

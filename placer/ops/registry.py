@@ -13,6 +13,10 @@ An entry holds
   that differs from ``devices`` (None: the same). A placed net must run in the Caffe2 the
   user deploys, so the planner keeps an op to these by default; ``placer plan
   --allow-gpu-only-in-placer`` lifts it for placer's own runtime (``caffe2_kinds``);
+- ``host_kernel``: its kernel computes on the host with numpy wherever it is placed (NMS and
+  proposal selection are sequential); on a GPU it reads its inputs back and copies its
+  outputs over. The cost model then prices it on a GPU at the host's time (the read back and
+  the copy of its outputs, small beside it, are not added);
 - ``host_inputs``: input positions Caffe2 reads from a CPU tensor whatever device the op
   runs on (the iteration counter of Adam and LearningRate): such an input must be on the
   host, and the kernel gets it as a numpy array even when ``xp`` is cupy;
@@ -147,6 +151,7 @@ class OpDef:
     transfer: Transfer | None = None
     devices: frozenset = field(default_factory=lambda: frozenset({"cpu", "gpu"}))
     caffe2_devices: frozenset | None = None  # where real Caffe2 has a kernel; None: as devices
+    host_kernel: bool = False   # its kernel computes on the host even when placed on a GPU
     min_inputs: int = 0
     max_inputs: int | None = None
     doc: str = ""
