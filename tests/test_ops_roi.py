@@ -133,14 +133,19 @@ def test_roi_align_empty_rois():
     assert y.shape == (0, 2, 2, 2)
 
 
-def test_roi_align_cost_reads_the_taps_not_the_map():
+def test_roi_align_cost_reads_the_cells_the_taps_touch():
     a = Args({"pooled_h": 7, "pooled_w": 7, "sampling_ratio": 2}, op="#0 RoIAlign")
     ins = [TensorType((1, 256, 200, 200), "float32"), TensorType((10, 5), "float32")]
     outs = registry.get("RoIAlign").infer(ins, a)
     f = registry.get("RoIAlign").cost(ins, outs, a)
     taps = 10 * 49 * 4 * 4 * 256
-    assert f.bytes_read == taps * 4 + 10 * 5 * 4 < ins[0].nbytes
+    cells = 10 * 256 * (7 * 2 + 1) ** 2      # the 14 x 14 sample lattice touches 15 x 15 cells
+    assert f.bytes_read == cells * 4 + 10 * 5 * 4 < min(taps * 4, ins[0].nbytes)
     assert f.flops >= 2 * taps and f.bytes_written == outs[0].nbytes
+    # a map smaller than the lattice: never more than the map per RoI and channel
+    small = [TensorType((1, 256, 6, 6), "float32"), TensorType((10, 5), "float32")]
+    f = registry.get("RoIAlign").cost(small, registry.get("RoIAlign").infer(small, a), a)
+    assert f.bytes_read == 10 * 256 * 36 * 4 + 10 * 5 * 4
 
 
 def test_roi_align_errors_name_the_op():

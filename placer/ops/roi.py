@@ -190,14 +190,19 @@ def _taps(p: _RoIArgs, c: int, r: int) -> float:
 
 
 def _align_cost(inputs, outputs, args):
-    """The taps each read once (not all of X), four per sample; two flops a tap."""
+    """Four taps per sample, two flops a tap. Memory: the cells a RoI's taps touch, read
+    once per RoI and channel (neighbouring samples share cells, which caches serve): its
+    samples form a (pooled_h * grid) x (pooled_w * grid) lattice, whose taps touch at most
+    one more cell than samples along each axis, and never more than the map's H x W."""
     p = _RoIArgs(args, "RoIAlign")
-    _n, c, _h, _w, r = _dims(inputs, args, "RoIAlign", p)
+    _n, c, h, w, r = _dims(inputs, args, "RoIAlign", p)
     taps = _taps(p, c, r)
-    samples = float(r) * p.ph * p.pw * p.grid_guess() ** 2
+    g = p.grid_guess()
+    samples = float(r) * p.ph * p.pw * g ** 2
+    cells = float(r) * c * min((p.ph * g + 1) * (p.pw * g + 1), h * w)
     item = np.dtype(inputs[0].dtype).itemsize
     return OpFeatures(flops=FLOPS_PER_TAP * taps + WEIGHT_FLOPS * samples,
-                      bytes_read=taps * item + inputs[1].nbytes,
+                      bytes_read=min(taps, cells) * item + inputs[1].nbytes,
                       bytes_written=float(outputs[0].nbytes))
 
 
