@@ -28,6 +28,7 @@ from dataclasses import replace
 from typing import Mapping
 
 from placer.errors import PlacerError, ShapeError, excerpt
+from placer.formats import nested
 from placer.ops import control, registry
 from placer.types import Net, Op, OpFeatures, TensorType, TypedNet
 
@@ -95,7 +96,7 @@ def _infer_op(typed: TypedNet, op: Op, user: dict[str, TensorType],
         return UNKNOWN
     if op.type in control.NESTED:  # If: its branches inferred on the outer blobs (ops/control.py)
         opdef.check_arity(len(inputs), op.label)
-        outputs, features = control.infer_nested(typed, op, infer)
+        outputs, features = nested.infer_nested(typed, op, infer)
         typed.blobs.update(outputs)
         return features
     params = typed.net.params

@@ -238,22 +238,6 @@ def test_if_branch_missing_shape_is_reported():
 # ---------------------------------------------------------------- the corpus
 
 @pytest.mark.corpus
-def test_maskrcnn2go_if_and_is_empty_get_typed():
-    absent = [t for t in ("BBoxTransform", "BoxWithNMSLimit", "RoIAlign") if registry.get(t) is None]
-    if absent:  # the detections IsEmpty reads, and the mask head's first op
-        pytest.skip(f"detection ops not registered yet: {absent}")
-    net = load_net(corpus_dir() / "caffe2" / "maskrcnn2go_fp32_model.pbtxt")
-    typed = shapes.infer(net, {"data": TensorType((1, 3, 320, 320)),
-                               "im_info": TensorType((1, 3))})
-    is_empty = next(op for op in net.ops if op.type == "IsEmpty")
-    if_op = next(op for op in net.ops if op.type == "If")
-    assert typed.blobs[is_empty.outputs[0]] == TensorType((), "bool")
-    probs = typed.blobs["mask_fcn_probs"]
-    assert probs is not None and probs.ndim == 4 and probs.bound and "If" in probs.bound
-    assert typed.features[if_op.index].known and typed.features[if_op.index].flops > 0
-
-
-@pytest.mark.corpus
 def test_maskrcnn2go_is_empty_typed_and_if_names_what_its_branch_lacks():
     """With the detections' shape given (whatever the detection ops' state), IsEmpty is
     typed and the If's else_net is inferred on the outer blobs: a mask-head op placer

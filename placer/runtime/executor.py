@@ -50,6 +50,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from placer.errors import DeviceError, InputError, KernelMissingError, PlacerError
+from placer.formats import nested
 from placer.formats.caffe2 import net_from_netdef
 from placer.ops import control, cudnn_conv, registry
 from placer.ops.copy import inserted_copy
@@ -497,7 +498,7 @@ class Executor:
         branches = self.__dict__.setdefault("_branches", {})
         steps = branches.get((id(s), branch))
         if steps is None:
-            ops = control.branch_ops(s.op, branch)
+            ops = nested.branch_ops(s.op, branch)
             bad = missing_kernels(ops, f"{s.label} {branch} op")
             if bad:
                 raise KernelMissingError(f"{len(bad)} op(s) cannot run: " + "; ".join(bad))
