@@ -3,7 +3,7 @@ inputs and weights, the planned placement (backbone on a GPU, the detection ops 
 Caffe2 has kernels) runs under the emulated GPU to the same outputs, and the placed
 NetDef runs in real Caffe2 with every device mapped to the CPU.
 
-The net is ``faster_rcnn.small()`` (ResNet-C4 with one bottleneck per stage, 1x3x224x224,
+The nets are ``faster_rcnn.small()`` and the same with its mask head (ResNet-C4 with one bottleneck per stage, 1x3x224x224,
 81 classes; the R-50-C4 800x800 net takes real Caffe2 about 80 s on this CPU and is planned,
 not run, here). The weights are drawn once by placer's init net and handed to Caffe2 as
 GivenTensorFills, so both run the same numbers.
@@ -35,6 +35,7 @@ from placer.types import TensorType
 
 CFG = faster_rcnn.small()
 OUTPUTS = ("score_nms", "bbox_nms", "class_nms")
+MASKS = "mask_fcn_probs"
 WATCH = ("rpn_rois", "rpn_roi_probs", "cls_prob", "pred_bbox")
 DETECTION_OPS = {"GenerateProposals", "BBoxTransform", "BoxWithNMSLimit"}
 
@@ -49,9 +50,10 @@ def _given_init(params: dict) -> pb.NetDef:
     return init
 
 
-@pytest.fixture(scope="module")
-def runs():
-    b = faster_rcnn.build(CFG)
+@pytest.fixture(scope="module", params=[False, True], ids=["faster", "mask"])
+def runs(request):
+    cfg = faster_rcnn.small(mask=request.param)
+    b = faster_rcnn.build(cfg)
     net = net_from_netdef(b.predict, b.init)
     rng = np.random.default_rng(7)
     feeds = {"data": (50.0 * rng.standard_normal((1, 3, CFG.height, CFG.width))).astype(np.float32),
@@ -67,7 +69,7 @@ def runs():
     emulated = Executor(net_from_netdef(placed.predict, placed.init), emulate_gpu=True).run(
         feeds, iterations=1, warmup=0)
     return dict(net=net, feeds=feeds, ours=ours, weights=weights, planned=planned, placed=placed,
-                emulated=emulated, init=_given_init(weights), predict=b.predict)
+                emulated=emulated, init=_given_init(weights), predict=b.predict, mask=cfg.mask)
 
 
 def test_the_plan_puts_the_trunk_on_the_gpu_and_the_detection_ops_on_the_cpu(runs):
@@ -84,7 +86,7 @@ def test_the_plan_puts_the_trunk_on_the_gpu_and_the_detection_ops_on_the_cpu(run
 
 
 def test_the_placed_net_under_the_emulated_gpu_equals_the_unplaced_run(runs):
-    for name in OUTPUTS:
+    for name in OUTPUTS + ((MASKS,) if runs["mask"] else ()):
         np.testing.assert_array_equal(runs["emulated"][name], runs["ours"][name], err_msg=name)
 
 
@@ -93,6 +95,8 @@ def test_detections_are_not_empty(runs):
     assert 0 < len(scores) <= CFG.detections_per_im
     assert boxes.shape == (len(scores), 4) and classes.shape == (len(scores),)
     assert (scores >= CFG.score_thresh).all()
+    if runs["mask"]:
+        assert runs["ours"][MASKS].shape == (len(scores), CFG.classes, 14, 14)
 
 
 SCRIPT = """
@@ -115,18 +119,20 @@ save(**out)
 """
 
 
-def _match(ours: dict, theirs: dict, what: str) -> None:
+def _match(ours: dict, theirs: dict, what: str) -> list[int]:
     """Detections equal: the same count; each of ours has its box in theirs with the same
     class (as sets: near-equal scores may swap order), box and score within tolerance."""
     s1, b1, c1 = (ours[n] for n in OUTPUTS)
     s2, b2, c2 = (theirs[n] for n in OUTPUTS)
     assert len(s1) == len(s2), f"{what}: {len(s1)} detections vs Caffe2's {len(s2)}"
-    used = np.zeros(len(s2), bool)
+    used, order = np.zeros(len(s2), bool), []
     for i in range(len(s1)):
         close = (~used & (c2 == c1[i]) & np.isclose(s2, s1[i], rtol=1e-4, atol=1e-6)
                  & np.all(np.abs(b2 - b1[i]) <= 1e-3 + 1e-4 * np.abs(b1[i]), axis=1))
         assert close.any(), f"{what}: detection {i} (class {c1[i]}, score {s1[i]}, box {b1[i]}) not in Caffe2's"
         used[np.flatnonzero(close)[0]] = True
+        order.append(int(np.flatnonzero(close)[0]))
+    return order
 
 
 @pytest.mark.caffe2
@@ -136,9 +142,12 @@ def test_outputs_equal_real_caffe2_and_the_placed_net_runs_there(runs):
              "predict": np.frombuffer(runs["predict"].SerializeToString(), np.uint8),
              "placed": np.frombuffer(on_the_cpu(runs["placed"].predict).SerializeToString(), np.uint8),
              "placed_init": np.frombuffer(on_the_cpu(runs["placed"].init).SerializeToString(), np.uint8)}
-    arrays, _ = run_caffe2(f"OUTPUTS = {list(OUTPUTS)!r}\n" + SCRIPT, feeds)
-    plain = {n: arrays[f"plain/{n}"] for n in OUTPUTS}
-    placed = {n: arrays[f"placed/{n}"] for n in OUTPUTS}
-    _match(runs["ours"], plain, "placer vs Caffe2")
-    for n in OUTPUTS:   # one Caffe2 process, the same kernels: the copies change no value
+    names = list(OUTPUTS) + ([MASKS] if runs["mask"] else [])
+    arrays, _ = run_caffe2(f"OUTPUTS = {names!r}\n" + SCRIPT, feeds)
+    plain = {n: arrays[f"plain/{n}"] for n in names}
+    placed = {n: arrays[f"placed/{n}"] for n in names}
+    order = _match(runs["ours"], plain, "placer vs Caffe2")
+    if runs["mask"]:   # each detection's masks, a Sigmoid of float32 convolutions: atol 1e-4
+        np.testing.assert_allclose(runs["ours"][MASKS], plain[MASKS][order], rtol=1e-4, atol=1e-4)
+    for n in names:   # one Caffe2 process, the same kernels: the copies change no value
         np.testing.assert_array_equal(placed[n], plain[n], err_msg=f"placed net in Caffe2: {n}")
