@@ -108,3 +108,21 @@ def run_caffe2(script: str, inputs: dict[str, np.ndarray] | None = None,
             arrays = {k: data[k] for k in data.files}
         obj = json.loads((Path(str(out) + ".json")).read_text())
     return arrays, obj
+
+
+RUN_OPERATOR = '''
+op = core.CreateOperator(OP_TYPE, INPUTS, OUTPUTS, **ARGS)
+for name in INPUTS:
+    workspace.FeedBlob(name, inputs[name])
+workspace.RunOperatorOnce(op)
+save(**{name: workspace.FetchBlob(name) for name in OUTPUTS})
+'''
+
+
+def run_operator(op_type: str, arrays, args: dict, n_outputs: int = 1) -> list[np.ndarray]:
+    """One operator run once in real Caffe2 (``RunOperatorOnce``) on ``arrays``: its outputs."""
+    names = [f"x{i}" for i in range(len(arrays))]
+    outs = [f"y{i}" for i in range(n_outputs)]
+    script = f"OP_TYPE = {op_type!r}\nINPUTS = {names!r}\nOUTPUTS = {outs!r}\nARGS = {args!r}\n" + RUN_OPERATOR
+    saved, _ = run_caffe2(script, dict(zip(names, arrays)))
+    return [saved[o] for o in outs]

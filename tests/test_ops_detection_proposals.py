@@ -6,7 +6,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from caffe2_oracle import run_caffe2
+from caffe2_oracle import run_operator
 from conftest import require_cupy
 from cupy_standin import check_gpu_kernel
 from test_runtime import make_net, op
@@ -44,21 +44,8 @@ def _proposal_inputs(seed, n, h, w, scale=1.0, anchors=None):
     return [scores, deltas, im_info, anchors]
 
 
-CAFFE2_OP = '''
-op = core.CreateOperator(OP_TYPE, INPUTS, OUTPUTS, **ARGS)
-for name in INPUTS:
-    workspace.FeedBlob(name, inputs[name])
-workspace.RunOperatorOnce(op)
-save(**{name: workspace.FetchBlob(name) for name in OUTPUTS})
-'''
-
-
 def caffe2_run(op_type, arrays, args, n_outputs):
-    names = [f"x{i}" for i in range(len(arrays))]
-    outs = [f"y{i}" for i in range(n_outputs)]
-    script = (f"OP_TYPE = {op_type!r}\nINPUTS = {names!r}\nOUTPUTS = {outs!r}\nARGS = {args!r}\n" + CAFFE2_OP)
-    saved, _ = run_caffe2(script, dict(zip(names, arrays)))
-    return [saved[o] for o in outs]
+    return run_operator(op_type, arrays, args, n_outputs)
 
 
 def ours(op_type, arrays, args, n_outputs):

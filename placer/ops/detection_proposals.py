@@ -140,12 +140,10 @@ def _proposals_infer(inputs, args):
             TensorType((n * rows,), "float32", bound=bound)]
 
 
-def _nms(boxes: np.ndarray, order: np.ndarray, thresh: float, top_n: int, plus_one: float) -> list[int]:
-    """Caffe2's nms_cpu_upright, float32: the best remaining box is kept, the others whose
-    overlap with it is above ``thresh`` dropped; at most ``top_n`` kept when >= 0."""
-    x1, y1, x2, y2 = (boxes[:, i] for i in range(4))
-    one = np.float32(plus_one)
-    areas = (x2 - x1 + one) * (y2 - y1 + one)
+def _greedy_nms(order: np.ndarray, thresh: float, top_n: int, overlaps) -> list[int]:
+    """Caffe2's greedy NMS loop: the best remaining box is kept, the others whose overlap
+    with it (``overlaps(i, rest)``, IoU) is above ``thresh`` dropped; at most ``top_n``
+    kept when >= 0."""
     thresh = np.float32(thresh)
     keep: list[int] = []
     while order.size:
@@ -154,13 +152,26 @@ def _nms(boxes: np.ndarray, order: np.ndarray, thresh: float, top_n: int, plus_o
         i = int(order[0])
         keep.append(i)
         rest = order[1:]
+        order = rest[overlaps(i, rest) <= thresh]
+    return keep
+
+
+def _iou(inter: np.ndarray, area_i, areas_rest: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return inter / (area_i + areas_rest - inter)
+
+
+def _nms(boxes: np.ndarray, order: np.ndarray, thresh: float, top_n: int, plus_one: float) -> list[int]:
+    """Caffe2's nms_cpu_upright, float32 (``_greedy_nms`` on upright overlaps)."""
+    x1, y1, x2, y2 = (boxes[:, i] for i in range(4))
+    one = np.float32(plus_one)
+    areas = (x2 - x1 + one) * (y2 - y1 + one)
+
+    def overlaps(i, rest):
         w = np.maximum(np.minimum(x2[rest], x2[i]) - np.maximum(x1[rest], x1[i]) + one, np.float32(0))
         h = np.maximum(np.minimum(y2[rest], y2[i]) - np.maximum(y1[rest], y1[i]) + one, np.float32(0))
-        inter = w * h
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ovr = inter / (areas[i] + areas[rest] - inter)
-        order = rest[ovr <= thresh]
-    return keep
+        return _iou(w * h, areas[i], areas[rest])
+    return _greedy_nms(order, thresh, top_n, overlaps)
 
 
 def _rect_vertices(r: np.ndarray) -> np.ndarray:
@@ -223,22 +234,14 @@ def _nms_rotated(boxes: np.ndarray, order: np.ndarray, thresh: float, top_n: int
     areas = boxes[:, 2] * boxes[:, 3]
     centres = boxes[:, :2].astype(np.float64)
     radii = 0.5 * np.hypot(boxes[:, 2].astype(np.float64), boxes[:, 3].astype(np.float64))
-    thresh = np.float32(thresh)
-    keep: list[int] = []
-    while order.size:
-        if 0 <= top_n <= len(keep):
-            break
-        i = int(order[0])
-        keep.append(i)
-        rest = order[1:]
+
+    def overlaps(i, rest):
         inter = np.zeros(rest.size, np.float32)
         near = np.nonzero(np.hypot(centres[rest, 0] - centres[i, 0], centres[rest, 1] - centres[i, 1])
                           <= radii[rest] + radii[i] + 1e-3)[0]    # circumscribed circles apart: 0
         inter[near] = _rotated_intersections(boxes[i], boxes[rest[near]])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ovr = inter / (areas[i] + areas[rest] - inter)
-        order = rest[ovr <= thresh]
-    return keep
+        return _iou(inter, areas[i], areas[rest])
+    return _greedy_nms(order, thresh, top_n, overlaps)
 
 
 def _decode_rotated(p: _ProposalArgs, anc, d, im_info, args: Args) -> np.ndarray:
