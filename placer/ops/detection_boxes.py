@@ -61,7 +61,7 @@ from typing import Sequence
 import numpy as np
 
 from placer.errors import ArgumentError, ShapeError
-from placer.ops.detection_proposals import _to_host
+from placer.ops.detection_proposals import _greedy_nms, _to_host
 from placer.ops.registry import OpDef, io_bytes, register
 from placer.types import Args, OpFeatures, TensorType, shape_str
 
@@ -434,18 +434,6 @@ def _overlaps(boxes, one, rotated):
     return lambda i, rest: _iou_one(i, rest, x1, y1, x2, y2, areas, one)
 
 
-def _hard_nms(overlap, order, thresh, top_n):
-    keep = []
-    while order.size:
-        if top_n >= 0 and len(keep) >= top_n:
-            break
-        i = int(order[0])
-        keep.append(i)
-        rest = order[1:]
-        order = rest[overlap(i, rest) <= thresh]
-    return keep
-
-
 def _soft_nms(scores, overlap, pending, p: _NMSArgs):
     """utils::soft_nms_cpu_upright / _rotated: returns (keep, decayed scores)."""
     out = scores.copy()
@@ -502,7 +490,7 @@ def _nms_kernel(xp, inputs, args):
                     keeps[j], final_scores[:, p.score_cls(j)] = _soft_nms(col, overlap, inds, p)
                 else:
                     order = inds[np.argsort(-col[inds], kind="stable")]
-                    keeps[j] = _hard_nms(overlap, order, p.nms, top_n)
+                    keeps[j] = _greedy_nms(order, p.nms, top_n, overlap)
             total = sum(len(kp) for kp in keeps)
             if p.detections_per_im > 0 and total > p.detections_per_im:
                 flat = [(j, i) for j in range(1, k) for i in keeps[j]]
