@@ -12,6 +12,7 @@ from placer.ops import (  # noqa: F401
     detection_boxes,             # Detectron boxes: BBoxTransform, BoxWithNMSLimit
     control,                     # IsEmpty, If (nested then_net / else_net)
     roi,                         # RoI pooling: RoIAlign, RoIAlignGradient, RoIPool
+    transformer,                 # LayerNorm, Gelu and their gradients
     p2p,                         # between processes: SendTensor, ReceiveTensor (and worlds, ops/p2p.py)
     # training: gradient ops (FC and arithmetic, activations, losses, Conv/pools/SpatialBN/LRN/
     # Dropout, sparse lengths and scatters, sorted segments, data movement), parameter updates
