@@ -122,7 +122,18 @@ def test_gelu_matches_caffe2(i):
     np.testing.assert_allclose(ours("Gelu", [x], args)[0], want, rtol=1e-5, atol=1e-6)
     dy = _x(i + 9, shape, 1.0)
     (want,) = run_operator("GeluGradient", [dy, x], args)
-    np.testing.assert_allclose(ours("GeluGradient", [dy, x], args)[0], want, rtol=1e-5, atol=1e-6)
+    got = ours("GeluGradient", [dy, x], args)[0]
+    if args.get("fast_gelu"):
+        # Caffe2's CPU kernel (gelu_op.cc) evaluates 0.5 dY (1 + th + x (1 - th^2)(kBeta x^2 +
+        # kAlpha)) in float32 with Eigen's tanh, which saturates to +-1 for |z| > 7.905
+        # (an absolute error up to 1 - tanh(7.905) = 2.7e-7, doubled in 1 - th^2): per element
+        # 0.5 |dY| (1 + |x| (kBeta x^2 + kAlpha)) * 6e-7, plus rtol 1e-5.
+        ka = math.sqrt(2 / math.pi)
+        xd, dyd = x.astype(np.float64), dy.astype(np.float64)
+        slack = 0.5 * np.abs(dyd) * (1 + np.abs(xd) * (3 * 0.044715 * ka * xd * xd + ka)) * 6e-7
+        assert np.all(np.abs(got.astype(np.float64) - want) <= 1e-5 * np.abs(want) + slack + 1e-7)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_erf_against_scipy():

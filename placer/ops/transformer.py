@@ -45,6 +45,16 @@ GELU_FAST_FLOPS = 10
 
 CUDA_BOTH = frozenset({"cpu", "gpu"})
 
+# GPU kernel launches of one run (elementwise ops, casts and reductions, counted on the
+# strict cupy stand-in): the exact Gelu's erf is two launches per series term and per
+# fraction level.
+LN_LAUNCHES, LN_AFFINE_LAUNCHES = 12, 16
+LN_GRAD_LAUNCHES, LN_GRAD_AFFINE_LAUNCHES = 14, 21
+GELU_LAUNCHES = 2 * ERF_SERIES_TERMS + 2 * ERF_CF_DEPTH + 89
+GELU_FAST_LAUNCHES = 11
+GELU_GRAD_EXTRA = 7           # the derivative's exp term and the product with dY
+GELU_FAST_GRAD_LAUNCHES = 22
+
 
 def _erf(xp, t):
     """erf of a float64 array, in xp alone (see the module docstring; error < 1e-15)."""
@@ -242,15 +252,33 @@ def _gelu_grad_cost(inputs, outputs, args):
                       bytes_written=float(sum(t.nbytes for t in outputs if t is not None)))
 
 
+def _ln_launches(inputs, args):
+    return LN_AFFINE_LAUNCHES if args.bool("elementwise_affine", False) else LN_LAUNCHES
+
+
+def _ln_grad_launches(inputs, args):
+    return LN_GRAD_AFFINE_LAUNCHES if args.bool("elementwise_affine", False) else LN_GRAD_LAUNCHES
+
+
+def _gelu_launches(inputs, args):
+    return GELU_FAST_LAUNCHES if args.bool("fast_gelu", False) else GELU_LAUNCHES
+
+
+def _gelu_grad_launches(inputs, args):
+    return GELU_FAST_GRAD_LAUNCHES if args.bool("fast_gelu", False) else GELU_LAUNCHES + GELU_GRAD_EXTRA
+
+
 register(OpDef("LayerNorm", _ln_infer, _ln_kernel, _ln_cost, min_inputs=1, max_inputs=3,
-               devices=CUDA_BOTH, caffe2_devices=CUDA_BOTH,
+               devices=CUDA_BOTH, caffe2_devices=CUDA_BOTH, launches=_ln_launches,
                doc="Layer normalisation over dims [axis:]: Y, mean, std = sqrt(var + eps) (Caffe2 semantics)"))
 register(OpDef("LayerNormGradient", _ln_grad_infer, _ln_grad_kernel, _ln_grad_cost,
                min_inputs=5, max_inputs=6, devices=CUDA_BOTH, caffe2_devices=CUDA_BOTH,
+               launches=_ln_grad_launches,
                doc="LayerNorm's gradient: dX, and dgamma, dbeta when affine (Caffe2 semantics)"))
 register(OpDef("Gelu", _gelu_infer, _gelu_kernel, _gelu_cost, min_inputs=1, max_inputs=1,
-               devices=CUDA_BOTH, caffe2_devices=CUDA_BOTH,
+               devices=CUDA_BOTH, caffe2_devices=CUDA_BOTH, launches=_gelu_launches,
                doc="GELU, exact (erf) or with fast_gelu the tanh approximation (Caffe2 semantics)"))
 register(OpDef("GeluGradient", _gelu_grad_infer, _gelu_grad_kernel, _gelu_grad_cost,
                min_inputs=2, max_inputs=2, devices=CUDA_BOTH, caffe2_devices=CUDA_BOTH,
+               launches=_gelu_grad_launches,
                doc="Gelu's gradient: dY times the derivative of the chosen form (Caffe2 semantics)"))
