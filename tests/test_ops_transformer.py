@@ -14,17 +14,7 @@ from placer.errors import ShapeError
 from placer.ops import registry
 from placer.ops.transformer import _erf
 from placer.types import Args, TensorType
-
-
-def ours(op_type, arrays, args, n_outputs=1):
-    a = Args(args, op=f"#0 {op_type}", n_outputs=n_outputs)
-    opdef = registry.get(op_type)
-    outs = opdef.kernel(np, arrays, a)
-    types = opdef.infer([TensorType(x.shape, str(x.dtype)) for x in arrays], a)
-    assert len(outs) == len(types) == n_outputs
-    for x, t in zip(outs, types):
-        assert x.shape == t.shape and str(x.dtype) == t.dtype
-    return list(outs)
+from test_ops_roi import ours  # the kernel run with its inferred types checked
 
 
 # Caffe2 computes in float32 (a sum over n elements: relative error ~ n * 2^-24 at worst,

@@ -180,6 +180,12 @@ def _refuse_memory_blind(arrays, chosen: Plan, options: PlanOptions) -> None:
             hint="the default method places within the limits; or raise --gpu-mem")
 
 
+def placer_only_gpu_types(types) -> set[str]:
+    """Of ``types``, the op types placer has a GPU kernel for and real Caffe2 has not."""
+    return {t for t in types if (o := registry.get(t)) is not None
+            and "gpu" in o.devices and "gpu" not in o.caffe2_kinds()}
+
+
 CAFFE2_CPU_ONLY = "pinned: no GPU kernel in Caffe2 (--allow-gpu-only-in-placer for placer's runtime)"
 
 
@@ -206,11 +212,10 @@ def allowed_devices(net: Net, costs: NetCosts, machine: Machine, specs, keep_exi
     allowed[~known, 0] = True
     why = ["" if known[i] else "pinned: unknown op type" for i in range(n)]
     if not placer_kernels and (kinds == "gpu").any():
-        for op in net.ops:
-            opdef = registry.get(op.type)
-            if opdef is not None and "gpu" in opdef.devices and "gpu" not in opdef.caffe2_kinds():
-                allowed[op.index, kinds == "gpu"] = False
-                why[op.index] = CAFFE2_CPU_ONLY
+        types = costs.ops["type"].to_numpy()
+        for i in np.flatnonzero(np.isin(types, list(placer_only_gpu_types(set(types))))):
+            allowed[i, kinds == "gpu"] = False
+            why[i] = CAFFE2_CPU_ONLY
     for i in np.flatnonzero(known & ~allowed[:, kinds == "gpu"].any(axis=1) & (kinds == "gpu").any()):
         why[i] = why[i] or "pinned: no GPU kernel"
     pins: dict[int, tuple[np.ndarray, str]] = {}

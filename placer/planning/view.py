@@ -16,10 +16,9 @@ import math
 
 import numpy as np
 
-from placer.ops import registry
 from placer.partition.problem import device_memory
 from placer.shapes import bounded_notes
-from placer.planning.planner import PlanResult
+from placer.planning.planner import PlanResult, placer_only_gpu_types
 from placer.types import Plan
 from placer.units import fmt_bytes
 
@@ -106,11 +105,11 @@ def plan_json(result: PlanResult, profiles: dict | None = None) -> dict:
 def caffe2_gpu_notes(result: PlanResult) -> list[str]:
     """A note when ops sit on a GPU that real Caffe2 has no GPU kernel for (only under
     ``--allow-gpu-only-in-placer``): the placed net then runs in placer, not in Caffe2."""
-    kinds = [d.kind for d in result.machine.devices]
+    if not result.options.placer_kernels:
+        return []
+    on_gpu = np.asarray([d.kind == "gpu" for d in result.machine.devices])[np.asarray(result.plan.placement)]
     ops = result.typed.net.ops
-    types = sorted({ops[i].type for i, d in enumerate(result.plan.placement)
-                    if kinds[d] == "gpu" and (o := registry.get(ops[i].type)) is not None
-                    and "gpu" not in o.caffe2_kinds()})
+    types = sorted(placer_only_gpu_types({ops[i].type for i in np.flatnonzero(on_gpu)}))
     if not types:
         return []
     return [f"on a GPU where Caffe2 has no GPU kernel (--allow-gpu-only-in-placer): {', '.join(types)}; "
