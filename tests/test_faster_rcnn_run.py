@@ -119,19 +119,29 @@ save(**out)
 """
 
 
-def _match(ours: dict, theirs: dict, what: str) -> list[int]:
+SCORE_RTOL = 1e-4   # the trunk's float32 sums in another order (module docstring)
+
+
+def _match(ours: dict, theirs: dict, what: str) -> dict[int, int]:
     """Detections equal: the same count; each of ours has its box in theirs with the same
-    class (as sets: near-equal scores may swap order), box and score within tolerance."""
+    class (as sets: near-equal scores may swap order), box and score within tolerance.
+    When the per-image limit cuts the list, a detection whose score is within the
+    tolerance of the cut may be replaced by its neighbour across it (which of two
+    near-equal scores is kept depends on the BLAS's rounding), so those may go unmatched.
+    Returns {our index: Caffe2's index} of the matched ones."""
     s1, b1, c1 = (ours[n] for n in OUTPUTS)
     s2, b2, c2 = (theirs[n] for n in OUTPUTS)
     assert len(s1) == len(s2), f"{what}: {len(s1)} detections vs Caffe2's {len(s2)}"
-    used, order = np.zeros(len(s2), bool), []
+    cut = min(s1.min(), s2.min()) * (1 + 2 * SCORE_RTOL) if len(s1) == CFG.detections_per_im else -1.0
+    used, order = np.zeros(len(s2), bool), {}
     for i in range(len(s1)):
-        close = (~used & (c2 == c1[i]) & np.isclose(s2, s1[i], rtol=1e-4, atol=1e-6)
+        close = (~used & (c2 == c1[i]) & np.isclose(s2, s1[i], rtol=SCORE_RTOL, atol=1e-6)
                  & np.all(np.abs(b2 - b1[i]) <= 1e-3 + 1e-4 * np.abs(b1[i]), axis=1))
+        if not close.any() and s1[i] <= cut:
+            continue
         assert close.any(), f"{what}: detection {i} (class {c1[i]}, score {s1[i]}, box {b1[i]}) not in Caffe2's"
         used[np.flatnonzero(close)[0]] = True
-        order.append(int(np.flatnonzero(close)[0]))
+        order[i] = int(np.flatnonzero(close)[0])
     return order
 
 
@@ -148,6 +158,8 @@ def test_outputs_equal_real_caffe2_and_the_placed_net_runs_there(runs):
     placed = {n: arrays[f"placed/{n}"] for n in names}
     order = _match(runs["ours"], plain, "placer vs Caffe2")
     if runs["mask"]:   # each detection's masks, a Sigmoid of float32 convolutions: atol 1e-4
-        np.testing.assert_allclose(runs["ours"][MASKS], plain[MASKS][order], rtol=1e-4, atol=1e-4)
+        mine = list(order)
+        np.testing.assert_allclose(runs["ours"][MASKS][mine], plain[MASKS][[order[i] for i in mine]],
+                                   rtol=1e-4, atol=1e-4)
     for n in names:   # one Caffe2 process, the same kernels: the copies change no value
         np.testing.assert_array_equal(placed[n], plain[n], err_msg=f"placed net in Caffe2: {n}")
