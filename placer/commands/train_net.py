@@ -9,6 +9,7 @@ from placer.commands.common import add_net_arguments, parse_input_specs
 from placer.fileio import OutputDir
 from placer.formats import load_net
 from placer.training.files import check_output_dir, save_train_nets
+from placer.training.precision import PRECISIONS
 from placer.training.recipe import OPTIMIZERS, OptimizerChoice, make_train_nets, parse_lr_args
 
 DESCRIPTION = """\
@@ -28,6 +29,20 @@ The parameters are the blobs the init net fills that get a gradient. Optimizers:
 --weight-decay adds Caffe2's WeightedSum decay to the weights (not the biases) for
 sgd, momentum, nesterov and adam. --lr-policy takes a LearningRate policy and
 --lr-arg its arguments.
+
+--precision (default fp32) trains in mixed precision as Caffe2's ImageNet trainer did
+(caffe2/python/examples/imagenet_trainer.py): the parameters as float16 copies of float32
+masters (PseudoFP16Initializer), the data cast to float16, convolutions, FCs, pools and
+activations in float16, the loss in float32:
+  fp16      build_fp16_sgd: float16 momentum, FP16MomentumSGDUpdate on the half weights
+            (sgd, momentum, nesterov only; --weight-decay is the update op's own)
+  amp-fp16  build_multi_precision_sgd: the gradient cast to float32, the update on the
+            float32 master, the master cast back; adam and adagrad in the same pattern
+            (placer's: Caffe2 shipped no multi-precision Adam or Adagrad)
+  amp-bf16  amp-fp16 with bfloat16 casts (placer-only ops: Caffe2 cannot load the net)
+Embedding tables with sparse gradients stay float32 with the plain update.
+--loss-scale S multiplies the loss by S before the backward pass and divides every
+gradient by S before its update (the weight decay is scaled to match).
 
 example:
   placer train-net predict_net.pbtxt --init-net init_net.pbtxt --loss loss \\
@@ -58,6 +73,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="LearningRate policy: fixed (default), step, exp, inv, poly, ...")
     parser.add_argument("--lr-arg", action="append", default=[], metavar="NAME=VALUE",
                         help="an argument of the policy, e.g. --lr-arg stepsize=100; repeatable")
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                        help="fp32 (default), fp16, amp-fp16 or amp-bf16 (see above)")
+    parser.add_argument("--loss-scale", type=arguments.positive, metavar="S",
+                        help="static loss scale (e.g. 1024 for fp16 gradients that underflow)")
     parser.add_argument("-o", "--output", metavar="OUTDIR", required=True,
                         help="folder for train_net.pbtxt and train_init_net.pbtxt")
     parser.add_argument("--binary", action="store_true", help="also write the .pb files")
@@ -67,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     choice = OptimizerChoice(args.optimizer, args.lr, momentum=args.momentum,
                              weight_decay=args.weight_decay, epsilon=args.epsilon,
                              policy=args.lr_policy,
-                             policy_args=parse_lr_args(args.lr_policy, args.lr_arg))
+                             policy_args=parse_lr_args(args.lr_policy, args.lr_arg),
+                             precision=args.precision, loss_scale=args.loss_scale)
     folder = OutputDir(check_output_dir(args.output), "-o", "train-net", inputs=(args.net, args.init_net, args.weights))
     net = load_net(args.net, init_path=args.init_net, phase=args.phase, weights=args.weights,
                    input_shapes=parse_input_specs(args.inputs))
@@ -89,8 +109,10 @@ def _print_summary(args, net, result, written) -> None:
     added = Counter(op.type for op in result.train.op[result.forward_ops + result.gradient_ops:])
     print(f"  ops: {result.forward_ops} forward, {result.gradient_ops} gradient, {n_opt} optimizer "
           f"({', '.join(f'{t} {n}' for t, n in added.most_common())})")
-    n_state = len(result.init.op) - len(net.init_proto.op)
-    print(f"  init net: {len(net.init_proto.op)} parameter fills + {n_state} optimizer state ops")
+    n_casts = len(result.masters)
+    n_state = len(result.init.op) - len(net.init_proto.op) - n_casts
+    casts = f" + {n_casts} casts of float32 masters to the half parameters" if n_casts else ""
+    print(f"  init net: {len(net.init_proto.op)} parameter fills{casts} + {n_state} optimizer state ops")
     for note in result.notes:
         print(f"  note: {note}")
     for path in written:

@@ -61,6 +61,10 @@ SINGLE_OP_GRADIENTS = {
     "Sigmoid": ("SigmoidGradient", "O0 GO0", "GI0"),
     "Tanh": ("TanhGradient", "O0 GO0", "GI0"),
     "Softmax": ("SoftmaxGradient", "O0 GO0", "GI0"),
+    "FloatToHalf": ("HalfToFloat", "GO0", "GI0"),            # half_float_ops.cc
+    "HalfToFloat": ("FloatToHalf", "GO0", "GI0"),
+    "FloatToBFloat16": ("BFloat16ToFloat", "GO0", "GI0"),    # placer-only (ops/half.py)
+    "BFloat16ToFloat": ("FloatToBFloat16", "GO0", "GI0"),
     "Elu": ("EluGradient", "O0 GO0", "GI0"),
     "Softplus": ("SoftplusGradient", "O0 GO0", "GI0"),
     "ThresholdedRelu": ("ThresholdedReluGradient", "O0 GO0", "GI0"),

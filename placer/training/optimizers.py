@@ -62,6 +62,9 @@ class TrainNets:
     grads: dict
     weights: list[str] = field(default_factory=list)
     param_shapes: dict = field(default_factory=dict)
+    masters: dict = field(default_factory=dict)   # half parameter -> its float32 master
+    casts: tuple = ("FloatToHalf", "HalfToFloat")  # (down, up) cast op types of the half dtype
+    loss_scale: float | None = None               # the gradients are the loss's times this
 
     def __post_init__(self):
         self.scope = DeviceScope()
@@ -146,6 +149,14 @@ class Optimizer:
     def skip(self, param: str) -> bool:
         return self.lr_mults.get(param, 1.0) == 0.0
 
+    def unscale(self, grad):
+        """Divide a gradient of a scaled loss by the scale, in place, before the update."""
+        if self.nets.loss_scale is None:
+            return grad
+        blob = grad.values if isinstance(grad, GradientSlice) else grad
+        self.nets.train.add("Scale", [blob], blob, scale=1.0 / self.nets.loss_scale)
+        return grad
+
     def run(self, param: str, grad) -> None:
         raise NotImplementedError
 
@@ -159,6 +170,7 @@ class SgdOptimizer(Optimizer):
         if self.base_lr == 0 or self.skip(param):
             return
         sign = -1 if self.momentum else 1
+        grad = self.unscale(grad)
         lr, _ = self.build_lr(self.base_lr * sign)
         lr = self.local_lr(lr, param)
         one = self.one_blob()
@@ -188,6 +200,7 @@ class AdagradOptimizer(Optimizer):
     def run(self, param: str, grad) -> None:
         if self.base_lr <= 0 or self.skip(param):
             return
+        grad = self.unscale(grad)
         lr, _ = self.build_lr(self.base_lr)
         lr = self.local_lr(lr, param)
         sparse = isinstance(grad, GradientSlice)
@@ -232,6 +245,7 @@ class AdamOptimizer(Optimizer):
     def run(self, param: str, grad) -> None:
         if self.base_lr <= 0 or self.skip(param):
             return
+        grad = self.unscale(grad)
         lr, iteration = self.build_lr(self.base_lr)
         lr = self.local_lr(lr, param)
         iteration = self.schedule.update_iteration(self.nets, iteration)
@@ -263,6 +277,7 @@ class AdadeltaOptimizer(Optimizer):
     def run(self, param: str, grad) -> None:
         if self.base_lr <= 0 or self.skip(param):
             return
+        grad = self.unscale(grad)
         lr, _ = self.build_lr(self.base_lr)
         lr = self.local_lr(lr, param)
         init = self.nets.param_init.add
@@ -275,6 +290,122 @@ class AdadeltaOptimizer(Optimizer):
         else:
             self.nets.train.add("Adadelta", [param, moment, update, grad, lr], [param, moment, update],
                                 **args)
+
+
+# ---------------------------------------------------------------- mixed precision
+# A parameter with a master (``nets.masters``, written by ``training/precision.py``) is a half
+# copy of a float32 blob the update keeps. Caffe2 has two builders for them, mirrored op for
+# op; Adam and Adagrad have none in Caffe2, and the ``MultiPrecision*`` classes below write
+# them in the pattern of its multi-precision SGD (the gradient cast up, the fp32 op on the
+# master and its fp32 state, the master cast down). Parameters without a master (embedding
+# tables with sparse gradients, parameters read by float32 ops) take the plain update.
+
+def _master_gradient(opt: Optimizer, param: str, grad, what: str) -> str:
+    if isinstance(grad, GradientSlice):
+        raise OptimizerError(f"parameter '{param}': {what} does not take sparse gradients "
+                             "(Caffe2's fp16 optimizers refuse them)")
+    up = opt.nets.casts[1]
+    grad32 = opt.nets.train.add(up, [grad], f"{grad}_fp32")
+    opt.unscale(grad32)
+    return grad32
+
+
+class MultiPrecisionSgdOptimizer(SgdOptimizer):
+    """``optimizer.MultiPrecisionSgdOptimizer`` (``build_multi_precision_sgd``)."""
+
+    def run(self, param: str, grad) -> None:
+        master = self.nets.masters.get(param)
+        if master is None:
+            return super().run(param, grad)
+        if self.base_lr == 0 or self.skip(param):
+            return
+        lr, _ = self.build_lr(-self.base_lr)
+        lr = self.local_lr(lr, param)
+        momentum = self.nets.param_init.add("ConstantFill", [master], f"{param}_momentum", value=0.0)
+        grad32 = _master_gradient(self, param, grad, "MultiPrecisionSgd")
+        self.nets.train.add("MomentumSGDUpdate", [grad32, momentum, lr, master],
+                            [grad32, momentum, master], momentum=self.momentum, nesterov=self.nesterov)
+        self.nets.train.add(self.nets.casts[0], [master], param)
+
+
+class FP16SgdOptimizer(SgdOptimizer):
+    """``optimizer.FP16SgdOptimizer`` (``build_fp16_sgd``): float16 momentum and
+    ``FP16MomentumSGDUpdate`` on the half weights; ``FP32MomentumSGDUpdate`` for a
+    parameter without a master and for one whose name holds "spatbn" (cuDNN's batch norm
+    wants float32 scale and bias)."""
+
+    def __init__(self, nets, base_lr: float, momentum: float = 0.0, nesterov: bool = True,
+                 weight_decay: float = 1e-4, **kw):
+        super().__init__(nets, base_lr, momentum=momentum, nesterov=nesterov, **kw)
+        self.weight_decay = weight_decay
+
+    def run(self, param: str, grad) -> None:
+        master = self.nets.masters.get(param)
+        fp32_update = master is None or "spatbn" in param
+        param32 = param if fp32_update else master
+        if self.base_lr == 0 or self.skip(param):
+            return
+        lr, _ = self.build_lr(-self.base_lr)
+        lr = self.local_lr(lr, param)
+        init = self.nets.param_init.add
+        momentum32 = init("ConstantFill", [param32], f"{param}_momentum_fp32", value=0.0)
+        momentum = init("FloatToHalf", [momentum32], f"{param}_momentum")
+        if isinstance(grad, GradientSlice):
+            raise OptimizerError(f"parameter '{param}': FP16Sgd does not take sparse gradients "
+                                 "(Caffe2's build_fp16_sgd refuses them)",
+                                 hint="train nets with embedding tables with --precision amp-fp16")
+        self.unscale(grad)
+        args = dict(momentum=self.momentum, nesterov=self.nesterov, weight_decay=self.weight_decay)
+        if fp32_update:
+            self.nets.train.add("FP32MomentumSGDUpdate", [grad, momentum32, lr, param],
+                                [grad, momentum32, param], **args)
+        else:
+            self.nets.train.add("FP16MomentumSGDUpdate", [grad, momentum, lr, param],
+                                [grad, momentum, param], **args)
+
+
+class MultiPrecisionAdamOptimizer(AdamOptimizer):
+    """Adam on float32 masters (placer's pattern; Caffe2 ships no multi-precision Adam)."""
+
+    def run(self, param: str, grad) -> None:
+        master = self.nets.masters.get(param)
+        if master is None:
+            return super().run(param, grad)
+        if self.base_lr <= 0 or self.skip(param):
+            return
+        lr, iteration = self.build_lr(self.base_lr)
+        lr = self.local_lr(lr, param)
+        iteration = self.schedule.update_iteration(self.nets, iteration)
+        init = self.nets.param_init.add
+        m1 = init("ConstantFill", [master], f"{param}_first_moment", value=0.0)
+        m2 = init("ConstantFill", [master], f"{param}_second_moment", value=0.0)
+        grad32 = _master_gradient(self, param, grad, "multi-precision Adam")
+        self.nets.train.add("Adam", [master, m1, m2, grad32, lr, iteration], [master, m1, m2],
+                            beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon)
+        self.nets.train.add(self.nets.casts[0], [master], param)
+
+
+class MultiPrecisionAdagradOptimizer(AdagradOptimizer):
+    """Adagrad on float32 masters (placer's pattern; Caffe2 ships no multi-precision Adagrad)."""
+
+    def run(self, param: str, grad) -> None:
+        master = self.nets.masters.get(param)
+        if master is None:
+            return super().run(param, grad)
+        if self.base_lr <= 0 or self.skip(param):
+            return
+        lr, _ = self.build_lr(self.base_lr)
+        lr = self.local_lr(lr, param)
+        history = self.nets.param_init.add("ConstantFill", [master], f"{param}_squared_sum", value=0.0)
+        weight_decay = 0.0
+        if self.weight_decay > 0:
+            shape = _param_shape(self.nets, param, "Adagrad's weight decay (skipped for 1-D parameters)")
+            weight_decay = self.weight_decay if len(shape) > 1 else 0.0
+        grad32 = _master_gradient(self, param, grad, "multi-precision Adagrad")
+        self.nets.train.add("Adagrad", [master, history, grad32, lr], [master, history],
+                            epsilon=self.epsilon, decay=float(self.decay),
+                            weight_decay=weight_decay or None, engine="")
+        self.nets.train.add(self.nets.casts[0], [master], param)
 
 
 class WeightDecayBuilder:
@@ -291,7 +422,9 @@ class WeightDecayBuilder:
         t, i = scope.device_type, scope.device_id
         init = self.nets.param_init.add
         one = init("ConstantFill", [], f"ONE_{t}_{i}", shape=[1], value=1.0)
-        wd = init("ConstantFill", [], f"wd_{t}_{i}", shape=[1], value=self.weight_decay)
+        # a scaled loss's gradient gets the decay scaled alike: the update then sees g + wd * p
+        decay = self.weight_decay * (self.nets.loss_scale or 1.0)
+        wd = init("ConstantFill", [], f"wd_{t}_{i}", shape=[1], value=decay)
         self.nets.train.add("WeightedSum", [grad, one, param, wd], grad)
 
 
@@ -340,23 +473,43 @@ def build_sgd(nets: TrainNets, base_lr: float, momentum: float = 0.0, nesterov: 
 
 
 def build_adagrad(nets: TrainNets, base_lr: float, epsilon: float = 1e-4, weight_decay: float = 0.0,
-                  rowwise: bool = False, **kw) -> None:
+                  rowwise: bool = False, multi_precision: bool = False, **kw) -> None:
+    """``multi_precision``: parameters with masters update them (``MultiPrecisionAdagradOptimizer``)."""
     sparse = None
     if rowwise and _has_sparse(nets):
         sparse = AdagradOptimizer(nets, base_lr, epsilon=epsilon, weight_decay=weight_decay,
                                   rowwise=True, **kw)
-    dense = AdagradOptimizer(nets, base_lr, epsilon=epsilon, weight_decay=weight_decay, **kw)
+    cls = MultiPrecisionAdagradOptimizer if multi_precision else AdagradOptimizer
+    dense = cls(nets, base_lr, epsilon=epsilon, weight_decay=weight_decay, **kw)
     build(nets, dense, sparse_optimizer=sparse)
 
 
 def build_adam(nets: TrainNets, base_lr: float, beta1: float = 0.9, beta2: float = 0.999,
-               epsilon: float = 1e-8, rowwise: bool = False, **kw) -> None:
+               epsilon: float = 1e-8, rowwise: bool = False, multi_precision: bool = False,
+               **kw) -> None:
+    """``multi_precision``: parameters with masters update them (``MultiPrecisionAdamOptimizer``)."""
     sparse = None
     if rowwise and _has_sparse(nets):
         sparse = AdamOptimizer(nets, base_lr, beta1=beta1, beta2=beta2, epsilon=epsilon,
                                rowwise=True, **kw)
-    dense = AdamOptimizer(nets, base_lr, beta1=beta1, beta2=beta2, epsilon=epsilon, **kw)
+    cls = MultiPrecisionAdamOptimizer if multi_precision else AdamOptimizer
+    dense = cls(nets, base_lr, beta1=beta1, beta2=beta2, epsilon=epsilon, **kw)
     build(nets, dense, sparse_optimizer=sparse)
+
+
+def build_multi_precision_sgd(nets: TrainNets, base_lr: float, momentum: float = 0.0,
+                              nesterov: bool = True, **kw) -> None:
+    build(nets, MultiPrecisionSgdOptimizer(nets, base_lr, momentum=momentum, nesterov=nesterov, **kw))
+
+
+def build_fp16_sgd(nets: TrainNets, base_lr: float, momentum: float = 0.0, nesterov: bool = True,
+                   weight_decay: float = 1e-4, **kw) -> None:
+    """Parameters with sparse gradients (which FP16Sgd refuses) get a plain ``SgdOptimizer`` of
+    their own, as a Caffe2 model gives its embedding tables (``param_info.optimizer``)."""
+    sparse = SgdOptimizer(nets, base_lr, momentum=momentum, nesterov=nesterov, **kw) \
+        if _has_sparse(nets) else None
+    build(nets, FP16SgdOptimizer(nets, base_lr, momentum=momentum, nesterov=nesterov,
+                                 weight_decay=weight_decay, **kw), sparse_optimizer=sparse)
 
 
 def build_adadelta(nets: TrainNets, base_lr: float, epsilon: float = 1e-4, decay: float = 0.95,

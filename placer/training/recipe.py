@@ -15,10 +15,14 @@ import re
 from dataclasses import dataclass, field
 
 from placer.errors import PlacerError
+from placer.formats.caffe2 import net_from_netdef
+from placer.shapes import infer
 from placer.training.backward import add_gradient_ops, out_of_place
 from placer.training.gradient_registry import GradientSlice
 from placer.training.optimizers import (
-    LearningRateSchedule, TrainNets, add_weight_decay, build_adagrad, build_adam, build_sgd)
+    LearningRateSchedule, TrainNets, add_weight_decay, build_adagrad, build_adam, build_fp16_sgd,
+    build_multi_precision_sgd, build_sgd)
+from placer.training.precision import PRECISIONS, Casts, HALF_OPS, rewrite_forward, scale_losses
 
 OPTIMIZERS = ("sgd", "momentum", "nesterov", "adagrad", "rowwise-adagrad", "adam", "rowwise-adam")
 
@@ -56,6 +60,8 @@ class OptimizerChoice:
     epsilon: float | None = None
     policy: str = "fixed"
     policy_args: dict = field(default_factory=dict)
+    precision: str = "fp32"          # PRECISIONS (training/precision.py)
+    loss_scale: float | None = None  # static loss scale S (None: no scaling)
 
 
 @dataclass
@@ -68,6 +74,7 @@ class TrainNetResult:
     forward_ops: int
     gradient_ops: int
     notes: list[str] = field(default_factory=list)
+    masters: dict = field(default_factory=dict)  # half parameter -> float32 master
 
 
 def parse_lr_args(policy: str, specs: list[str]) -> dict:
@@ -131,8 +138,17 @@ def make_train_nets(net, losses: list[str], choice: OptimizerChoice) -> TrainNet
         if renamed:
             notes.append(f"{len(renamed)} in-place op(s) made out of place for the gradients: "
                          + "; ".join(renamed[:3]))
+    masters: dict = {}
+    casts = Casts.of(choice.precision)
+    if choice.precision != "fp32":
+        masters = _to_half(net, train, init, losses, choice, casts, notes)
+    seeds = losses
+    if choice.loss_scale is not None:
+        seeds = scale_losses(train, losses, choice.loss_scale)
+        notes.append(f"loss scale {choice.loss_scale:g}: Scale(loss) -> {seeds[0]} seeds the backward "
+                     f"pass; every gradient is divided by {choice.loss_scale:g} before its update")
     forward_ops = len(train.op)
-    grads = add_gradient_ops(train, losses)
+    grads = add_gradient_ops(train, seeds)
     read = {b for op in net.proto.op for b in op.input}
     params = [p for p in net.params if p in grads and p in read]
     if not params:
@@ -143,13 +159,47 @@ def make_train_nets(net, losses: list[str], choice: OptimizerChoice) -> TrainNet
     biases = bias_blobs(net.proto.op)
     nets = TrainNets(train, init, params, {p: grads[p] for p in params},
                      weights=[p for p in params if p not in biases],
-                     param_shapes={p: net.params[p].shape for p in params})
+                     param_shapes={p: net.params[p].shape for p in params},
+                     masters=masters, casts=(casts.down, casts.up), loss_scale=choice.loss_scale)
     lr_blobs = _build(nets, choice)
     sparse = [p for p in params if isinstance(grads[p], GradientSlice)]
     if choice.weight_decay and sparse and choice.name not in ("adagrad", "rowwise-adagrad"):
         notes.append(f"no weight decay on {len(sparse)} parameter(s) with sparse gradients "
                      "(Caffe2's weight decay takes dense gradients only)")
-    return TrainNetResult(train, init, params, sparse, lr_blobs, forward_ops, gradient_ops, notes)
+    return TrainNetResult(train, init, params, sparse, lr_blobs, forward_ops, gradient_ops, notes,
+                          masters=masters)
+
+
+def _to_half(net, train, init, losses: list[str], choice: OptimizerChoice, casts: Casts,
+             notes: list[str]) -> dict:
+    """``rewrite_forward`` on the forward ops: returns half parameter -> master."""
+    if choice.precision not in PRECISIONS:
+        raise TrainNetError(f"--precision {choice.precision}: unknown",
+                            hint=f"use one of {', '.join(PRECISIONS)}")
+    if choice.precision == "fp16" and choice.name not in ("sgd", "momentum", "nesterov"):
+        raise TrainNetError(f"--precision fp16 --optimizer {choice.name}: Caffe2's fp16 training "
+                            "(build_fp16_sgd) is SGD with float16 momentum only",
+                            hint="use --precision amp-fp16 (float32 masters and optimizer state)")
+    typed = infer(net_from_netdef(train, init, path=str(net.path)), net.input_shapes)
+    unknown = sorted({b for op in train.op if op.type in HALF_OPS for b in op.input
+                      if typed.blobs.get(b) is None})
+    if unknown:
+        raise TrainNetError(f"{net.path}: --precision {choice.precision} needs the dtype of every "
+                            f"blob; '{unknown[0]}' has no known type",
+                            hint=typed.missing.get(unknown[0], f"give its shape with --input {unknown[0]}=..."))
+    float_blobs = {b for b, t in typed.blobs.items() if t is not None and t.dtype == "float32"}
+    trial = copy.deepcopy(train)
+    trial_grads = add_gradient_ops(trial, losses)
+    dense = {p for p, g in trial_grads.items() if not isinstance(g, GradientSlice)}
+    done = rewrite_forward(train, init, list(net.params), dense, casts, float_blobs)
+    kept = ", ".join(f"{t} {n}" for t, n in sorted(done.float_ops.items())) or "none"
+    notes.append(f"{choice.precision}: {len(done.masters)} parameter(s) in {casts.dtype} with float32 "
+                 f"masters; {done.casts_down} {casts.down} and {done.casts_up} {casts.up} cast(s) in the "
+                 f"forward net; ops run in float32 on half inputs: {kept}")
+    if choice.precision == "amp-bf16":
+        notes.append("amp-bf16 uses placer's bfloat16 casts (FloatToBFloat16 / BFloat16ToFloat): Caffe2 "
+                     "has no bfloat16 and cannot load this net; placer plans and runs it")
+    return done.masters
 
 
 def _check_losses(net, losses: list[str]) -> None:
@@ -170,17 +220,27 @@ def _build(nets: TrainNets, c: OptimizerChoice) -> list[str]:
         raise TrainNetError(f"--momentum applies to --optimizer momentum or nesterov, not {c.name}")
     schedule = LearningRateSchedule(c.policy, dict(c.policy_args))
     before = {b for op in nets.net.op for b in op.output}
-    if c.name in ("sgd", "momentum", "nesterov", "adam", "rowwise-adam") and c.weight_decay:
+    if c.name in ("sgd", "momentum", "nesterov", "adam", "rowwise-adam") and c.weight_decay \
+            and c.precision != "fp16":   # build_fp16_sgd decays inside its update op
         add_weight_decay(nets, c.weight_decay)
     eps = {} if c.epsilon is None else {"epsilon": c.epsilon}
+    amp = c.precision.startswith("amp")
     if c.name in ("sgd", "momentum", "nesterov"):
         momentum = 0.0 if c.name == "sgd" else (0.9 if c.momentum is None else c.momentum)
-        build_sgd(nets, c.lr, momentum=momentum, nesterov=c.name == "nesterov", schedule=schedule)
+        nesterov = c.name == "nesterov"
+        if c.precision == "fp16":
+            build_fp16_sgd(nets, c.lr, momentum=momentum, nesterov=nesterov,
+                           weight_decay=c.weight_decay, schedule=schedule)
+        elif amp:
+            build_multi_precision_sgd(nets, c.lr, momentum=momentum, nesterov=nesterov, schedule=schedule)
+        else:
+            build_sgd(nets, c.lr, momentum=momentum, nesterov=nesterov, schedule=schedule)
     elif c.name in ("adagrad", "rowwise-adagrad"):
         build_adagrad(nets, c.lr, weight_decay=c.weight_decay, rowwise=c.name.startswith("rowwise"),
-                      schedule=schedule, **eps)
+                      schedule=schedule, multi_precision=amp, **eps)
     elif c.name in ("adam", "rowwise-adam"):
-        build_adam(nets, c.lr, rowwise=c.name.startswith("rowwise"), schedule=schedule, **eps)
+        build_adam(nets, c.lr, rowwise=c.name.startswith("rowwise"), schedule=schedule,
+                   multi_precision=amp, **eps)
     else:
         raise TrainNetError(f"--optimizer {c.name}: unknown", hint=f"use one of {', '.join(OPTIMIZERS)}")
     return [op.output[0] for op in nets.net.op
