@@ -70,6 +70,16 @@ momentum = _number("a momentum from 0 to below 1 (0.9)", lambda v: 0 <= v < 1,
                    "A momentum (or an Adam beta): from 0 to below 1.")
 
 
+def loss_scale(text: str) -> float | str:
+    """``dynamic`` or a finite number above 0 (``--loss-scale``)."""
+    if text.strip().lower() == "dynamic":
+        return "dynamic"
+    value = _float(text, "'dynamic' or a positive number (1024)")
+    if not (math.isfinite(value) and value > 0):
+        raise _refuse("'dynamic' or a positive number (1024)", text)
+    return value
+
+
 def count(minimum: int = 0, maximum: int | None = None):
     """A converter for integers of at least ``minimum`` (``count(1)``: 1, 2, ...), and at
     most ``maximum`` where one is given."""
@@ -99,4 +109,5 @@ def _float(text: str, expected: str) -> float:
         raise _refuse(expected, text) from None
 
 
-__all__ = ["size", "reserve", "momentum", "share", "seconds", "positive", "finite", "non_negative", "count"]
+__all__ = ["size", "reserve", "momentum", "share", "seconds", "positive", "finite", "non_negative", "count",
+           "loss_scale"]

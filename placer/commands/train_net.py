@@ -9,6 +9,7 @@ from placer.commands.common import add_net_arguments, parse_input_specs
 from placer.fileio import OutputDir
 from placer.formats import load_net
 from placer.training.files import check_output_dir, save_train_nets
+from placer.training.loss_scaling import DynamicScale
 from placer.training.precision import PRECISIONS
 from placer.training.recipe import OPTIMIZERS, OptimizerChoice, make_train_nets, parse_lr_args
 
@@ -41,8 +42,11 @@ activations in float16, the loss in float32:
             (placer's: Caffe2 shipped no multi-precision Adam or Adagrad)
   amp-bf16  amp-fp16 with bfloat16 casts (placer-only ops: Caffe2 cannot load the net)
 Embedding tables with sparse gradients stay float32 with the plain update.
---loss-scale S multiplies the loss by S before the backward pass and divides every
-gradient by S before its update (the weight decay is scaled to match).
+--loss-scale S starts the backward pass from S instead of 1 and divides every gradient
+by S before its update (the weight decay is scaled to match). --loss-scale dynamic
+(not with fp16, whose updates read half gradients) does it with a scale blob in the net: a step with an inf or NaN
+gradient is skipped (each update runs in If(grads_finite)) and the scale halves; after
+--loss-scale-window good steps it doubles.
 
 example:
   placer train-net predict_net.pbtxt --init-net init_net.pbtxt --loss loss \\
@@ -75,8 +79,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="an argument of the policy, e.g. --lr-arg stepsize=100; repeatable")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
                         help="fp32 (default), fp16, amp-fp16 or amp-bf16 (see above)")
-    parser.add_argument("--loss-scale", type=arguments.positive, metavar="S",
-                        help="static loss scale (e.g. 1024 for fp16 gradients that underflow)")
+    parser.add_argument("--loss-scale", type=arguments.loss_scale, metavar="S|dynamic",
+                        help="static loss scale S (e.g. 1024), or dynamic (not with fp16: skip the step "
+                             "and halve on an inf/NaN gradient, double after --loss-scale-window good steps)")
+    parser.add_argument("--loss-scale-init", type=arguments.positive, default=65536.0, metavar="S0",
+                        help="first scale of dynamic loss scaling (default 65536)")
+    parser.add_argument("--loss-scale-window", type=arguments.count(1), default=2000, metavar="N",
+                        help="good steps before dynamic loss scaling doubles the scale (default 2000)")
     parser.add_argument("-o", "--output", metavar="OUTDIR", required=True,
                         help="folder for train_net.pbtxt and train_init_net.pbtxt")
     parser.add_argument("--binary", action="store_true", help="also write the .pb files")
@@ -87,7 +96,10 @@ def run(args: argparse.Namespace) -> int:
                              weight_decay=args.weight_decay, epsilon=args.epsilon,
                              policy=args.lr_policy,
                              policy_args=parse_lr_args(args.lr_policy, args.lr_arg),
-                             precision=args.precision, loss_scale=args.loss_scale)
+                             precision=args.precision,
+                             loss_scale=None if args.loss_scale in (None, "dynamic") else args.loss_scale,
+                             dynamic_scale=DynamicScale(args.loss_scale_init, args.loss_scale_window)
+                             if args.loss_scale == "dynamic" else None)
     folder = OutputDir(check_output_dir(args.output), "-o", "train-net", inputs=(args.net, args.init_net, args.weights))
     net = load_net(args.net, init_path=args.init_net, phase=args.phase, weights=args.weights,
                    input_shapes=parse_input_specs(args.inputs))

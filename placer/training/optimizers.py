@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from placer.errors import PlacerError
 from placer.training.gradient_registry import GradientSlice
+from placer.training.loss_scaling import LOSS_SCALE_INV, guard_update
 from placer.training.netbuilder import CPU, DeviceScope, NetBuilder, blob_devices, device_option, is_gpu
 
 OPTIMIZER_ITERATION = "optimizer_iteration"
@@ -65,6 +66,8 @@ class TrainNets:
     masters: dict = field(default_factory=dict)   # half parameter -> its float32 master
     casts: tuple = ("FloatToHalf", "HalfToFloat")  # (down, up) cast op types of the half dtype
     loss_scale: float | None = None               # the gradients are the loss's times this
+    dynamic: bool = False                         # dynamic loss scaling (training/loss_scaling.py)
+    decay: dict = field(default_factory=dict)     # dynamic: parameter -> weight decay in its update
 
     def __post_init__(self):
         self.scope = DeviceScope()
@@ -149,12 +152,23 @@ class Optimizer:
     def skip(self, param: str) -> bool:
         return self.lr_mults.get(param, 1.0) == 0.0
 
-    def unscale(self, grad):
-        """Divide a gradient of a scaled loss by the scale, in place, before the update."""
-        if self.nets.loss_scale is None:
-            return grad
+    def unscale(self, grad, param: str, param32: str | None = None):
+        """Divide a gradient of a scaled loss by the scale, in place, before the update; in
+        dynamic loss scaling, then add the parameter's weight decay (``param32``: the blob
+        the update changes, the float32 master where there is one)."""
         blob = grad.values if isinstance(grad, GradientSlice) else grad
-        self.nets.train.add("Scale", [blob], blob, scale=1.0 / self.nets.loss_scale)
+        if self.nets.dynamic:
+            self.nets.train.add("Mul", [blob, LOSS_SCALE_INV], blob)
+            decay = self.nets.decay.get(param)
+            if decay and not isinstance(grad, GradientSlice):
+                scope = self.nets.scope.current or device_option()
+                t, i = scope.device_type, scope.device_id
+                init = self.nets.param_init.add
+                one = init("ConstantFill", [], f"ONE_{t}_{i}", shape=[1], value=1.0)
+                wd = init("ConstantFill", [], f"wd_{t}_{i}", shape=[1], value=decay)
+                self.nets.train.add("WeightedSum", [blob, one, param32 or param, wd], blob)
+        elif self.nets.loss_scale is not None:
+            self.nets.train.add("Scale", [blob], blob, scale=1.0 / self.nets.loss_scale)
         return grad
 
     def run(self, param: str, grad) -> None:
@@ -170,7 +184,7 @@ class SgdOptimizer(Optimizer):
         if self.base_lr == 0 or self.skip(param):
             return
         sign = -1 if self.momentum else 1
-        grad = self.unscale(grad)
+        grad = self.unscale(grad, param)
         lr, _ = self.build_lr(self.base_lr * sign)
         lr = self.local_lr(lr, param)
         one = self.one_blob()
@@ -200,7 +214,7 @@ class AdagradOptimizer(Optimizer):
     def run(self, param: str, grad) -> None:
         if self.base_lr <= 0 or self.skip(param):
             return
-        grad = self.unscale(grad)
+        grad = self.unscale(grad, param)
         lr, _ = self.build_lr(self.base_lr)
         lr = self.local_lr(lr, param)
         sparse = isinstance(grad, GradientSlice)
@@ -245,7 +259,7 @@ class AdamOptimizer(Optimizer):
     def run(self, param: str, grad) -> None:
         if self.base_lr <= 0 or self.skip(param):
             return
-        grad = self.unscale(grad)
+        grad = self.unscale(grad, param)
         lr, iteration = self.build_lr(self.base_lr)
         lr = self.local_lr(lr, param)
         iteration = self.schedule.update_iteration(self.nets, iteration)
@@ -277,7 +291,7 @@ class AdadeltaOptimizer(Optimizer):
     def run(self, param: str, grad) -> None:
         if self.base_lr <= 0 or self.skip(param):
             return
-        grad = self.unscale(grad)
+        grad = self.unscale(grad, param)
         lr, _ = self.build_lr(self.base_lr)
         lr = self.local_lr(lr, param)
         init = self.nets.param_init.add
@@ -304,9 +318,10 @@ def _master_gradient(opt: Optimizer, param: str, grad, what: str) -> str:
     if isinstance(grad, GradientSlice):
         raise OptimizerError(f"parameter '{param}': {what} does not take sparse gradients "
                              "(Caffe2's fp16 optimizers refuse them)")
-    up = opt.nets.casts[1]
-    grad32 = opt.nets.train.add(up, [grad], f"{grad}_fp32")
-    opt.unscale(grad32)
+    up, grad32 = opt.nets.casts[1], f"{grad}_fp32"
+    if not opt.nets.train.defined(grad32):     # dynamic loss scaling cast it for its check
+        opt.nets.train.add(up, [grad], grad32)
+    opt.unscale(grad32, param, opt.nets.masters[param])
     return grad32
 
 
@@ -354,7 +369,7 @@ class FP16SgdOptimizer(SgdOptimizer):
             raise OptimizerError(f"parameter '{param}': FP16Sgd does not take sparse gradients "
                                  "(Caffe2's build_fp16_sgd refuses them)",
                                  hint="train nets with embedding tables with --precision amp-fp16")
-        self.unscale(grad)
+        self.unscale(grad, param)
         args = dict(momentum=self.momentum, nesterov=self.nesterov, weight_decay=self.weight_decay)
         if fp32_update:
             self.nets.train.add("FP32MomentumSGDUpdate", [grad, momentum32, lr, param],
@@ -456,8 +471,11 @@ def build(nets: TrainNets, optimizer, params: list[str] | None = None,
             raise OptimizerError(f"parameter '{param}': no op writes it or its gradient, so its "
                                  "device is unknown")
         chosen = sparse_optimizer if sparse_optimizer and isinstance(grad, GradientSlice) else optimizer
+        start = len(nets.net.op)
         with nets.scope(device):
             chosen.run(param, grad)
+        if nets.dynamic:
+            guard_update(nets, start, param)
 
 
 def add_weight_decay(nets: TrainNets, weight_decay: float) -> None:

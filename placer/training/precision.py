@@ -39,11 +39,7 @@ bfloat16 (``amp-bf16``) writes the same nets with the placer-only casts
 ``FloatToBFloat16`` / ``BFloat16ToFloat`` (placer/ops/half.py): Caffe2 has no bfloat16, so
 it cannot load such nets; placer plans and runs them.
 
-Loss scaling multiplies the loss by S before the backward pass (``Scale(loss) ->
-loss_scaled``, whose gradient the backward pass seeds) and divides every gradient by S
-where the optimizer reads it in float32 (after the cast of a half gradient, before the
-update; the half update of ``fp16`` divides the half gradient). Weight decay, added to the
-still-scaled gradient, is multiplied by S, so that the update sees g + wd * p.
+Loss scaling, static or dynamic, is ``training/loss_scaling.py``.
 """
 from __future__ import annotations
 
@@ -193,11 +189,3 @@ def _pseudo_fp16(init: pb.NetDef, half_params: list[str], casts: Casts, done: Ha
     if wanted:
         raise PrecisionError(f"init net: no op fills parameter {sorted(wanted)[0]}")
 
-
-def scale_losses(train: pb.NetDef, losses: list[str], scale: float) -> list[str]:
-    """``Scale(loss) -> loss_scaled`` for each loss; the blobs the backward pass seeds."""
-    scaled = []
-    for loss in losses:
-        train.op.append(make_op("Scale", [loss], [loss + "_scaled"], scale=float(scale)))
-        scaled.append(loss + "_scaled")
-    return scaled

@@ -22,7 +22,9 @@ from placer.training.gradient_registry import GradientSlice
 from placer.training.optimizers import (
     LearningRateSchedule, TrainNets, add_weight_decay, build_adagrad, build_adam, build_fp16_sgd,
     build_multi_precision_sgd, build_sgd)
-from placer.training.precision import PRECISIONS, Casts, HALF_OPS, rewrite_forward, scale_losses
+from placer.training.loss_scaling import (DynamicScale, check_gradients, float_gradient, scale_seeds_dynamic,
+                                          scale_seeds_static, update_scale)
+from placer.training.precision import PRECISIONS, Casts, HALF_OPS, rewrite_forward
 
 OPTIMIZERS = ("sgd", "momentum", "nesterov", "adagrad", "rowwise-adagrad", "adam", "rowwise-adam")
 
@@ -62,6 +64,7 @@ class OptimizerChoice:
     policy_args: dict = field(default_factory=dict)
     precision: str = "fp32"          # PRECISIONS (training/precision.py)
     loss_scale: float | None = None  # static loss scale S (None: no scaling)
+    dynamic_scale: DynamicScale | None = None  # dynamic loss scaling (training/loss_scaling.py)
 
 
 @dataclass
@@ -142,13 +145,22 @@ def make_train_nets(net, losses: list[str], choice: OptimizerChoice) -> TrainNet
     casts = Casts.of(choice.precision)
     if choice.precision != "fp32":
         masters = _to_half(net, train, init, losses, choice, casts, notes)
-    seeds = losses
-    if choice.loss_scale is not None:
-        seeds = scale_losses(train, losses, choice.loss_scale)
-        notes.append(f"loss scale {choice.loss_scale:g}: Scale(loss) -> {seeds[0]} seeds the backward "
-                     f"pass; every gradient is divided by {choice.loss_scale:g} before its update")
+    if choice.loss_scale is not None and choice.dynamic_scale is not None:
+        raise TrainNetError("a static --loss-scale and dynamic loss scaling exclude each other")
+    if choice.dynamic_scale is not None and choice.precision == "fp16":
+        raise TrainNetError("dynamic loss scaling with --precision fp16: its check and unscale read "
+                            "float32 gradients, and fp16 updates half ones", hint="use --precision amp-fp16")
     forward_ops = len(train.op)
-    grads = add_gradient_ops(train, seeds)
+    grads = add_gradient_ops(train, losses)
+    if choice.loss_scale is not None:
+        scale_seeds_static(train, losses, forward_ops, choice.loss_scale)
+        notes.append(f"loss scale {choice.loss_scale:g}: the backward pass starts from "
+                     f"{choice.loss_scale:g} instead of 1; each gradient is divided by it before its update")
+    elif choice.dynamic_scale is not None:
+        scale_seeds_dynamic(train, init, losses, forward_ops, choice.dynamic_scale)
+        notes.append(f"dynamic loss scale: from {choice.dynamic_scale.init_scale:g}, halved and the step "
+                     f"skipped on an inf or NaN gradient, doubled after {choice.dynamic_scale.growth_interval} "
+                     "good steps; each update runs in If(grads_finite)")
     read = {b for op in net.proto.op for b in op.input}
     params = [p for p in net.params if p in grads and p in read]
     if not params:
@@ -160,8 +172,13 @@ def make_train_nets(net, losses: list[str], choice: OptimizerChoice) -> TrainNet
     nets = TrainNets(train, init, params, {p: grads[p] for p in params},
                      weights=[p for p in params if p not in biases],
                      param_shapes={p: net.params[p].shape for p in params},
-                     masters=masters, casts=(casts.down, casts.up), loss_scale=choice.loss_scale)
+                     masters=masters, casts=(casts.down, casts.up), loss_scale=choice.loss_scale,
+                     dynamic=choice.dynamic_scale is not None)
+    if nets.dynamic:
+        check_gradients(nets, {p: float_gradient(nets, p) for p in params})
     lr_blobs = _build(nets, choice)
+    if nets.dynamic:
+        update_scale(nets)
     sparse = [p for p in params if isinstance(grads[p], GradientSlice)]
     if choice.weight_decay and sparse and choice.name not in ("adagrad", "rowwise-adagrad"):
         notes.append(f"no weight decay on {len(sparse)} parameter(s) with sparse gradients "
@@ -222,7 +239,11 @@ def _build(nets: TrainNets, c: OptimizerChoice) -> list[str]:
     before = {b for op in nets.net.op for b in op.output}
     if c.name in ("sgd", "momentum", "nesterov", "adam", "rowwise-adam") and c.weight_decay \
             and c.precision != "fp16":   # build_fp16_sgd decays inside its update op
-        add_weight_decay(nets, c.weight_decay)
+        if nets.dynamic:   # added in each update, to the unscaled float32 gradient
+            nets.decay = {p: c.weight_decay for p in nets.weights
+                          if not isinstance(nets.grads[p], GradientSlice)}
+        else:
+            add_weight_decay(nets, c.weight_decay)
     eps = {} if c.epsilon is None else {"epsilon": c.epsilon}
     amp = c.precision.startswith("amp")
     if c.name in ("sgd", "momentum", "nesterov"):
