@@ -7,10 +7,13 @@ Caffe2 1.8.1 (caffe2/operators/half_float_ops.{h,cc,cu}, caffe2/sgd/fp16_momentu
   for bit on every non-NaN float32, overflow to inf and subnormals included). A NaN keeps
   the top 10 payload bits and gets the quiet bit (0x0200) set, as ``vcvtps2ph`` does
   (numpy does not set it, so the kernel does). ``clip=1`` clamps to +-65504 first, and a
-  NaN then becomes +65504 (fbgemm's min-then-max order; the oracle shows it). Caffe2's
-  CUDA kernel ignores ``clip``; placer applies it on every device, as the CPU kernel does.
+  NaN then becomes +65504 (fbgemm's min-then-max order). fbgemm converts 8 values at a
+  time and the last ``size % 8`` with its scalar code, where a NaN becomes 0x7FFF (with
+  ``clip``: std::max(-65504, std::min(x, 65504)) = -65504); the kernel does the same, so
+  NaN bits too match the CPU oracle (AVX2). Caffe2's CUDA kernel ignores ``clip`` and
+  writes __float2half's NaN; placer applies the CPU rules on every device.
 - HalfToFloat(X float16) -> float32, exact; a NaN gets the float32 quiet bit (0x00400000),
-  as ``vcvtph2ps`` does.
+  as ``vcvtph2ps`` does, and is 0x7FFFFFFF in the scalar tail (last ``size % 8``).
 - Float16ConstantFill(): ``value`` (a float argument, default 0; an integer ``value`` is
   an error, as in Caffe2) read as float32 and rounded to float16, in the ``shape``
   argument (default: a 0-d tensor). No inputs. CPU only in Caffe2 (no CUDA registration in
@@ -89,21 +92,36 @@ def _cast_infer(src: str, dst: str):
     return infer
 
 
+def _vector_part(x) -> int:
+    """Elements fbgemm's AVX2 conversions do 8 at a time; the last ``size % 8`` go
+    through its scalar code, which treats NaN differently (module docstring)."""
+    return x.size - x.size % 8
+
+
 def _float_to_half(xp, inputs, args: Args) -> tuple:
     x = inputs[0]
     nan = xp.isnan(x)
-    if args.bool("clip", False):
+    clip = args.bool("clip", False)
+    if clip:
         x = xp.where(nan, xp.float32(FP16_MAX), xp.clip(x, -FP16_MAX, FP16_MAX))
     with np.errstate(over="ignore"):          # beyond 65504 rounds to inf, as in Caffe2
         y = x.astype(xp.float16)
     bits = y.view(xp.uint16) | (nan.astype(xp.uint16) << 9)   # the quiet bit on NaNs
+    cut = _vector_part(bits)
+    if cut < bits.size:
+        flat, tail_nan = bits.reshape(-1), nan.reshape(-1)[cut:]
+        flat[cut:] = xp.where(tail_nan, xp.uint16(0xFBFF if clip else 0x7FFF), flat[cut:])
     return (bits.view(xp.float16),)
 
 
 def _half_to_float(xp, inputs, args: Args) -> tuple:
     h = inputs[0]
-    y = h.astype(xp.float32)
-    bits = y.view(xp.uint32) | (xp.isnan(h).astype(xp.uint32) << 22)
+    nan = xp.isnan(h)
+    bits = h.astype(xp.float32).view(xp.uint32) | (nan.astype(xp.uint32) << 22)
+    cut = _vector_part(bits)
+    if cut < bits.size:
+        flat = bits.reshape(-1)
+        flat[cut:] = xp.where(nan.reshape(-1)[cut:], xp.uint32(0x7FFFFFFF), flat[cut:])
     return (bits.view(xp.float32),)
 
 
@@ -121,6 +139,13 @@ def bfloat16_to_float(xp, b):
 
 
 # ---------------------------------------------------------------- fills
+def _round_half(values) -> np.ndarray:
+    """Host values read as float32 (Caffe2's float arguments), then rounded to float16;
+    beyond the range they become inf, as in Caffe2."""
+    with np.errstate(over="ignore"):
+        return np.asarray(values, dtype=np.float32).astype(np.float16)
+
+
 def _shape_arg(op_type: str, args: Args) -> tuple[int, ...]:
     shape = fill_shape(op_type, None, None, args)
     if any(d < 0 for d in shape):
@@ -133,7 +158,7 @@ def _constant_value(args: Args) -> np.float16:
     if not isinstance(value, (float, np.floating)):
         raise ArgumentError(f"op {args.op}: Float16ConstantFill 'value' must be a float argument, "
                             f"found {value!r}"[:200])
-    return np.float32(value).astype(np.float16)
+    return _round_half(value)[()]
 
 
 def _constant_infer(inputs, args: Args) -> list[TensorType]:
@@ -165,11 +190,11 @@ def _uniform_kernel(xp, inputs, args: Args) -> tuple:
     rng = np.random.default_rng(args.seed)
     values = rng.uniform(lo, hi, shape).astype(np.float32)
     values = np.minimum(values, np.nextafter(np.float32(hi), np.float32(lo)))  # [min, max) in float32
-    return (xp.asarray(values.astype(np.float16)),)
+    return (xp.asarray(_round_half(values)),)
 
 
 def _given_values(args: Args) -> np.ndarray:
-    return np.asarray(args.floats("values"), dtype=np.float32).astype(np.float16)
+    return _round_half(args.floats("values"))
 
 
 def _given_shape(args: Args, n: int) -> tuple[int, ...]:
@@ -258,12 +283,21 @@ def _sgd_cost(inputs, outputs, args) -> OpFeatures:
     return OpFeatures(flops=per * inputs[0].size, bytes_read=read, bytes_written=written)
 
 
+def _sgd_launches(inputs, args: Args) -> int:
+    """Counted on the strict cupy stand-in: each rounding to float16 is 9 launches (``to_half_once``)."""
+    nesterov, odd = args.bool("nesterov", False), inputs[0].size % 2 or inputs[0].size < 2
+    if args.bool("fp32_update", False):
+        return 21 + 7 * nesterov + 3 * bool(odd)
+    return 62 + 27 * nesterov + (3 + 11 * nesterov) * bool(odd)
+
+
 # ---------------------------------------------------------------- registrations
 register(OpDef("FloatToHalf", _cast_infer("float32", "float16"), _float_to_half, default_cost,
-               min_inputs=1, max_inputs=1, launches=lambda i, a: 7 if a.bool("clip", False) else 4,
+               min_inputs=1, max_inputs=1, launches=lambda i, a: 5 + 2 * a.bool("clip", False) + 2 * bool(i[0].size % 8),
                doc="float32 -> float16, round to nearest even (clip=1: clamp to +-65504 first)"))
 register(OpDef("HalfToFloat", _cast_infer("float16", "float32"), _half_to_float, default_cost,
-               min_inputs=1, max_inputs=1, launches=4, doc="float16 -> float32, exact"))
+               min_inputs=1, max_inputs=1, launches=lambda i, a: 5 + 2 * bool(i[0].size % 8),
+               doc="float16 -> float32, exact"))
 register(OpDef("Float16ConstantFill", _constant_infer, _constant_kernel, fill_cost,
                caffe2_devices=frozenset({"cpu"}), min_inputs=0, max_inputs=0,
                doc="float16 'value' (a float) in 'shape'; Caffe2 has it on the CPU only"))
@@ -272,12 +306,12 @@ register(OpDef("Float16UniformFill", _uniform_infer, _uniform_kernel, random_fil
 register(OpDef("GivenTensorFp16Fill", _given_infer, _given_kernel, fill_cost, caffe2_devices=NO_CAFFE2,
                min_inputs=0, max_inputs=0, doc="float16 'values' (not an op of Caffe2 1.8.1)"))
 register(OpDef("FP16MomentumSGDUpdate", _sgd_infer, _sgd_kernel, _sgd_cost,
-               caffe2_devices=frozenset({"gpu"}), min_inputs=4, max_inputs=4, launches=60,
+               caffe2_devices=frozenset({"gpu"}), min_inputs=4, max_inputs=4, launches=_sgd_launches,
                doc="(grad, moment, lr, param) -> (grad', moment', param') in float16, as Caffe2's "
                    "CUDA kernel (fp32_update: float32 arithmetic)"))
 register(OpDef("FloatToBFloat16", _cast_infer("float32", "uint16"),
                lambda xp, inputs, args: (float_to_bfloat16(xp, inputs[0]),), default_cost,
-               caffe2_devices=NO_CAFFE2, min_inputs=1, max_inputs=1, launches=9,
+               caffe2_devices=NO_CAFFE2, min_inputs=1, max_inputs=1, launches=10,
                doc="float32 -> bfloat16 bits (uint16), round to nearest even; placer only"))
 register(OpDef("BFloat16ToFloat", _cast_infer("uint16", "float32"),
                lambda xp, inputs, args: (bfloat16_to_float(xp, inputs[0]),), default_cost,
