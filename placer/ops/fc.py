@@ -10,6 +10,12 @@
   ``broadcast=1`` it is numpy.matmul (1-d operands promoted, batch dims broadcast).
 
 Costs: a multiply-add is 1 MAC and 2 flops; FC adds M*N flops for the bias.
+
+float16 operands give a float16 result computed in float32 and rounded once (``gemm``), as
+Caffe2's CUDA FC and BatchMatMul run Gemm<at::Half> with float compute (math_gpu.cu); FC's
+bias is then added in float16 (a second rounding, as Caffe2's bias Gemm into Y does). The
+float32 product runs on BLAS on the host (numpy's float16 matmul has none) and is the same
+on cupy. Caffe2 1.8.1 has no float16 FC, MatMul or BatchMatMul on the CPU.
 """
 from __future__ import annotations
 
@@ -18,6 +24,18 @@ from math import prod
 from placer.ops.elementwise import canonical_axis, shape_error
 from placer.ops.registry import OpDef, io_bytes, register
 from placer.types import Args, OpFeatures, TensorType
+
+
+def gemm(xp, a, b):
+    """``a @ b``; float16 operands multiplied in float32 and the result rounded to float16."""
+    if a.dtype == xp.float16 and b.dtype == xp.float16:
+        return xp.matmul(a.astype(xp.float32), b.astype(xp.float32)).astype(xp.float16)
+    return xp.matmul(a, b)
+
+
+def _half_launches(inputs) -> int:
+    """The two operand casts and the cast of the result back to float16."""
+    return 3 if inputs[0].dtype == "float16" and inputs[1].dtype == "float16" else 0
 
 
 # ---------------------------------------------------------------- FC
@@ -55,7 +73,7 @@ def _fc_kernel(transposed: bool):
         m = prod(x.shape[:axis])
         k = x.size // m if m else prod(x.shape[axis:])
         w2 = w.reshape(k, -1) if transposed else w.reshape(-1, k).T   # views, no copy
-        y = xp.matmul(x.reshape(m, k), w2)
+        y = gemm(xp, x.reshape(m, k), w2)
         if len(inputs) > 2:
             y += inputs[2].reshape(-1)
         return (y.reshape(x.shape[:axis] + (w2.shape[1],)),)
@@ -75,7 +93,7 @@ def _fc_cost(inputs, outputs, args) -> OpFeatures:
 
 def _fc_launches(inputs, args) -> int:
     """The GEMM, and the bias add when there is a bias."""
-    return 2 if len(inputs) > 2 else 1
+    return (2 if len(inputs) > 2 else 1) + _half_launches(inputs)
 
 
 # matmul writes Y and the bias is added in place: tracemalloc saw 0.07 B of temporaries per
@@ -122,7 +140,7 @@ def _matmul_kernel(xp, inputs, args):
         a2 = a2.T
     if args.bool("trans_b", False):
         b2 = b2.T
-    return (xp.matmul(a2, b2),)
+    return (gemm(xp, a2, b2),)
 
 
 def _gemm_cost(inputs, outputs, args, k: int) -> OpFeatures:
@@ -133,7 +151,8 @@ def _gemm_cost(inputs, outputs, args, k: int) -> OpFeatures:
 
 register(OpDef("MatMul", _matmul_infer, _matmul_kernel,
                cost=lambda i, o, a: _gemm_cost(i, o, a, _matmul_dims(i, a)[4]),
-               min_inputs=2, max_inputs=2, doc="2-D matrix product after coercion at axis_a/axis_b"))
+               min_inputs=2, max_inputs=2, launches=lambda i, a: 1 + _half_launches(i),
+               doc="2-D matrix product after coercion at axis_a/axis_b"))
 
 
 # ---------------------------------------------------------------- BatchMatMul
@@ -191,9 +210,10 @@ def _bmm_kernel(xp, inputs, args):
         a = xp.swapaxes(a, -1, -2)
     if args.bool("trans_b", False):
         b = xp.swapaxes(b, -1, -2)
-    return (xp.matmul(a, b).reshape(out),)
+    return (gemm(xp, a, b).reshape(out),)
 
 
 register(OpDef("BatchMatMul", _bmm_infer, _bmm_kernel,
                cost=lambda i, o, a: _gemm_cost(i, o, a, _bmm_plan(i[0], i[1], a)[3]),
-               min_inputs=2, max_inputs=2, doc="batched matrix product over the last two dims"))
+               min_inputs=2, max_inputs=2, launches=lambda i, a: 1 + _half_launches(i),
+               doc="batched matrix product over the last two dims"))
