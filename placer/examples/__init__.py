@@ -8,6 +8,10 @@
 - ``faster_rcnn_r50_c4``: a Detectron-style R-50-C4 Faster R-CNN at 1x3x800x800
   (``faster_rcnn.py``: GenerateProposals, RoIAlign, BBoxTransform, BoxWithNMSLimit;
   33.8M parameters);
+- ``gpt2_tiny``: a GPT-2-style transformer (``gpt2.py``: Gather embeddings, LayerNorm,
+  attention by BatchMatMul with a causal mask, Gelu MLP, tied head, SoftmaxWithLoss) at 2
+  layers of width 32; ``gpt2.PRESETS`` has GPT-2 small to XL and a 10B configuration,
+  built in code for planning (``python -m placer.examples gpt2-small FOLDER`` writes one);
 - train nets (``train_nets.py``, made by placer's own train-net generator, each with the
   loss its model trains with): ``dlrm_small_train`` (Adagrad, SparseAdagrad on the
   tables), ``dlrm_criteo_1tb_train`` (RowWiseSparseAdagrad on the tables; planning only),
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from placer.examples import dlrm, faster_rcnn, resnet, train_nets, two_tower
+from placer.examples import dlrm, faster_rcnn, gpt2, resnet, train_nets, two_tower
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -35,6 +39,7 @@ def builders() -> dict:
         "dlrm_small": lambda: dlrm.build(dlrm.small()),
         "resnet_small": lambda: resnet.build(),
         "faster_rcnn_r50_c4": lambda: faster_rcnn.build(faster_rcnn.r50_c4_800()),
+        "gpt2_tiny": lambda: gpt2.build(gpt2.preset("gpt2-tiny")),
     }
 
 

@@ -62,6 +62,18 @@ def _spatial_bn(ctx: MakerContext) -> list:
     return [make_op("SpatialBNGradient", inputs, outputs)]
 
 
+@register("LayerNorm")
+def _layer_norm(ctx: MakerContext) -> list:
+    """(dY, Y, mean, std, X[, gamma]) -> dX[, dgamma, dbeta]: gamma and its gradients with
+    ``elementwise_affine`` (caffe2/operators/layer_norm_op.cc, GetLayerNormGradient)."""
+    inputs = [ctx.GO(0), ctx.O(0), ctx.O(1), ctx.O(2), ctx.I(0)]
+    outputs = [ctx.GI(0)]
+    if ctx.arg("elementwise_affine", 0):
+        inputs.append(ctx.I(1))
+        outputs += [ctx.GI(1), ctx.GI(2)]
+    return [make_op("LayerNormGradient", inputs, outputs)]
+
+
 @register("Dropout")
 def _dropout(ctx: MakerContext) -> list:
     inputs = [ctx.GO(0)] if ctx.arg("is_test", 0) else [ctx.GO(0), ctx.O(1)]

@@ -71,6 +71,7 @@ SINGLE_OP_GRADIENTS = {
     "Reciprocal": ("ReciprocalGradient", "O0 GO0", "GI0"),
     "Clip": ("ClipGradient", "O0 GO0", "GI0"),
     "Swish": ("SwishGradient", "I0 O0 GO0", "GI0"),
+    "Gelu": ("GeluGradient", "GO0 I0", "GI0"),
     "Rsqrt": ("RsqrtGradient", "GO0 O0", "GI0"),
     "Abs": ("AbsGradient", "I0 GO0", "GI0"),
     "Cos": ("CosGradient", "I0 GO0", "GI0"),
