@@ -40,6 +40,8 @@ CASES = [
     ("Sigmoid", "X", "Y", {}, None),
     ("Tanh", "X", "Y", {}, None),
     ("Softmax", "X", "Y", {"axis": 2}, None),
+    ("FloatToHalf", "X", "Y", {}, None),
+    ("HalfToFloat", "X", "Y", {}, None),
     ("Softmax", "X", "Y", {"axis": 3}, None),
     ("Elu", "X", "Y", {"alpha": 2.0}, None),
     ("Softplus", "X", "Y", {}, None),
@@ -238,8 +240,10 @@ def test_gradient_ops_equal_caffe2s(index, oracle_results):
 
 
 # Makers of placer's own ops, which Caffe2 lacks: checked elsewhere (AllToAll's by its
-# kernel's adjoint and a sharded training step, tests/test_sharding_run.py).
-PLACER_OPS = {"AllToAll"}
+# kernel's adjoint and a sharded training step, tests/test_sharding_run.py; the bfloat16
+# casts', each the other cast as FloatToHalf's is HalfToFloat, by
+# tests/test_training_precision.py::test_bf16_casts_differentiate_into_each_other).
+PLACER_OPS = {"AllToAll", "FloatToBFloat16", "BFloat16ToFloat"}
 
 
 def test_every_maker_is_checked_against_caffe2():

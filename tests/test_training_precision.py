@@ -149,3 +149,16 @@ def test_mixed_precision_train_nets_equal_caffe2s_builders(case_id, oracle_nets)
     r, t = ours[case_id], theirs[case_id]
     assert_same_ops(r.train.op, parse_net(t["train"]).op, f"{case_id} train net")
     assert_same_ops(r.init.op, parse_net(t["init"]).op, f"{case_id} init net")
+
+
+def test_bf16_casts_differentiate_into_each_other():
+    m, net, r = _train("lenet", precision="amp-bf16")
+    assert _forward_casts(r) == []
+    grads = r.train.op[r.forward_ops:]
+    ups = [(op.input[0], op.output[0]) for op in grads if op.type == "BFloat16ToFloat"]
+    downs = [(op.input[0], op.output[0]) for op in grads if op.type == "FloatToBFloat16"]
+    assert ("data_bf16_grad", "data_grad") in ups           # FloatToBFloat16(data)'s gradient
+    assert ("ip2_fp32_grad", "ip2_grad") in downs            # BFloat16ToFloat(ip2)'s gradient
+    assert ("ip2_w_fp32", "ip2_w") in [(op.input[0], op.output[0]) for op in r.init.op
+                                       if op.type == "FloatToBFloat16"]
+    assert any("Caffe2 has no bfloat16" in n for n in r.notes)
