@@ -286,7 +286,15 @@ def conv_kernel(xp, inputs, args: Args):
     bias = inputs[2] if len(inputs) > 2 else None
     group = args.int("group", 1)
     y = cudnn_conv.forward(xp, args.op, x, w, bias, win, pads, out, group)
-    return (y if y is not None else conv2d(xp, x, w, bias, win, pads, out, group),)
+    if y is not None:
+        return (y,)
+    if all(a.dtype == xp.float16 for a in inputs):
+        # float16 on the GEMM path: products summed in float32 and rounded once, as cuDNN's
+        # half convolutions compute in float for Caffe2's float16 Conv
+        f32 = [a.astype(xp.float32) for a in inputs]
+        y = conv2d(xp, f32[0], f32[1], f32[2] if bias is not None else None, win, pads, out, group)
+        return (y.astype(xp.float16),)
+    return (conv2d(xp, x, w, bias, win, pads, out, group),)
 
 
 # ---------------------------------------------------------------- ConvTranspose

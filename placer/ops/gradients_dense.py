@@ -45,6 +45,10 @@ def _fc_grad_infer(transposed: bool):
 
 def _fc_grad_kernel(transposed: bool):
     def kernel(xp, inputs, args):
+        if all(a.dtype == xp.float16 for a in inputs):
+            # float16 products in float32, rounded once (as the forward's gemm: fc.py)
+            outs = kernel(xp, [a.astype(xp.float32) for a in inputs], args)
+            return tuple(o.astype(xp.float16) for o in outs)
         x, w, dy = inputs
         axis = canonical_axis(args.int("axis", 1), x.ndim, args)
         m = prod(x.shape[:axis])

@@ -108,6 +108,11 @@ def _conv_grad_cost(inputs, outputs, args) -> OpFeatures:
 
 
 def _conv_grad_kernel(xp, inputs, args):
+    if all(a.dtype == xp.float16 for a in inputs):
+        # float16 gradients are accumulated in float32 and rounded once, as cuDNN's half
+        # convolutions compute in float (CUDNN_DATA_FLOAT) for Caffe2's float16 ConvGradient
+        outs = _conv_grad_kernel(xp, [a.astype(xp.float32) for a in inputs], args)
+        return tuple(o.astype(xp.float16) for o in outs)
     x, w, dy = inputs
     win, _, _, _, pads, group = _conv_geometry(shape_of(x), shape_of(w), args)
     has_db, has_dx = _conv_outputs(args)
