@@ -207,6 +207,48 @@ def _cases():
         cases.append(("Int8RoIAlign", [x, rois], {"pooled_h": ph, "pooled_w": pw, "sampling_ratio": sr,
                                                   "spatial_scale": ss, "order": "NHWC",
                                                   "Y_scale": sy, "Y_zero_point": zy}, 1))
+    return cases + _random_cases(rng)
+
+
+def _random_cases(rng):
+    """Random scales (log-uniform within QNNPACK's accepted ranges, a third of them powers
+    of two so that half-way sums occur), zero points and shapes."""
+    def scale(lo, hi):
+        s = float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
+        return 2.0 ** round(np.log2(s)) if rng.random() < 0.33 else s
+
+    cases = []
+    for k in range(30):
+        sy = scale(1e-3, 1.0)
+        sa = sy * scale(2 ** -9, 2 ** 7.9)
+        sb = sy * scale(2 ** -9, 2 ** 7.9)
+        shape = tuple(int(d) for d in rng.integers(1, 9, int(rng.integers(1, 5))))
+        ins = [q(_u8(rng, shape), sa, int(rng.integers(0, 256))), q(_u8(rng, shape), sb, int(rng.integers(0, 256)))]
+        op = ["Int8Add", "Int8Sum", "Int8AddRelu", "Int8SumRelu"][k % 4]
+        cases.append((op, ins, {"Y_scale": sy, "Y_zero_point": int(rng.integers(0, 255))}, 1))
+    for k in range(20):
+        sx = scale(1e-3, 1.0)
+        sy = sx * scale(2 ** -7.9, 2 ** 7.9)
+        kh, kw = (int(v) for v in rng.integers(1, 6, 2))
+        h, w = int(rng.integers(kh, 12)), int(rng.integers(kw, 12))
+        pad = int(rng.integers(0, min(kh, kw)))
+        p = ({"global_pooling": 1} if k % 5 == 4 else
+             {"kernel_h": kh, "kernel_w": kw, "stride": int(rng.integers(1, 3)), "pad": pad})
+        x = q(_u8(rng, (int(rng.integers(1, 3)), h, w, int(rng.integers(1, 20)))), sx, int(rng.integers(0, 256)))
+        op = "Int8AveragePoolRelu" if k % 3 == 1 else "Int8AveragePool"
+        cases.append((op, [x], {**p, "order": "NHWC", "Y_scale": sy, "Y_zero_point": int(rng.integers(0, 255))}, 1))
+    for k in range(10):
+        shape = (int(rng.integers(1, 5)), int(rng.integers(1, 200)))
+        x = q(_u8(rng, shape, int(rng.integers(0, 128)), 256), scale(1e-3, 2.0), int(rng.integers(0, 256)))
+        cases.append(("Int8Softmax", [x], {"Y_scale": 1 / 256, "Y_zero_point": 0}, 1))
+    full = np.arange(256, dtype=np.uint8).reshape(1, 256)
+    for k in range(10):
+        cases.append(("Int8Sigmoid", [q(full, scale(1e-3, 1.0), int(rng.integers(0, 256)))],
+                      {"Y_scale": 1 / 256, "Y_zero_point": 0}, 1))
+        sx = scale(1e-3, 1.0)
+        cases.append(("Int8LeakyRelu", [q(full, sx, int(rng.integers(0, 256)))],
+                      {"alpha": float(rng.uniform(0.01, 0.99)), "Y_scale": sx * scale(2 ** -7.9, 2 ** 7.9),
+                       "Y_zero_point": int(rng.integers(0, 256))}, 1))
     return cases
 
 
@@ -333,6 +375,8 @@ def test_int8_errors_name_the_op():
         ours("Int8AveragePool", [x], {"kernel": 2, "order": "NHWC", "Y_scale": 100.0})
     with pytest.raises(ArgumentError, match="#0 Int8LeakyRelu.*alpha"):
         ours("Int8LeakyRelu", [x], {"alpha": 1.5, "Y_scale": 0.05, "Y_zero_point": 100})
+    with pytest.raises(ArgumentError, match="#0 Int8AddRelu.*empty"):
+        ours("Int8AddRelu", [x, x], {"Y_scale": 0.05, "Y_zero_point": 255})
     with pytest.raises(ShapeError, match="#0 Int8Add"):
         _infer("Int8Add", [TensorType((2, 3), "uint8"), TensorType((3, 2), "uint8")], {})
     with pytest.raises(ShapeError, match="#0 Int8Slice.*one dimension"):

@@ -109,6 +109,14 @@ def _check_zero_point(zp: int, args: Args, what: str) -> None:
         raise ArgumentError(f"op {args.op}: {what} {zp} is outside [0, 255]")
 
 
+def _relu_floor(relu: bool, zp: int, args: Args, op_type: str) -> int:
+    """The clamp's lower end; QNNPACK refuses an empty range (min must be below max)."""
+    if relu and zp >= 255:
+        raise ArgumentError(f"op {args.op}: {op_type} with Y_zero_point 255 leaves the output range "
+                            f"[255, 255] empty, which QNNPACK refuses")
+    return zp if relu else 0
+
+
 def _round_shift(xp, acc, shift: int):
     """acc >> shift rounding half away from zero (QNNPACK's remainder test), acc int64."""
     mask = (1 << shift) - 1
@@ -126,7 +134,7 @@ def _quantize_multiplier_smaller_than_one(real: float) -> tuple[int, int]:
         return 0, 0
     q, exponent = math.frexp(real)
     shift = -exponent
-    fixed = int(np.round(q * (1 << 31)))
+    fixed = int(math.floor(q * (1 << 31) + 0.5))    # std::round: halves away from zero (q > 0)
     if fixed == 1 << 31:
         fixed //= 2
         shift -= 1
@@ -204,7 +212,7 @@ def _add_kernel(op_type: str, relu: bool):
         acc = (ma * (a.data.astype(xp.int64) - int(a.zero_point))
                + mb * (b.data.astype(xp.int64) - int(b.zero_point)))
         y = _round_shift(xp, acc, shift) + y_zp
-        lo = y_zp if relu else 0
+        lo = _relu_floor(relu, y_zp, args, op_type)
         return (Int8Tensor(_clamp_u8(xp, y, lo, 255), y_scale, y_zp),)
     return kernel
 
@@ -271,6 +279,7 @@ def _max_pool_kernel(op_type: str, relu: bool):
     def kernel(xp, inputs, args):
         x = _quantized(inputs[0], args, op_type)
         scale, zp = _same_quant(x, args, op_type)
+        _relu_floor(relu, zp, args, op_type)
         win, (_, _, h, w), k, out, pads = _pool_geometry(x.shape, args, op_type)
         if win.global_pooling:
             y = x.data.max(axis=(1, 2), keepdims=True)
@@ -316,7 +325,7 @@ def _avg_pool_kernel(op_type: str, relu: bool):
         acc = total - count * int(x.zero_point)
         mag = (xp.abs(acc) * multiplier + (1 << (shift - 1))) >> shift
         y = xp.where(acc < 0, -mag, mag) + y_zp
-        return (Int8Tensor(_clamp_u8(xp, y, y_zp if relu else 0, 255), y_scale, y_zp),)
+        return (Int8Tensor(_clamp_u8(xp, y, _relu_floor(relu, y_zp, args, op_type), 255), y_scale, y_zp),)
     return kernel
 
 
