@@ -249,6 +249,23 @@ def _random_cases(rng):
         cases.append(("Int8LeakyRelu", [q(full, sx, int(rng.integers(0, 256)))],
                       {"alpha": float(rng.uniform(0.01, 0.99)), "Y_scale": sx * scale(2 ** -7.9, 2 ** 7.9),
                        "Y_zero_point": int(rng.integers(0, 256))}, 1))
+    for k in range(8):
+        n, h, w, c = int(rng.integers(1, 3)), int(rng.integers(3, 12)), int(rng.integers(3, 12)), int(rng.integers(1, 9))
+        ss = float(rng.choice([1.0, 0.5, 0.25, 1 / 16]))
+        size = np.array([w, h, w, h], np.float32) / ss
+        a = rng.uniform(-0.3, 1.0, (5, 2)) * size[:2]
+        b = a + rng.uniform(0.0, 1.0, (5, 2)) * size[:2]
+        rois = np.concatenate([rng.integers(0, n, (5, 1)), a, b], axis=1).astype(np.float32)
+        sx = scale(1e-3, 1.0)
+        x = q(_u8(rng, (n, h, w, c)), sx, int(rng.integers(0, 256)))
+        cases.append(("Int8RoIAlign", [x, rois], {
+            "pooled_h": int(rng.integers(1, 5)), "pooled_w": int(rng.integers(1, 5)),
+            "sampling_ratio": int(rng.integers(0, 4)), "spatial_scale": ss, "order": "NHWC",
+            "Y_scale": sx * scale(0.1, 4.0), "Y_zero_point": int(rng.integers(0, 256))}, 1))
+        x = q(_u8(rng, (n, h, w, c)), sx, 7)
+        cases.append(("Int8ResizeNearest", [x], {"width_scale": float(rng.uniform(0.3, 3.5)),
+                                                 "height_scale": float(rng.uniform(0.3, 3.5)),
+                                                 "Y_scale": x.scale, "Y_zero_point": 7}, 1))
     return cases
 
 
