@@ -51,6 +51,10 @@ int8_concat_op.cc, int8_reshape_op.cc, int8_flatten_op.cc, int8_transpose_op.cc,
 int8_resize_nearest_op.cc, int8_roi_align_op.cc, int8_slice_op.cc,
 int8_channel_shuffle_op.cc; there is no CUDA Int8 kernel), so ``devices={"cpu"}``.
 
+The kernels are written against ``xp``; the 256-entry tables (Softmax, Sigmoid, LeakyRelu)
+are built on the host, and Int8RoIAlign runs on the host RoI by RoI (vectorised over its
+samples and channels), as Caffe2's CPU kernel does.
+
 Costs: bytes at one byte per element; flops like the float op (one per output element for
 elementwise ops, one per window tap for pools, ~5 per element for softmax).
 """
@@ -432,6 +436,9 @@ def _concat_kernel(xp, inputs, args):
 def _reshape_infer(inputs, args):
     x = inputs[0]
     if len(inputs) == 2:
+        if "shape" in args:
+            raise ArgumentError(f"op {args.op}: Int8Reshape takes the shape as an argument or as "
+                                f"an input, not both")
         if inputs[1].values is None:
             return [None, TensorType((x.ndim,), "int64", values=x.shape)]
         new = list(inputs[1].values)
