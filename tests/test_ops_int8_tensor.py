@@ -400,3 +400,46 @@ def test_int8_errors_name_the_op():
         _infer("Int8Slice", [TensorType((2, 3, 4), "uint8")], {"starts": [0, 1, 1], "ends": [-1, 2, 3]})
     with pytest.raises(InputError, match="#0 Int8Relu.*Int8 tensor"):
         ours("Int8Relu", [np.zeros((2, 2), np.uint8)], {})
+
+
+def test_int8_kernels_temporaries_stay_within_their_declaration():
+    """tracemalloc's peak during each numpy kernel, less its outputs, is at most what its
+    registry entry declares plus 64 KiB (numpy's and Python's small objects), as
+    tests/test_resource_limits.py checks for the float kernels."""
+    import tracemalloc
+    rng = np.random.default_rng(0)
+
+    def x(shape, s=0.05, z=100):
+        return q(_u8(rng, shape), s, z)
+    big = x((4, 64, 64, 64))
+    same = {"Y_scale": big.scale, "Y_zero_point": 100}
+    rois = np.array([[0, 0, 0, 60, 60], [1, 5, 5, 30, 50]] * 20, np.float32)
+    cases = [("Int8Add", [big, x(big.shape, 0.07, 90)], {"Y_scale": 0.1, "Y_zero_point": 10}),
+             ("Int8SumRelu", [big, big], {"Y_scale": 0.1, "Y_zero_point": 10}),
+             ("Int8Relu", [big], same),
+             ("Int8MaxPool", [big], {**same, "kernel": 3, "pad": 1, "order": "NHWC"}),
+             ("Int8AveragePool", [big], {**same, "kernel": 3, "pad": 1, "order": "NHWC"}),
+             ("Int8AveragePool", [big], {**same, "kernel": 5, "stride": 2, "order": "NHWC"}),
+             ("Int8AveragePool", [big], {**same, "global_pooling": 1, "order": "NHWC"}),
+             ("Int8Softmax", [x((64, 16384))], {"Y_scale": 1 / 256, "Y_zero_point": 0}),
+             ("Int8Softmax", [x((2, 300000))], {"Y_scale": 1 / 256, "Y_zero_point": 0}),
+             ("Int8Sigmoid", [big], {"Y_scale": 1 / 256, "Y_zero_point": 0}),
+             ("Int8LeakyRelu", [big], {**same, "alpha": 0.1}),
+             ("Int8Concat", [big, big], {**same, "axis": 3}),
+             ("Int8Transpose", [big], same),
+             ("Int8ResizeNearest", [big], {**same, "width_scale": 2.0, "height_scale": 2.0}),
+             ("Int8ChannelShuffle", [big], {**same, "group": 4, "kernel": 1, "order": "NHWC"}),
+             ("Int8RoIAlign", [big, rois], {"pooled_h": 7, "pooled_w": 7, "sampling_ratio": 2,
+                                            "order": "NHWC", "Y_scale": 0.05, "Y_zero_point": 3})]
+    for op, ins, args in cases:
+        opdef, a = registry.get(op), Args(args, op=op)
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            outs = opdef.kernel(np, ins, a)
+            peak = tracemalloc.get_traced_memory()[1] - base
+        finally:
+            tracemalloc.stop()
+        out_types = [TensorType(o.shape, str(o.dtype)) for o in outs]
+        declared = opdef.scratch_bytes([TensorType(i.shape, str(i.dtype)) for i in ins], out_types, a)
+        assert peak - sum(o.nbytes for o in outs) <= declared + 64 * 1024, op

@@ -73,6 +73,9 @@ from placer.ops.tensor import reshaped
 from placer.types import Args, OpFeatures, TensorType, shape_str
 
 CPU = frozenset({"cpu"})
+BLOCK = 1 << 16          # elements per block of a kernel's int64 temporaries
+SCRATCH_PER_ELEMENT = 64  # bytes of int64 temporaries per element of a block (measured: < 56)
+REDUCE_BUFFER_BYTES = 2 * 8192 * 8
 SOFTMAX_FLOPS = 5        # per element: max, table read, sum, multiply-divide, clamp
 ROI_FLOPS_PER_TAP = 2    # a weight times a value, added
 
@@ -119,6 +122,13 @@ def _relu_floor(relu: bool, zp: int, args: Args, op_type: str) -> int:
         raise ArgumentError(f"op {args.op}: {op_type} with Y_zero_point 255 leaves the output range "
                             f"[255, 255] empty, which QNNPACK refuses")
     return zp if relu else 0
+
+
+def _flat_blocks(n: int, per: int):
+    """[start, end) blocks of ``n`` items of ``per`` elements each, about BLOCK elements a
+    block (one item at least): the kernels' int64 temporaries stay a few MiB."""
+    step = max(1, BLOCK // max(per, 1))
+    return [(s, min(n, s + step)) for s in range(0, n, step)]
 
 
 def _round_shift(xp, acc, shift: int):
@@ -213,11 +223,14 @@ def _add_kernel(op_type: str, relu: bool):
         scale_multiplier = _f32(2.0 ** shift)
         ma = int(np.rint(ra * scale_multiplier))
         mb = int(np.rint(rb * scale_multiplier))
-        acc = (ma * (a.data.astype(xp.int64) - int(a.zero_point))
-               + mb * (b.data.astype(xp.int64) - int(b.zero_point)))
-        y = _round_shift(xp, acc, shift) + y_zp
         lo = _relu_floor(relu, y_zp, args, op_type)
-        return (Int8Tensor(_clamp_u8(xp, y, lo, 255), y_scale, y_zp),)
+        fa, fb = a.data.reshape(-1), b.data.reshape(-1)
+        y = xp.empty(fa.shape, dtype=xp.uint8)
+        for s, e in _flat_blocks(fa.size, 1):
+            acc = ma * (fa[s:e].astype(xp.int64) - int(a.zero_point))
+            acc += mb * (fb[s:e].astype(xp.int64) - int(b.zero_point))
+            y[s:e] = _clamp_u8(xp, _round_shift(xp, acc, shift) + y_zp, lo, 255)
+        return (Int8Tensor(y.reshape(a.shape), y_scale, y_zp),)
     return kernel
 
 
@@ -311,6 +324,13 @@ def _avgpool_params(x_scale: float, y_scale: float, count: int, args: Args, op_t
     return multiplier, shift
 
 
+def _avg_requantize(xp, acc, multiplier: int, shift: int, y_zp: int, lo: int):
+    """QNNPACK's SSE2 average requantization: |acc| * multiplier, rounded half up, shifted,
+    the sign put back (halves away from zero), plus the zero point, clamped."""
+    mag = (xp.abs(acc) * multiplier + (1 << (shift - 1))) >> shift
+    return _clamp_u8(xp, xp.where(acc < 0, -mag, mag) + y_zp, lo, 255)
+
+
 def _avg_pool_kernel(op_type: str, relu: bool):
     def kernel(xp, inputs, args):
         x = _quantized(inputs[0], args, op_type)
@@ -319,17 +339,22 @@ def _avg_pool_kernel(op_type: str, relu: bool):
         win, (_, _, h, w), k, out, pads = _pool_geometry(x.shape, args, op_type)
         count = k[0] * k[1]
         multiplier, shift = _avgpool_params(x.scale, y_scale, count, args, op_type)
+        lo = _relu_floor(relu, y_zp, args, op_type)
         if win.global_pooling:
-            total = x.data.astype(xp.int64).sum(axis=(1, 2), keepdims=True)
-        else:
-            taps = _window_taps(xp, x.data, win, (h, w), k, out, pads, int(x.zero_point))
-            total = taps[0].astype(xp.int64)
-            for t in taps[1:]:
-                total += t
-        acc = total - count * int(x.zero_point)
-        mag = (xp.abs(acc) * multiplier + (1 << (shift - 1))) >> shift
-        y = xp.where(acc < 0, -mag, mag) + y_zp
-        return (Int8Tensor(_clamp_u8(xp, y, _relu_floor(relu, y_zp, args, op_type), 255), y_scale, y_zp),)
+            acc = x.data.sum(axis=(1, 2), keepdims=True, dtype=xp.int64) - count * int(x.zero_point)
+            return (Int8Tensor(_avg_requantize(xp, acc, multiplier, shift, y_zp, lo), y_scale, y_zp),)
+        n, c = x.shape[0], x.shape[3]
+        y = xp.empty((n, *out, c), dtype=xp.uint8)
+        for c0, c1 in _flat_blocks(c, out[0] * out[1]):      # channel blocks, image by image
+            for i in range(n):
+                taps = _window_taps(xp, x.data[i:i + 1, :, :, c0:c1], win, (h, w), k, out, pads,
+                                    int(x.zero_point))
+                total = taps[0].astype(xp.int64)
+                for t in taps[1:]:
+                    total += t
+                total -= count * int(x.zero_point)
+                y[i:i + 1, :, :, c0:c1] = _avg_requantize(xp, total, multiplier, shift, y_zp, lo)
+        return (Int8Tensor(y, y_scale, y_zp),)
     return kernel
 
 
@@ -360,11 +385,19 @@ def _softmax_kernel(xp, inputs, args):
     in_scale = float(_f32(x.scale))
     table = np.array([np.rint(qscale * math.exp(float(i - 255) * in_scale)) for i in range(256)],
                      dtype=np.int64)
-    data = x.data.reshape(rows, channels).astype(xp.int64)
-    t = xp.asarray(table)[data + (255 - data.max(axis=1, keepdims=True))]
-    total = t.sum(axis=1, keepdims=True)
-    y = xp.minimum((t * 256 + (total >> 1)) // total, 255)
-    return (Int8Tensor(y.astype(xp.uint8).reshape(x.shape), y_scale, y_zp),)
+    table = xp.asarray(table)
+    data = x.data.reshape(rows, channels)
+    y = xp.empty((rows, channels), dtype=xp.uint8)
+    for r0, r1 in _flat_blocks(rows, channels):
+        block = data[r0:r1].astype(xp.int16)
+        block += 255 - block.max(axis=1, keepdims=True)
+        t = table[block]
+        total = t.sum(axis=1, keepdims=True)
+        t *= 256
+        t += total >> 1
+        t //= total
+        y[r0:r1] = xp.minimum(t, 255)
+    return (Int8Tensor(y.reshape(x.shape), y_scale, y_zp),)
 
 
 def _sigmoid_kernel(xp, inputs, args):
@@ -636,7 +669,7 @@ def _roi_kernel(xp, inputs, args):
     y_scale, y_zp = _y_quant(args)
     _, h, w, c = x.shape
     out = np.zeros(t.shape, dtype=np.uint8)
-    data = np.asarray(x.data.get() if hasattr(x.data, "get") else x.data).astype(np.int64)
+    data = np.asarray(x.data.get() if hasattr(x.data, "get") else x.data)
     w255 = np.float32(255.0)
     for n in range(t.shape[0]):
         row = rois[n]
@@ -688,11 +721,41 @@ def _softmax_cost(inputs, outputs, args):
                       bytes_written=float(outputs[0].nbytes))
 
 
+# -- temporaries (``scratch``): the int64 blocks of the kernels ---------------------------------
+
+def _block_scratch(inputs, outputs, args) -> int:
+    return SCRATCH_PER_ELEMENT * min(outputs[0].size, BLOCK)
+
+
+def _avg_pool_scratch(op_type):
+    def scratch(inputs, outputs, args) -> int:
+        win, (_, c, h, w), k, out, pads = _pool_geometry(inputs[0].shape, args, op_type)
+        if win.global_pooling:     # numpy's buffered int64 reduction: 8192-element buffers
+            return SCRATCH_PER_ELEMENT * outputs[0].size + REDUCE_BUFFER_BYTES
+        cb = min(c, max(1, BLOCK // max(out[0] * out[1], 1)))
+        padded = (h + pads[0] + pads[2] + win.stride[0]) * (w + pads[1] + pads[3] + win.stride[1]) * cb
+        return SCRATCH_PER_ELEMENT * out[0] * out[1] * cb + padded
+    return scratch
+
+
+def _softmax_scratch(inputs, outputs, args) -> int:
+    x = inputs[0]
+    channels = x.size // max(x.shape[0], 1)
+    return SCRATCH_PER_ELEMENT * max(channels, min(x.size, BLOCK))
+
+
+def _roi_scratch(inputs, outputs, args) -> int:
+    """One RoI's samples at a time (the adaptive grid guessed at 2 x 2, as the cost does)."""
+    _, ph, pw, sampling = _roi_args(args)
+    g = sampling if sampling > 0 else 2
+    return SCRATCH_PER_ELEMENT * ph * pw * g * g * max(inputs[0].shape[-1], 1)
+
+
 # -- registrations ---------------------------------------------------------------------------
 
 for _type, _relu in (("Int8Add", False), ("Int8AddRelu", True), ("Int8Sum", False), ("Int8SumRelu", True)):
     register(OpDef(_type, _add_infer(_type), _add_kernel(_type, _relu), _elementwise_cost, devices=CPU,
-                   min_inputs=2, max_inputs=2,
+                   min_inputs=2, max_inputs=2, scratch=_block_scratch,
                    doc="X0 + X1 requantized to Y_scale / Y_zero_point (QNNPACK add)"
                        + ("; clamped at the zero point" if _relu else "")))
 
@@ -705,11 +768,11 @@ for _type, _relu in (("Int8MaxPool", False), ("Int8MaxPoolRelu", True)):
 
 for _type, _relu in (("Int8AveragePool", False), ("Int8AveragePoolRelu", True)):
     register(OpDef(_type, _pool_infer(_type), _avg_pool_kernel(_type, _relu), _pool_cost(_type),
-                   devices=CPU, min_inputs=1, max_inputs=1,
+                   devices=CPU, min_inputs=1, max_inputs=1, scratch=_avg_pool_scratch(_type),
                    doc="NHWC window mean (zero-point padding, divisor kH*kW) requantized to Y"))
 
 register(OpDef("Int8Softmax", _softmax_infer, _softmax_kernel, _softmax_cost, devices=CPU,
-               min_inputs=1, max_inputs=1, doc="softmax over all but the first dim; Y 1/256, 0"))
+               min_inputs=1, max_inputs=1, scratch=_softmax_scratch, doc="softmax over all but the first dim; Y 1/256, 0"))
 register(OpDef("Int8Sigmoid", _same_infer, _sigmoid_kernel, _elementwise_cost, devices=CPU,
                min_inputs=1, max_inputs=1, doc="sigmoid by a 256-entry table; Y 1/256, 0"))
 register(OpDef("Int8LeakyRelu", _same_infer, _leaky_relu_kernel, _elementwise_cost, devices=CPU,
@@ -729,4 +792,4 @@ register(OpDef("Int8Slice", _slice_infer, _slice_kernel, _move_cost, devices=CPU
 register(OpDef("Int8ChannelShuffle", _shuffle_infer, _shuffle_kernel, _move_cost, devices=CPU,
                min_inputs=1, max_inputs=1, doc="NHWC channel shuffle over group groups"))
 register(OpDef("Int8RoIAlign", _roi_infer, _roi_kernel, _roi_cost, devices=CPU, min_inputs=2,
-               max_inputs=2, host_inputs=(1,), doc="integer RoIAlign, NHWC, requantized to Y"))
+               max_inputs=2, scratch=_roi_scratch, host_inputs=(1,), doc="integer RoIAlign, NHWC, requantized to Y"))
