@@ -249,6 +249,8 @@ def _random_cases(rng):
         cases.append(("Int8LeakyRelu", [q(full, sx, int(rng.integers(0, 256)))],
                       {"alpha": float(rng.uniform(0.01, 0.99)), "Y_scale": sx * scale(2 ** -7.9, 2 ** 7.9),
                        "Y_zero_point": int(rng.integers(0, 256))}, 1))
+    cases.append(("Int8RoIAlign", [q(_u8(rng, (1, 4, 5, 3)), 0.05, 9), np.zeros((0, 5), np.float32)],
+                  {"pooled_h": 2, "pooled_w": 3, "order": "NHWC", "Y_scale": 0.1, "Y_zero_point": 10}, 1))
     for k in range(8):
         n, h, w, c = int(rng.integers(1, 3)), int(rng.integers(3, 12)), int(rng.integers(3, 12)), int(rng.integers(1, 9))
         ss = float(rng.choice([1.0, 0.5, 0.25, 1 / 16]))
@@ -398,6 +400,8 @@ def test_int8_errors_name_the_op():
         _infer("Int8Add", [TensorType((2, 3), "uint8"), TensorType((3, 2), "uint8")], {})
     with pytest.raises(ShapeError, match="#0 Int8Slice.*one dimension"):
         _infer("Int8Slice", [TensorType((2, 3, 4), "uint8")], {"starts": [0, 1, 1], "ends": [-1, 2, 3]})
+    with pytest.raises(ArgumentError, match="#0 Int8ChannelShuffle.*kernel"):
+        ours("Int8ChannelShuffle", [x], {"group": 3, "order": "NHWC", "Y_scale": 0.05, "Y_zero_point": 100})
     with pytest.raises(InputError, match="#0 Int8Relu.*Int8 tensor"):
         ours("Int8Relu", [np.zeros((2, 2), np.uint8)], {})
 

@@ -33,7 +33,8 @@ uint8 data, one scale and one zero point, NHWC where the op is spatial.
   r * (i - z) (times alpha below 0), r = X.scale / Y_scale, clamped, lrintf, + Y_zero_point.
 - ``Int8Concat`` (axis 0 unless ``axis``, or ``order`` NCHW -> 1 / NHWC -> 3), ``Int8Reshape``
   (second output: the old shape), ``Int8Flatten``, ``Int8Transpose``, ``Int8ResizeNearest``,
-  ``Int8Slice`` (one sliced dimension), ``Int8ChannelShuffle`` (NHWC): bytes moved unchanged;
+  ``Int8Slice`` (one sliced dimension), ``Int8ChannelShuffle`` (NHWC, ``group``; like Caffe2's
+  ConvPoolOpBase it wants a ``kernel`` argument, unused): bytes moved unchanged;
   Y's quantization must equal X's (Int8Concat checks the first input only: the others'
   bytes are copied as they are, whatever their quantization, as Caffe2 does).
 - ``Int8RoIAlign`` (NHWC; rois float32 (R, 5) or (R, 4)): Caffe2's own integer RoIAlign
@@ -42,7 +43,8 @@ uint8 data, one scale and one zero point, NHWC where the op is spatial.
   X.scale / (Y_scale * 255 * count) (QuantizeMultiplierSmallerThanOne) and Y_zero_point.
 
 Where Caffe2 aborts or refuses (a CHECK on the output quantization, a QNNPACK create
-failure) placer raises an ArgumentError naming the op.
+failure) placer raises an ArgumentError naming the op; so it does for a Y_zero_point outside
+[0, 255], which Caffe2 would truncate to uint8 in the data while keeping it in the tensor.
 
 Devices: Caffe2 1.8.1 registers these ops for the CPU only (REGISTER_CPU_OPERATOR in
 caffe2/operators/quantized/int8_add_op.cc, int8_relu_op.cc, int8_max_pool_op.cc,
@@ -597,6 +599,7 @@ def _slice_kernel(xp, inputs, args):
 def _shuffle_groups(shape, args: Args, inputs) -> int:
     if args.str("order", "NCHW").upper() != "NHWC":
         raise ArgumentError(f"op {args.op}: Int8ChannelShuffle runs NHWC only: set order NHWC")
+    parse_window(args)      # a ConvPoolOpBase in Caffe2: it refuses a missing kernel too
     if len(shape) != 4:
         raise ShapeError(f"op {args.op}: Int8ChannelShuffle on inputs ({shape_str(inputs)}): X must "
                          f"be 4-D (NHWC)")
