@@ -402,6 +402,10 @@ def test_int8_errors_name_the_op():
         _infer("Int8Slice", [TensorType((2, 3, 4), "uint8")], {"starts": [0, 1, 1], "ends": [-1, 2, 3]})
     with pytest.raises(ArgumentError, match="#0 Int8ChannelShuffle.*kernel"):
         ours("Int8ChannelShuffle", [x], {"group": 3, "order": "NHWC", "Y_scale": 0.05, "Y_zero_point": 100})
+    with pytest.raises(ArgumentError, match="#0 Int8AveragePool.*Y_scale"):
+        ours("Int8AveragePool", [x], {"kernel": 2, "order": "NHWC", "Y_scale": 0.0})
+    with pytest.raises(InputError, match="#0 Int8Sum.*uint8"):
+        ours("Int8Sum", [x, Int8Tensor(np.zeros((1, 4, 4, 3), np.int32), 0.05, 0)], {})
     with pytest.raises(InputError, match="#0 Int8Relu.*Int8 tensor"):
         ours("Int8Relu", [np.zeros((2, 2), np.uint8)], {})
 

@@ -96,11 +96,16 @@ def _quantized(x, args: Args, op_type: str, i: int = 0) -> Int8Tensor:
     if not isinstance(x, Int8Tensor):
         raise InputError(f"op {args.op}: {op_type} input {i} must be an Int8 tensor "
                          f"(Int8TensorCPU), found {type(x).__name__}")
+    if str(x.dtype) != "uint8":
+        raise InputError(f"op {args.op}: {op_type} input {i} must hold uint8 data, found {x.dtype}")
     return x
 
 
 def _y_quant(args: Args) -> tuple[float, int]:
-    return float(_f32(args.float("Y_scale", 1.0))), args.int("Y_zero_point", 0)
+    scale = _f32(args.float("Y_scale", 1.0))
+    if not (np.isfinite(scale) and scale > 0):
+        raise ArgumentError(f"op {args.op}: Y_scale must be finite and positive, found {float(scale)}")
+    return float(scale), args.int("Y_zero_point", 0)
 
 
 def _same_quant(x: Int8Tensor, args: Args, op_type: str) -> tuple[float, int]:
