@@ -16,7 +16,9 @@ uint8 data, one scale and one zero point, NHWC where the op is spatial.
 - ``Int8Relu``: clamp to [zero_point, 255] (``qnnp_create_clamp_nc_u8``); Y's quantization
   must equal X's.
 - ``Int8MaxPool`` / ``Int8MaxPoolRelu`` (``qnnp_create_max_pooling2d_nhwc_u8``): the window
-  maximum over the pixels inside the image; Y's quantization must equal X's.
+  maximum over the pixels inside the image; Y's quantization must equal X's. The Int8 pools
+  run NHWC only and take no dilation (Caffe2 sizes the output without it while QNNPACK
+  reads with it, past the output buffer).
 - ``Int8AveragePool`` / ``Int8AveragePoolRelu`` (``qnnp_create_average_pooling2d_nhwc_q8``;
   ``global_pooling`` -> ``qnnp_create_global_average_pooling_nwc_q8``): padding reads X's zero
   point and the divisor is always kH * kW (H * W when global). The window sum minus
@@ -33,7 +35,7 @@ uint8 data, one scale and one zero point, NHWC where the op is spatial.
   r * (i - z) (times alpha below 0), r = X.scale / Y_scale, clamped, lrintf, + Y_zero_point.
 - ``Int8Concat`` (axis 0 unless ``axis``, or ``order`` NCHW -> 1 / NHWC -> 3), ``Int8Reshape``
   (second output: the old shape), ``Int8Flatten``, ``Int8Transpose``, ``Int8ResizeNearest``,
-  ``Int8Slice`` (one sliced dimension), ``Int8ChannelShuffle`` (NHWC, ``group``; like Caffe2's
+  ``Int8Slice`` (one sliced dimension; a negative index i means size + 1 + i), ``Int8ChannelShuffle`` (NHWC, ``group``; like Caffe2's
   ConvPoolOpBase it wants a ``kernel`` argument, unused): bytes moved unchanged;
   Y's quantization must equal X's (Int8Concat checks the first input only: the others'
   bytes are copied as they are, whatever their quantization, as Caffe2 does).
