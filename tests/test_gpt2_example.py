@@ -299,6 +299,7 @@ def test_gpt2_small_train_net_plans_on_one_gpu(tmp_path):
     # forward and backward all on the GPU; of the updates, those of the vectors (biases,
     # LayerNorm gains: 768 floats, faster on the CPU than 14 GPU launches) may stay there
     first_update = next(i for i, op in enumerate(doc["ops"]) if op["type"] in ("LearningRate", "AtomicIter"))
+    assert first_update > 2 * (3 + 23 * cfg.layers)         # the forward ops and their gradients
     assert all(op["device"] == "cuda:0" for op in doc["ops"][:first_update])
     train = load_netdef(out / "train_net.pbtxt")
     two_d = {p for p in (op.output[0] for op in load_netdef(out / "train_init_net.pbtxt").op)
