@@ -120,8 +120,9 @@ def chain_length(cfg) -> int:
 
 
 def placer_weights(ex: Executor) -> dict:
+    """Copies of the state the init net made (a train step updates the state in place)."""
     ex.run_init()
-    return {k: np.asarray(v) for k, v in ex.params.items()}
+    return {k: np.array(v) for k, v in ex.params.items()}
 
 
 FORWARD = """
@@ -260,6 +261,28 @@ def test_sgd_steps_match_caffe2(tmp_path):
         assert abs(a - c) <= (k + 1) * loss_tol, (k, losses, their_losses)
     assert abs(losses[0] - loss64) <= loss_tol
     assert their_losses[-1] < their_losses[0]
+
+
+@pytest.mark.caffe2
+def test_the_adam_train_net_trains_in_caffe2(tmp_path):
+    """Real Caffe2 runs the written Adam train net (Adam, SparseAdam on wpe, SparseToDense
+    and Sum for the tied wte) from placer's weights: its first loss is placer's forward
+    pass, and the loss falls."""
+    b, train, init = train_nets(tmp_path, "adam", "0.01")
+    ex = Executor(net_from_netdef(train, init), input_types=input_types(b))
+    w = placer_weights(ex)
+    params = sorted(o for op in b.init.op for o in op.output)
+    f = gpt2.feeds(TINY, seed=4)
+    ours = []
+    ex.run(f, iterations=1, warmup=0, watch=["loss"], on_step=lambda s, v: ours.append(float(v["loss"])))
+    script = (f"TRAIN_NET = {json.dumps(text_format.MessageToString(train))}\n"
+              f"INIT_NET = {json.dumps(text_format.MessageToString(init))}\n"
+              f"PARAMS = {params!r}\nSTEPS = 5\n" + TRAIN)
+    _, theirs = run_caffe2(script, {**{p: w[p] for p in params}, **f})
+    logits64, loss64 = reference(TINY, w, f)
+    loss_tol = 4 * chain_length(TINY) * U32 * np.abs(logits64).max() + TINY.vocab * U32 * loss64
+    assert abs(theirs[0] - ours[0]) <= loss_tol
+    assert all(b < a for a, b in zip(theirs, theirs[1:])), theirs
 
 
 # ---------------------------------------------------------------- planning
