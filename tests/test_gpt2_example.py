@@ -120,8 +120,9 @@ def chain_length(cfg) -> int:
 
 
 def placer_weights(ex: Executor) -> dict:
+    """Copies of the state the init net made (a train step updates the state in place)."""
     ex.run_init()
-    return {k: np.asarray(v) for k, v in ex.params.items()}
+    return {k: np.array(v) for k, v in ex.params.items()}
 
 
 FORWARD = """
@@ -262,6 +263,28 @@ def test_sgd_steps_match_caffe2(tmp_path):
     assert their_losses[-1] < their_losses[0]
 
 
+@pytest.mark.caffe2
+def test_the_adam_train_net_trains_in_caffe2(tmp_path):
+    """Real Caffe2 runs the written Adam train net (Adam, SparseAdam on wpe, SparseToDense
+    and Sum for the tied wte) from placer's weights: its first loss is placer's forward
+    pass, and the loss falls."""
+    b, train, init = train_nets(tmp_path, "adam", "0.01")
+    ex = Executor(net_from_netdef(train, init), input_types=input_types(b))
+    w = placer_weights(ex)
+    params = sorted(o for op in b.init.op for o in op.output)
+    f = gpt2.feeds(TINY, seed=4)
+    ours = []
+    ex.run(f, iterations=1, warmup=0, watch=["loss"], on_step=lambda s, v: ours.append(float(v["loss"])))
+    script = (f"TRAIN_NET = {json.dumps(text_format.MessageToString(train))}\n"
+              f"INIT_NET = {json.dumps(text_format.MessageToString(init))}\n"
+              f"PARAMS = {params!r}\nSTEPS = 5\n" + TRAIN)
+    _, theirs = run_caffe2(script, {**{p: w[p] for p in params}, **f})
+    logits64, loss64 = reference(TINY, w, f)
+    loss_tol = 4 * chain_length(TINY) * U32 * np.abs(logits64).max() + TINY.vocab * U32 * loss64
+    assert abs(theirs[0] - ours[0]) <= loss_tol
+    assert all(b < a for a, b in zip(theirs, theirs[1:])), theirs
+
+
 # ---------------------------------------------------------------- planning
 
 def plan(*argv) -> dict:
@@ -299,6 +322,7 @@ def test_gpt2_small_train_net_plans_on_one_gpu(tmp_path):
     # forward and backward all on the GPU; of the updates, those of the vectors (biases,
     # LayerNorm gains: 768 floats, faster on the CPU than 14 GPU launches) may stay there
     first_update = next(i for i, op in enumerate(doc["ops"]) if op["type"] in ("LearningRate", "AtomicIter"))
+    assert first_update > 2 * (3 + 23 * cfg.layers)         # the forward ops and their gradients
     assert all(op["device"] == "cuda:0" for op in doc["ops"][:first_update])
     train = load_netdef(out / "train_net.pbtxt")
     two_d = {p for p in (op.output[0] for op in load_netdef(out / "train_init_net.pbtxt").op)

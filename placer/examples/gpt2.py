@@ -14,22 +14,21 @@ The net, op by op (``B`` batch, ``S`` sequence, ``D`` width, ``H`` heads, ``Dh =
   ``Transpose`` back and ``Reshape`` to ``(B * S, D)`` -> projection ``FC`` -> residual
   ``Add``; ``LayerNorm`` -> ``FC`` to 4D -> ``Gelu`` (the exact erf form) -> ``FC`` back
   to D -> residual ``Add``;
-- a final ``LayerNorm``, the logits ``BatchMatMul(h, wte,
-  trans_b=1)`` -> ``(B * S, V)``, and ``SoftmaxWithLoss`` against ``labels`` (int32,
+- a final ``LayerNorm``, the logits ``BatchMatMul(h, wte, trans_b=1)`` -> ``(B * S, V)``, and ``SoftmaxWithLoss`` against ``labels`` (int32,
   ``(B * S,)``: the next token of each position) -> ``loss``.
 
 The language-model head is tied to the token embedding, as GPT-2's is: ``wte`` is read
-by the ``Gather`` and by the logits ``MatMul`` (``tied=False`` gives the head its own
-``lm_head_w``). The tied table gets a dense gradient from both readers, so its ``Gather``
-has ``dense_gradient`` 1 (Caffe2 sums dense gradients; it cannot sum a GradientSlice with
-a dense one). GPT-2 has no bias in the head, hence a (2-D) ``BatchMatMul`` rather than ``FC``;
+by the ``Gather`` and by the logits ``BatchMatMul`` (``tied=False`` gives the head its
+own ``lm_head_w``). The tied table gets a dense gradient from both readers, so its
+``Gather`` has ``dense_gradient`` 1: Caffe2's backward pass does not aggregate a mix of a
+sparse gradient (GradientSlice) and a dense one (caffe2/python/core.py). GPT-2 has no bias in the head, hence a (2-D) ``BatchMatMul`` rather than ``FC``;
 not ``MatMul``, whose gradient ops carry a third (shape) input that placer's ``MatMul``
 does not take.
 
 The causal mask is an input, ``attn_mask`` (``(S, S)`` float32: 0 on and below the
-diagonal, -1e4 above it; ``causal_mask(S)`` makes it): Caffe2 has no op that writes a
-triangle from a shape that placer runs, and a ``GivenTensorFill`` of it would hold S^2
-values. Dropout is left out (it is the identity at inference and in planning).
+diagonal, -1e4 above it; ``causal_mask(S)`` makes it): placer has no kernels for the
+Caffe2 ops that could build it inside the net (``RangeFill``, the comparisons), and a
+``GivenTensorFill`` of it would hold S^2 values. Dropout is left out (it is the identity at inference and in planning).
 
 Parameters are fill ops with shapes only (``GaussianFill``, ``ConstantFill``), so a
 10B-parameter net is a few hundred kB of text and plans without allocating its weights.
