@@ -11,7 +11,7 @@ from placer.formats import load_net
 from placer.training.files import check_output_dir, save_train_nets
 from placer.training.loss_scaling import DynamicScale
 from placer.training.precision import PRECISIONS
-from placer.training.recipe import OPTIMIZERS, OptimizerChoice, make_train_nets, parse_lr_args
+from placer.training.recipe import OPTIMIZERS, UPDATE_ORDERS, OptimizerChoice, make_train_nets, parse_lr_args
 
 DESCRIPTION = """\
 Write the train net Caffe2 itself would write for NET: the forward ops, the gradient ops
@@ -86,6 +86,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="first scale of dynamic loss scaling (default 65536)")
     parser.add_argument("--loss-scale-window", type=arguments.count(1), default=2000, metavar="N",
                         help="good steps before dynamic loss scaling doubles the scale (default 2000)")
+    parser.add_argument("--update-order", choices=UPDATE_ORDERS, default="after-backward",
+                        help="after-backward (default: Caffe2's order) or interleaved: each update "
+                             "as soon as its gradient is final, so gradients die early (ZeRO-Offload's "
+                             "order; the planner's memory model follows the op order)")
     parser.add_argument("-o", "--output", metavar="OUTDIR", required=True,
                         help="folder for train_net.pbtxt and train_init_net.pbtxt")
     parser.add_argument("--binary", action="store_true", help="also write the .pb files")
@@ -99,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
                              precision=args.precision,
                              loss_scale=None if args.loss_scale in (None, "dynamic") else args.loss_scale,
                              dynamic_scale=DynamicScale(args.loss_scale_init, args.loss_scale_window)
-                             if args.loss_scale == "dynamic" else None)
+                             if args.loss_scale == "dynamic" else None,
+                             update_order=args.update_order)
     folder = OutputDir(check_output_dir(args.output), "-o", "train-net", inputs=(args.net, args.init_net, args.weights))
     net = load_net(args.net, init_path=args.init_net, phase=args.phase, weights=args.weights,
                    input_shapes=parse_input_specs(args.inputs))

@@ -501,6 +501,21 @@ def _tensor_type(shape: tuple[int, ...], dtype: str) -> TensorType:
 INIT_HANDLES = {"CreateMutex": TensorType((), "uint8")}
 
 
+# The casts a mixed-precision init net applies to a filled blob (Caffe2's
+# PseudoFP16Initializer: a float32 master filled, then FloatToHalf to the parameter), and
+# the dtype each writes (placer's bfloat16 casts hold bfloat16 bits in uint16).
+INIT_CASTS = {"FloatToHalf": "float16", "HalfToFloat": "float32",
+              "FloatToBFloat16": "uint16", "BFloat16ToFloat": "float32"}
+
+
+def cast_of_filled_type(proto, known: dict[str, TensorType]) -> TensorType | None:
+    """The type a cast of a blob the init net filled writes: its shape, the cast's dtype."""
+    dtype = INIT_CASTS.get(proto.type)
+    if dtype is None or len(proto.input) != 1 or proto.input[0] not in known:
+        return None
+    return TensorType(known[proto.input[0]].shape, dtype)
+
+
 def fill_like_input_type(proto, known: dict[str, TensorType]) -> TensorType | None:
     """The type a fill op writes when its shape is that of its one input (Caffe2's
     ``ConstantFill([param])``, how optimizers make their state): the input's shape
@@ -523,7 +538,7 @@ def params_from_init(init_netdef) -> dict[str, TensorType]:
     params: dict[str, TensorType] = {}
     for proto in init_netdef.op:
         t = (fill_output_type(proto) or fill_like_input_type(proto, params)
-             or INIT_HANDLES.get(proto.type))
+             or cast_of_filled_type(proto, params) or INIT_HANDLES.get(proto.type))
         if t is not None:
             for out in proto.output:
                 params[out] = t

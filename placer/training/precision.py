@@ -21,7 +21,9 @@ an op in ``HALF_OPS`` (and whose gradient is dense: Caffe2's fp16 optimizers ref
 gradients) becomes a pseudo-fp16 parameter; the forward ops in ``HALF_OPS`` read their float
 inputs at the half dtype (a ``FloatToHalf(x) -> x_fp16`` before the first such reader of a
 float32 blob) and write half outputs; every other op reads float32 (``HalfToFloat(x) ->
-x_fp32`` before the first one that reads a half blob). A cast is made once per value of its
+x_fp32`` before the first one that reads a half blob), and so does an op of ``HALF_OPS``
+that reads a parameter kept in float32 (a ``Gather`` of a table with sparse gradients:
+its gradient is sparse, and a cast cannot pass one on). A cast is made once per value of its
 source blob and reused until the blob is written again. The data input is cast inside the
 train net (a user's reader delivers float32), the one change from the trainer's layout,
 where the reader wrote float16.
@@ -128,8 +130,12 @@ def rewrite_forward(train: pb.NetDef, init: pb.NetDef, params: Iterable[str], de
     copies: dict[str, str] = {}    # blob -> its cast (the other dtype), while the blob is unchanged
     ops = list(train.op)
     del train.op[:]
+    kept = set(params) - set(half_params)   # parameters that stay float32
     for op in ops:
         spec = HALF_OPS.get(op.type)
+        if spec is not None and any(op.input[i] in kept and op.input[i] in float_blobs
+                                    for i in _positions(spec[0], len(op.input))):
+            spec = None     # it reads a float32 parameter (a table with sparse gradients): float32
         if spec is not None:
             for pos in _positions(spec[0], len(op.input)):
                 blob = op.input[pos]

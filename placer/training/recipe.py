@@ -25,7 +25,9 @@ from placer.training.optimizers import (
 from placer.training.loss_scaling import (DynamicScale, check_gradients, float_gradient, scale_seeds_dynamic,
                                           scale_seeds_static, update_scale)
 from placer.training.precision import PRECISIONS, Casts, HALF_OPS, rewrite_forward
+from placer.training.update_order import interleave_updates
 
+UPDATE_ORDERS = ("after-backward", "interleaved")
 OPTIMIZERS = ("sgd", "momentum", "nesterov", "adagrad", "rowwise-adagrad", "adam", "rowwise-adam")
 
 # LearningRate policies of torch 1.8.1's Caffe2 and the arguments they read.
@@ -65,6 +67,7 @@ class OptimizerChoice:
     precision: str = "fp32"          # PRECISIONS (training/precision.py)
     loss_scale: float | None = None  # static loss scale S (None: no scaling)
     dynamic_scale: DynamicScale | None = None  # dynamic loss scaling (training/loss_scaling.py)
+    update_order: str = "after-backward"       # UPDATE_ORDERS (training/update_order.py)
 
 
 @dataclass
@@ -179,6 +182,13 @@ def make_train_nets(net, losses: list[str], choice: OptimizerChoice) -> TrainNet
     lr_blobs = _build(nets, choice)
     if nets.dynamic:
         update_scale(nets)
+    if choice.update_order == "interleaved":
+        moved = interleave_updates(train, forward_ops + gradient_ops)
+        notes.append(f"updates interleaved with the backward pass: {moved} optimizer op(s) run as soon "
+                     "as their gradient is final (each gradient dies at its update)")
+    elif choice.update_order not in UPDATE_ORDERS:
+        raise TrainNetError(f"--update-order {choice.update_order}: unknown",
+                            hint=f"use one of {', '.join(UPDATE_ORDERS)}")
     sparse = [p for p in params if isinstance(grads[p], GradientSlice)]
     if choice.weight_decay and sparse and choice.name not in ("adagrad", "rowwise-adagrad"):
         notes.append(f"no weight decay on {len(sparse)} parameter(s) with sparse gradients "

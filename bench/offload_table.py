@@ -1,0 +1,141 @@
+"""The offload answer: the largest GPT-2-style model that trains on one GPU, all on the GPU
+versus placer's plan, with the commands a user types.
+
+    python bench/offload_table.py [--gpus v100-32gb-sxm2,...] [--layers 2,4,...] [--out FILE.json]
+
+For each GPU profile (with the shipped 2-socket EPYC host, ``epyc-7742-2s``) and each depth
+of a width-4096, 32-head GPT-2-style net (``placer/examples/gpt2.py``; 201M parameters a
+layer, 49 layers ~ 10B; sequence 512, batch 1), this writes the predict net, runs
+
+    placer train-net NET --loss loss --optimizer adam --lr 1e-4 --precision amp-fp16 \\
+        --update-order interleaved -o TRAIN
+    placer plan TRAIN/train_net.pbtxt --init-net TRAIN/train_init_net.pbtxt \\
+        --gpu-profile G --cpu-profile epyc-7742-2s --input ... --json
+
+and records: the plan's step time and its optimality (or gap), where the Adam updates ran,
+the parameter bytes on each device, whether all-on-the-GPU fits (the plan's ``all_gpu``
+baseline) and its time, and the achieved TFLOPS of each: training FLOPs 6 N T + 6 L S D T
+per step (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", Table 1: 2N + 2
+n_layer n_ctx d_attn forward FLOPs per token, three times that for the forward and the
+backward) over the step time. Depths stop at the first the plan cannot place.
+
+Planning only: nothing runs, so the figures do not depend on this host's load (the time
+the plans take does).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from placer.cli import main  # noqa: E402
+from placer.examples import gpt2  # noqa: E402
+
+GPUS = ("v100-32gb-sxm2", "a100-40gb-sxm4", "h100-80gb-sxm5")
+HOST = "epyc-7742-2s"
+LAYERS = (2, 4, 8, 16, 24, 32, 40, 49, 56, 64, 80, 96)
+UPDATE_OPS = ("Adam", "SparseAdam")
+
+
+def cli(argv: list[str]) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = main(argv)
+    return code, out.getvalue()
+
+
+def config(layers: int, width: int, heads: int, seq: int, batch: int) -> gpt2.GPT2Config:
+    return gpt2.GPT2Config(f"gpt_{layers}x{width}", layers=layers, width=width, heads=heads,
+                           seq=seq, vocab=50257, batch=batch)
+
+
+def train_files(cfg: gpt2.GPT2Config, tmp: Path) -> Path:
+    files = gpt2.build(cfg).save(tmp / cfg.name, cfg.name)
+    out = tmp / f"{cfg.name}_train"
+    code, text = cli(["train-net", str(files["predict"]), "--loss", "loss", "--optimizer", "adam",
+                      "--lr", "1e-4", "--precision", "amp-fp16", "--update-order", "interleaved",
+                      "-o", str(out)])
+    if code != 0:
+        raise SystemExit(f"train-net {cfg.name} exited {code}: {text}")
+    return out
+
+
+def plan(cfg: gpt2.GPT2Config, train: Path, gpu: str, host: str, *extra: str) -> dict | None:
+    n = cfg.batch * cfg.seq
+    argv = ["plan", str(train / "train_net.pbtxt"), "--init-net", str(train / "train_init_net.pbtxt"),
+            "--gpu-profile", gpu, "--cpu-profile", host, "--json", "--stability-draws", "0",
+            "--input", f"tokens={n}:int32", "--input", f"positions={n}:int32",
+            "--input", f"labels={n}:int32", "--input", f"attn_mask={cfg.seq},{cfg.seq}", *extra]
+    t0 = time.perf_counter()
+    code, text = cli(argv)
+    took = time.perf_counter() - t0
+    if code != 0:
+        return None
+    doc = json.loads(text)
+    doc["_took_s"] = took
+    return doc
+
+
+def flops(cfg: gpt2.GPT2Config) -> float:
+    tokens = cfg.batch * cfg.seq
+    return 6.0 * gpt2.parameter_count(cfg) * tokens + 6.0 * cfg.layers * cfg.seq * cfg.width * tokens
+
+
+def summary(cfg: gpt2.GPT2Config, doc: dict) -> dict:
+    ops = doc["ops"]
+    updates = Counter(o["device"] for o in ops if o["type"] in UPDATE_OPS)
+    b = doc["baselines"]["all_gpu"]
+    return {"layers": cfg.layers, "params": gpt2.parameter_count(cfg), "plan_s": doc["total_s"],
+            "overlapped_s": (doc.get("schedules") or {}).get("makespan", {}).get("makespan_s"),
+            "optimality": doc["optimality"], "gap": doc["gap"],
+            "plan_tflops": flops(cfg) / doc["total_s"] / 1e12,
+            "updates_on": dict(updates),
+            "param_bytes": {d: m["param_bytes"] for d, m in doc["memory"].items()},
+            "all_gpu_fits": bool(b["feasible"]), "all_gpu_s": b["total_s"],
+            "all_gpu_tflops": flops(cfg) / b["total_s"] / 1e12,
+            "all_gpu_bytes": b["gpu_memory_bytes"], "plan_took_s": doc["_took_s"]}
+
+
+def main_() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gpus", default=",".join(GPUS))
+    ap.add_argument("--host", default=HOST)
+    ap.add_argument("--layers", default=",".join(map(str, LAYERS)))
+    ap.add_argument("--width", type=int, default=4096)
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--out", help="write the rows as JSON here")
+    opts = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for gpu in opts.gpus.split(","):
+            for layers in map(int, opts.layers.split(",")):
+                cfg = config(layers, opts.width, opts.heads, opts.seq, opts.batch)
+                doc = plan(cfg, train_files(cfg, Path(tmp)), gpu, opts.host)
+                if doc is None:
+                    print(f"{gpu} {layers} layers ({gpt2.parameter_count(cfg) / 1e9:.2f}B): no plan fits",
+                          flush=True)
+                    rows.append({"gpu": gpu, "layers": layers, "params": gpt2.parameter_count(cfg),
+                                 "plan_s": None})
+                    break
+                row = {"gpu": gpu, "host": opts.host, **summary(cfg, doc)}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                if opts.out:
+                    Path(opts.out).write_text(json.dumps(rows, indent=1))
+    if opts.out:
+        Path(opts.out).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main_()
