@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 import pytest
 from google.protobuf import text_format
 
@@ -162,3 +164,37 @@ def test_bf16_casts_differentiate_into_each_other():
     assert ("ip2_w_fp32", "ip2_w") in [(op.input[0], op.output[0]) for op in r.init.op
                                        if op.type == "FloatToBFloat16"]
     assert any("Caffe2 has no bfloat16" in n for n in r.notes)
+
+
+def test_interleaved_updates_keep_every_dependency_and_run_each_update_early():
+    _, _, caffe2_order = _train("lenet", precision="amp-fp16")
+    _, _, interleaved = _train("lenet", precision="amp-fp16", update_order="interleaved")
+    # the same ops with the same dependencies (the canonical order depends on nothing else)
+    assert_same_ops(interleaved.train.op, caffe2_order.train.op, "interleaved train net")
+    ops = list(interleaved.train.op)
+    where = {}
+    for k, op in enumerate(ops):
+        for b in op.output:
+            where.setdefault(b, k)
+    # ip2's update runs before conv1's gradient is made (the backward pass is not over yet)
+    update = next(k for k, op in enumerate(ops) if op.type == "MomentumSGDUpdate" and "ip2_w_fp32" in op.output)
+    assert update < where["conv1_w_grad"]
+    assert where["ip2_w_grad"] < update
+
+
+def test_interleaved_updates_train_to_the_same_values():
+    from training_models import batches, initial_values
+    from placer.formats.caffe2 import net_from_netdef
+    from placer.runtime.executor import Executor
+    m = model("lenet")
+    steps, init = batches(m, 3), initial_values("lenet")
+    states = []
+    for order in ("after-backward", "interleaved"):
+        _, _, r = _train("lenet", optimizer="adam", lr=1e-3, update_order=order)
+        ex = Executor(net_from_netdef(r.train, r.init))
+        ex.run_init()
+        ex.load_state(init)
+        ex.run(lambda s: steps[s], iterations=3, warmup=0)
+        states.append(ex.host_state())
+    for p in init:      # the same ops on the same values in another order: bit for bit
+        np.testing.assert_array_equal(states[0][p], states[1][p], err_msg=p)
