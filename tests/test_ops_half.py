@@ -22,6 +22,7 @@ from placer.errors import ArgumentError, ShapeError
 from placer.formats import caffe2_pb as pb
 from placer.formats.caffe2 import net_from_netdef
 from placer.ops import registry
+from placer.ops.half import to_half_once
 from placer.runtime.executor import Executor
 from placer.runtime.inputs import random_inputs
 from placer.types import Args, TensorType
@@ -64,6 +65,8 @@ for i, kw in enumerate(CONSTANT_CASES):
     out["const%d" % i], = run("Float16ConstantFill", {}, ["d%d" % i], **kw)
 for i, kw in enumerate(UNIFORM_CASES):
     out["unif%d" % i], = run("Float16UniformFill", {}, ["u%d" % i], **kw)
+out["fake_fp16"], = run("FC", {"fx": inputs["fx"], "fw": inputs["fw"], "fb": inputs["fb"]}, ["fy"],
+                        engine="FAKE_FP16")
 errors = []
 for kw in CONSTANT_ERRORS:
     try:
@@ -87,6 +90,10 @@ CONSTANT_CASES = [dict(value=1.5, shape=[2, 3]), dict(value=70000.0, shape=[2]),
 UNIFORM_CASES = [dict(shape=[2000, 50], min=-2.0, max=3.0), dict(shape=[3, 0]), dict(shape=[200, 100]),
                  dict(shape=[100, 100], min=-60000.0, max=60000.0)]
 CONSTANT_ERRORS = [dict(value=2, shape=[2])]
+_fc_rng = np.random.default_rng(11)
+FC_INPUTS = {"fx": _fc_rng.standard_normal((16, 256)).astype(np.float16).astype(np.float32),
+             "fw": (_fc_rng.standard_normal((8, 256)) * 0.1).astype(np.float16).astype(np.float32),
+             "fb": np.zeros(8, np.float32)}
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +102,7 @@ def oracle():
     h = np.arange(2 ** 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
     script = (f"CONSTANT_CASES = {CONSTANT_CASES!r}\nUNIFORM_CASES = {UNIFORM_CASES!r}\n"
               f"CONSTANT_ERRORS = {CONSTANT_ERRORS!r}\n" + ORACLE)
-    saved, errors = run_caffe2(script, {"x": x, "h": h})
+    saved, errors = run_caffe2(script, {"x": x, "h": h, **FC_INPUTS})
     return x, h, saved, errors
 
 
@@ -147,6 +154,24 @@ def test_float16_fills_match_caffe2(oracle):
     with pytest.raises(ArgumentError, match="Float16ConstantFill 'value' must be a float"):
         ours("Float16ConstantFill", [], CONSTANT_ERRORS[0])
     assert all(e is not None and "Tensor type mismatch" in e for e in errors[1:])
+
+
+@pytest.mark.caffe2
+def test_float16_fc_is_caffe2s_fake_fp16_fc_rounded(oracle):
+    """Caffe2's CPU FC engine FAKE_FP16 (in the 1.8.1 build) rounds X, W and b to float16 and
+    multiplies in float32 with a float32 result; placer's float16 FC is that product rounded
+    to float16 (b = 0 here, so the bias add rounds nothing more). The two float32 sums differ
+    in order only (2 K 2^-24 sum |x||w| at most), and the rounding to float16 is within half an
+    ulp of whichever sum."""
+    saved = oracle[2]
+    x, w, b = (FC_INPUTS[k].astype(np.float16) for k in ("fx", "fw", "fb"))
+    (got,) = ours("FC", [x, w, b], {})
+    fake = saved["fake_fp16"].astype(np.float64)
+    k = x.shape[1]
+    slack = 2 * k * 2.0 ** -24 * (np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T)
+    half_ulp = np.spacing(np.abs(fake).astype(np.float16)).astype(np.float64) / 2
+    assert got.dtype == np.float16 and np.all(np.abs(got - fake) <= half_ulp + slack)
+    assert np.mean(got == fake.astype(np.float16)) > 0.95         # mostly the very same rounding
 
 
 def test_cast_and_fill_errors_name_the_op():
@@ -236,6 +261,11 @@ def test_bfloat16_casts():
 def _round_to(q: Fraction, dtype) -> float:
     """Exact ``q`` rounded to nearest ``dtype`` (ties to even), found among the neighbours of
     the float64 nearest to it."""
+    with np.errstate(over="ignore"):
+        return _round_to_inner(q, dtype)
+
+
+def _round_to_inner(q: Fraction, dtype) -> float:
     info = np.finfo(dtype)
     near = np.array(float(q), dtype=np.float64).astype(dtype)
     if np.isinf(near) and abs(q) < Fraction(float(info.max)) * (1 + Fraction(1, 2 ** (info.nmant + 1))):
@@ -280,6 +310,20 @@ def _sgd_reference(g, m, lr, p, momentum, nesterov, wd, fp32):
         base = np_[0] if (nesterov and not fp32 and n % 2 and i == n - 1) else p[i]
         np_[i] = r(base - ng[i])
     return [np.array([_round_to(v, np.float16) for v in a], np.float16) for a in (ng, nm, np_)]
+
+
+def test_to_half_once_rounds_float64_once():
+    """Where float64 -> float32 -> float16 would round twice: just past a float16 tie the
+    float32 rounding lands on the tie and the second rounding goes to even."""
+    tie = 1 + 2.0 ** -11
+    v = np.array([tie + 2.0 ** -40, tie - 2.0 ** -40, -(tie + 2.0 ** -40), tie, 3 * tie, 2.0 ** -24 * 1.5 + 2.0 ** -60,
+                  65519.99999, 65520.0, 1e-30, -0.0, 1.0], np.float64)
+    rng = np.random.default_rng(2)
+    v = np.concatenate([v, rng.standard_normal(2000) * 10.0 ** rng.integers(-8, 5, 2000)])
+    got = to_half_once(np, v)
+    want = np.array([_round_to(Fraction(x), np.float16) for x in v.tolist()], np.float16)
+    assert np.array_equal(_bits16(got), _bits16(want))
+    assert got[0] == 1 + 2.0 ** -10 and v[:1].astype(np.float32).astype(np.float16)[0] == 1.0
 
 
 SGD_CASES = [(n, nesterov, fp32) for n in (1, 7, 8) for nesterov in (0, 1) for fp32 in (0, 1)]
@@ -400,8 +444,10 @@ def _kernel_cases():
             ("BatchMatMul", [_half(rng, (2, 4, 6)), _half(rng, (2, 6, 3))], {})]
 
 
-@pytest.mark.parametrize("i", range(13))
-def test_gpu_kernels_keep_to_cupy_rules(i):
+KERNEL_CASES = _kernel_cases()
+
+
+@pytest.mark.parametrize("op_type,inputs,args", KERNEL_CASES, ids=[f"k{i}" for i in range(len(KERNEL_CASES))])
+def test_gpu_kernels_keep_to_cupy_rules(op_type, inputs, args):
     require_cupy()
-    op_type, inputs, args = _kernel_cases()[i]
     check_gpu_kernel(registry.get(op_type), inputs, Args(args, op=f"#0 {op_type}", n_outputs=3))

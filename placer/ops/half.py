@@ -225,7 +225,8 @@ def to_half_once(xp, v):
     back = f.astype(xp.float64)
     bits = f.view(xp.uint32) - (xp.abs(back) > xp.abs(v)).astype(xp.uint32)   # toward zero
     bits = bits | (back != v).astype(xp.uint32)
-    return bits.view(xp.float32).astype(xp.float16)
+    with np.errstate(over="ignore"):
+        return bits.view(xp.float32).astype(xp.float16)
 
 
 def _sgd_infer(inputs, args: Args) -> list[TensorType]:
