@@ -317,13 +317,14 @@ def test_to_half_once_rounds_float64_once():
     float32 rounding lands on the tie and the second rounding goes to even."""
     tie = 1 + 2.0 ** -11
     v = np.array([tie + 2.0 ** -40, tie - 2.0 ** -40, -(tie + 2.0 ** -40), tie, 3 * tie, 2.0 ** -24 * 1.5 + 2.0 ** -60,
-                  65519.99999, 65520.0, 1e-30, -0.0, 1.0], np.float64)
+                  65519.99999, 65520.0, 1e-30, -1e-30, 1.0], np.float64)
     rng = np.random.default_rng(2)
     v = np.concatenate([v, rng.standard_normal(2000) * 10.0 ** rng.integers(-8, 5, 2000)])
     got = to_half_once(np, v)
     want = np.array([_round_to(Fraction(x), np.float16) for x in v.tolist()], np.float16)
     assert np.array_equal(_bits16(got), _bits16(want))
     assert got[0] == 1 + 2.0 ** -10 and v[:1].astype(np.float32).astype(np.float16)[0] == 1.0
+    assert _bits16(to_half_once(np, np.array([-0.0, -1e-30]))).tolist() == [0x8000, 0x8000]   # signed zeros
 
 
 SGD_CASES = [(n, nesterov, fp32) for n in (1, 7, 8) for nesterov in (0, 1) for fp32 in (0, 1)]
