@@ -427,6 +427,39 @@ def test_float16_net_runs_end_to_end():
     assert fed["x"].dtype == np.float16 and fed["x"].shape == (3, 6)
 
 
+CAST_NET = """
+name: "half_casts"
+op { output: "c" type: "Float16ConstantFill" arg { name: "shape" ints: 3 ints: 5 } arg { name: "value" f: 0.3 } }
+op { input: "x" output: "xh" type: "FloatToHalf" arg { name: "clip" i: 1 } }
+op { input: "xh" output: "y" type: "HalfToFloat" }
+op { input: "c" output: "cf" type: "HalfToFloat" }
+op { input: "y" input: "cf" output: "out" type: "Add" }
+external_input: "x"
+external_output: "out"
+"""
+
+NET_ORACLE = """
+net = caffe2_pb2.NetDef()
+text_format.Parse(NET_TEXT, net)
+workspace.FeedBlob("x", inputs["x"])
+workspace.RunNetOnce(net)
+save(out=workspace.FetchBlob("out"), xh=workspace.FetchBlob("xh"))
+"""
+
+
+@pytest.mark.caffe2
+def test_cast_net_matches_caffe2():
+    """The float16 ops Caffe2's CPU build runs, in one net run by placer's executor and by
+    Caffe2: the same bits (the float32 Add of two exact values rounds the same way)."""
+    x = (np.random.default_rng(4).standard_normal((3, 5)) * 3e4).astype(np.float32)
+    x[0, 0], x[1, 1] = 1e6, np.nan
+    saved, _ = run_caffe2(f"NET_TEXT = {CAST_NET!r}\n" + NET_ORACLE, {"x": x})
+    net = net_from_netdef(text_format.Parse(CAST_NET, pb.NetDef()))
+    got = Executor(net).run({"x": x}, warmup=0)
+    assert got["out"].dtype == np.float32
+    assert np.array_equal(_bits32(got["out"]), _bits32(saved["out"]))
+
+
 # ---------------------------------------------------------------- on the cupy stand-in
 def _kernel_cases():
     rng = np.random.default_rng(9)
