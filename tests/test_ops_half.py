@@ -10,6 +10,7 @@ exact rational arithmetic (fractions), each rounding done by choosing the nearer
 bit arithmetic on each value and known values."""
 from __future__ import annotations
 
+import tracemalloc
 from fractions import Fraction
 
 import numpy as np
@@ -396,6 +397,26 @@ def test_fc_matmul_batch_matmul_float16_round_a_float32_product():
     (z3,) = ours("BatchMatMul", [a3, c3], {})
     exact, bound = _gemm_bound(a3, c3)
     assert z3.dtype == np.float16 and np.all(np.abs(z3 - exact) <= bound)
+
+
+@pytest.mark.parametrize("op_type,shapes", [("FC", [(256, 512), (128, 512), (128,)]),
+                                           ("MatMul", [(256, 512), (512, 128)]),
+                                           ("BatchMatMul", [(4, 64, 512), (4, 512, 128)])])
+def test_float16_products_declare_their_float32_temporaries(op_type, shapes):
+    """tracemalloc's peak during the kernel, less its output, within the declared scratch."""
+    rng = np.random.default_rng(1)
+    arrays = [_half(rng, s) for s in shapes]
+    opdef, a = registry.get(op_type), Args({}, op=f"#0 {op_type}")
+    types = [TensorType(x.shape, "float16") for x in arrays]
+    outs = opdef.infer(types, a)
+    tracemalloc.start()
+    try:
+        (y,) = opdef.kernel(np, arrays, a)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    declared = opdef.scratch_bytes(types, outs, a)
+    assert peak - y.nbytes <= declared and declared <= 4 * max(peak, 1)
 
 
 NET = """
