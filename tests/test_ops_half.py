@@ -10,6 +10,7 @@ exact rational arithmetic (fractions), each rounding done by choosing the nearer
 bit arithmetic on each value and known values."""
 from __future__ import annotations
 
+import tracemalloc
 from fractions import Fraction
 
 import numpy as np
@@ -22,6 +23,7 @@ from placer.errors import ArgumentError, ShapeError
 from placer.formats import caffe2_pb as pb
 from placer.formats.caffe2 import net_from_netdef
 from placer.ops import registry
+from placer.ops.half import to_half_once
 from placer.runtime.executor import Executor
 from placer.runtime.inputs import random_inputs
 from placer.types import Args, TensorType
@@ -64,6 +66,8 @@ for i, kw in enumerate(CONSTANT_CASES):
     out["const%d" % i], = run("Float16ConstantFill", {}, ["d%d" % i], **kw)
 for i, kw in enumerate(UNIFORM_CASES):
     out["unif%d" % i], = run("Float16UniformFill", {}, ["u%d" % i], **kw)
+out["fake_fp16"], = run("FC", {"fx": inputs["fx"], "fw": inputs["fw"], "fb": inputs["fb"]}, ["fy"],
+                        engine="FAKE_FP16")
 errors = []
 for kw in CONSTANT_ERRORS:
     try:
@@ -87,6 +91,10 @@ CONSTANT_CASES = [dict(value=1.5, shape=[2, 3]), dict(value=70000.0, shape=[2]),
 UNIFORM_CASES = [dict(shape=[2000, 50], min=-2.0, max=3.0), dict(shape=[3, 0]), dict(shape=[200, 100]),
                  dict(shape=[100, 100], min=-60000.0, max=60000.0)]
 CONSTANT_ERRORS = [dict(value=2, shape=[2])]
+_fc_rng = np.random.default_rng(11)
+FC_INPUTS = {"fx": _fc_rng.standard_normal((16, 256)).astype(np.float16).astype(np.float32),
+             "fw": (_fc_rng.standard_normal((8, 256)) * 0.1).astype(np.float16).astype(np.float32),
+             "fb": np.zeros(8, np.float32)}
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +103,7 @@ def oracle():
     h = np.arange(2 ** 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
     script = (f"CONSTANT_CASES = {CONSTANT_CASES!r}\nUNIFORM_CASES = {UNIFORM_CASES!r}\n"
               f"CONSTANT_ERRORS = {CONSTANT_ERRORS!r}\n" + ORACLE)
-    saved, errors = run_caffe2(script, {"x": x, "h": h})
+    saved, errors = run_caffe2(script, {"x": x, "h": h, **FC_INPUTS})
     return x, h, saved, errors
 
 
@@ -147,6 +155,24 @@ def test_float16_fills_match_caffe2(oracle):
     with pytest.raises(ArgumentError, match="Float16ConstantFill 'value' must be a float"):
         ours("Float16ConstantFill", [], CONSTANT_ERRORS[0])
     assert all(e is not None and "Tensor type mismatch" in e for e in errors[1:])
+
+
+@pytest.mark.caffe2
+def test_float16_fc_is_caffe2s_fake_fp16_fc_rounded(oracle):
+    """Caffe2's CPU FC engine FAKE_FP16 (in the 1.8.1 build) rounds X, W and b to float16 and
+    multiplies in float32 with a float32 result; placer's float16 FC is that product rounded
+    to float16 (b = 0 here, so the bias add rounds nothing more). The two float32 sums differ
+    in order only (2 K 2^-24 sum |x||w| at most), and the rounding to float16 is within half an
+    ulp of whichever sum."""
+    saved = oracle[2]
+    x, w, b = (FC_INPUTS[k].astype(np.float16) for k in ("fx", "fw", "fb"))
+    (got,) = ours("FC", [x, w, b], {})
+    fake = saved["fake_fp16"].astype(np.float64)
+    k = x.shape[1]
+    slack = 2 * k * 2.0 ** -24 * (np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T)
+    half_ulp = np.spacing(np.abs(fake).astype(np.float16)).astype(np.float64) / 2
+    assert got.dtype == np.float16 and np.all(np.abs(got - fake) <= half_ulp + slack)
+    assert np.mean(got == fake.astype(np.float16)) > 0.95         # mostly the very same rounding
 
 
 def test_cast_and_fill_errors_name_the_op():
@@ -236,6 +262,11 @@ def test_bfloat16_casts():
 def _round_to(q: Fraction, dtype) -> float:
     """Exact ``q`` rounded to nearest ``dtype`` (ties to even), found among the neighbours of
     the float64 nearest to it."""
+    with np.errstate(over="ignore"):
+        return _round_to_inner(q, dtype)
+
+
+def _round_to_inner(q: Fraction, dtype) -> float:
     info = np.finfo(dtype)
     near = np.array(float(q), dtype=np.float64).astype(dtype)
     if np.isinf(near) and abs(q) < Fraction(float(info.max)) * (1 + Fraction(1, 2 ** (info.nmant + 1))):
@@ -280,6 +311,21 @@ def _sgd_reference(g, m, lr, p, momentum, nesterov, wd, fp32):
         base = np_[0] if (nesterov and not fp32 and n % 2 and i == n - 1) else p[i]
         np_[i] = r(base - ng[i])
     return [np.array([_round_to(v, np.float16) for v in a], np.float16) for a in (ng, nm, np_)]
+
+
+def test_to_half_once_rounds_float64_once():
+    """Where float64 -> float32 -> float16 would round twice: just past a float16 tie the
+    float32 rounding lands on the tie and the second rounding goes to even."""
+    tie = 1 + 2.0 ** -11
+    v = np.array([tie + 2.0 ** -40, tie - 2.0 ** -40, -(tie + 2.0 ** -40), tie, 3 * tie, 2.0 ** -24 * 1.5 + 2.0 ** -60,
+                  65519.99999, 65520.0, 1e-30, -1e-30, 1.0], np.float64)
+    rng = np.random.default_rng(2)
+    v = np.concatenate([v, rng.standard_normal(2000) * 10.0 ** rng.integers(-8, 5, 2000)])
+    got = to_half_once(np, v)
+    want = np.array([_round_to(Fraction(x), np.float16) for x in v.tolist()], np.float16)
+    assert np.array_equal(_bits16(got), _bits16(want))
+    assert got[0] == 1 + 2.0 ** -10 and v[:1].astype(np.float32).astype(np.float16)[0] == 1.0
+    assert _bits16(to_half_once(np, np.array([-0.0, -1e-30]))).tolist() == [0x8000, 0x8000]   # signed zeros
 
 
 SGD_CASES = [(n, nesterov, fp32) for n in (1, 7, 8) for nesterov in (0, 1) for fp32 in (0, 1)]
@@ -353,6 +399,26 @@ def test_fc_matmul_batch_matmul_float16_round_a_float32_product():
     assert z3.dtype == np.float16 and np.all(np.abs(z3 - exact) <= bound)
 
 
+@pytest.mark.parametrize("op_type,shapes", [("FC", [(256, 512), (128, 512), (128,)]),
+                                           ("MatMul", [(256, 512), (512, 128)]),
+                                           ("BatchMatMul", [(4, 64, 512), (4, 512, 128)])])
+def test_float16_products_declare_their_float32_temporaries(op_type, shapes):
+    """tracemalloc's peak during the kernel, less its output, within the declared scratch."""
+    rng = np.random.default_rng(1)
+    arrays = [_half(rng, s) for s in shapes]
+    opdef, a = registry.get(op_type), Args({}, op=f"#0 {op_type}")
+    types = [TensorType(x.shape, "float16") for x in arrays]
+    outs = opdef.infer(types, a)
+    tracemalloc.start()
+    try:
+        (y,) = opdef.kernel(np, arrays, a)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    declared = opdef.scratch_bytes(types, outs, a)
+    assert peak - y.nbytes <= declared and declared <= 4 * max(peak, 1)
+
+
 NET = """
 name: "half_mlp"
 op { output: "w" type: "GivenTensorFp16Fill" arg { name: "shape" ints: 4 ints: 6 } arg { name: "values" %s } }
@@ -382,6 +448,39 @@ def test_float16_net_runs_end_to_end():
     assert fed["x"].dtype == np.float16 and fed["x"].shape == (3, 6)
 
 
+CAST_NET = """
+name: "half_casts"
+op { output: "c" type: "Float16ConstantFill" arg { name: "shape" ints: 3 ints: 5 } arg { name: "value" f: 0.3 } }
+op { input: "x" output: "xh" type: "FloatToHalf" arg { name: "clip" i: 1 } }
+op { input: "xh" output: "y" type: "HalfToFloat" }
+op { input: "c" output: "cf" type: "HalfToFloat" }
+op { input: "y" input: "cf" output: "out" type: "Add" }
+external_input: "x"
+external_output: "out"
+"""
+
+NET_ORACLE = """
+net = caffe2_pb2.NetDef()
+text_format.Parse(NET_TEXT, net)
+workspace.FeedBlob("x", inputs["x"])
+workspace.RunNetOnce(net)
+save(out=workspace.FetchBlob("out"), xh=workspace.FetchBlob("xh"))
+"""
+
+
+@pytest.mark.caffe2
+def test_cast_net_matches_caffe2():
+    """The float16 ops Caffe2's CPU build runs, in one net run by placer's executor and by
+    Caffe2: the same bits (the float32 Add of two exact values rounds the same way)."""
+    x = (np.random.default_rng(4).standard_normal((3, 5)) * 3e4).astype(np.float32)
+    x[0, 0], x[1, 1] = 1e6, np.nan
+    saved, _ = run_caffe2(f"NET_TEXT = {CAST_NET!r}\n" + NET_ORACLE, {"x": x})
+    net = net_from_netdef(text_format.Parse(CAST_NET, pb.NetDef()))
+    got = Executor(net).run({"x": x}, warmup=0)
+    assert got["out"].dtype == np.float32
+    assert np.array_equal(_bits32(got["out"]), _bits32(saved["out"]))
+
+
 # ---------------------------------------------------------------- on the cupy stand-in
 def _kernel_cases():
     rng = np.random.default_rng(9)
@@ -400,8 +499,10 @@ def _kernel_cases():
             ("BatchMatMul", [_half(rng, (2, 4, 6)), _half(rng, (2, 6, 3))], {})]
 
 
-@pytest.mark.parametrize("i", range(13))
-def test_gpu_kernels_keep_to_cupy_rules(i):
+KERNEL_CASES = _kernel_cases()
+
+
+@pytest.mark.parametrize("op_type,inputs,args", KERNEL_CASES, ids=[f"k{i}" for i in range(len(KERNEL_CASES))])
+def test_gpu_kernels_keep_to_cupy_rules(op_type, inputs, args):
     require_cupy()
-    op_type, inputs, args = _kernel_cases()[i]
     check_gpu_kernel(registry.get(op_type), inputs, Args(args, op=f"#0 {op_type}", n_outputs=3))

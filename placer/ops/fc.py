@@ -12,17 +12,20 @@
 Costs: a multiply-add is 1 MAC and 2 flops; FC adds M*N flops for the bias.
 
 float16 operands give a float16 result computed in float32 and rounded once (``gemm``), as
-Caffe2's CUDA FC and BatchMatMul run Gemm<at::Half> with float compute (math_gpu.cu); FC's
-bias is then added in float16 (a second rounding, as Caffe2's bias Gemm into Y does). The
-float32 product runs on BLAS on the host (numpy's float16 matmul has none) and is the same
-on cupy. Caffe2 1.8.1 has no float16 FC, MatMul or BatchMatMul on the CPU.
+Caffe2's CUDA kernels compute at::Half products with float math (math_gpu.cu Gemm /
+GemmStridedBatched, math_type FLOAT: fully_connected_op_gpu.cc unless float16_compute,
+batch_matmul_op_gpu.cc); FC's bias is then added in float16 (a second rounding, as Caffe2's
+bias Gemm into Y does). The float32 product runs on BLAS on the host (numpy's float16 matmul
+has none) and the same way on cupy. Caffe2 1.8.1 has no float16 FC, MatMul or BatchMatMul on
+the CPU (its FC engine FAKE_FP16 is float32 in and out), and MatMul has a float CUDA kernel
+only (matmul_op_gpu.cc).
 """
 from __future__ import annotations
 
 from math import prod
 
 from placer.ops.elementwise import canonical_axis, shape_error
-from placer.ops.registry import OpDef, io_bytes, register
+from placer.ops.registry import DEFAULT_SCRATCH_FACTOR, OpDef, io_bytes, register
 from placer.types import Args, OpFeatures, TensorType
 
 
@@ -31,6 +34,13 @@ def gemm(xp, a, b):
     if a.dtype == xp.float16 and b.dtype == xp.float16:
         return xp.matmul(a.astype(xp.float32), b.astype(xp.float32)).astype(xp.float16)
     return xp.matmul(a, b)
+
+
+def half_scratch(inputs, outputs) -> float:
+    """float16 operands: their float32 copies and the float32 product (twice their bytes)."""
+    if None in (inputs[0], inputs[1], outputs[0]) or _half_launches(inputs) == 0:
+        return 0.0
+    return 2.0 * (inputs[0].nbytes + inputs[1].nbytes + outputs[0].nbytes)
 
 
 def _half_launches(inputs) -> int:
@@ -100,11 +110,21 @@ def _fc_launches(inputs, args) -> int:
 # byte of Y (256x1024 by 512x1024, float32); 0.25 leaves room.
 FC_SCRATCH = 0.25
 
+
+def _fc_scratch(inputs, outputs, args) -> float:
+    return FC_SCRATCH * (outputs[0].nbytes if outputs[0] is not None else 0) + half_scratch(inputs, outputs)
+
+
+def _gemm_scratch(inputs, outputs, args) -> float:
+    """The registry's default for a matrix product, plus the float32 copies of float16 operands."""
+    largest = outputs[0].nbytes if outputs[0] is not None else 0
+    return DEFAULT_SCRATCH_FACTOR * largest + half_scratch(inputs, outputs)
+
 register(OpDef("FC", _fc_infer(False), _fc_kernel(False), cost=_fc_cost, min_inputs=2, max_inputs=3,
-               launches=_fc_launches, scratch=FC_SCRATCH,
+               launches=_fc_launches, scratch=_fc_scratch,
                doc="Y = X W^T + b, X flattened at axis, W (N, K)"))
 register(OpDef("FCTransposed", _fc_infer(True), _fc_kernel(True), cost=_fc_cost, min_inputs=2,
-               launches=_fc_launches, scratch=FC_SCRATCH,
+               launches=_fc_launches, scratch=_fc_scratch,
                max_inputs=3, doc="Y = X W + b, X flattened at axis, W (K, N)"))
 
 
@@ -151,7 +171,7 @@ def _gemm_cost(inputs, outputs, args, k: int) -> OpFeatures:
 
 register(OpDef("MatMul", _matmul_infer, _matmul_kernel,
                cost=lambda i, o, a: _gemm_cost(i, o, a, _matmul_dims(i, a)[4]),
-               min_inputs=2, max_inputs=2, launches=lambda i, a: 1 + _half_launches(i),
+               min_inputs=2, max_inputs=2, launches=lambda i, a: 1 + _half_launches(i), scratch=_gemm_scratch,
                doc="2-D matrix product after coercion at axis_a/axis_b"))
 
 
@@ -215,5 +235,5 @@ def _bmm_kernel(xp, inputs, args):
 
 register(OpDef("BatchMatMul", _bmm_infer, _bmm_kernel,
                cost=lambda i, o, a: _gemm_cost(i, o, a, _bmm_plan(i[0], i[1], a)[3]),
-               min_inputs=2, max_inputs=2, launches=lambda i, a: 1 + _half_launches(i),
+               min_inputs=2, max_inputs=2, launches=lambda i, a: 1 + _half_launches(i), scratch=_gemm_scratch,
                doc="batched matrix product over the last two dims"))

@@ -43,11 +43,11 @@ Caffe2 1.8.1 (caffe2/operators/half_float_ops.{h,cc,cu}, caffe2/sgd/fp16_momentu
   An element the CUDA kernel does not update keeps its input value here (Caffe2 runs the
   op in place, so it is left as it was).
   Each fused multiply-add is computed in float64 and rounded once to float16 (through
-  float32 rounded to odd, which is exact for float16 targets) or to float32. A product of
-  two float16 values is exact in float64, and so is the sum with a float16 addend unless
-  their exponents are more than 42 apart, where the addend is below the result's rounding
-  threshold anyway; a float32 fma (24 + 24 bits) can differ from ``__fmaf_rn`` only when
-  the float64 sum lands exactly on a float32 tie, which a float64 rounding error rarely does.
+  float32 rounded to odd, ``to_half_once``) or to float32. The product is exact in float64
+  (11 + 11 or 24 + 24 bits); the sum with the addend is exact too unless the addend is
+  below about 2^-30 (float16) or 2^-5 (float32) of the product's last bit, and then it is
+  off only where the product lies exactly on a tie of the target format and the lost
+  addend would have broken the tie: a 1-ulp difference from the CUDA kernel there.
 
 placer only, for the amp-bf16 precision mode (Caffe2 has no bfloat16 and numpy has no
 bfloat16 dtype):
@@ -225,7 +225,8 @@ def to_half_once(xp, v):
     back = f.astype(xp.float64)
     bits = f.view(xp.uint32) - (xp.abs(back) > xp.abs(v)).astype(xp.uint32)   # toward zero
     bits = bits | (back != v).astype(xp.uint32)
-    return bits.view(xp.float32).astype(xp.float16)
+    with np.errstate(over="ignore"):
+        return bits.view(xp.float32).astype(xp.float16)
 
 
 def _sgd_infer(inputs, args: Args) -> list[TensorType]:
