@@ -13,6 +13,8 @@ from placer.ops import (  # noqa: F401
     control,                     # IsEmpty, If (nested then_net / else_net)
     roi,                         # RoI pooling: RoIAlign, RoIAlignGradient, RoIPool
     transformer,                 # LayerNorm, Gelu and their gradients
+    layout,                      # NCHW2NHWC, NHWC2NCHW
+    int8_conv,                   # Caffe2 Int8 (QNNPACK): Quantize/Dequantize, Int8 fills, Conv, ConvTranspose, FC
     p2p,                         # between processes: SendTensor, ReceiveTensor (and worlds, ops/p2p.py)
     # training: gradient ops (FC and arithmetic, activations, losses, Conv/pools/SpatialBN/LRN/
     # Dropout, sparse lengths and scatters, sorted segments, data movement), parameter updates
