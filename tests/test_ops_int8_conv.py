@@ -9,6 +9,7 @@ import pytest
 from caffe2_oracle import run_caffe2
 from google.protobuf import text_format
 
+from placer import shapes
 from placer.errors import ArgumentError, ShapeError
 from placer.formats import caffe2_pb as pb
 from placer.formats.caffe2 import net_from_netdef
@@ -374,7 +375,7 @@ def quantized_nets(seed=3):
     op("Int8Dequantize", ["c2"], ["c2f"])
     op("NHWC2NCHW", ["c2f"], ["c2_nchw"])
     net.external_input.extend(["data", "w1", "b1", "w2", "b2", "w3", "b3"])
-    net.external_output.extend(["out", "c2_nchw"])
+    net.external_output.extend(["out", "c2_nchw", "fq"])
     return init, net
 
 
@@ -385,7 +386,9 @@ text_format.Parse(net_text_, net)
 workspace.RunNetOnce(init)
 workspace.FeedBlob("data", inputs["data"])
 workspace.RunNetOnce(net)
-save(out=workspace.FetchBlob("out"), c2_nchw=workspace.FetchBlob("c2_nchw"))
+fq, fq_scale, fq_zp = workspace.FetchInt8Blob("fq")
+save(out=workspace.FetchBlob("out"), c2_nchw=workspace.FetchBlob("c2_nchw"), fq=fq)
+save_json([float(fq_scale), int(fq_zp)])
 """
 
 
@@ -395,10 +398,27 @@ def test_quantized_net_runs_as_in_caffe2():
     data = (np.random.default_rng(4).standard_normal((2, 3, 8, 8)) * 2).astype(np.float32)
     script = (f"init_text = {text_format.MessageToString(init)!r}\n"
               f"net_text_ = {text_format.MessageToString(net)!r}\n" + NET_ORACLE)
-    want, _ = run_caffe2(script, {"data": data})
-    got = Executor(net_from_netdef(net, init)).run({"data": data}, warmup=1)
+    want, (fq_scale, fq_zp) = run_caffe2(script, {"data": data})
+    placer_net = net_from_netdef(net, init)
+    ex = Executor(placer_net)
+    got = ex.run({"data": data}, warmup=1)
+    record = ex.record
+    assert record.peak_bytes["cpu"] > 0 and len(record.ops) == len(net.op)
     for name in ("out", "c2_nchw"):
         assert got[name].dtype == np.float32 and got[name].shape == want[name].shape
         np.testing.assert_array_equal(got[name], want[name])   # integers, then one float32 multiply
     assert got["c2_nchw"].shape == (2, 8, 4, 4)
     assert len(np.unique(want["out"])) > 3                    # the net does not saturate to one value
+    # an Int8 external output comes back as the Int8Tensor Caffe2's FetchInt8Blob gives
+    fq = got["fq"]
+    assert isinstance(fq, Int8Tensor) and (fq.scale, fq.zero_point) == (f32(fq_scale), fq_zp)
+    np.testing.assert_array_equal(fq.data, want["fq"])
+    # the planner's view: uint8 / int32 blobs of the data's shapes, MACs like the float ops
+    typed = shapes.infer(placer_net, {"data": TensorType((2, 3, 8, 8))})
+    assert typed.blobs["xq"] == TensorType((2, 8, 8, 3), "uint8")
+    assert typed.blobs["c1"] == TensorType((2, 4, 4, 8), "uint8")
+    assert typed.blobs["b1"] == TensorType((8,), "int32")
+    assert typed.blobs["fq"] == TensorType((2, 5), "uint8")
+    conv1 = typed.features[2]
+    assert conv1.macs == 2 * 4 * 4 * 8 * 3 * 3 * 3
+    assert conv1.bytes_read == 2 * 8 * 8 * 3 + 8 * 3 * 3 * 3 + 4 * 8
