@@ -150,6 +150,11 @@ CONV_CASES = [
               spread=4),
     conv_case(29, 1, 6, 6, 8, 8, 3, stride=2, scales=(0.25, 0.25, 0.25), transpose=True, spread=3),
 ]
+# legacy_pad SAME (conv) and VALID (transpose), and a transpose whose 'group' Caffe2 ignores
+for _case, _extra in ((conv_case(30, 1, 9, 9, 8, 8, 3, stride=2), {"legacy_pad": 2}),
+                      (conv_case(31, 1, 5, 5, 8, 8, 3, stride=2, transpose=True), {"legacy_pad": 1}),
+                      (conv_case(32, 1, 5, 5, 8, 8, 3, stride=2, transpose=True), {"group": 2})):
+    CONV_CASES.append((_case[0], {**_case[1], **_extra}, _case[2]))
 
 
 def fc_case(seed, x_shape, n, zps=("rand", "rand", "rand"), y_factor=1.0):
@@ -302,6 +307,8 @@ def test_errors_name_the_op_and_blob():
         ours("Int8Conv", ins, {**args, "order": "NCHW"})
     with pytest.raises(ArgumentError, match="#0 Int8Conv.*input 1 \\(W\\).*Int8 tensor"):
         ours("Int8Conv", [ins[0], ins[1].data, ins[2]], args)
+    with pytest.raises(ArgumentError, match="#0 Int8Conv.*kernel size"):
+        ours("Int8Conv", ins, {k: v for k, v in args.items() if k != "kernel"})
     with pytest.raises(ArgumentError, match="#0 Int8Conv.*< 1"):
         ours("Int8Conv", ins, {**args, "Y_scale": 1e-6})
     with pytest.raises(ArgumentError, match="#0 Int8Conv.*input X zero point 300"):

@@ -181,6 +181,12 @@ register(OpDef("Int8GivenIntTensorFill", _int_fill_infer, _int_fill_kernel, cost
 # ---------------------------------------------------------------- Int8Conv / Int8ConvRelu
 
 def _nhwc(args: Args, op_type: str) -> None:
+    """NHWC order and an explicit kernel size: Caffe2's Int8 ops take neither from elsewhere
+    (ConvPoolOpBase enforces kernel > 0 when no kernel argument is given)."""
+    if not any(k in args for k in ("kernel", "kernels", "kernel_h", "kernel_w")):
+        raise ArgumentError(f"op {args.op}: {op_type} needs its kernel size as an argument "
+                            "(Caffe2 does not take it from the Int8 filter)",
+                            hint="set 'kernel' or 'kernel_h'/'kernel_w'")
     if args.str("order", "NCHW").upper() != "NHWC":
         raise ArgumentError(f"op {args.op}: {op_type} only supports order NHWC "
                             f"(found {args.str('order', 'NCHW')!r}; Caffe2's default NCHW is refused)",
