@@ -4,6 +4,8 @@ many random cases in one oracle script each, a whole quantized net on the execut
 the requantization arithmetic, types, costs and errors."""
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 from caffe2_oracle import run_caffe2
@@ -429,3 +431,35 @@ def test_quantized_net_runs_as_in_caffe2():
     conv1 = typed.features[2]
     assert conv1.macs == 2 * 4 * 4 * 8 * 3 * 3 * 3
     assert conv1.bytes_read == 2 * 8 * 8 * 3 + 8 * 3 * 3 * 3 + 4 * 8
+
+
+# ---------------------------------------------------------------- declared temporaries
+
+SCRATCH_CASES = [conv_case(50, 4, 32, 32, 64, 64, 3, pads=(1, 1, 1, 1)),
+                 conv_case(51, 4, 32, 32, 64, 64, 1),
+                 conv_case(52, 4, 32, 32, 64, 64, 3, pads=(1, 1, 1, 1), group=64),
+                 conv_case(53, 4, 32, 32, 3, 64, 3, stride=2),
+                 conv_case(55, 4, 32, 32, 64, 16, 7, pads=(3, 3, 3, 3), stride=2),
+                 conv_case(54, 4, 16, 16, 64, 32, 3, stride=2, transpose=True),
+                 conv_case(57, 2, 16, 16, 16, 32, 5, transpose=True),
+                 fc_case(56, (256, 1024), 512),
+                 ("Int8Quantize", {"Y_scale": 0.1, "Y_zero_point": 3},
+                  [np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32)])]
+
+
+@pytest.mark.parametrize("op_type,args,inputs", SCRATCH_CASES, ids=[f"s{i}" for i in range(len(SCRATCH_CASES))])
+def test_kernels_stay_within_their_declared_scratch(op_type, args, inputs):
+    """tracemalloc's peak during the kernel, less its output, is at most what the entry
+    declares (plus 64 KiB of small objects), as tests/test_resource_limits.py holds the
+    float kernels to."""
+    opdef, a = registry.get(op_type), Args(args, op=op_type)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        (y,) = opdef.kernel(np, inputs, a)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    types = [TensorType(t.shape, str(t.dtype)) for t in inputs]
+    declared = opdef.scratch_bytes(types, [TensorType(y.shape, str(y.dtype))], a)
+    assert peak - y.nbytes <= declared + 64 * 1024

@@ -86,6 +86,12 @@ def _dequantize_kernel(xp, inputs, args: Args):
     return (dequantize(xp, x.data, x.scale, x.zero_point),)
 
 
+# Int8Quantize's temporaries: the float32 quotient and its rounding, the float64 and int64
+# conversions and the wrapped sum, ~21 bytes per output byte under tracemalloc (2^20
+# values); 24 leaves room.
+QUANTIZE_SCRATCH = 24.0
+
+
 def _elementwise_cost(inputs, outputs, args) -> OpFeatures:
     """One multiply (and a round) per element."""
     read, written = io_bytes(inputs, outputs)
@@ -93,7 +99,7 @@ def _elementwise_cost(inputs, outputs, args) -> OpFeatures:
 
 
 register(OpDef("Int8Quantize", _quantize_infer, _quantize_kernel, cost=_elementwise_cost,
-               devices=CPU, min_inputs=1, max_inputs=1,
+               devices=CPU, min_inputs=1, max_inputs=1, scratch=QUANTIZE_SCRATCH,
                doc="float32 X -> Int8 Y = clamp(Y_zero_point + round(X / Y_scale), 0, 255)"))
 register(OpDef("Int8Dequantize", _dequantize_infer, _dequantize_kernel, cost=_elementwise_cost,
                devices=CPU, min_inputs=1, max_inputs=1,
@@ -212,6 +218,23 @@ def _conv_cost(inputs, outputs, args: Args) -> OpFeatures:
     return conv.conv_cost(inputs, outputs, args)
 
 
+def _scratch(inputs, outputs, args: Args) -> float:
+    """Temporaries of the conv and FC kernels: float64 copies of X and W and the float
+    kernel's padded / phase copies of them (4 x 8 bytes per element), then per output
+    element the float64 accumulator, the float kernel's own temporaries and the int64 steps
+    of the requantization (80 bytes). tracemalloc saw at most 18.9 MB where this gives 30 MB
+    (3x3 conv, 4x32x32x64 -> 64), 8.7 of 11.3 MB (7x7/2, 64 -> 16), 14.6 of 35 MB (FC
+    256x1024 by 512x1024), 9.5 of 13.8 MB (3x3/2 transpose, 4x16x16x64 -> 32).
+    ConvTranspose also holds every tap of every input pixel, X.size * W.size / C^2 values."""
+    x, w, y = inputs[0], inputs[1], outputs[0]
+    return 32.0 * (x.size + w.size) + 80.0 * y.size
+
+
+def _transpose_scratch(inputs, outputs, args: Args) -> float:
+    x, w = inputs[0], inputs[1]
+    return _scratch(inputs, outputs, args) + 8.0 * x.size * w.size / max(w.shape[0], 1) ** 2
+
+
 def _centred(xp, t: Int8Tensor, op: str, what: str):
     """The data less its zero point, as exact float64 integers."""
     zp = qnnpack_zero_point(op, what, t.zero_point)
@@ -253,7 +276,7 @@ def _conv_kernel(op_type: str, relu: bool):
 
 for _type, _relu in (("Int8Conv", False), ("Int8ConvRelu", True)):
     register(OpDef(_type, _conv_infer(_type), _conv_kernel(_type, _relu), cost=_conv_cost,
-                   devices=CPU, min_inputs=3, max_inputs=3,
+                   devices=CPU, min_inputs=3, max_inputs=3, scratch=_scratch,
                    doc="quantized NHWC 2-D convolution (QNNPACK): Int8 X, W (M, kH, kW, C/group), "
                        "int32 B -> Int8 Y (Y_scale, Y_zero_point)" + (", fused Relu" if _relu else "")))
 
@@ -286,7 +309,7 @@ def _transpose_kernel(xp, inputs, args: Args):
 
 
 register(OpDef("Int8ConvTranspose", _transpose_infer, _transpose_kernel, cost=_transpose_cost,
-               devices=CPU, min_inputs=3, max_inputs=3,
+               devices=CPU, min_inputs=3, max_inputs=3, scratch=_transpose_scratch,
                doc="quantized NHWC 2-D transposed convolution (QNNPACK): Int8 X, W (C, kH, kW, M), "
                    "int32 B -> Int8 Y"))
 
@@ -336,4 +359,5 @@ def _fc_kernel(xp, inputs, args: Args):
 
 
 register(OpDef("Int8FC", _fc_infer, _fc_kernel, cost=_fc_cost, devices=CPU, min_inputs=3, max_inputs=3,
+               scratch=_scratch,
                doc="quantized fully connected (QNNPACK): Int8 X (M, K...), W (N, K), int32 B -> Int8 Y (M, N)"))
