@@ -322,6 +322,8 @@ def test_errors_name_the_op_and_blob():
     with pytest.raises(ShapeError, match="#1 Int8FC.*K=10"):
         registry.get("Int8FC").infer([TensorType((3, 9), "uint8"), TensorType((7, 10), "uint8"),
                                       TensorType((7,), "int32")], Args({}, op="#1 Int8FC"))
+    with pytest.raises(ShapeError, match="#0 Int8Dequantize.*input 0 \\(X\\).*uint8, found int32"):
+        ours("Int8Dequantize", [ins[2]], {})          # Caffe2 reads the data as uint8 only
     with pytest.raises(ShapeError, match="#0 Int8Quantize.*float32"):
         registry.get("Int8Quantize").infer([TensorType((3,), "uint8")], Args({}, op="#0 Int8Quantize"))
 

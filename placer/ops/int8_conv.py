@@ -83,6 +83,7 @@ def _dequantize_infer(inputs, args: Args):
 
 def _dequantize_kernel(xp, inputs, args: Args):
     x = int8_input(inputs[0], args.op, 0, "X")
+    _check_dtype(args, TensorType(x.shape, str(x.dtype)), 0, "X", "uint8")
     return (dequantize(xp, x.data, x.scale, x.zero_point),)
 
 
