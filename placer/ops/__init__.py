@@ -14,6 +14,8 @@ from placer.ops import (  # noqa: F401
     roi,                         # RoI pooling: RoIAlign, RoIAlignGradient, RoIPool
     transformer,                 # LayerNorm, Gelu and their gradients
     half,                        # float16 casts, fills, FP16MomentumSGDUpdate; placer's bfloat16 casts
+    layout,                      # NCHW2NHWC, NHWC2NCHW
+    int8_conv,                   # Caffe2 Int8 (QNNPACK): Quantize/Dequantize, Int8 fills, Conv, ConvTranspose, FC
     int8_tensor,                 # quantized Int8 (QNNPACK) elementwise, pools, softmax, data movement
     p2p,                         # between processes: SendTensor, ReceiveTensor (and worlds, ops/p2p.py)
     # training: gradient ops (FC and arithmetic, activations, losses, Conv/pools/SpatialBN/LRN/

@@ -54,6 +54,7 @@ from placer.formats import nested
 from placer.formats.caffe2 import net_from_netdef
 from placer.ops import control, cudnn_conv, registry
 from placer.ops.copy import inserted_copy
+from placer.ops.int8_base import Int8Tensor
 from placer.runtime.devices import DeviceSet, EmulatedArray, device_name, location
 from placer.runtime.timing import RunningTimes
 from placer.runtime.transfers import Transfers, direction, transfer_ends
@@ -470,7 +471,7 @@ class Executor:
                         s.timer.stop()
                     adopt = device.adopt
                     for name, value in zip(s.outputs, outs):
-                        blobs[name] = adopt(value)
+                        blobs[name] = value if type(value) is Int8Tensor else adopt(value)
                 if sizes is not None:
                     sizes.update((n, (location(blobs[n]), int(blobs[n].nbytes)))
                                  for n in s.outputs if n in blobs)
@@ -579,6 +580,8 @@ class Executor:
             raise PlacerError(f"net '{self.net.name}': external output '{name}' was not produced; "
                               f"known blobs: {', '.join(sorted(blobs)[:40]) or '(none)'}")
         x = blobs[name]
+        if type(x) is Int8Tensor:   # Caffe2's Int8 ops compute on the host: data, scale, zero point
+            return Int8Tensor(np.array(x.data, copy=True), x.scale, x.zero_point)
         host = self.devices.named(location(x)).to_host(x, key=("out", name))
         return np.array(host, copy=True, subok=False)
 
