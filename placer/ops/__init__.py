@@ -13,10 +13,12 @@ from placer.ops import (  # noqa: F401
     control,                     # IsEmpty, If (nested then_net / else_net)
     roi,                         # RoI pooling: RoIAlign, RoIAlignGradient, RoIPool
     transformer,                 # LayerNorm, Gelu and their gradients
+    logical,                     # comparisons, And/Or/Xor/Not, IsNaN, Where, SumElements, SumSqrElements
     p2p,                         # between processes: SendTensor, ReceiveTensor (and worlds, ops/p2p.py)
     # training: gradient ops (FC and arithmetic, activations, losses, Conv/pools/SpatialBN/LRN/
     # Dropout, sparse lengths and scatters, sorted segments, data movement), parameter updates
     # with iteration counters, learning-rate policies
     gradients_dense, gradients_activation, gradients_loss, gradients_spatial,
     gradients_sparse, gradients_segment, gradients_tensor, optimizers, learning_rate,
+    fp32_momentum,               # FP32MomentumSGDUpdate (momentum SGD with weight decay, CUDA in Caffe2)
 )
