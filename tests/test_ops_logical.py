@@ -16,7 +16,10 @@ from conftest import require_cupy
 from cupy_standin import check_gpu_kernel
 
 from placer.errors import PlacerError, ShapeError
+from placer.formats import caffe2_pb as pb
+from placer.formats.caffe2 import net_from_netdef
 from placer.ops import registry
+from placer.runtime.executor import Executor
 from placer.types import Args, TensorType
 from test_ops_roi import ours  # the kernel run with its inferred types checked
 
@@ -468,3 +471,85 @@ def test_errors_are_placer_errors_naming_the_op():
                             ("SumElements", [TensorType((2,), "int32")])]:
         with pytest.raises(PlacerError, match=f"op #7 {op_type}: "):
             registry.get(op_type).infer(inputs, Args({}, op=f"#7 {op_type}"))
+
+
+# ---------------------------------------------------------------- a loss-scale step as ops
+# The overflow test of dynamic loss scaling written with these ops: the squared norm of the
+# gradients is finite (LT +inf: false for inf and NaN) and their mean not below a floor;
+# the next scale is picked with Where. Run by placer's executor and by Caffe2's RunNetOnce.
+SCALE_STEP = [
+    ("SumSqrElements", ["g1"], ["s1"], {}),
+    ("SumSqrElements", ["g2"], ["s2"], {}),
+    ("Sum", ["s1", "s2"], ["total"], {}),
+    ("LT", ["total", "inf"], ["finite"], {}),
+    ("SumElements", ["g1"], ["mean"], {"average": 1}),
+    ("LT", ["mean", "floor"], ["low"], {}),
+    ("Not", ["low"], ["high"], {}),
+    ("And", ["finite", "high"], ["ok"], {}),
+    ("Where", ["ok", "up", "down"], ["scale"], {}),
+    ("IsNaN", ["g2"], ["nan_mask"], {}),
+    ("GE", ["g1", "bound"], ["over"], {"broadcast": 1, "axis": 1}),
+]
+SCALE_OUTPUTS = ["total", "finite", "ok", "scale", "nan_mask", "over"]
+
+
+def _scale_feed(poison):
+    rng = np.random.default_rng(3)
+    g2 = rng.standard_normal(7).astype(F32)
+    if poison is not None:
+        g2[2] = poison
+    return {"g1": rng.standard_normal((6, 5)).astype(F32) + 0.5, "g2": g2, "inf": np.array(np.inf, F32),
+            "floor": np.array(-1.0, F32), "up": np.array(2048.0, F32), "down": np.array(512.0, F32),
+            "bound": rng.standard_normal(5).astype(F32)}
+
+
+def _placer_net(device_type=None):
+    """The step as a placer Net, every op on ``device_type`` (1: CUDA) when given."""
+    netdef = pb.NetDef(name="scale_step", external_input=list(_scale_feed(None)), external_output=SCALE_OUTPUTS)
+    for op_type, ins, outs, args in SCALE_STEP:
+        p = netdef.op.add(type=op_type, input=ins, output=outs)
+        for key, value in args.items():
+            p.arg.add(name=key, i=value)
+        if device_type is not None:
+            p.device_option.device_type = device_type
+    return net_from_netdef(netdef, None)
+
+
+SCALE_ORACLE = """
+net = core.Net("scale_step")
+for op_type, ins, outs, args in json.loads(STEP):
+    net.Proto().op.extend([core.CreateOperator(op_type, ins, outs, **args)])
+for case in range(N_CASES):
+    workspace.ResetWorkspace()
+    for name in FEED_NAMES:
+        workspace.FeedBlob(name, inputs["%d_%s" % (case, name)])
+    workspace.RunNetOnce(net)
+    save(**{"%d_%s" % (case, o): workspace.FetchBlob(o) for o in OUTPUTS})
+"""
+
+
+@pytest.mark.caffe2
+def test_a_loss_scale_step_runs_as_in_caffe2():
+    """On the CPU and with every op on an emulated GPU (IsNaN and Where included, which
+    Caffe2 itself runs on the CPU only)."""
+    poisons = [None, np.inf, np.nan]
+    feeds = [_scale_feed(p) for p in poisons]
+    names = list(feeds[0])
+    arrays = {f"{i}_{k}": v for i, feed in enumerate(feeds) for k, v in feed.items()}
+    script = (f"STEP = {json.dumps(json.dumps(SCALE_STEP))}\nN_CASES = {len(feeds)}\n"
+              f"FEED_NAMES = {names!r}\nOUTPUTS = {SCALE_OUTPUTS!r}\n" + SCALE_ORACLE)
+    saved, _ = run_caffe2(script, arrays)
+    for i, feed in enumerate(feeds):
+        for device_type in (None, 1):
+            ex = Executor(_placer_net(device_type), emulate_gpu=device_type is not None)
+            got = ex.run(feed)
+            assert {o.device for o in ex.record.ops} == {"cpu" if device_type is None else "emulated-cuda:0"}
+            for name in SCALE_OUTPUTS:
+                want = saved[f"{i}_{name}"]
+                assert got[name].shape == want.shape and got[name].dtype == want.dtype, name
+                if name == "total" and np.isfinite(want):
+                    assert abs(float(got[name]) - float(want)) <= _sum_tolerance(
+                        "SumSqrElements", np.concatenate([feed["g1"].ravel(), feed["g2"]]))
+                else:
+                    np.testing.assert_array_equal(got[name], want, err_msg=name)
+        assert saved[f"{i}_scale"] == (2048.0 if poisons[i] is None else 512.0)
