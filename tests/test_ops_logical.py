@@ -66,6 +66,7 @@ for _i, _op in enumerate(COMPARISONS):
         (_op, lambda s=_i: _pair(s, (2, 3, 4, 5), (1, 3, 1), "float64"),
          {"broadcast": 1, "axis_str": "N", "order": "NCHW"}),          # B at dim 0, its outer 1s dropped
         (_op, lambda s=_i: _pair(s, (2, 3), (), "float32"), {"broadcast": 1}),          # B 0-d
+        (_op, lambda s=_i: _pair(s, (5,), (1, 1), "int32"), {"broadcast": 1, "axis": 3}),  # one value: unchecked
         (_op, lambda s=_i: _pair(s, (), (), "float32"), {}),
         (_op, lambda s=_i: _pair(s, (0, 3), (3,), "float32"), {}),                      # empty
     ]
@@ -384,15 +385,16 @@ def test_fp32_momentum_sgd_update_fuses_its_multiply_adds():
     np.testing.assert_array_equal(got[1], want[1])
 
 
-def test_fp32_momentum_sgd_update_in_place_writes_only_what_it_may():
-    """With args.inplace the odd case writes into its state inputs (keeping the last value);
-    without it no input changes."""
-    inputs = _fp32_inputs(3, (5,))
+@pytest.mark.parametrize("shape,args", [((5,), {"momentum": 0.9, "weight_decay": 1e-4}),
+                                        ((4, 6), {"momentum": 0.9, "weight_decay": 1e-4, "nesterov": 1})])
+def test_fp32_momentum_sgd_update_in_place_writes_only_what_it_may(shape, args):
+    """With args.inplace the update writes into its state inputs (an odd last value kept)
+    and gives the same values; without it no input changes."""
+    inputs = _fp32_inputs(3, shape)
     before = [x.copy() for x in inputs]
-    args = {"momentum": 0.9, "weight_decay": 1e-4}
     want = fp32_momentum_reference(*inputs, **args)
     opdef = registry.get("FP32MomentumSGDUpdate")
-    outs = opdef.kernel(np, inputs, Args(args, op="#0 FP32MomentumSGDUpdate"))
+    opdef.kernel(np, inputs, Args(args, op="#0 FP32MomentumSGDUpdate"))
     for x, b in zip(inputs, before):
         np.testing.assert_array_equal(x, b)
     outs = opdef.kernel(np, inputs, Args(args, op="#0 FP32MomentumSGDUpdate", inplace=frozenset({0, 1, 3})))
@@ -468,7 +470,9 @@ def test_errors_are_placer_errors_naming_the_op():
     x = TensorType((2, 3), "float32")
     for op_type, inputs in [("GE", [x, TensorType((4,), "float32")]), ("And", [x, x]),
                             ("Where", [TensorType((2, 3), "bool"), x, TensorType((3, 2), "float32")]),
-                            ("SumElements", [TensorType((2,), "int32")])]:
+                            ("SumElements", [TensorType((2,), "int32")]),
+                            ("Where", [TensorType((2,), "bool"), TensorType((2,), "object"),
+                                       TensorType((2,), "object")])]:
         with pytest.raises(PlacerError, match=f"op #7 {op_type}: "):
             registry.get(op_type).infer(inputs, Args({}, op=f"#7 {op_type}"))
 

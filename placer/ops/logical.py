@@ -7,8 +7,10 @@ Semantics of torch 1.8.1's Caffe2, each checked against it (tests/test_ops_logic
   elementwise_ops_schema.cc). A and B have one dtype, of bool, int32, int64, float32 or
   float64 (float16, int8, uint8, ... are refused, as Caffe2's kernels do). Broadcasting as
   Add's (placer/ops/elementwise.py): ``broadcast=1`` is the old rule (B a contiguous run of
-  A's dims at ``axis`` / ``axis_str``, output A's shape), else numpy broadcasting (Caffe2's
-  run broadcasts so; only its unused shape function asks for equal shapes). NaN compares
+  A's dims at ``axis`` / ``axis_str``, output A's shape; a B of one value, whatever its
+  dims and the axis, is compared with every value, as Caffe2 does without checking), else
+  numpy broadcasting (Caffe2's run broadcasts so; only its unused shape function asks for
+  equal shapes). NaN compares
   unequal to everything, itself included (IEEE, as C++).
 - And, Or, Xor (A, B) -> bool, on bool inputs only, broadcast the same way; Not (X) -> bool.
 - IsNaN (X) -> uint8 (1 where NaN, else 0; Caffe2 writes uint8, not bool), X float32 or
@@ -70,9 +72,11 @@ def _same_dtype(args: Args, a: TensorType, ia: int, na: str, b: TensorType, ib: 
 
 # ---------------------------------------------------------------- binary, bool output
 def _binary_shape(a: TensorType, b: TensorType, args: Args) -> tuple[int, ...]:
-    """The output shape: A's under ``broadcast=1`` (checked by the old rule), else numpy's."""
+    """The output shape: A's under ``broadcast=1`` (checked by the old rule, except for a
+    one-value B, which Caffe2 compares with every value of A unchecked), else numpy's."""
     if args.bool("broadcast", False):
-        legacy_sizes(a, b, args)
+        if b.size != 1:
+            legacy_sizes(a, b, args)
         return a.shape
     return numpy_broadcast_shape(a, b, args)
 
@@ -91,6 +95,8 @@ def _binary_kernel(ufunc: str):
     def kernel(xp, inputs, args):
         a, b = inputs
         fn = getattr(xp, ufunc)
+        if args.bool("broadcast", False) and b.size == 1:
+            return (fn(a, b.reshape(()), out=xp.empty(a.shape, dtype=bool)),)
         if args.bool("broadcast", False):
             pre, n, post = legacy_sizes(TensorType(a.shape, str(a.dtype)), TensorType(b.shape, str(b.dtype)), args)
             out = xp.empty(a.shape, dtype=bool)
@@ -151,6 +157,8 @@ register(OpDef("IsNaN", _isnan_infer, _isnan_kernel, min_inputs=1, max_inputs=1,
 def _where_infer(inputs, args):
     c, x, y = inputs
     _check_dtype(args, c, 0, "C", ("bool",))
+    if x.dtype == "object":
+        raise shape_error(args, "X holds strings: Caffe2 selects those, placer's kernels do not", (1, "X", x))
     _check_dtype(args, x, 1, "X", WHERE_DTYPES)
     _same_dtype(args, x, 1, "X", y, 2, "Y")
     if x.shape != y.shape:
