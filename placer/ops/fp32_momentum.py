@@ -17,9 +17,10 @@ other operation rounded to float32:
     nesterov=1:  m' = fma(lr, g, mm);  grad' = fma(m', momentum, m') - mm;  param' = param - grad'
 
 The CUDA kernel walks the tensors as float2 pairs, N / 2 of them: with an odd N the last value
-is never touched. Caffe2's optimizer writes the op in place ((0,0), (1,1), (3,2); the kernel
-reads param through its param output, which the op never resizes, so param must be in place),
-so that value keeps its old grad, momentum and param: placer's outputs do the same.
+is never touched. caffe2.python.optimizer (FP16SgdOptimizer with fp32_update) writes the op
+in place, [grad, momentum, lr, param] -> [grad, momentum, param] ((0,0), (1,1), (3,2); the
+kernel reads param through its param output, which the op never resizes, so param must be in
+place), so that value keeps its old grad, momentum and param: placer's outputs do the same.
 
 Each fma is computed in float64: the product of two float32 values is exact there, and the
 sum is rounded to float64 and then to float32. That is the correctly rounded fma except when

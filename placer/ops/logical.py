@@ -10,8 +10,7 @@ Semantics of torch 1.8.1's Caffe2, each checked against it (tests/test_ops_logic
   A's dims at ``axis`` / ``axis_str``, output A's shape; a B of one value, whatever its
   dims and the axis, is compared with every value, as Caffe2 does without checking), else
   numpy broadcasting (Caffe2's run broadcasts so; only its unused shape function asks for
-  equal shapes). NaN compares
-  unequal to everything, itself included (IEEE, as C++).
+  equal shapes). NaN compares unequal to everything, itself included (IEEE, as C++).
 - And, Or, Xor (A, B) -> bool, on bool inputs only, broadcast the same way; Not (X) -> bool.
 - IsNaN (X) -> uint8 (1 where NaN, else 0; Caffe2 writes uint8, not bool), X float32 or
   float64 (utility_ops.h, IsNanOp).
@@ -26,8 +25,10 @@ Semantics of torch 1.8.1's Caffe2, each checked against it (tests/test_ops_logic
   is scaled by the float32 1 / N too). placer sums in float64 and rounds once (Caffe2 sums
   in float32: the tests bound the difference by the float32 summation error).
 - SumElementsGradient (X, dY) -> dX of X's shape, float32, every value
-  float32(dY * (1.0 / N)) with ``average`` (the product in double, as the CPU kernel), else
-  dY. X's values are not read (any dtype); dY is a one-value float32 tensor.
+  float32(dY * (1.0 / N)) with ``average`` (the product in double, as the CPU kernel; the
+  CUDA kernel divides dY / N in float32, which can differ by one ulp), else dY. X's values
+  are not read (any dtype); dY is a one-value float32 tensor (Caffe2 reads its first value
+  and only debug builds check the count; placer refuses any other count).
 
 Costs: one flop per output element (per input element for the sums), every input read
 once, every output written once (``default_cost``); SumElementsGradient reads dY only.
