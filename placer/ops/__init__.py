@@ -17,10 +17,12 @@ from placer.ops import (  # noqa: F401
     layout,                      # NCHW2NHWC, NHWC2NCHW
     int8_conv,                   # Caffe2 Int8 (QNNPACK): Quantize/Dequantize, Int8 fills, Conv, ConvTranspose, FC
     int8_tensor,                 # quantized Int8 (QNNPACK) elementwise, pools, softmax, data movement
+    logical,                     # comparisons, And/Or/Xor/Not, IsNaN, Where, SumElements, SumSqrElements
     p2p,                         # between processes: SendTensor, ReceiveTensor (and worlds, ops/p2p.py)
     # training: gradient ops (FC and arithmetic, activations, losses, Conv/pools/SpatialBN/LRN/
     # Dropout, sparse lengths and scatters, sorted segments, data movement), parameter updates
     # with iteration counters, learning-rate policies
     gradients_dense, gradients_activation, gradients_loss, gradients_spatial,
     gradients_sparse, gradients_segment, gradients_tensor, optimizers, learning_rate,
+    fp32_momentum,               # FP32MomentumSGDUpdate (momentum SGD with weight decay, CUDA in Caffe2)
 )
