@@ -22,6 +22,7 @@ import pytest
 
 from placer.formats.caffe2 import load_netdef, net_from_netdef
 from placer.runtime.executor import Executor
+from placer.training.loss_scaling import DynamicScale
 from placer.training.recipe import OptimizerChoice, make_train_nets
 from placer.types import TensorType
 from training_models import batches, initial_values, model
@@ -108,3 +109,92 @@ def test_a_static_loss_scale_keeps_gradients_that_float16_would_flush():
         # rounding of the half activations and gradients (a few u per layer over 5 steps;
         # measured 4e-4 and 6e-4 of the path)
         assert np.linalg.norm(pscaled[p] - p32[p]) <= 5e-3 * moved, p
+
+
+# ---------------------------------------------------------------- dynamic loss scaling
+
+def _dynamic_run(precision: str, steps: list, window: int = 2):
+    """The mlp with Adam and dynamic loss scaling from 2**10: per step, the state after it."""
+    predict, init = load_netdef(DATA / "mlp_predict_net.pbtxt"), load_netdef(DATA / "mlp_init_net.pbtxt")
+    net = net_from_netdef(predict, init, path="mlp")
+    net.input_shapes.update({"data": TensorType((4, 6)), "label": TensorType((4,), "int32")})
+    r = make_train_nets(net, ["loss"], OptimizerChoice("adam", 0.01, precision=precision, weight_decay=1e-3,
+                                                       dynamic_scale=DynamicScale(1024.0, window)))
+    ex = Executor(net_from_netdef(r.train, r.init))
+    ex.run_init()
+    states = [ex.host_state()]           # the initial state, then the state after each step
+    for k in range(len(steps)):
+        ex.run(lambda s: steps[k], iterations=1, warmup=0)
+        states.append(ex.host_state())
+    return r, states
+
+
+def _steps(overflow_at: int, n: int = 6):
+    rng = np.random.default_rng(3)
+    steps = [{"data": rng.standard_normal((4, 6)).astype(np.float32),
+              "label": rng.integers(0, 3, 4).astype(np.int32)} for _ in range(n)]
+    steps[overflow_at]["data"][1, 2] = np.inf     # an inf input: NaN gradients for this step
+    return steps
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")   # the inf input
+@pytest.mark.parametrize("precision", ["fp32", "amp-fp16"])
+def test_dynamic_loss_scale_skips_the_step_of_an_overflow_and_halves_then_grows(precision):
+    steps = _steps(overflow_at=3)
+    r, states = _dynamic_run(precision, steps)
+    states = states[1:]
+    scales = [float(s["loss_scale"]) for s in states]
+    # window 2: doubles after steps 2 (1024 -> 2048); step 4 overflows: halves (1024),
+    # the count restarts; doubles again after two more good steps
+    assert scales == [1024.0, 2048.0, 2048.0, 1024.0, 1024.0, 2048.0]
+    state = [p for p in r.params] + [r.masters[p] for p in r.masters]
+    moments = [b for b in states[0] if b.endswith("_moment")]
+    for b in state + moments:            # the overflowed step changed no parameter, no state
+        np.testing.assert_array_equal(states[3][b], states[2][b], err_msg=b)
+        assert np.all(np.isfinite(states[3][b])), b
+    for b in ("fc1_w", "fc2_w"):         # and the good steps did
+        assert not np.array_equal(states[4][b], states[3][b])
+
+
+ORACLE_DYNAMIC = """
+spec = json.loads({spec!r})
+train, init = caffe2_pb2.NetDef(), caffe2_pb2.NetDef()
+text_format.Parse(spec["train"], train)
+text_format.Parse(spec["init"], init)
+workspace.RunNetOnce(init)
+for name in spec["start"]:              # placer's initial values: random fills differ
+    workspace.FeedBlob(name, inputs["start/" + name])
+for k in range(spec["steps"]):
+    workspace.FeedBlob("data", inputs["data%d" % k])
+    workspace.FeedBlob("label", inputs["label%d" % k])
+    if k == 0:
+        workspace.CreateNet(train)      # its ops need their inputs to exist
+    workspace.RunNet(train.name)
+    save(**{{"%d/%s" % (k, b): workspace.FetchBlob(b) for b in spec["watch"]}})
+"""
+
+
+@pytest.mark.caffe2
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_dynamic_loss_scaling_runs_in_caffe2_as_in_placer():
+    """The fp32 mlp (Caffe2's CPU build has every op) with dynamic scaling, an overflow at
+    step 3: Caffe2 and placer keep the same scale and skip the same step. The parameters
+    agree to float32 rounding of their two BLAS builds: Adam's step is lr * m / (sqrt(v) +
+    eps), within a few ulps of each gradient's difference; rtol 1e-5 over six steps."""
+    import json
+    from google.protobuf import text_format
+    from caffe2_oracle import run_caffe2
+    steps = _steps(overflow_at=3)
+    r, states = _dynamic_run("fp32", steps)
+    start, states = states[0], states[1:]
+    watch = ["loss_scale", "loss_scale_good_steps", "fc1_w", "fc2_w", "fc1_w_first_moment"]
+    spec = {"train": text_format.MessageToString(r.train), "init": text_format.MessageToString(r.init),
+            "steps": len(steps), "watch": watch, "start": sorted(r.params)}
+    feeds = {f"{n}{k}": v for k, s in enumerate(steps) for n, v in s.items()}
+    feeds.update({f"start/{p}": start[p] for p in r.params})
+    saved, _ = run_caffe2(ORACLE_DYNAMIC.format(spec=json.dumps(spec)), feeds)
+    for k, state in enumerate(states):
+        assert float(saved[f"{k}/loss_scale"]) == float(state["loss_scale"]), k
+        assert float(saved[f"{k}/loss_scale_good_steps"]) == float(state["loss_scale_good_steps"]), k
+        for b in watch[2:]:
+            np.testing.assert_allclose(state[b], saved[f"{k}/{b}"], rtol=1e-5, atol=1e-7, err_msg=f"{k}/{b}")

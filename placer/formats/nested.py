@@ -54,12 +54,12 @@ def infer_nested(typed: TypedNet, op: Op, infer: Callable) -> tuple[dict, OpFeat
     larger = ((else_cost.flops + else_cost.bytes_written, len(else_out))
               > (then_cost.flops + then_cost.bytes_written, len(then_out)))
     (chosen, cost), (other, _) = (results[1], results[0]) if larger else (results[0], results[1])
-    disagree = set(then_out) != set(else_out) or any(then_out[b] != else_out[b] for b in then_out)
     outputs = {**other, **chosen}
-    if disagree:
-        outputs = {b: (t if t is None else replace(t, bound=IF_BOUND if not t.bound else
-                                                   f"{t.bound}; {IF_BOUND}"))
-                   for b, t in outputs.items()}
+    # a blob is data-dependent where the branches leave it at different types; one a branch
+    # does not write keeps its type from before the If (a parameter updated in one branch)
+    outputs = {b: (t if t is None or then_out.get(b, known.get(b)) == else_out.get(b, known.get(b))
+                   else replace(t, bound=IF_BOUND if not t.bound else f"{t.bound}; {IF_BOUND}"))
+               for b, t in outputs.items()}
     for name in op.outputs:
         outputs.setdefault(name, None)
     for name, t in outputs.items():  # an external output the branch leaves untyped: say where

@@ -182,6 +182,8 @@ def _nary_kernel(ufunc: str):
             return (inputs[0].copy(),)
         fn = getattr(xp, ufunc)
         out = fn(inputs[0], inputs[1])
+        if not isinstance(out, xp.ndarray):   # numpy gives a scalar for 0-d inputs: no out=
+            out = xp.asarray(out)
         for x in inputs[2:]:
             fn(out, x, out=out)
         return (out,)

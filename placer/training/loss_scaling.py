@@ -24,8 +24,9 @@ scaled loss, and the loss blob keeps its value.
     then ``Sum(every g_sum) -> grad_sum``: an inf or NaN anywhere makes it inf or NaN
     (a float32 sum of float16 values cannot overflow: 65504 * 2**24 is far below 3.4e38);
   - ``Sub(grad_sum, grad_sum) -> grad_sum_zero`` (0 when finite, NaN otherwise),
-    ``IsNaN -> found_inf``, ``Not -> grads_finite``, ``Reciprocal(loss_scale) ->
-    loss_scale_inv``;
+    ``EQ(grad_sum_zero, grad_sum_zero) -> grads_finite`` (a bool: NaN is the one value not
+    equal to itself; Caffe2's ``IsNaN`` writes uint8, which ``If`` and ``Not`` do not
+    take), ``Not -> found_inf``, ``Reciprocal(loss_scale) -> loss_scale_inv``;
   - each parameter's update ops (the unscale ``Mul(g, loss_scale_inv)``, the weight decay,
     the update, the cast of the master to the half parameter) move into the ``then_net`` of
     ``If(grads_finite, <what they read>) -> <what they write>``: one If per parameter, so
@@ -39,7 +40,7 @@ scaled loss, and the loss blob keeps its value.
   gradient (``WeightedSum([g, ONE, p, wd]) -> g``, with p the float32 master where there
   is one), since no constant can follow a changing scale.
 
-Every op used is a Caffe2 op (``SumElements``, ``Sum``, ``Sub``, ``IsNaN``, ``Not``,
+Every op used is a Caffe2 op (``SumElements``, ``Sum``, ``Sub``, ``EQ``, ``Not``,
 ``Reciprocal``, ``Mul``, ``If``, ``GE``, ``Add``, ``Scale``, ``ConstantFill``), so a
 Caffe2 with CUDA kernels for the half ops runs the net as written.
 """
@@ -57,6 +58,7 @@ GOOD_STEPS = "loss_scale_good_steps"
 WINDOW = "loss_scale_window"
 GRADS_FINITE = "grads_finite"
 FOUND_INF = "found_inf"
+GROW = "loss_scale_grow"
 
 # ops an optimizer writes once for all parameters: they stay outside the per-parameter If
 SHARED_OPS = frozenset({"LearningRate", "AtomicIter"})
@@ -91,6 +93,7 @@ def scale_seeds_dynamic(train: pb.NetDef, init: pb.NetDef, losses: list[str], fi
         make_op("ConstantFill", [], [LOSS_SCALE], shape=[], value=float(cfg.init_scale)),
         make_op("ConstantFill", [], [GOOD_STEPS], shape=[], value=0.0),
         make_op("ConstantFill", [], [WINDOW], shape=[], value=float(cfg.growth_interval)),
+        make_op("ConstantFill", [], [GROW], shape=[], value=0, dtype=5),   # BOOL: made before it is read
     ])
     found = seed_ops(train, losses, first)
     for k, op in reversed(found):
@@ -104,8 +107,8 @@ def check_gradients(nets, float_grads: dict[str, str]) -> None:
     sums = [add("SumElements", [g], f"{g}_sum") for g in float_grads.values()]
     total = add("Sum", sums, "grad_sum") if len(sums) > 1 else sums[0]
     zero = add("Sub", [total, total], "grad_sum_zero")
-    add("IsNaN", [zero], FOUND_INF)
-    add("Not", [FOUND_INF], GRADS_FINITE)
+    add("EQ", [zero, zero], GRADS_FINITE)      # NaN is the one value not equal to itself
+    add("Not", [GRADS_FINITE], FOUND_INF)
     add("Reciprocal", [LOSS_SCALE], LOSS_SCALE_INV)
 
 
@@ -132,7 +135,7 @@ def guard_update(nets, start: int, label: str) -> None:
     nets.net.op.extend(shared)
     if not branch:
         return
-    _append_if(nets.net, GRADS_FINITE, branch, f"{label}_update", device=branch[0].device_option)
+    _append_if(nets.train, GRADS_FINITE, branch, f"{label}_update", device=branch[0].device_option)
 
 
 def update_scale(nets) -> None:
@@ -145,12 +148,12 @@ def update_scale(nets) -> None:
             make_op("ConstantFill", [GOOD_STEPS], [GOOD_STEPS], value=0.0)]
     grow_net = _netdef(grow, "loss_scale_grow_net")
     count = [make_op("Add", [GOOD_STEPS, one], [GOOD_STEPS]),
-             make_op("GE", [GOOD_STEPS, WINDOW], ["loss_scale_grow"]),
-             _if_op("loss_scale_grow", grow_net, [LOSS_SCALE, GOOD_STEPS], [LOSS_SCALE, GOOD_STEPS])]
+             make_op("GE", [GOOD_STEPS, WINDOW], [GROW]),
+             _if_op(GROW, grow_net, [LOSS_SCALE, GOOD_STEPS], [LOSS_SCALE, GOOD_STEPS])]
     op = _if_op(FOUND_INF, _netdef(backoff, "loss_scale_backoff_net"),
-                [LOSS_SCALE, GOOD_STEPS, one, WINDOW], [LOSS_SCALE, GOOD_STEPS, "loss_scale_grow"],
+                [LOSS_SCALE, GOOD_STEPS, one, WINDOW], [LOSS_SCALE, GOOD_STEPS, GROW],
                 else_net=_netdef(count, "loss_scale_count_net"))
-    nets.net.op.append(op)
+    nets.train.append(op)
 
 
 def _netdef(ops, name: str) -> pb.NetDef:
@@ -182,9 +185,9 @@ def _if_op(cond: str, then_net: pb.NetDef, inputs, outputs, else_net: pb.NetDef 
     return op
 
 
-def _append_if(net: pb.NetDef, cond: str, ops, name: str, device=None) -> None:
+def _append_if(builder, cond: str, ops, name: str, device=None) -> None:
     branch = _netdef(ops, name)
     op = _if_op(cond, branch, list(branch.external_input), list(branch.external_output))
     if device is not None and device.ByteSize():
         op.device_option.CopyFrom(device)
-    net.op.append(op)
+    builder.append(op)

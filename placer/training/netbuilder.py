@@ -68,18 +68,22 @@ class NetBuilder:
             args: Sequence[tuple] = (), engine: str | None = None, **kwargs) -> str | tuple:
         """Append an op (``net.<Type>(inputs, outputs, **args)``); returns its output(s)."""
         outputs = [outputs] if isinstance(outputs, str) else list(outputs)
-        for blob in inputs:
-            if not self.defined(blob):
-                self.proto.external_input.append(blob)
-                self._external.add(blob)
         op = make_op(op_type, inputs, outputs, args=args, **kwargs)
         if self.scope.current is not None:
             op.device_option.CopyFrom(self.scope.current)
         if engine is not None:
             op.engine = engine
-        self.proto.op.append(op)
-        self._outputs.update(outputs)
+        self.append(op)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def append(self, op) -> None:
+        """Append a made OperatorDef, with the external-input bookkeeping of ``add``."""
+        for blob in op.input:
+            if not self.defined(blob):
+                self.proto.external_input.append(blob)
+                self._external.add(blob)
+        self.proto.op.append(op)
+        self._outputs.update(op.output)
 
 
 def blob_devices(netdef) -> dict:
