@@ -75,7 +75,8 @@ def plan_json(result: PlanResult, profiles: dict | None = None) -> dict:
         "method": result.options.method, "solver": plan.method, "precision": costs.precision, "precision_notes": costs.precision_notes,
         "total_s": plan.cost.total_s, "compute_s": plan.cost.compute_s, "copy_s": plan.cost.copy_s,
         "optimal": bool(plan.optimal), "gap": _gap(plan), "optimality": optimality(plan),
-        "outputs_on_host": bool(arr.outputs_on_host), "notes": list(plan.notes) + bounded_notes(result.typed.blobs) + caffe2_gpu_notes(result),
+        "outputs_on_host": bool(arr.outputs_on_host), "notes": list(plan.notes) + bounded_notes(result.typed.blobs) + caffe2_gpu_notes(result)
+                 + offload_notes(result),
         "bounded_blobs": {b: {"shape": list(t.shape), "bound": t.bound}
                           for b, t in result.typed.blobs.items() if t is not None and t.bound},
         "machine": {"name": result.machine.name, "description": result.machine.describe(),
@@ -114,6 +115,57 @@ def caffe2_gpu_notes(result: PlanResult) -> list[str]:
         return []
     return [f"on a GPU where Caffe2 has no GPU kernel (--allow-gpu-only-in-placer): {', '.join(types)}; "
             f"the placed net runs in placer run, not in Caffe2"]
+
+
+# Parameter updates (Caffe2's optimizer ops, placer's too): the blob each writes back
+UPDATE_OPS = frozenset({"Adam", "SparseAdam", "RowWiseSparseAdam", "Adagrad", "SparseAdagrad",
+                        "RowWiseSparseAdagrad", "MomentumSGDUpdate", "SparseMomentumSGDUpdate",
+                        "FP16MomentumSGDUpdate", "FP32MomentumSGDUpdate", "Adadelta", "SparseAdadelta",
+                        "WeightedSum", "ScatterWeightedSum"})
+HALF_CASTS = frozenset({"FloatToHalf", "FloatToBFloat16"})
+
+
+def offload_notes(result: PlanResult) -> list[str]:
+    """Names the ZeRO-Offload layout (Ren et al., USENIX ATC 2021) where the plan chose it: the
+    updates of float32 masters on the host, their half copies read by ops on a GPU (the
+    forward and backward there), so that a step sends the half gradients to the host and
+    brings the half parameters back. Named when most of the masters' bytes are on the host."""
+    ops, place = result.typed.net.ops, np.asarray(result.plan.placement)
+    kinds = [d.kind for d in result.machine.devices]
+    on_gpu = [kinds[int(p)] == "gpu" for p in place]
+    readers: dict[str, list[int]] = {}
+    for i, op in enumerate(ops):
+        for b in op.inputs:
+            readers.setdefault(b, []).append(i)
+    offloaded, kept, state_bytes, kept_bytes, half_bytes = 0, 0, 0.0, 0.0, 0.0
+    for i, op in enumerate(ops):
+        if op.type not in UPDATE_OPS or not op.outputs:
+            continue
+        master = op.outputs[0]
+        casts = [j for j in readers.get(master, []) if j > i and ops[j].type in HALF_CASTS]
+        if not casts:
+            continue
+        half = ops[casts[0]].outputs[0]
+        if not any(on_gpu[j] for j in readers.get(half, []) if j != casts[0]):
+            continue                       # its half copy feeds no GPU op: not this layout
+        state = sum(_nbytes(result.typed.blobs.get(b)) for b in dict.fromkeys(op.outputs))
+        if on_gpu[i]:
+            kept += 1
+            kept_bytes += state
+            continue
+        offloaded += 1
+        state_bytes += state
+        half_bytes += _nbytes(result.typed.blobs.get(half))
+    if not offloaded or state_bytes < kept_bytes:
+        return []    # a few small updates (biases) on the host are not the layout
+    return [f"ZeRO-Offload layout: {offloaded} of {offloaded + kept} updates of float32 masters on the CPU "
+            f"({fmt_bytes(state_bytes)} of masters and optimizer state there), their half copies "
+            f"({fmt_bytes(half_bytes)}) read by the forward and backward ops on a GPU: each step copies "
+            "the half gradients down and the half parameters up"]
+
+
+def _nbytes(t) -> float:
+    return 0.0 if t is None else float(t.nbytes)
 
 
 def gpu_kernel_field(notes: dict[int, str], devices: list[str]) -> str | dict[str, str]:
