@@ -2,6 +2,7 @@
 versus placer's plan, with the commands a user types.
 
     python bench/offload_table.py [--gpus v100-32gb-sxm2,...] [--layers 2,4,...] [--out FILE.json]
+    python bench/offload_table.py --reverse --gpus v100-32gb-sxm2     # where offloading loses
 
 For each GPU profile (with the shipped 2-socket EPYC host, ``epyc-7742-2s``) and each depth
 of a width-4096, 32-head GPT-2-style net (``placer/examples/gpt2.py``; 201M parameters a
@@ -17,7 +18,9 @@ the parameter bytes on each device, whether all-on-the-GPU fits (the plan's ``al
 baseline) and its time, and the achieved TFLOPS of each: training FLOPs 6 N T + 6 L S D T
 per step (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", Table 1: 2N + 2
 n_layer n_ctx d_attn forward FLOPs per token, three times that for the forward and the
-backward) over the step time. Depths stop at the first the plan cannot place.
+backward) over the step time, and the share of the step's FLOPs the plan leaves on the GPU
+(1.0 in the ZeRO-Offload layout: only the updates and the casts of the masters on the host;
+below it, GPU memory made the plan move whole layers' compute to the host too).
 
 Planning only: nothing runs, so the figures do not depend on this host's load (the time
 the plans take does).
@@ -42,7 +45,7 @@ from placer.examples import gpt2  # noqa: E402
 
 GPUS = ("v100-32gb-sxm2", "a100-40gb-sxm4", "h100-80gb-sxm5")
 HOST = "epyc-7742-2s"
-LAYERS = (2, 4, 8, 16, 24, 32, 40, 49, 56, 64, 80, 96)
+LAYERS = (2, 4, 8, 12, 16, 24, 32, 40, 49, 64)
 UPDATE_OPS = ("Adam", "SparseAdam")
 
 
@@ -94,7 +97,12 @@ def summary(cfg: gpt2.GPT2Config, doc: dict) -> dict:
     ops = doc["ops"]
     updates = Counter(o["device"] for o in ops if o["type"] in UPDATE_OPS)
     b = doc["baselines"]["all_gpu"]
-    return {"layers": cfg.layers, "params": gpt2.parameter_count(cfg), "plan_s": doc["total_s"],
+    flops_on = Counter()
+    for o in ops:
+        flops_on[o["device_kind"]] += o["flops"]
+    zero = [n for n in doc["notes"] if n.startswith("ZeRO-Offload layout")]
+    return {"layers": cfg.layers, "gpu_flop_share": flops_on["gpu"] / max(sum(flops_on.values()), 1.0),
+            "zero_offload_note": zero[0] if zero else None, "params": gpt2.parameter_count(cfg), "plan_s": doc["total_s"],
             "overlapped_s": (doc.get("schedules") or {}).get("makespan", {}).get("makespan_s"),
             "optimality": doc["optimality"], "gap": doc["gap"],
             "plan_tflops": flops(cfg) / doc["total_s"] / 1e12,
@@ -103,6 +111,23 @@ def summary(cfg: gpt2.GPT2Config, doc: dict) -> dict:
             "all_gpu_fits": bool(b["feasible"]), "all_gpu_s": b["total_s"],
             "all_gpu_tflops": flops(cfg) / b["total_s"] / 1e12,
             "all_gpu_bytes": b["gpu_memory_bytes"], "plan_took_s": doc["_took_s"]}
+
+
+def reverse_rows(tmp: Path, gpu: str, seq: int, batch: int) -> list[dict]:
+    """Where offloading loses: a model that fits on the GPU, with its updates forced to the
+    host (``--pin Adam=cpu``), on the EPYC host and on the 2-core host; and a model that
+    does not fit, planned with each host."""
+    rows = []
+    for layers, hosts in ((8, (HOST, "host-ci-2core")), (16, (HOST, "host-ci-2core"))):
+        cfg = config(layers, 4096, 32, seq, batch)
+        train = train_files(cfg, tmp)
+        for host in hosts:
+            free = plan(cfg, train, gpu, host)
+            forced = plan(cfg, train, gpu, host, "--pin", "Adam=cpu")
+            rows.append({"gpu": gpu, "host": host, "layers": layers, "params": gpt2.parameter_count(cfg),
+                         "plan": summary(cfg, free), "updates_on_host": summary(cfg, forced) if forced else None})
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
 
 
 def main_() -> None:
@@ -115,9 +140,16 @@ def main_() -> None:
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--out", help="write the rows as JSON here")
+    ap.add_argument("--reverse", action="store_true",
+                    help="only the cases where offloading loses (a small model, a slow host)")
     opts = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        if opts.reverse:
+            rows = reverse_rows(Path(tmp), opts.gpus.split(",")[0], opts.seq, opts.batch)
+            if opts.out:
+                Path(opts.out).write_text(json.dumps(rows, indent=1))
+            return
         for gpu in opts.gpus.split(","):
             for layers in map(int, opts.layers.split(",")):
                 cfg = config(layers, opts.width, opts.heads, opts.seq, opts.batch)
@@ -127,7 +159,7 @@ def main_() -> None:
                           flush=True)
                     rows.append({"gpu": gpu, "layers": layers, "params": gpt2.parameter_count(cfg),
                                  "plan_s": None})
-                    break
+                    continue
                 row = {"gpu": gpu, "host": opts.host, **summary(cfg, doc)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
