@@ -25,6 +25,11 @@ DTYPE_TO_DATA_TYPE = {
 }
 
 
+# dtypes numpy does not name: a Python object handle; bfloat16 (placer's amp-bf16 nets,
+# held at run time as uint16 bits: ops/half.py)
+_ITEMSIZE = {"object": 8, "bfloat16": 2}
+
+
 @dataclass(frozen=True)
 class TensorType:
     """Shape and numpy dtype name of a blob. ``shape`` is a tuple of ints (no unknown dims).
@@ -58,7 +63,9 @@ class TensorType:
 
     @property
     def itemsize(self) -> int:
-        return 8 if self.dtype == "object" else np.dtype(self.dtype).itemsize
+        if self.dtype in _ITEMSIZE:
+            return _ITEMSIZE[self.dtype]
+        return np.dtype(self.dtype).itemsize
 
     @property
     def nbytes(self) -> int:

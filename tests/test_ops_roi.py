@@ -16,14 +16,21 @@ def caffe2_run(op_type, arrays, args, n_outputs=1):
     return run_operator(op_type, arrays, args, n_outputs)
 
 
-def ours(op_type, arrays, args, n_outputs=1):
+# dtypes held at run time in another numpy dtype: bfloat16 as its uint16 bits (ops/half.py)
+RUNTIME_DTYPES = {"bfloat16": "uint16"}
+
+
+def ours(op_type, arrays, args, n_outputs=1, dtypes=None):
+    """The kernel's outputs, their shapes and dtypes held to its inference; ``dtypes``: the
+    inputs' declared dtypes where they are not the arrays' own (bfloat16 bits)."""
     a = Args(args, op=f"#0 {op_type}", n_outputs=n_outputs)
     opdef = registry.get(op_type)
     outs = opdef.kernel(np, arrays, a)
-    types = opdef.infer([TensorType(x.shape, str(x.dtype)) for x in arrays], a)
+    dtypes = dtypes or [str(x.dtype) for x in arrays]
+    types = opdef.infer([TensorType(x.shape, d) for x, d in zip(arrays, dtypes)], a)
     assert len(outs) == len(types) == n_outputs
     for x, t in zip(outs, types):
-        assert x.shape == t.shape and str(x.dtype) == t.dtype
+        assert x.shape == t.shape and str(x.dtype) == RUNTIME_DTYPES.get(t.dtype, t.dtype)
     return list(outs)
 
 

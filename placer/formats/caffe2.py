@@ -503,9 +503,9 @@ INIT_HANDLES = {"CreateMutex": TensorType((), "uint8")}
 
 # The casts a mixed-precision init net applies to a filled blob (Caffe2's
 # PseudoFP16Initializer: a float32 master filled, then FloatToHalf to the parameter), and
-# the dtype each writes (placer's bfloat16 casts hold bfloat16 bits in uint16).
+# the dtype each writes.
 INIT_CASTS = {"FloatToHalf": "float16", "HalfToFloat": "float32",
-              "FloatToBFloat16": "uint16", "BFloat16ToFloat": "float32"}
+              "FloatToBFloat16": "bfloat16", "BFloat16ToFloat": "float32"}
 
 
 def cast_of_filled_type(proto, known: dict[str, TensorType]) -> TensorType | None:

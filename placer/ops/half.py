@@ -56,7 +56,11 @@ bfloat16 dtype):
   to nearest even on the lower 16 (as PyTorch's c10::BFloat16 rounds); a NaN becomes the
   quiet NaN with the top 7 payload bits kept (bits >> 16 | 0x0040); overflow rounds to inf.
 - BFloat16ToFloat(X uint16) -> float32: the bits shifted up by 16, exact.
-  A bfloat16 tensor is a uint16 array: 2 bytes per value in costs, memory and copies.
+  A bfloat16 blob has dtype "bfloat16" in shape inference (2 bytes per value in costs,
+  memory and copies; the GPU cost model prices work on it at the bfloat16 peak) and is a
+  uint16 array of the bits at run time. Only these casts run on it: placer's executor
+  refuses any other op reading one (numpy and cupy have no bfloat16 arithmetic), so an
+  amp-bf16 net plans but does not run.
   ``caffe2_devices`` is empty: no Caffe2 build can run a net holding these ops.
 
 Costs: a cast or a fill is one operation per output element plus its bytes; the update
@@ -310,11 +314,11 @@ register(OpDef("FP16MomentumSGDUpdate", _sgd_infer, _sgd_kernel, _sgd_cost,
                caffe2_devices=frozenset({"gpu"}), min_inputs=4, max_inputs=4, launches=_sgd_launches,
                doc="(grad, moment, lr, param) -> (grad', moment', param') in float16, as Caffe2's "
                    "CUDA kernel (fp32_update: float32 arithmetic)"))
-register(OpDef("FloatToBFloat16", _cast_infer("float32", "uint16"),
+register(OpDef("FloatToBFloat16", _cast_infer("float32", "bfloat16"),
                lambda xp, inputs, args: (float_to_bfloat16(xp, inputs[0]),), default_cost,
                caffe2_devices=NO_CAFFE2, min_inputs=1, max_inputs=1, launches=10,
                doc="float32 -> bfloat16 bits (uint16), round to nearest even; placer only"))
-register(OpDef("BFloat16ToFloat", _cast_infer("uint16", "float32"),
+register(OpDef("BFloat16ToFloat", _cast_infer("bfloat16", "float32"),
                lambda xp, inputs, args: (bfloat16_to_float(xp, inputs[0]),), default_cost,
                caffe2_devices=NO_CAFFE2, min_inputs=1, max_inputs=1, launches=2,
                doc="bfloat16 bits (uint16) -> float32, exact; placer only"))

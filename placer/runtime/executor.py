@@ -102,6 +102,25 @@ def missing_kernels(ops: list[Op], where: str) -> list[str]:
     return bad
 
 
+# placer's bfloat16 casts (ops/half.py) hold bfloat16 values as uint16 bits: numpy and cupy
+# have no bfloat16 arithmetic, so only the casts back may read them
+BF16_READERS = frozenset({"BFloat16ToFloat"})
+
+
+def bfloat16_compute(ops: list[Op]) -> list[str]:
+    """Labels of ops that would compute on bfloat16 bits (an amp-bf16 net): placer plans
+    such nets but cannot run them."""
+    bits = {o for op in ops if op.type == "FloatToBFloat16" for o in op.outputs}
+    bad = []
+    for op in ops:
+        read = [b for b in op.inputs if b in bits] if op.type not in BF16_READERS else []
+        if read:
+            bad.append(f"op {op.label}: reads bfloat16 '{read[0]}' (placer's runtime has no bfloat16 "
+                       "arithmetic: numpy and cupy lack the dtype; plan the net, or write it with "
+                       "--precision amp-fp16 to run it)")
+    return bad[:3]
+
+
 def inplace_candidates(op: Op) -> frozenset:
     """Inputs ``op`` could update in place: a pair its entry declares, whose output is the
     input's own blob, read once by the op (another input must not see it change)."""
@@ -176,6 +195,7 @@ class Executor:
         self.init_ops = _init_ops(net)
         self.input_types = {**net.input_shapes, **(input_types or {})}
         bad = missing_kernels(self.init_ops, "init net op") + missing_kernels(self.ops, "op")
+        bad += bfloat16_compute(self.init_ops + self.ops)
         if bad:
             raise KernelMissingError(f"{len(bad)} op(s) cannot run: " + "; ".join(bad),
                                      hint="add a kernel in placer/ops/, or run on a device that has one")
