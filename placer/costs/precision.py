@@ -195,8 +195,16 @@ def fallback_notes(precision: str | None, gpus: Iterable[tuple[str, Mapping[str,
 def resolve(precision: str | None, dtypes: Iterable[str], has_gpu: bool) -> str:
     """What ran, for the plan document: the precision asked for on a machine with a GPU;
     else (auto, or no GPU) the net's own math: "fp16" / "bf16" for a net whose float
-    tensors are all float16 / bfloat16, "fp32" otherwise."""
+    tensors are all float16 / bfloat16, "amp" / "bf16" for a mixed-precision net (``placer
+    train-net --precision amp-fp16 / amp-bf16``: half compute, float32 masters and loss),
+    "fp32" otherwise."""
     if precision is not None and has_gpu:
         return precision
     floats = {d for d in dtypes if d in _NET_PRECISION}
-    return _NET_PRECISION[floats.pop()] if len(floats) == 1 else "fp32"
+    if len(floats) == 1:
+        return _NET_PRECISION[floats.pop()]
+    if floats == {"float16", "float32"}:
+        return "amp"
+    if floats == {"bfloat16", "float32"}:
+        return "bf16"
+    return "fp32"
