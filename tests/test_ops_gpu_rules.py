@@ -22,6 +22,9 @@ import test_ops_control
 import test_ops_detection_boxes
 import test_ops_detection_proposals
 import test_ops_gradients
+import test_ops_half
+import test_ops_layout
+import test_ops_logical
 import test_ops_optimizers
 import test_ops_resize
 import test_ops_roi
@@ -60,6 +63,7 @@ def covered_op_types() -> set[str]:
     ops |= {c[0] for c in test_ops_control.KERNEL_CASES} | {"If"}    # If runs its branch's kernels
     ops |= {c[0] for c in test_ops_roi.KERNEL_CASES} | {c[0] for c in test_ops_detection_boxes.KERNEL_CASES}
     ops |= {c[0] for c in test_ops_transformer.KERNEL_CASES}
+    ops |= {c[0] for c in test_ops_half.KERNEL_CASES + test_ops_layout.KERNEL_CASES + test_ops_logical.KERNEL_CASES}
     ops |= set(test_collectives_ops.STRICT_CHECKED + test_collectives_ops.GLOO_CHECKED)
     ops |= {"CreateCommonWorld", "CloneCommonWorld"}     # host blobs only (test_collectives_ops)
     ops |= set(test_cluster.STRICT_CHECKED)             # SendTensor, ReceiveTensor

@@ -14,6 +14,7 @@ from placer.commands.shard_manifest import sharding_notes
 from placer.errors import InputError
 from placer.fileio import atomic_write_bytes, refuse_outputs
 from placer.ops import cudnn_conv
+from placer.ops.int8_base import Int8Tensor
 from placer.progress import Progress
 from placer.report.tables import run_table
 from placer.report.trace import write_trace
@@ -95,7 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "Caffe2's core.InjectCrossDeviceCopies does (a net whose ops name devices "
                              "but that has no copy ops)")
     parser.add_argument("--seed", type=arguments.count(0), default=0, help="seed of random fills in the init net")
-    parser.add_argument("--outputs", metavar="OUT.npz", help="write the external outputs here")
+    parser.add_argument("--outputs", metavar="OUT.npz", help="write the external outputs here (an Int8 output: its uint8 data, NAME__scale, NAME__zero_point)")
     parser.add_argument("--record", metavar="RUN.json", help="write the RunRecord here")
     parser.add_argument("--trace", metavar="TRACE.json",
                         help="write the measured timeline as a Chrome trace (opens in Perfetto)")
@@ -173,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote {args.save_init}")
     if args.outputs:
         buf = io.BytesIO()
-        np.savez(buf, **outputs)
+        np.savez(buf, **npz_arrays(outputs))
         atomic_write_bytes(args.outputs, buf.getvalue())
     if args.record:
         run_record.save(rec, args.record)
@@ -260,3 +261,17 @@ def _written_state_bytes(typed) -> int:
     made = {o for op in net.init_proto.op for o in op.output} if net.init_proto is not None else set()
     written = {o for op in net.ops for o in op.outputs}
     return sum(typed.blobs[b].nbytes for b in made & written if typed.blobs.get(b) is not None)
+
+
+def npz_arrays(outputs: dict) -> dict:
+    """The arrays ``--outputs`` saves: a quantized (Int8) output as its uint8 data under its
+    name, with ``<name>__scale`` (float32) and ``<name>__zero_point`` (int32) beside it."""
+    arrays = {}
+    for name, value in outputs.items():
+        if isinstance(value, Int8Tensor):
+            arrays[name] = np.asarray(value.data)
+            arrays[f"{name}__scale"] = np.float32(value.scale)
+            arrays[f"{name}__zero_point"] = np.int32(value.zero_point)
+        else:
+            arrays[name] = value
+    return arrays

@@ -86,6 +86,8 @@ _FAMILY_OVERRIDES = {
     # devices, as Caffe2's do (an output never aliases its input), so they stay in their
     # module's family (movement) and pay for their bytes.
     "Alias": "view",
+    # Caffe2's quantized ops (QNNPACK): the same GEMM-shaped work as their float ops
+    "Int8Conv": "conv", "Int8ConvRelu": "conv", "Int8ConvTranspose": "conv", "Int8FC": "fc",
 }
 # Registry module (placer/ops/<module>.py) -> family.
 _MODULE_FAMILY = {

@@ -134,8 +134,15 @@ class DeviceProfile:
         return bool(self.fits) and self.fits_digest == self.fit_inputs_digest(fit_version)
 
     def peak(self, dtype: str) -> float:
-        """Peak FLOP/s for a dtype, else the float32 figure."""
-        return self.peak_flops.get(dtype) or self.peak_flops["float32"]
+        """Peak FLOP/s for a dtype, else the float32 figure. Quantized uint8 tensors (Caffe2's
+        Int8 ops) run at the "int8" peak where the profile has one (GPUs' dp4a / tensor
+        cores); no shipped CPU profile has one, so the CPU prices them at its float32 rate."""
+        return (self.peak_flops.get(dtype) or self.peak_flops.get(PEAK_ALIASES.get(dtype, ""))
+                or self.peak_flops["float32"])
+
+
+# dtypes priced at another dtype's peak
+PEAK_ALIASES = {"uint8": "int8"}
 
 
 @dataclass

@@ -33,7 +33,9 @@ FILL_OF_DTYPE = {
     "int64": "GivenTensorInt64Fill", "int16": "GivenTensorInt16Fill", "bool": "GivenTensorBoolFill",
     "uint8": "GivenTensorByteStringToUInt8Fill",
 }
-KEPT_AS_IS = {"CreateMutex"}
+# Caffe2's Int8 fills make quantized weights, which no run changes (placer trains no Int8
+# net), and an Int8 tensor has no float GivenTensor fill: written back as they were.
+KEPT_AS_IS = {"CreateMutex", "Int8GivenTensorFill", "Int8GivenIntTensorFill"}
 # the names of a loss seed: AddGradientOperators', then data_parallel_model's per device
 SEED_SUFFIXES = ("_autogen_grad", "_grad")
 
