@@ -96,7 +96,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "Caffe2's core.InjectCrossDeviceCopies does (a net whose ops name devices "
                              "but that has no copy ops)")
     parser.add_argument("--seed", type=arguments.count(0), default=0, help="seed of random fills in the init net")
-    parser.add_argument("--outputs", metavar="OUT.npz", help="write the external outputs here (an Int8 output: its uint8 data, NAME__scale, NAME__zero_point)")
+    parser.add_argument("--outputs", metavar="OUT.npz",
+                        help="write the external outputs here (an Int8 output: its uint8 data, "
+                             "NAME__scale, NAME__zero_point)")
     parser.add_argument("--record", metavar="RUN.json", help="write the RunRecord here")
     parser.add_argument("--trace", metavar="TRACE.json",
                         help="write the measured timeline as a Chrome trace (opens in Perfetto)")
