@@ -89,8 +89,9 @@ def add_arguments(p) -> None:
     g.add_argument("--precision", choices=PRECISIONS, default=None, help=PRECISION_HELP)
     g.add_argument("--allow-gpu-only-in-placer", action="store_true", dest="placer_kernels",
                    help="let ops that only placer's runtime has GPU kernels for (in detection nets: "
-                        "BBoxTransform, BoxWithNMSLimit) run on a GPU; the placed net then runs in "
-                        "placer run, not in Caffe2 (default: only where Caffe2 has a GPU kernel)")
+                        "BBoxTransform, BoxWithNMSLimit) run on a GPU, and ops Caffe2 runs on a GPU "
+                        "only (FP16MomentumSGDUpdate) on the CPU; the placed net then runs in "
+                        "placer run, not in Caffe2 (default: only where Caffe2 has a kernel)")
     g.add_argument("--stability-draws", type=arguments.count(0), default=8, metavar="N",
                    help="re-solve N times with op costs moved within their measured spread and flag ops "
                         "whose device flips (default: 8; 0: off)")

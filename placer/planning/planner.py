@@ -186,7 +186,15 @@ def placer_only_gpu_types(types) -> set[str]:
             and "gpu" in o.devices and "gpu" not in o.caffe2_kinds()}
 
 
+def placer_only_cpu_types(types) -> set[str]:
+    """Of ``types``, the op types placer has a CPU kernel for and real Caffe2 runs on a GPU
+    only (FP16MomentumSGDUpdate, FP32MomentumSGDUpdate: CUDA kernels alone)."""
+    return {t for t in types if (o := registry.get(t)) is not None
+            and "cpu" in o.devices and "cpu" not in o.caffe2_kinds() and "gpu" in o.caffe2_kinds()}
+
+
 CAFFE2_CPU_ONLY = "pinned: no GPU kernel in Caffe2 (--allow-gpu-only-in-placer for placer's runtime)"
+CAFFE2_GPU_ONLY = "pinned: no CPU kernel in Caffe2 (--allow-gpu-only-in-placer for placer's runtime)"
 
 
 def allowed_devices(net: Net, costs: NetCosts, machine: Machine, specs, keep_existing: bool,
@@ -196,7 +204,8 @@ def allowed_devices(net: Net, costs: NetCosts, machine: Machine, specs, keep_exi
     Kernels first: an unknown op type runs on the host only; an op type without a GPU
     kernel on CPU devices only; an op type placer has a GPU kernel for but real Caffe2 does
     not (``OpDef.caffe2_devices``: BBoxTransform and BoxWithNMSLimit in a detection net) on CPU
-    devices only too, unless ``placer_kernels`` (``--allow-gpu-only-in-placer``): the placed
+    devices only too, and one Caffe2 runs on a GPU only (FP16MomentumSGDUpdate) on GPUs
+    only (where the machine has one), unless ``placer_kernels`` (``--allow-gpu-only-in-placer``): the placed
     net must run in the Caffe2 the user deploys, and only placer's runtime could run it
     otherwise. Then pins, a later one replacing an earlier one on the same
     op: ``--keep-existing`` (the file's own device options), then each ``--pin GLOB=DEV``
@@ -216,6 +225,9 @@ def allowed_devices(net: Net, costs: NetCosts, machine: Machine, specs, keep_exi
         for i in np.flatnonzero(np.isin(types, list(placer_only_gpu_types(set(types))))):
             allowed[i, kinds == "gpu"] = False
             why[i] = CAFFE2_CPU_ONLY
+        for i in np.flatnonzero(np.isin(types, list(placer_only_cpu_types(set(types))))):
+            allowed[i, kinds == "cpu"] = False
+            why[i] = CAFFE2_GPU_ONLY
     for i in np.flatnonzero(known & ~allowed[:, kinds == "gpu"].any(axis=1) & (kinds == "gpu").any()):
         why[i] = why[i] or "pinned: no GPU kernel"
     pins: dict[int, tuple[np.ndarray, str]] = {}

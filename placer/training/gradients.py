@@ -32,6 +32,7 @@ NO_GRADIENT = frozenset({
 SHOULD_NOT_DO_GRADIENT = frozenset({
     "Accuracy", "Shape", "ResizeLike", "LengthsToSegmentIds", "LengthsToRanges", "ReplaceNaN",
     "ArgMax", "ArgMin", "LengthsToShape",
+    "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or", "Xor", "Not", "Where",   # logical_ops (oracle)
 })
 
 
