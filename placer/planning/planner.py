@@ -183,7 +183,13 @@ def _refuse_memory_blind(arrays, chosen: Plan, options: PlanOptions) -> None:
 def placer_only_gpu_types(types) -> set[str]:
     """Of ``types``, the op types placer has a GPU kernel for and real Caffe2 has not."""
     return {t for t in types if (o := registry.get(t)) is not None
-            and "gpu" in o.devices and "gpu" not in o.caffe2_kinds()}
+            and "gpu" in o.devices and "gpu" not in o.caffe2_kinds() and o.caffe2_kinds()}
+
+
+def placer_only_types(types) -> set[str]:
+    """Of ``types``, the op types real Caffe2 has no kernel for on any device (placer's
+    bfloat16 casts): a net holding one runs in placer only, wherever its ops are placed."""
+    return {t for t in types if (o := registry.get(t)) is not None and not o.caffe2_kinds()}
 
 
 def placer_only_cpu_types(types) -> set[str]:

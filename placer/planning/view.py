@@ -18,7 +18,7 @@ import numpy as np
 
 from placer.partition.problem import device_memory
 from placer.shapes import bounded_notes
-from placer.planning.planner import PlanResult, placer_only_gpu_types
+from placer.planning.planner import PlanResult, placer_only_gpu_types, placer_only_types
 from placer.types import Plan
 from placer.units import fmt_bytes
 
@@ -105,16 +105,20 @@ def plan_json(result: PlanResult, profiles: dict | None = None) -> dict:
 
 def caffe2_gpu_notes(result: PlanResult) -> list[str]:
     """A note when ops sit on a GPU that real Caffe2 has no GPU kernel for (only under
-    ``--allow-gpu-only-in-placer``): the placed net then runs in placer, not in Caffe2."""
-    if not result.options.placer_kernels:
-        return []
-    on_gpu = np.asarray([d.kind == "gpu" for d in result.machine.devices])[np.asarray(result.plan.placement)]
+    ``--allow-gpu-only-in-placer``): the placed net then runs in placer, not in Caffe2; and
+    one when the net holds op types Caffe2 has no kernel for at all."""
     ops = result.typed.net.ops
+    only = sorted(placer_only_types({op.type for op in ops}))
+    notes = [f"op types real Caffe2 has no kernel for: {', '.join(only)}; Caffe2 cannot load the net "
+             "(placer plans it; placer run refuses bfloat16 compute)"] if only else []
+    if not result.options.placer_kernels:
+        return notes
+    on_gpu = np.asarray([d.kind == "gpu" for d in result.machine.devices])[np.asarray(result.plan.placement)]
     types = sorted(placer_only_gpu_types({ops[i].type for i in np.flatnonzero(on_gpu)}))
     if not types:
-        return []
-    return [f"on a GPU where Caffe2 has no GPU kernel (--allow-gpu-only-in-placer): {', '.join(types)}; "
-            f"the placed net runs in placer run, not in Caffe2"]
+        return notes
+    return notes + [f"on a GPU where Caffe2 has no GPU kernel (--allow-gpu-only-in-placer): {', '.join(types)}; "
+                    f"the placed net runs in placer run, not in Caffe2"]
 
 
 # Parameter updates (Caffe2's optimizer ops, placer's too): the blob each writes back

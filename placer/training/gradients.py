@@ -26,6 +26,7 @@ NO_GRADIENT = frozenset({
     "XavierFill", "MSRAFill", "GaussianFill", "UniformFill", "UniformIntFill", "RangeFill",
     "SparseLengthsSumFused8BitRowwise", "SparseLengthsWeightedSumFused8BitRowwise",
     "SparseLengthsMeanFused8BitRowwise", "Iter", "AtomicIter", "LearningRate", "CreateMutex",
+    "Float16ConstantFill", "Float16UniformFill",
 })
 
 # Caffe2's SHOULD_NOT_DO_GRADIENT: asking for the gradient is an error.
