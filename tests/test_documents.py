@@ -149,7 +149,7 @@ def test_the_shipped_profiles_meet_their_models():
         for path in sorted(folder.glob("*.json")):
             read_model(path, model, "profile")
             checked += 1
-    assert checked == 20          # 12 device profiles, 5 machines, 3 clusters (profiles/README.md)
+    assert checked == 21          # 13 device profiles, 5 machines, 3 clusters (profiles/README.md)
 
 
 def test_a_written_run_record_and_plan_meet_their_models(tmp_path):
