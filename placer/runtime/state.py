@@ -54,18 +54,44 @@ def trained_init_net(init: pb.NetDef, state: Mapping[str, np.ndarray]) -> pb.Net
     out.CopyFrom(init)
     del out.op[:]
     for op in init.op:
-        if op.type in KEPT_AS_IS:
+        if op.type in KEPT_AS_IS or _cast_still_holds(op, state):
             out.op.add().CopyFrom(op)
             continue
         for name in op.output:
             if name not in state:
                 raise PlacerError(f"init net op {op.type} -> '{name}': the run holds no value for it",
                                   hint="run the init net before saving the state")
-            fill = out.op.add()
-            fill.CopyFrom(_fill(name, np.asarray(state[name])))
-            if op.HasField("device_option"):
-                fill.device_option.CopyFrom(op.device_option)
+            for made in _fills(name, np.asarray(state[name])):
+                fill = out.op.add()
+                fill.CopyFrom(made)
+                if op.HasField("device_option"):
+                    fill.device_option.CopyFrom(op.device_option)
     return out
+
+
+def _cast_still_holds(op, state: Mapping[str, Any]) -> bool:
+    """A ``FloatToHalf(master) -> p`` of a mixed-precision init net whose trained ``p`` is
+    still its trained master rounded (the update casts it so every step): kept, so the saved
+    net makes ``p`` from the saved master as it did before."""
+    if op.type != "FloatToHalf" or len(op.input) != 1 or len(op.output) != 1:
+        return False
+    src, dst = state.get(op.input[0]), state.get(op.output[0])
+    if src is None or dst is None:
+        return False
+    src, dst = np.asarray(src), np.asarray(dst)
+    return (src.dtype == np.float32 and dst.dtype == np.float16 and src.shape == dst.shape
+            and np.array_equal(src.astype(np.float16).view(np.uint16), dst.view(np.uint16)))
+
+
+def _fills(name: str, value: np.ndarray) -> list[pb.OperatorDef]:
+    """The ops that make ``value`` as ``name``. Caffe2 1.8.1 has no float16 GivenTensor
+    fill: a float16 blob (the half weights and momentum of a mixed-precision net) is its
+    values as float32 (exact) cast back by FloatToHalf."""
+    if value.dtype == np.float16:
+        staged = f"{name}__float32_values"
+        return [_fill(staged, value.astype(np.float32)),
+                pb.OperatorDef(type="FloatToHalf", input=[staged], output=[name])]
+    return [_fill(name, value)]
 
 
 def _fill(name: str, value: np.ndarray) -> pb.OperatorDef:
