@@ -82,6 +82,12 @@ class FakeCudnn:
         args = _args_from_cudnn(pad, stride, dilation, groups, d_layout)
         win = parse_window(args, kernel_from=_kernel_of(W, d_layout))
         out = y.shape[2:] if d_layout == NCHW else y.shape[1:3]
+        if x.dtype == np.float16:   # cuDNN's half convolution computes in float, then adds b in half
+            y[...] = conv2d(np, x.astype(np.float32), W.astype(np.float32), None, win,
+                            (pad[0], pad[1], pad[0], pad[1]), out, groups).astype(np.float16)
+            if b is not None:
+                y[...] = y + (b.reshape(1, -1, 1, 1) if d_layout == NCHW else b)
+            return
         y[...] = conv2d(np, x, W, b, win, (pad[0], pad[1], pad[0], pad[1]), out, groups)
 
     def convolution_backward_filter(self, x, gy, gW, pad, stride, dilation, groups, *, deterministic,

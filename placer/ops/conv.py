@@ -278,6 +278,11 @@ def _finish(xp, y, bias, nchw: bool, depthwise: bool, dims):
     return y.reshape(n, m, ho, wo) if nchw else y.reshape(n, ho, wo, m)
 
 
+def _add_bias(xp, y, bias, nchw: bool):
+    """``y + bias`` per output channel (axis 1 in NCHW, the last in NHWC), in y's dtype."""
+    return y + (bias.reshape(1, -1, 1, 1) if nchw else bias)
+
+
 def conv_kernel(xp, inputs, args: Args):
     win = _conv_window([shape_of(a) for a in inputs[:2]], args)
     x, w = inputs[0], inputs[1]
@@ -289,11 +294,14 @@ def conv_kernel(xp, inputs, args: Args):
     if y is not None:
         return (y,)
     if all(a.dtype == xp.float16 for a in inputs):
-        # float16 on the GEMM path: products summed in float32 and rounded once, as cuDNN's
-        # half convolutions compute in float for Caffe2's float16 Conv
-        f32 = [a.astype(xp.float32) for a in inputs]
-        y = conv2d(xp, f32[0], f32[1], f32[2] if bias is not None else None, win, pads, out, group)
-        return (y.astype(xp.float16),)
+        # float16 on the GEMM path as Caffe2's cuDNN Conv computes it: the convolution in
+        # float (CUDNN_DATA_FLOAT compute) rounded to float16 once, then the bias added in
+        # float16 (cudnnAddTensor), a second rounding
+        y = conv2d(xp, x.astype(xp.float32), w.astype(xp.float32), None, win, pads, out, group)
+        y = y.astype(xp.float16)
+        if bias is not None:
+            y = _add_bias(xp, y, bias, win.nchw)
+        return (y,)
     return (conv2d(xp, x, w, bias, win, pads, out, group),)
 
 

@@ -18,7 +18,8 @@ Caffe2 trained in float16 the way its ImageNet trainer does
 
 ``rewrite_forward`` does the same to any forward net: a parameter every reader of which is
 an op in ``HALF_OPS`` (and whose gradient is dense: Caffe2's fp16 optimizers refuse sparse
-gradients) becomes a pseudo-fp16 parameter; the forward ops in ``HALF_OPS`` read their float
+gradients) becomes a pseudo-fp16 parameter; the convolutions and matrix products
+(``HALF_COMPUTE``) and the other ``HALF_OPS`` that read a half blob read their float
 inputs at the half dtype (a ``FloatToHalf(x) -> x_fp16`` before the first such reader of a
 float32 blob) and write half outputs; every other op reads float32 (``HalfToFloat(x) ->
 x_fp32`` before the first one that reads a half blob), and so does an op of ``HALF_OPS``
@@ -69,6 +70,12 @@ HALF_OPS: dict[str, tuple] = {
     "Transpose": (ALL, ALL), "Squeeze": (ALL, ALL), "ExpandDims": (ALL, ALL),
     "Copy": (ALL, ALL), "Alias": (ALL, ALL), "Gather": ((0,), ALL), "BatchGather": ((0,), ALL),
 }
+
+
+# The ops that run at the half dtype whatever their inputs (float32 inputs are cast down):
+# the GEMM- and convolution-shaped work tensor cores do. The other HALF_OPS follow their
+# inputs: half when one of them is half, float32 otherwise (autocast's "promote" rule).
+HALF_COMPUTE = frozenset({"FC", "FCTransposed", "MatMul", "BatchMatMul", "Conv", "ConvTranspose"})
 
 
 class PrecisionError(PlacerError):
@@ -136,6 +143,9 @@ def rewrite_forward(train: pb.NetDef, init: pb.NetDef, params: Iterable[str], de
         if spec is not None and any(op.input[i] in kept and op.input[i] in float_blobs
                                     for i in _positions(spec[0], len(op.input))):
             spec = None     # it reads a float32 parameter (a table with sparse gradients): float32
+        if spec is not None and op.type not in HALF_COMPUTE and not any(
+                op.input[i] in half for i in _positions(spec[0], len(op.input))):
+            spec = None     # an elementwise or layout op on float32 values only stays float32
         if spec is not None:
             for pos in _positions(spec[0], len(op.input)):
                 blob = op.input[pos]
