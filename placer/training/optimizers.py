@@ -379,18 +379,32 @@ class FP16SgdOptimizer(SgdOptimizer):
                                 [grad, momentum, param], **args)
 
 
-class MultiPrecisionAdamOptimizer(AdamOptimizer):
+class _MasterUpdate(Optimizer):
+    """The start of a placer multi-precision update: the plain update (the next class in
+    the MRO) for a parameter without a master; else (master, rate, iteration blob), or None
+    when the rate skips the parameter."""
+
+    base_lr: float
+
+    def master_start(self, param: str, grad):
+        master = self.nets.masters.get(param)
+        if master is None:
+            super().run(param, grad)
+            return None
+        if self.base_lr <= 0 or self.skip(param):
+            return None
+        lr, iteration = self.build_lr(self.base_lr)
+        return master, self.local_lr(lr, param), self.schedule.update_iteration(self.nets, iteration)
+
+
+class MultiPrecisionAdamOptimizer(_MasterUpdate, AdamOptimizer):
     """Adam on float32 masters (placer's pattern; Caffe2 ships no multi-precision Adam)."""
 
     def run(self, param: str, grad) -> None:
-        master = self.nets.masters.get(param)
-        if master is None:
-            return super().run(param, grad)
-        if self.base_lr <= 0 or self.skip(param):
+        start = self.master_start(param, grad)
+        if start is None:
             return
-        lr, iteration = self.build_lr(self.base_lr)
-        lr = self.local_lr(lr, param)
-        iteration = self.schedule.update_iteration(self.nets, iteration)
+        master, lr, iteration = start
         init = self.nets.param_init.add
         m1 = init("ConstantFill", [master], f"{param}_first_moment", value=0.0)
         m2 = init("ConstantFill", [master], f"{param}_second_moment", value=0.0)
@@ -400,17 +414,14 @@ class MultiPrecisionAdamOptimizer(AdamOptimizer):
         self.nets.train.add(self.nets.casts[0], [master], param)
 
 
-class MultiPrecisionAdagradOptimizer(AdagradOptimizer):
+class MultiPrecisionAdagradOptimizer(_MasterUpdate, AdagradOptimizer):
     """Adagrad on float32 masters (placer's pattern; Caffe2 ships no multi-precision Adagrad)."""
 
     def run(self, param: str, grad) -> None:
-        master = self.nets.masters.get(param)
-        if master is None:
-            return super().run(param, grad)
-        if self.base_lr <= 0 or self.skip(param):
+        start = self.master_start(param, grad)
+        if start is None:
             return
-        lr, _ = self.build_lr(self.base_lr)
-        lr = self.local_lr(lr, param)
+        master, lr, _ = start
         history = self.nets.param_init.add("ConstantFill", [master], f"{param}_squared_sum", value=0.0)
         weight_decay = 0.0
         if self.weight_decay > 0:
