@@ -244,14 +244,19 @@ def _memory_rows(arr: CostArrays, prog: _Program, xi: np.ndarray, d: int) -> Non
     n = arr.n_ops
     cap = float(arr.capacity[d])
     unit = float(2**20)
-    step_cols: list[list[int]] = [[] for _ in range(n)]
-    step_vals: list[list[float]] = [[] for _ in range(n)]
+    # the per-step terms as segments: variable col holds nbytes over steps start..stop-1
+    seg_start: list[int] = []
+    seg_stop: list[int] = []
+    seg_col: list[int] = []
+    seg_val: list[float] = []
     kept_terms: list[list[tuple[int, float]]] = [[] for _ in range(n)]   # (x[p, d], bytes) from step i on
 
     def add(steps: range, col: int, nbytes: float) -> None:
-        for i in steps:
-            step_cols[i].append(col)
-            step_vals[i].append(nbytes)
+        if len(steps):
+            seg_start.append(steps.start)
+            seg_stop.append(steps.stop)
+            seg_col.append(col)
+            seg_val.append(nbytes)
     param_cols, param_bytes = [], []
     for t in range(arr.n_tensors):
         nbytes = float(arr.t_bytes[t]) / unit
@@ -302,14 +307,33 @@ def _memory_rows(arr: CostArrays, prog: _Program, xi: np.ndarray, d: int) -> Non
             vals = [1.0] + ([-1.0] if i else []) + [-b for _, b in kept_terms[i]]
             prog.row(cols, vals, 0.0, 0.0)
     written = arr.written_bytes / unit
-    for i in range(n):
-        cols = base + step_cols[i] + ([int(K[i])] if has_kept else [])
-        vals = [1.0] * len(base) + step_vals[i] + ([1.0] if has_kept else [])
-        if xi[i, d] >= 0:
-            cols.append(int(xi[i, d]))
-            vals.append(float(written[i]))
-        if cols:
-            prog.row(cols, vals, -np.inf, cap / unit)
+    # one row per step: sum of its terms <= capacity, built from whole arrays (a tensor live
+    # over a thousand steps is one segment here, a thousand entries in the matrix)
+    starts, stops = np.asarray(seg_start, np.int64), np.asarray(seg_stop, np.int64)
+    lengths = stops - starts
+    seg_of = np.repeat(np.arange(len(starts)), lengths)
+    offsets = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    step_parts = [starts[seg_of] + offsets]
+    col_parts = [np.asarray(seg_col, np.int64)[seg_of]]
+    val_parts = [np.asarray(seg_val, float)[seg_of]]
+    everywhere = [int(c) for c in base]
+    for c in everywhere:
+        step_parts.append(np.arange(n))
+        col_parts.append(np.full(n, c, np.int64))
+        val_parts.append(np.ones(n))
+    if has_kept:
+        step_parts.append(np.arange(n))
+        col_parts.append(np.asarray(K, np.int64))
+        val_parts.append(np.ones(n))
+    on_d = np.flatnonzero(xi[:, d] >= 0)
+    step_parts.append(on_d)
+    col_parts.append(xi[on_d, d].astype(np.int64))
+    val_parts.append(np.asarray(written, float)[on_d])
+    steps_all = np.concatenate(step_parts)
+    if len(steps_all):
+        present = np.unique(steps_all)
+        prog.rows(np.searchsorted(present, steps_all), np.concatenate(col_parts), np.concatenate(val_parts),
+                  np.full(len(present), -np.inf), np.full(len(present), cap / unit))
 
 
 def _least_variables(arr: CostArrays) -> int:
