@@ -1,0 +1,353 @@
+"""Quantized whole nets (placer.examples.quantize): a ResNet-style net with SpatialBN folded
+and corpus Caffe nets (LeNet, SqueezeNet, MobileNet) turned into Caffe2's Int8 form, then
+inspected, planned, run in placer's Executor and in real Caffe2 (bit for bit), compared
+with the float net, and run placed in Caffe2."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from caffe2_oracle import run_caffe2
+from conftest import corpus_dir
+from google.protobuf import text_format
+from test_training_run_placed import on_the_cpu
+
+from placer import cli, shapes
+from placer.errors import ArgumentError
+from placer.examples import quantize as qz
+from placer.examples import resnet
+from placer.formats import caffe2_pb as pb
+from placer.formats import load_net
+from placer.formats.caffe2 import net_from_netdef
+from placer.ops.int8_base import Int8Tensor
+from placer.runtime.executor import Executor
+from placer.types import TensorType
+
+BATCH, IMAGE = 4, 32
+CFG = resnet.ResNetConfig(name="resnet_int8", batch=BATCH, image=IMAGE, widths=(8, 16, 32),
+                          blocks_per_stage=1, classes=10)
+
+
+def _randomised_bn(params: dict, rng) -> dict:
+    """The builder's BN params are the identity (scale 1, mean 0, var 1): give them values a
+    trained net has, so that folding them changes the weights."""
+    out = dict(params)
+    for k, v in params.items():
+        draw = {"_bn_s": (0.5, 1.5), "_bn_b": (-0.3, 0.3), "_bn_rm": (-0.3, 0.3), "_bn_riv": (0.5, 2.0)}
+        for suffix, (lo, hi) in draw.items():
+            if k.endswith(suffix):
+                out[k] = rng.uniform(lo, hi, v.shape).astype(np.float32)
+        if k == "pred_b":
+            out[k] = rng.uniform(-0.1, 0.1, v.shape).astype(np.float32)
+    return out
+
+
+def _batches(rng, shape, n):
+    return [{"data": rng.standard_normal(shape).astype(np.float32)} for _ in range(n)]
+
+
+def _given_init(params: dict) -> pb.NetDef:
+    init = pb.NetDef(name="float_weights")
+    for name, v in params.items():
+        op = init.op.add(type="GivenTensorFill", output=[name])
+        op.arg.add(name="shape", ints=list(v.shape))
+        op.arg.add(name="values", floats=np.asarray(v, np.float32).ravel().tolist())
+    return init
+
+
+@pytest.fixture(scope="module")
+def resnet_case():
+    rng = np.random.default_rng(11)
+    b = resnet.build(CFG)
+    params = {k: np.asarray(v) for k, v in Executor(net_from_netdef(b.predict, b.init)).run_init().items()}
+    params = _randomised_bn(params, rng)
+    init = _given_init(params)
+    calibration = _batches(rng, (BATCH, 3, IMAGE, IMAGE), 4)
+    p8, i8 = qz.quantize(b.predict, init, calibration)
+    test = _batches(rng, (BATCH, 3, IMAGE, IMAGE), 3)
+    return dict(predict=b.predict, init=init, p8=p8, i8=i8, calibration=calibration, test=test,
+                logits="pred", output="softmax")
+
+
+@pytest.fixture(scope="module")
+def lenet_case():
+    path = corpus_dir() / "caffe" / "mnist_lenet.prototxt"
+    net = load_net(path, input_shapes={"data": TensorType((BATCH, 1, 28, 28))})
+    rng = np.random.default_rng(12)
+    params = {k: np.asarray(v) for k, v in Executor(net).run_init().items()}
+    init = _given_init(params)
+    calibration = _batches(rng, (BATCH, 1, 28, 28), 4)
+    p8, i8 = qz.quantize(net.proto, init, calibration)
+    return dict(predict=net.proto, init=init, p8=p8, i8=i8, calibration=calibration,
+                test=_batches(rng, (BATCH, 1, 28, 28), 3), logits="ip2", output="prob")
+
+
+def _types(netdef) -> list[str]:
+    return [op.type for op in netdef.op]
+
+
+# ---------------------------------------------------------------- the layout of the Int8 nets
+
+def test_the_resnet_int8_net_has_caffe2s_int8_layout(resnet_case):
+    types = _types(resnet_case["p8"])
+    assert types[:2] == ["NCHW2NHWC", "Int8Quantize"]
+    assert types[-2:] == ["Int8Dequantize", "Softmax"]          # the float tail
+    assert "SpatialBN" not in types and "Relu" not in types and "Int8Relu" not in types
+    assert types.count("Int8ConvRelu") == 4 and types.count("Int8SumRelu") == 3   # fused
+    assert types.count("Int8Conv") == 5 and {"Int8MaxPool", "Int8AveragePool", "Int8FC"} <= set(types)
+    init_types = {op.type for op in resnet_case["i8"].op}
+    assert init_types == {"Int8GivenTensorFill", "Int8GivenIntTensorFill"}
+    # weights NHWC (M, kH, kW, C), biases at x_scale * w_scale with zero point 0
+    fills = {op.output[0]: {a.name: a for a in op.arg} for op in resnet_case["i8"].op}
+    assert list(fills["conv1_w"]["shape"].ints) == [8, 7, 7, 3]
+    scales = {op.output[0]: (o.f, o2.i) for op in resnet_case["p8"].op for o in op.arg
+              if o.name == "Y_scale" for o2 in op.arg if o2.name == "Y_zero_point"}
+    x_scale = scales["data_int8"][0]
+    assert fills["conv1_b"]["Y_scale"].f == pytest.approx(x_scale * fills["conv1_w"]["Y_scale"].f, rel=1e-6)
+    assert fills["conv1_b"]["Y_zero_point"].i == 0
+    assert all(0 <= zp <= 255 for _, zp in scales.values())
+    assert scales["conv1_bn"][1] == 0                            # a Relu output: zero point 0
+
+
+def test_lenet_int8_keeps_the_relu_after_an_fc_and_permutes_the_fc_weights(lenet_case):
+    types = _types(lenet_case["p8"])
+    assert types == ["NCHW2NHWC", "Int8Quantize", "Int8Conv", "Int8MaxPool", "Int8Conv", "Int8MaxPool",
+                     "Int8FC", "Int8Relu", "Int8FC", "Int8Dequantize", "Softmax"]
+
+
+def test_what_cannot_be_converted_is_one_line_naming_the_op():
+    path = corpus_dir() / "caffe" / "bvlc_alexnet_deploy.prototxt"
+    net = load_net(path, input_shapes={"data": TensorType((1, 3, 67, 67))})
+    with pytest.raises(ArgumentError, match=r"op #\d+ LRN 'norm1': LRN has no Int8 form") as e:
+        qz.quantize(net.proto, net.init_proto, _batches(np.random.default_rng(0), (1, 3, 67, 67), 1))
+    assert "\n" not in str(e.value)
+    b = resnet.build(CFG)
+    train_bn = pb.NetDef()
+    train_bn.CopyFrom(b.predict)
+    for op in train_bn.op:
+        if op.type == "SpatialBN":
+            for a in op.arg:
+                if a.name == "is_test":
+                    a.i = 0
+    with pytest.raises(ArgumentError, match="SpatialBN.*training mode"):
+        qz.quantize(train_bn, b.init, _batches(np.random.default_rng(0), (1, 3, IMAGE, IMAGE), 1))
+
+
+# ---------------------------------------------------------------- folding and calibration
+
+def test_batchnorm_folding_keeps_the_float_net(resnet_case):
+    """The folded float net against the net with SpatialBN, both in placer's Executor:
+    the same function up to float32 rounding (a few ulps of the logits, whose size is ~1)."""
+    ex = Executor(net_from_netdef(resnet_case["predict"], resnet_case["init"]))
+    folded = qz.prepare(resnet_case["predict"], resnet_case["init"])
+    fp, fi = qz.float_netdefs(folded)
+    assert "SpatialBN" not in _types(fp)
+    exf = Executor(net_from_netdef(fp, fi))
+    for batch in resnet_case["test"]:
+        seen = {}
+        ex.run(batch, warmup=0, watch=["pred"], on_step=lambda s, v: seen.update(v))
+        want = seen["pred"]
+        exf.run(batch, warmup=0, watch=["pred"], on_step=lambda s, v: seen.update(v))
+        np.testing.assert_allclose(seen["pred"], want, rtol=0, atol=1e-4 * np.abs(want).max())
+
+
+def test_calibration_ranges_are_the_executors(resnet_case):
+    """The ranges quantize computes with placer's kernels are those of placer's Executor
+    run (watching every activation) on the same batches."""
+    folded = qz.prepare(resnet_case["predict"], resnet_case["init"])
+    ranges, _ = qz.activation_ranges(folded, resnet_case["calibration"])
+    fp, fi = qz.float_netdefs(folded)
+    names = sorted(ranges)
+    lo, hi = {}, {}
+
+    def step(_, values):
+        for n in names:
+            lo[n] = min(lo.get(n, np.inf), float(values[n].min()))
+            hi[n] = max(hi.get(n, -np.inf), float(values[n].max()))
+    ex = Executor(net_from_netdef(fp, fi))
+    for batch in resnet_case["calibration"]:
+        ex.run(batch, warmup=0, watch=names, on_step=step)
+    assert {n: (lo[n], hi[n]) for n in names} == ranges
+
+
+# ---------------------------------------------------------------- inspect and plan
+
+def _write(tmp_path, case, stem):
+    pred, init = tmp_path / f"{stem}.pbtxt", tmp_path / f"{stem}_init.pbtxt"
+    pred.write_text(text_format.MessageToString(case["p8"]))
+    init.write_text(text_format.MessageToString(case["i8"]))
+    return pred, init
+
+
+@pytest.mark.parametrize("which", ["resnet_case", "lenet_case"])
+def test_inspect_knows_every_op_and_plan_pins_int8_to_the_cpu(which, request, tmp_path, capsys):
+    case = request.getfixturevalue(which)
+    pred, init = _write(tmp_path, case, "q")
+    shape = case["test"][0]["data"].shape
+    net = net_from_netdef(case["p8"], case["i8"])
+    typed = shapes.infer(net, {"data": TensorType(shape)})
+    assert all(t is not None for t in typed.blobs.values())
+    assert cli.main(["inspect", str(pred), "--init-net", str(init), "--input",
+                     "data=" + ",".join(map(str, shape))]) == 0
+    out = capsys.readouterr().out
+    assert "unknown op types: none" in out
+    placed, placed_init = tmp_path / "placed.pbtxt", tmp_path / "placed_init.pbtxt"
+    assert cli.main(["plan", str(pred), "--init-net", str(init), "--input", "data=" + ",".join(map(str, shape)),
+                     "--gpu-profile", "t4-pcie3", "--pin", f"{case['output']}=cuda:0", "--json",
+                     "-o", str(placed), "--init-out", str(placed_init)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    devices = {o["type"]: set() for o in doc["ops"]}
+    for o in doc["ops"]:
+        devices[o["type"]].add(o["device"])
+    assert all(devs == {"cpu"} for t, devs in devices.items() if t.startswith("Int8")), devices
+    assert devices["Softmax"] == {"cuda:0"}                 # the float tail may go to the GPU
+    assert placed.exists() and placed_init.exists()
+
+
+# ---------------------------------------------------------------- placer against real Caffe2
+
+CAFFE2_SCRIPT = """
+out, quant = {}, {}
+for key in KEYS:
+    init, predict = caffe2_pb2.NetDef(), caffe2_pb2.NetDef()
+    init.ParseFromString(inputs[key + "/init"].tobytes())
+    predict.ParseFromString(inputs[key + "/predict"].tobytes())
+    for b in range(BATCHES):
+        workspace.ResetWorkspace()
+        workspace.RunNetOnce(init)
+        workspace.FeedBlob("data", inputs["data%d" % b])
+        workspace.RunNetOnce(predict)
+        for name in FLOATS[key]:
+            out["%s/%d/%s" % (key, b, name)] = workspace.FetchBlob(name)
+        for name in INT8S[key]:
+            data, scale, zp = workspace.FetchInt8Blob(name)
+            out["%s/%d/%s" % (key, b, name)] = data
+            quant["%s/%d/%s" % (key, b, name)] = [float(scale), int(zp)]
+save(**out)
+save_json(quant)
+"""
+
+
+def _caffe2(nets: dict, batches: list, floats: dict, int8s: dict):
+    arrays = {f"data{i}": b["data"] for i, b in enumerate(batches)}
+    for key, (predict, init) in nets.items():
+        arrays[f"{key}/predict"] = np.frombuffer(predict.SerializeToString(), np.uint8)
+        arrays[f"{key}/init"] = np.frombuffer(init.SerializeToString(), np.uint8)
+    script = (f"KEYS = {list(nets)!r}\nBATCHES = {len(batches)}\nFLOATS = {floats!r}\n"
+              f"INT8S = {int8s!r}\n" + CAFFE2_SCRIPT)
+    return run_caffe2(script, arrays)
+
+
+def _int8_blobs(p8) -> list[str]:
+    """Every Int8 activation the net writes (the ops' outputs but the float ones)."""
+    return [op.output[0] for op in p8.op if op.type.startswith("Int8") and op.type != "Int8Dequantize"]
+
+
+def _ours(p8, i8, batch, watch):
+    seen = {}
+    out = Executor(net_from_netdef(p8, i8)).run(batch, warmup=0, watch=watch,
+                                                on_step=lambda s, v: seen.update(v))
+    return {**seen, **out}
+
+
+def _check_against_caffe2(case, tmp_path=None):
+    p8, i8 = case["p8"], case["i8"]
+    logits = case["logits"]
+    int8s = _int8_blobs(p8)
+    floats = [f"{logits}_float", case["output"]]
+    fp, fi = qz.float_netdefs(qz.prepare(case["predict"], case["init"]))
+    nets = {"int8": (p8, i8), "float": (fp, fi)}
+    want, quant = _caffe2(nets, case["test"], {"int8": floats, "float": [logits, case["output"]]},
+                          {"int8": int8s, "float": []})
+    for b, batch in enumerate(case["test"]):
+        got = _ours(p8, i8, batch, int8s + floats)
+        for name in int8s:
+            key = f"int8/{b}/{name}"
+            t = got[name]
+            assert isinstance(t, Int8Tensor)
+            assert (t.scale, t.zero_point) == (float(np.float32(quant[key][0])), quant[key][1]), name
+            np.testing.assert_array_equal(t.data, want[key], err_msg=f"Int8 blob {name}, batch {b}")
+        # the dequantized logits: the same integers, one float32 multiply each: exact
+        name = f"{logits}_float"
+        np.testing.assert_array_equal(got[name], want[f"int8/{b}/{name}"])
+        # the float tail (Softmax): float32 exp and sums in Caffe2's order vs numpy's:
+        # probabilities within a few float32 ulps of 1
+        np.testing.assert_allclose(got[case["output"]], want[f"int8/{b}/{case['output']}"], rtol=0,
+                                   atol=4 * np.finfo(np.float32).eps)
+    return want
+
+
+@pytest.mark.caffe2
+@pytest.mark.parametrize("which", ["resnet_case", "lenet_case"])
+def test_int8_nets_run_in_placer_as_in_caffe2_bit_for_bit(which, request):
+    case = request.getfixturevalue(which)
+    want = _check_against_caffe2(case)
+    # the quantized logits against the float net's (run in Caffe2, the folded float net):
+    # the logits' error is a few steps of their scale (each layer rounds to within half a
+    # step of its own scale and the errors add up, about sqrt(depth) steps), and the top-1
+    # class agrees on most samples
+    logits = case["logits"]
+    scale = next(a.f for op in case["p8"].op if op.output[0] == logits for a in op.arg if a.name == "Y_scale")
+    agree = total = 0
+    worst = 0.0
+    for b in range(len(case["test"])):
+        q = want[f"int8/{b}/{logits}_float"]
+        f = want[f"float/{b}/{logits}"]
+        worst = max(worst, float(np.abs(q - f).max() / scale))
+        agree += int(np.sum(q.argmax(1) == f.argmax(1)))
+        total += q.shape[0]
+    assert worst <= 8.0, f"max logit error {worst:.2f} output steps"
+    assert agree >= 0.75 * total, f"top-1 agrees on {agree} of {total}"
+
+
+@pytest.mark.caffe2
+def test_corpus_squeezenet_and_mobilenet_int8_match_caffe2():
+    """SqueezeNet (Concat of Fire modules, Dropout dropped, global average pool) and
+    MobileNet (depthwise convs, BatchNorm + Scale folded) at 64 x 64."""
+    for stem in ("squeezenet_v1.0_deploy", "mobilenet_deploy"):
+        net = load_net(corpus_dir() / "caffe" / f"{stem}.prototxt",
+                       input_shapes={"data": TensorType((1, 3, 64, 64))})
+        rng = np.random.default_rng(13)
+        params = {k: np.asarray(v) for k, v in Executor(net).run_init().items()}
+        params = {k: (rng.uniform(0.5, 1.5, v.shape).astype(np.float32) if k.endswith("bn_riv") else v)
+                  for k, v in params.items()}
+        init = _given_init(params)
+        calibration = _batches(rng, (1, 3, 64, 64), 2)
+        p8, i8 = qz.quantize(net.proto, init, calibration)
+        logits = next(op.input[0] for op in net.proto.op if op.type == "Softmax")
+        case = dict(predict=net.proto, init=init, p8=p8, i8=i8, test=_batches(rng, (1, 3, 64, 64), 1),
+                    logits=logits, output="prob")
+        _check_against_caffe2(case)
+
+
+# ---------------------------------------------------------------- a placed Int8 net in Caffe2
+
+@pytest.mark.caffe2
+def test_a_placed_int8_net_runs_in_caffe2_with_the_same_outputs(resnet_case, tmp_path, capsys):
+    """Planned for a T4 with the Softmax pinned to the GPU: the placed net (copies to and
+    from the GPU around the float tail) runs in Caffe2's CPU build with every device
+    mapped to the CPU (copies as Copy) and gives what the unplaced net gives."""
+    pred, init = _write(tmp_path, resnet_case, "q")
+    placed, placed_init = tmp_path / "placed.pbtxt", tmp_path / "placed_init.pbtxt"
+    shape = resnet_case["test"][0]["data"].shape
+    assert cli.main(["plan", str(pred), "--init-net", str(init), "--input", "data=" + ",".join(map(str, shape)),
+                     "--gpu-profile", "t4-pcie3", "--pin", "softmax=cuda:0", "-o", str(placed),
+                     "--init-out", str(placed_init)]) == 0
+    capsys.readouterr()
+    p, i = pb.NetDef(), pb.NetDef()
+    text_format.Parse(placed.read_text(), p)
+    text_format.Parse(placed_init.read_text(), i)
+    assert {"CopyCPUToGPU", "CopyGPUToCPU"} <= set(_types(p))
+    nets = {"plain": (resnet_case["p8"], resnet_case["i8"]), "placed": (on_the_cpu(p), on_the_cpu(i))}
+    floats = {k: ["pred_float", "softmax"] for k in nets}
+    int8s = {k: ["pred", "pool5"] for k in nets}
+    want, quant = _caffe2(nets, resnet_case["test"], floats, int8s)
+    for key in list(want):
+        if key.startswith("plain/"):
+            np.testing.assert_array_equal(want["placed/" + key[6:]], want[key], err_msg=key)
+    assert {k[6:]: v for k, v in quant.items() if k.startswith("plain/")} == \
+        {k[7:]: v for k, v in quant.items() if k.startswith("placed/")}
+    # and placer's emulated-GPU run of the placed net gives the same softmax
+    ours = Executor(net_from_netdef(p, i), emulate_gpu=True).run(resnet_case["test"][0], warmup=0)
+    np.testing.assert_allclose(ours["softmax"], want["plain/0/softmax"], rtol=0, atol=4 * np.finfo(np.float32).eps)
