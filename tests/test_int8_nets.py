@@ -283,22 +283,24 @@ def _check_against_caffe2(case, tmp_path=None):
 def test_int8_nets_run_in_placer_as_in_caffe2_bit_for_bit(which, request):
     case = request.getfixturevalue(which)
     want = _check_against_caffe2(case)
-    # the quantized logits against the float net's (run in Caffe2, the folded float net):
-    # the logits' error is a few steps of their scale (each layer rounds to within half a
-    # step of its own scale and the errors add up, about sqrt(depth) steps), and the top-1
-    # class agrees on most samples
+    # the quantized logits against the float net's (the folded float net, run in Caffe2).
+    # Each requantization rounds to within half a step of its own scale and the errors add
+    # up through the layers, and test data may pass the calibration range (saturating):
+    # the mean error stays within 2 steps of the logits' scale, the worst within 10% of
+    # their range; the input-dependent part of the logits (less each class's mean over the
+    # samples: a random-weight net favours few classes) keeps a correlation of 0.98 or
+    # more, and the top-1 class agrees on most samples.
     logits = case["logits"]
     scale = next(a.f for op in case["p8"].op if op.output[0] == logits for a in op.arg if a.name == "Y_scale")
-    agree = total = 0
-    worst = 0.0
-    for b in range(len(case["test"])):
-        q = want[f"int8/{b}/{logits}_float"]
-        f = want[f"float/{b}/{logits}"]
-        worst = max(worst, float(np.abs(q - f).max() / scale))
-        agree += int(np.sum(q.argmax(1) == f.argmax(1)))
-        total += q.shape[0]
-    assert worst <= 8.0, f"max logit error {worst:.2f} output steps"
-    assert agree >= 0.75 * total, f"top-1 agrees on {agree} of {total}"
+    q = np.concatenate([want[f"int8/{b}/{logits}_float"] for b in range(len(case["test"]))])
+    f = np.concatenate([want[f"float/{b}/{logits}"] for b in range(len(case["test"]))])
+    err = np.abs(q - f) / scale
+    assert err.mean() <= 2.0, f"mean logit error {err.mean():.2f} output steps"
+    assert err.max() * scale <= 0.1 * (f.max() - f.min()), f"max logit error {err.max():.2f} steps"
+    centred = np.corrcoef((f - f.mean(0)).ravel(), (q - f.mean(0)).ravel())[0, 1]
+    assert centred >= 0.98, centred
+    agree = int(np.sum(q.argmax(1) == f.argmax(1)))
+    assert agree >= 0.75 * len(q), f"top-1 agrees on {agree} of {len(q)}"
 
 
 @pytest.mark.caffe2
@@ -351,3 +353,67 @@ def test_a_placed_int8_net_runs_in_caffe2_with_the_same_outputs(resnet_case, tmp
     # and placer's emulated-GPU run of the placed net gives the same softmax
     ours = Executor(net_from_netdef(p, i), emulate_gpu=True).run(resnet_case["test"][0], warmup=0)
     np.testing.assert_allclose(ours["softmax"], want["plain/0/softmax"], rtol=0, atol=4 * np.finfo(np.float32).eps)
+
+
+# ---------------------------------------------------------------- the ops' scale limits
+
+def _branchy_net(rng):
+    """data -> two convs -> Sum -> global AveragePool -> FC: every constrained op kind."""
+    predict, init = pb.NetDef(name="limits"), pb.NetDef(name="limits_init")
+
+    def param(name, arr):
+        op = init.op.add(type="GivenTensorFill", output=[name])
+        op.arg.add(name="shape", ints=list(arr.shape))
+        op.arg.add(name="values", floats=arr.astype(np.float32).ravel().tolist())
+        predict.external_input.append(name)
+
+    def op(t, ins, outs, **args):
+        o = predict.op.add(type=t, input=ins, output=outs)
+        for k, v in args.items():
+            o.arg.add(name=k, i=v)
+    param("a_w", rng.uniform(-3, 3, (4, 3, 3, 3)))
+    param("a_b", rng.uniform(-1, 1, (4,)))
+    param("b_w", rng.uniform(-3, 3, (4, 3, 1, 1)))
+    param("fc_w", rng.uniform(-3, 3, (5, 4)))
+    param("fc_b", rng.uniform(-1, 1, (5,)))
+    predict.external_input.insert(0, "data")
+    op("Conv", ["data", "a_w", "a_b"], ["a"], kernel=3, pad=1)
+    op("Conv", ["data", "b_w"], ["b"], kernel=1)
+    op("Sum", ["a", "b"], ["s"])
+    op("AveragePool", ["s"], ["p"], global_pooling=1)
+    op("FC", ["p", "fc_w", "fc_b"], ["y"])
+    predict.external_output.append("y")
+    return predict, init
+
+
+@pytest.mark.caffe2
+def test_scales_are_raised_to_the_ops_limits_and_run_in_caffe2():
+    """Calibration ranges far narrower than the inputs' (as a conv whose output cancels out
+    gives) would break QNNPACK's limits: x_scale * w_scale / y_scale < 1 (conv, FC), input /
+    output scale ratios below 2^8 (Int8Sum, Int8AveragePool). quantize raises the output
+    scales until they hold; placer and Caffe2 then run the net (both refuse a net that
+    breaks them) to the same bytes."""
+    rng = np.random.default_rng(21)
+    predict, init = _branchy_net(rng)
+    net = qz.prepare(predict, init)
+    batches = _batches(rng, (2, 3, 6, 6), 2)
+    ranges, shapes_ = qz.activation_ranges(net, batches)
+    factor = {"a": 1e-6, "s": 1e-6, "p": 1e-6, "y": 1e-10}
+    narrow = {k: (lo * factor.get(k, 1.0), hi * factor.get(k, 1.0)) for k, (lo, hi) in ranges.items()}
+    p8, i8 = qz.convert(net, narrow, shapes_)
+    plain = {k: qz.qparams(*v) for k, v in narrow.items()}
+    got = {op.output[0]: {a.name: (a.f if a.name == "Y_scale" else a.i) for a in op.arg}
+           for op in list(p8.op) + list(i8.op)}
+    x_s, a_s, b_s = got["data_int8"]["Y_scale"], got["a"]["Y_scale"], got["b"]["Y_scale"]
+    s_s, p_s, y_s = got["s"]["Y_scale"], got["p"]["Y_scale"], got["y_int8"]["Y_scale"]
+    for name, scale in (("a", a_s), ("s", s_s), ("p", p_s), ("y", y_s)):
+        assert scale > plain[name].scale, name                      # raised
+    f = np.float32
+    assert f(x_s) * f(got["a_w"]["Y_scale"]) / f(a_s) < 1
+    assert f(p_s) * f(got["fc_w"]["Y_scale"]) / f(y_s) < 1
+    assert max(f(a_s), f(b_s)) / f(s_s) < 2 ** 8 and f(s_s) / f(p_s) < 2 ** 8
+    ours = _ours(p8, i8, batches[0], _int8_blobs(p8))
+    want, quant = _caffe2({"int8": (p8, i8)}, batches[:1], {"int8": ["y"]}, {"int8": _int8_blobs(p8)})
+    for name in _int8_blobs(p8):
+        np.testing.assert_array_equal(ours[name].data, want[f"int8/0/{name}"], err_msg=name)
+    np.testing.assert_array_equal(ours["y"], want["int8/0/y"])
