@@ -15,6 +15,7 @@ from test_training_run_placed import on_the_cpu
 
 from placer import cli, shapes
 from placer.errors import ArgumentError
+from placer import examples
 from placer.examples import quantize as qz
 from placer.examples import resnet
 from placer.formats import caffe2_pb as pb
@@ -417,3 +418,109 @@ def test_scales_are_raised_to_the_ops_limits_and_run_in_caffe2():
     for name in _int8_blobs(p8):
         np.testing.assert_array_equal(ours[name].data, want[f"int8/0/{name}"], err_msg=name)
     np.testing.assert_array_equal(ours["y"], want["int8/0/y"])
+
+
+# ---------------------------------------------------------------- the bundled Int8 example
+
+@pytest.mark.caffe2
+def test_the_bundled_int8_example_loads_regenerates_and_runs_as_in_caffe2():
+    path = examples.path("resnet_tiny_int8")
+    net = load_net(path)                                      # the init net found beside it
+    assert net.init_proto is not None and net.input_shapes["data"] == TensorType((1, 3, 32, 32))
+    fresh = examples.builders()["resnet_tiny_int8"]()
+    assert text_format.MessageToString(fresh.predict) == path.read_text()
+    assert text_format.MessageToString(fresh.init) == (examples.DATA / "resnet_tiny_int8_init.pbtxt").read_text()
+    batch = _batches(np.random.default_rng(5), (1, 3, 32, 32), 1)
+    int8s = _int8_blobs(net.proto)
+    want, _ = _caffe2({"n": (net.proto, net.init_proto)}, batch, {"n": ["pred_float", "softmax"]},
+                      {"n": int8s})
+    ours = _ours(net.proto, net.init_proto, batch[0], int8s + ["pred_float"])
+    for name in int8s:
+        np.testing.assert_array_equal(ours[name].data, want[f"n/0/{name}"], err_msg=name)
+    np.testing.assert_array_equal(ours["pred_float"], want["n/0/pred_float"])
+    assert len(np.unique(ours["pred"].data)) > 3
+
+
+# ---------------------------------------------------------------- the other converted ops
+
+def _mixed_net(rng):
+    """Conv -> MaxPool -> Relu (a standalone Int8Relu) -> Flatten of a 3 x 3 map (an
+    Int8Transpose back to NCHW order first) -> FC -> Relu; a Reshape of the same map -> FC;
+    a 2-D Concat of the two; FC -> Softmax."""
+    predict, init = pb.NetDef(name="mixed"), pb.NetDef(name="mixed_init")
+
+    def param(name, shape):
+        arr = rng.uniform(-1, 1, shape)
+        op = init.op.add(type="GivenTensorFill", output=[name])
+        op.arg.add(name="shape", ints=list(arr.shape))
+        op.arg.add(name="values", floats=arr.astype(np.float32).ravel().tolist())
+        predict.external_input.append(name)
+
+    def op(t, ins, outs, **args):
+        o = predict.op.add(type=t, input=ins, output=outs)
+        for k, v in args.items():
+            if isinstance(v, list):
+                o.arg.add(name=k, ints=v)
+            else:
+                o.arg.add(name=k, i=v)
+    predict.external_input.append("data")
+    for name, shape in (("c_w", (6, 2, 3, 3)), ("c_b", (6,)), ("f1_w", (7, 54)), ("f1_b", (7,)),
+                        ("f2_w", (5, 54)), ("f2_b", (5,)), ("f3_w", (4, 12)), ("f3_b", (4,))):
+        param(name, shape)
+    op("Conv", ["data", "c_w", "c_b"], ["c"], kernel=3, pad=1)
+    op("MaxPool", ["c"], ["m"], kernel=2, stride=2)
+    op("Relu", ["m"], ["m"])
+    op("Flatten", ["m"], ["flat"])
+    op("FC", ["flat", "f1_w", "f1_b"], ["f1"])
+    op("Relu", ["f1"], ["f1"])
+    op("Reshape", ["m"], ["r", "r_old_shape"], shape=[0, -1])
+    op("FC", ["r", "f2_w", "f2_b"], ["f2"])
+    op("Concat", ["f1", "f2"], ["cat", "cat_dims"], axis=1)
+    op("FC", ["cat", "f3_w", "f3_b"], ["logits"])
+    op("Softmax", ["logits"], ["prob"])
+    predict.external_output.extend(["prob", "flat"])
+    return predict, init
+
+
+@pytest.mark.caffe2
+@pytest.mark.parametrize("int8_softmax", [False, True], ids=["float-softmax", "int8-softmax"])
+def test_flatten_reshape_concat_relu_and_softmax_convert_and_match_caffe2(int8_softmax):
+    rng = np.random.default_rng(31)
+    predict, init = _mixed_net(rng)
+    batches = _batches(rng, (3, 2, 6, 6), 3)
+    calibration = _batches(np.random.default_rng(5), (3, 2, 6, 6), 16)
+    p8, i8 = qz.quantize(predict, init, calibration, int8_softmax=int8_softmax)
+    types = _types(p8)
+    assert {"Int8Transpose", "Int8Flatten", "Int8Reshape", "Int8Concat", "Int8Relu"} <= set(types)
+    assert ("Int8Softmax" in types) == int8_softmax and ("Softmax" in types) != int8_softmax
+    int8s = _int8_blobs(p8)
+    want, quant = _caffe2({"q": (p8, i8)}, batches[2:], {"q": ["prob", "flat"]}, {"q": int8s})
+    ours = _ours(p8, i8, batches[2], int8s)
+    for name in int8s:
+        np.testing.assert_array_equal(ours[name].data, want[f"q/0/{name}"], err_msg=name)
+        assert (ours[name].scale, ours[name].zero_point) == (float(np.float32(quant[f"q/0/{name}"][0])),
+                                                             quant[f"q/0/{name}"][1])
+    np.testing.assert_array_equal(ours["flat"], want["q/0/flat"])      # dequantized: exact
+    # the flattened map keeps the float net's (C, H, W) order: on average within a step of
+    # the float values (input, weight and output rounding of the conv before it), where the
+    # same values in (H, W, C) order are several steps away
+    flat_scale = ours["flat_int8"].scale
+    ref = qz.run_float(qz.prepare(predict, init), batches[2])
+    assert np.abs(ours["flat"] - ref["flat"]).mean() <= flat_scale
+    hwc = ref["m"].transpose(0, 2, 3, 1).reshape(ref["flat"].shape)
+    assert np.abs(ours["flat"] - hwc).mean() >= 5 * flat_scale
+    if int8_softmax:
+        np.testing.assert_array_equal(ours["prob"], want["q/0/prob"])
+    else:
+        np.testing.assert_allclose(ours["prob"], want["q/0/prob"], rtol=0, atol=4 * np.finfo(np.float32).eps)
+    # the logits: where not saturated, on average within a step of their scale of the
+    # float net's (four roundings before them, each within half a step of its own scale);
+    # where saturated, the float value is indeed past the representable range
+    lg = ours["logits"]
+    logits = (lg.data.astype(np.float64) - lg.zero_point) * lg.scale
+    inside = (lg.data > 0) & (lg.data < 255)
+    assert inside.mean() >= 0.75
+    assert np.abs(logits - ref["logits"])[inside].mean() <= lg.scale
+    assert np.all(np.where(lg.data == 0, ref["logits"] <= logits + lg.scale / 2, True))
+    assert np.all(np.where(lg.data == 255, ref["logits"] >= logits - lg.scale / 2, True))
+    assert np.sum(ours["prob"].argmax(1) == ref["prob"].argmax(1)) >= 2

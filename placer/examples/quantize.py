@@ -63,7 +63,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from placer.errors import ArgumentError
-from placer.examples.builder import make_op
+from placer.examples import resnet
+from placer.examples.builder import NetBuilder, make_op
 from placer.formats import caffe2_pb as pb
 from placer.formats.caffe2 import net_from_netdef
 from placer.ops import registry
@@ -442,10 +443,13 @@ def _int8_ops(net: FloatNet, shapes: dict[str, tuple[int, ...]], int8_softmax: b
                                    op.label, "same"))
                 x = f"{x}_nchw"
             args = {"shape": list(a["shape"])} if t == "Reshape" else {"axis": 1}
-            outs = list(op.outputs) if t == "Reshape" else [op.outputs[0]]
-            if t == "Reshape" and len(outs) > 1 and readers.get(outs[1]):
-                raise ArgumentError(f"op {op.label}: the Reshape's old-shape output is read")
-            out.append(_Int8Op(f"Int8{t}", [x], outs[:1], args, op.label, "same"))
+            outs = [op.outputs[0]]
+            if t == "Reshape":     # Caffe2's Int8Reshape schema wants both outputs
+                if len(op.outputs) > 1 and readers.get(op.outputs[1]):
+                    raise ArgumentError(f"op {op.label}: the Reshape's old-shape output is read "
+                                        "(Int8Reshape's is the NHWC shape)")
+                outs.append(op.outputs[1] if len(op.outputs) > 1 else f"{op.outputs[0]}_old_shape")
+            out.append(_Int8Op(f"Int8{t}", [x], outs, args, op.label, "same"))
         elif t == "Softmax":
             x_shape = shapes.get(op.inputs[0], ())
             if int8_softmax:
@@ -653,3 +657,37 @@ def _dequantize(emit, src: str, dst: str, nhwc: bool) -> str:
     else:
         emit("Int8Dequantize", [src], [dst])
     return dst
+
+
+# ---------------------------------------------------------------- the bundled Int8 example
+
+TINY_RESNET = resnet.ResNetConfig(name="resnet_tiny_int8", batch=1, image=32, widths=(8, 16, 32),
+                                  blocks_per_stage=1, classes=10)
+
+
+def trained_like_bn(params: Mapping[str, np.ndarray], seed: int = 0) -> dict[str, np.ndarray]:
+    """The resnet builder's SpatialBN parameters are the identity (scale 1, shift 0, mean 0,
+    variance 1); this draws values like a trained net's, so that folding them matters."""
+    rng = np.random.default_rng(seed)
+    draws = {"_bn_s": (0.5, 1.5), "_bn_b": (-0.3, 0.3), "_bn_rm": (-0.3, 0.3), "_bn_riv": (0.5, 2.0)}
+    out = {}
+    for k, v in params.items():
+        lohi = next((r for suffix, r in draws.items() if k.endswith(suffix)), None)
+        out[k] = rng.uniform(*lohi, np.shape(v)).astype(np.float32) if lohi else np.asarray(v)
+    return out
+
+
+def resnet_tiny_int8(cfg: resnet.ResNetConfig = TINY_RESNET, calibration: int = 8) -> NetBuilder:
+    """The bundled Int8 example: a small ResNet-style net (resnet.build at 1x3x32x32, BN
+    statistics drawn by ``trained_like_bn``) quantized on ``calibration`` batches of
+    standard-normal images (seeded)."""
+    b = resnet.build(cfg)
+    params = trained_like_bn(run_init(b.init))
+    rng = np.random.default_rng(1)
+    shape = (cfg.batch, 3, cfg.image, cfg.image)
+    batches = [{"data": rng.standard_normal(shape).astype(np.float32)} for _ in range(calibration)]
+    p8, i8 = quantize(b.predict, b.init, batches, params=params, name=cfg.name)
+    out = NetBuilder(cfg.name)
+    out.predict, out.init = p8, i8
+    out.value_info = {"data": ("float32", list(shape))}
+    return out
