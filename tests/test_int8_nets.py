@@ -153,6 +153,17 @@ def test_batchnorm_folding_keeps_the_float_net(resnet_case):
         np.testing.assert_allclose(seen["pred"], want, rtol=0, atol=1e-4 * np.abs(want).max())
 
 
+def test_the_init_net_is_run_as_the_executor_runs_it():
+    """quantize runs the init net itself when no params are given: the same values as
+    placer's Executor (random fills seeded alike)."""
+    b = resnet.build(CFG)
+    ours = qz.run_init(b.init)
+    theirs = Executor(net_from_netdef(b.predict, b.init)).run_init()
+    assert set(ours) == set(theirs)
+    for k, v in theirs.items():
+        np.testing.assert_array_equal(ours[k], np.asarray(v), err_msg=k)
+
+
 def test_calibration_ranges_are_the_executors(resnet_case):
     """The ranges quantize computes with placer's kernels are those of placer's Executor
     run (watching every activation) on the same batches."""
