@@ -525,10 +525,12 @@ def _assign(ops: list[_Int8Op], net: FloatNet, ranges: dict[str, tuple[float, fl
         for op in ops:
             if op.kind in ("conv", "fc"):
                 x, y = get(op.inputs[0]), get(op.outputs[0])
-                ws = wq[op.weight].scale
-                r = f32(x.scale) * f32(ws) / f32(y.scale)
-                if not r < 1:
-                    changed |= raise_to(op.outputs[0], float(f32(x.scale) * f32(ws)) * (1 + 2 ** -12), op)
+                product = f32(x.scale) * f32(wq[op.weight].scale)
+                if not product / f32(y.scale) < 1:
+                    target = f32(float(product) * (1 + 2 ** -12))
+                    while not product / target < 1:
+                        target = np.nextafter(target, np.float32(np.inf))
+                    changed |= raise_to(op.outputs[0], float(target), op)
             elif op.kind == "sum":
                 y = get(op.outputs[0])
                 xs = [get(b).scale for b in op.inputs]
