@@ -1,7 +1,10 @@
 """Post-training quantization of a float32 NCHW Caffe2 net into Caffe2's Int8 (QNNPACK) form.
 
 ``quantize(predict, init, calibration_batches)`` -> ``(int8_predict, int8_init)`` lays the
-net out the way Caffe2's int8 tooling and its published int8 nets do:
+net out as Caffe2's int8 nets are laid out (QNNPACK's NHWC ops between an NCHW2NHWC /
+Int8Quantize at the inputs and Int8Dequantize / NHWC2NCHW at the outputs, weights and
+biases as Int8 fills in the init net); the names of the blobs it adds (``_nhwc``,
+``_int8``, ``_float``, ``_nchw``) are this module's own convention:
 
 - each fed 4-D input ``x``: ``NCHW2NHWC`` -> ``x_nhwc``, ``Int8Quantize`` -> ``x_int8``
   (a 2-D input is quantized as it is);
@@ -13,8 +16,8 @@ net out the way Caffe2's int8 tooling and its published int8 nets do:
   ``Concat`` (channels) -> ``Int8Concat`` on axis 3; ``Flatten`` / ``Reshape`` ->
   ``Int8Flatten`` / ``Int8Reshape`` (after an ``Int8Transpose`` back to NCHW order when
   the spatial size is not 1 x 1, so the flattened order is the float net's);
-- ``Softmax`` stays a float op on the dequantized logits (the "float tail", as the
-  published quantized ResNet-50 keeps it), or ``Int8Softmax`` with ``int8_softmax=True``;
+- ``Softmax`` stays a float op on the dequantized logits ``x_float`` (the "float tail", as
+  the model zoo's quantized ResNet-50 keeps it), or ``Int8Softmax`` with ``int8_softmax=True``;
 - each external output ``y``: its Int8 blob is ``y_int8``, then ``Int8Dequantize``
   (-> ``y_nhwc`` and ``NHWC2NCHW`` -> ``y`` when 4-D, else -> ``y``): the outputs keep
   their float names, shapes and layout;
@@ -645,6 +648,11 @@ def convert(net: FloatNet, ranges: dict[str, tuple[float, float]], shapes: dict[
         emit(op.type, ins, [n(o) for o in op.outputs], **args)
     for y in int8_outputs:
         _dequantize(emit, n(y), y, len(shapes.get(y, ())) == 4)
+    written = [o for op in predict.op for o in op.output]
+    clash = sorted({o for o in written if written.count(o) > 1})
+    if clash:
+        raise ArgumentError(f"quantize: the Int8 net would write {clash[0]!r} twice (a float blob "
+                            "already has a name this module gives an added blob)")
     predict.external_input.extend(net.inputs + params_out)
     predict.external_output.extend(net.outputs)
     init.external_output.extend(params_out)
