@@ -509,6 +509,7 @@ def test_flatten_reshape_concat_relu_and_softmax_convert_and_match_caffe2(int8_s
     types = _types(p8)
     assert {"Int8Transpose", "Int8Flatten", "Int8Reshape", "Int8Concat", "Int8Relu"} <= set(types)
     assert ("Int8Softmax" in types) == int8_softmax and ("Softmax" in types) != int8_softmax
+    assert types.count("Int8Transpose") == 1                # one NCHW copy for Flatten and Reshape
     int8s = _int8_blobs(p8)
     want, quant = _caffe2({"q": (p8, i8)}, batches[2:], {"q": ["prob", "flat"]}, {"q": int8s})
     ours = _ours(p8, i8, batches[2], int8s)

@@ -364,6 +364,7 @@ def _int8_ops(net: FloatNet, shapes: dict[str, tuple[int, ...]], int8_softmax: b
         return None
 
     float_blobs: set[str] = set()
+    transposed: set[str] = set()
     for i, op in enumerate(net.ops):
         if i in fused:
             continue
@@ -442,8 +443,10 @@ def _int8_ops(net: FloatNet, shapes: dict[str, tuple[int, ...]], int8_softmax: b
             if t == "Flatten" and int(a.get("axis", 1)) != 1:
                 raise ArgumentError(f"op {op.label}: quantize takes Flatten at axis 1 only")
             if len(xs) == 4 and xs[2] * xs[3] != 1:
-                out.append(_Int8Op("Int8Transpose", [x], [f"{x}_nchw"], {"axes": [0, 3, 1, 2]},
-                                   op.label, "same"))
+                if x not in transposed:          # one NCHW copy for every reader
+                    out.append(_Int8Op("Int8Transpose", [x], [f"{x}_nchw"], {"axes": [0, 3, 1, 2]},
+                                       op.label, "same"))
+                    transposed.add(x)
                 x = f"{x}_nchw"
             args = {"shape": list(a["shape"])} if t == "Reshape" else {"axis": 1}
             outs = [op.outputs[0]]
