@@ -576,3 +576,57 @@ def test_corpus_resnet50_int8_at_224_matches_caffe2_and_the_float_net():
     centred = np.corrcoef((ref - ref.mean()).ravel(), (q - ref.mean()).ravel())[0, 1]
     assert centred >= 0.999, centred
     assert q.argmax() == ref.argmax()
+
+
+def _tiny(ops, params=(("w", (4, 3, 3, 3)), ("b", (4,)))):
+    """A net on data (2, 3, 6, 6) with ``ops``: (type, inputs, outputs, args)."""
+    rng = np.random.default_rng(3)
+    predict, init = pb.NetDef(name="bad"), pb.NetDef(name="bad_init")
+    predict.external_input.append("data")
+    for name, shape in params:
+        op = init.op.add(type="GivenTensorFill", output=[name])
+        op.arg.add(name="shape", ints=list(shape))
+        op.arg.add(name="values", floats=rng.uniform(-1, 1, shape).astype(np.float32).ravel().tolist())
+        predict.external_input.append(name)
+    for t, ins, outs, args in ops:
+        o = predict.op.add(type=t, input=ins, output=outs)
+        for k, v in args.items():
+            if isinstance(v, str):
+                o.arg.add(name=k, s=v.encode())
+            else:
+                o.arg.add(name=k, i=v)
+    predict.external_output.append(ops[-1][2][0])
+    return predict, init
+
+
+CONV = ("Conv", ["data", "w", "b"], ["c"], {"kernel": 3, "pad": 1})
+BAD_NETS = {
+    "sigmoid": ([CONV, ("Sigmoid", ["c"], ["y"], {})], r"#1 Sigmoid -> 'y': Sigmoid has no Int8 form"),
+    "sum-of-three": ([CONV, ("Sum", ["c", "c", "c"], ["y"], {})], r"#1 Sum .*exactly two inputs, found 3"),
+    "reduce-mean": ([CONV, ("ReduceMean", ["c"], ["m"], {"keepdims": 1})], r"#1 ReduceMean .*no Int8 form"),
+    "broadcast-add": ([CONV, ("AveragePool", ["c"], ["m"], {"global_pooling": 1}), ("Add", ["c", "m"], ["y"], {})],
+                      r"#2 Add .*does not broadcast"),
+    "fc-axis-2": ([CONV, ("FC", ["c", "w", "b"], ["y"], {"axis": 2})], r"#1 FC .*axis 1"),
+    "bn-not-after-conv": ([CONV, ("Relu", ["c"], ["r"], {}),
+                           ("SpatialBN", ["r", "b", "b", "b", "b"], ["y"], {"is_test": 1})],
+                          r"#2 SpatialBN .*folded into a Conv"),
+    "after-the-float-tail": ([CONV, ("Softmax", ["c"], ["s"], {}), ("Relu", ["s"], ["y"], {})],
+                             r"#2 Relu .*float output of the float tail \('s'\)"),
+    "nhwc-conv": ([("Conv", ["data", "w", "b"], ["y"], {"kernel": 3, "order": "NHWC"})],
+                  r"#0 Conv .*NCHW float nets"),
+    "control": ([("Conv", ["data", "w", "b"], ["y"], {"kernel": 3})], None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_NETS))
+def test_nets_that_cannot_be_quantized_say_which_op_in_one_line(case):
+    ops, message = BAD_NETS[case]
+    predict, init = _tiny(ops)
+    batches = _batches(np.random.default_rng(0), (2, 3, 6, 6), 1)
+    if message is None:                       # the control: the same conv alone converts
+        p8, _ = qz.quantize(predict, init, batches)
+        assert "Int8Conv" in _types(p8)
+        return
+    with pytest.raises(ArgumentError, match=message) as e:
+        qz.quantize(predict, init, batches)
+    assert "\n" not in str(e.value)

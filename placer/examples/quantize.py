@@ -349,6 +349,27 @@ def quantize_weight(w: np.ndarray) -> tuple[np.ndarray, QParams]:
 
 # ---------------------------------------------------------------- the conversion
 
+INT8_FORMS = frozenset({"Conv", "FC", "Relu", "Sum", "Add", "MaxPool", "AveragePool", "Concat", "Flatten",
+                        "Reshape", "Softmax"})
+
+
+def precheck(net: FloatNet) -> None:
+    """What can be told before calibrating: op types without an Int8 form, FC axes, Sum
+    arities, float layouts (the rest is checked in the conversion, with the shapes)."""
+    for op in net.ops:
+        a = op.args
+        if op.type not in INT8_FORMS:
+            raise ArgumentError(f"op {op.label}: {op.type} has no Int8 form here (quantize converts "
+                                f"{', '.join(CONVERTED)})")
+        if op.type == "FC" and (int(a.get("axis", 1)) != 1 or int(a.get("axis_w", 1)) != 1):
+            raise ArgumentError(f"op {op.label}: quantize takes FC with axis 1 and axis_w 1 only")
+        if op.type in ("Sum", "Add") and len(op.inputs) != 2:
+            raise ArgumentError(f"op {op.label}: Int8{op.type} adds exactly two inputs, found {len(op.inputs)}")
+        if op.type in ("Conv", "MaxPool", "AveragePool") and str(a.get("order", "NCHW")).upper() != "NCHW":
+            raise ArgumentError(f"op {op.label}: quantize takes NCHW float nets ({op.type} says "
+                                f"order {a.get('order')!r})")
+
+
 def _int8_ops(net: FloatNet, shapes: dict[str, tuple[int, ...]], int8_softmax: bool) -> list[_Int8Op]:
     """The float ops as Int8 ops on float names (fused where a Relu follows)."""
     readers = _readers(net.ops)
@@ -573,6 +594,7 @@ def quantize(net_predict: pb.NetDef, net_init: pb.NetDef,
     to find the activation ranges. ``params``: the init net's blobs when already computed
     (e.g. placer ``Executor.run_init()``), else the init net is run here."""
     net = prepare(net_predict, net_init, params)
+    precheck(net)
     ranges, shapes = activation_ranges(net, calibration_batches)
     return convert(net, ranges, shapes, int8_softmax=int8_softmax, name=name)
 
