@@ -1,7 +1,10 @@
-"""Quantized whole nets (placer.examples.quantize): a ResNet-style net with SpatialBN folded
-and corpus Caffe nets (LeNet, SqueezeNet, MobileNet) turned into Caffe2's Int8 form, then
-inspected, planned, run in placer's Executor and in real Caffe2 (bit for bit), compared
-with the float net, and run placed in Caffe2."""
+"""Quantized whole nets (placer.examples.quantize): a ResNet-style net with SpatialBN folded,
+the bundled resnet_tiny_int8, a net of the other converted ops (Flatten, Reshape, Concat,
+Relu, Softmax in float and Int8) and corpus Caffe nets (LeNet, SqueezeNet, MobileNet,
+ResNet-50) turned into Caffe2's Int8 form, then inspected, planned (Int8 ops on the CPU),
+run in placer's Executor and in real Caffe2 (every Int8 blob bit for bit, the dequantized
+outputs exactly), compared with the float net (tolerances in quantization steps), and run
+placed in Caffe2; the ops' scale limits, and the nets it refuses."""
 from __future__ import annotations
 
 import json
