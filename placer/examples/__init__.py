@@ -8,6 +8,9 @@
 - ``faster_rcnn_r50_c4``: a Detectron-style R-50-C4 Faster R-CNN at 1x3x800x800
   (``faster_rcnn.py``: GenerateProposals, RoIAlign, BBoxTransform, BoxWithNMSLimit;
   33.8M parameters);
+- ``resnet_tiny_int8``: a small ResNet-style net (SpatialBN folded) in Caffe2's Int8
+  (QNNPACK) form, made by ``quantize.py`` (NCHW2NHWC, Int8Quantize, Int8ConvRelu, Int8Conv,
+  Int8SumRelu, Int8MaxPool, Int8AveragePool, Int8FC, Int8Dequantize, a float Softmax);
 - ``gpt2_tiny``: a GPT-2-style transformer (``gpt2.py``: Gather embeddings, LayerNorm,
   attention by BatchMatMul with a causal mask, Gelu MLP, tied head, SoftmaxWithLoss) at 2
   layers of width 32; ``gpt2.PRESETS`` has GPT-2 small to XL and a 10B configuration,
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from placer.examples import dlrm, faster_rcnn, gpt2, resnet, train_nets, two_tower
+from placer.examples import dlrm, faster_rcnn, gpt2, quantize, resnet, train_nets, two_tower
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -40,6 +43,7 @@ def builders() -> dict:
         "resnet_small": lambda: resnet.build(),
         "faster_rcnn_r50_c4": lambda: faster_rcnn.build(faster_rcnn.r50_c4_800()),
         "gpt2_tiny": lambda: gpt2.build(gpt2.preset("gpt2-tiny")),
+        "resnet_tiny_int8": lambda: quantize.resnet_tiny_int8(),
     }
 
 
