@@ -477,6 +477,9 @@ def _concat_kernel(xp, inputs, args):
 
 def _reshape_infer(inputs, args):
     x = inputs[0]
+    if args.n_outputs is not None and args.n_outputs != 2:
+        raise ArgumentError(f"op {args.op}: Int8Reshape has two outputs (the reshaped tensor and the "
+                            f"old shape), found {args.n_outputs}", hint="add an output for the old shape")
     if len(inputs) == 2:
         if "shape" in args:
             raise ArgumentError(f"op {args.op}: Int8Reshape takes the shape as an argument or as "
