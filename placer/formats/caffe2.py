@@ -33,6 +33,7 @@ from placer.errors import NetParseError, PlacerError, excerpt
 from placer.fileio import atomic_write_bytes, atomic_write_text, note_read
 from placer.formats.caffe2_pb import Argument, NetDef, OperatorDef
 from placer.memory import available_bytes, format_bytes
+from placer.ops import registry
 from placer.types import DATA_TYPE_TO_DTYPE, Args, Device, Net, Op, TensorType
 
 # device_type numbers that are GPUs (PROTO_CUDA, PROTO_HIP); every other type runs on the host.
@@ -502,18 +503,19 @@ INIT_HANDLES = {"CreateMutex": TensorType((), "uint8")}
 
 
 # The casts a mixed-precision init net applies to a filled blob (Caffe2's
-# PseudoFP16Initializer: a float32 master filled, then FloatToHalf to the parameter), and
-# the dtype each writes.
-INIT_CASTS = {"FloatToHalf": "float16", "HalfToFloat": "float32",
-              "FloatToBFloat16": "bfloat16", "BFloat16ToFloat": "float32"}
+# PseudoFP16Initializer: a float32 master filled, then FloatToHalf to the parameter); the
+# dtype each writes is its registry entry's.
+INIT_CASTS = frozenset({"FloatToHalf", "HalfToFloat", "FloatToBFloat16", "BFloat16ToFloat"})
 
 
 def cast_of_filled_type(proto, known: dict[str, TensorType]) -> TensorType | None:
-    """The type a cast of a blob the init net filled writes: its shape, the cast's dtype."""
-    dtype = INIT_CASTS.get(proto.type)
-    if dtype is None or len(proto.input) != 1 or proto.input[0] not in known:
+    """The type a cast of a blob the init net filled writes (the cast's own inference)."""
+    if proto.type not in INIT_CASTS or len(proto.input) != 1 or proto.input[0] not in known:
         return None
-    return TensorType(known[proto.input[0]].shape, dtype)
+    try:
+        return registry.get(proto.type).infer([known[proto.input[0]]], Args({}, op=proto.type))[0]
+    except PlacerError:      # a cast of the wrong dtype: left out, shape inference names it
+        return None
 
 
 def fill_like_input_type(proto, known: dict[str, TensorType]) -> TensorType | None:

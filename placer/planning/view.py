@@ -121,11 +121,6 @@ def caffe2_gpu_notes(result: PlanResult) -> list[str]:
                     f"the placed net runs in placer run, not in Caffe2"]
 
 
-# Parameter updates (Caffe2's optimizer ops, placer's too): the blob each writes back
-UPDATE_OPS = frozenset({"Adam", "SparseAdam", "RowWiseSparseAdam", "Adagrad", "SparseAdagrad",
-                        "RowWiseSparseAdagrad", "MomentumSGDUpdate", "SparseMomentumSGDUpdate",
-                        "FP16MomentumSGDUpdate", "FP32MomentumSGDUpdate", "Adadelta", "SparseAdadelta",
-                        "WeightedSum", "ScatterWeightedSum"})
 HALF_CASTS = frozenset({"FloatToHalf", "FloatToBFloat16"})
 
 
@@ -133,26 +128,28 @@ def offload_notes(result: PlanResult) -> list[str]:
     """Names the ZeRO-Offload layout (Ren et al., USENIX ATC 2021) where the plan chose it: the
     updates of float32 masters on the host, their half copies read by ops on a GPU (the
     forward and backward there), so that a step sends the half gradients to the host and
-    brings the half parameters back. Named when most of the masters' bytes are on the host."""
+    brings the half parameters back. A master is a parameter (a blob the init net makes) that
+    a cast makes a half copy of; its update is the op that last wrote it before the cast
+    (whatever optimizer wrote it). Named when most of the masters' bytes are on the host."""
     ops, place = result.typed.net.ops, np.asarray(result.plan.placement)
     kinds = [d.kind for d in result.machine.devices]
-    on_gpu = [kinds[int(p)] == "gpu" for p in place]
+    on_gpu = [kinds[int(p)] == "gpu" for p in place]     # any of the machine's GPUs
+    params = result.typed.net.params
     readers: dict[str, list[int]] = {}
     for i, op in enumerate(ops):
         for b in op.inputs:
             readers.setdefault(b, []).append(i)
+    last_writer: dict[str, int] = {}
     offloaded, kept, state_bytes, kept_bytes, half_bytes = 0, 0, 0.0, 0.0, 0.0
-    for i, op in enumerate(ops):
-        if op.type not in UPDATE_OPS or not op.outputs:
+    for j, op in enumerate(ops):
+        i = last_writer.get(op.inputs[0]) if op.type in HALF_CASTS and op.inputs else None
+        last_writer.update((b, j) for b in op.outputs)
+        if i is None or op.inputs[0] not in params:
             continue
-        master = op.outputs[0]
-        casts = [j for j in readers.get(master, []) if j > i and ops[j].type in HALF_CASTS]
-        if not casts:
-            continue
-        half = ops[casts[0]].outputs[0]
-        if not any(on_gpu[j] for j in readers.get(half, []) if j != casts[0]):
+        half = op.outputs[0]
+        if not any(on_gpu[r] for r in readers.get(half, []) if r != j):
             continue                       # its half copy feeds no GPU op: not this layout
-        state = sum(_nbytes(result.typed.blobs.get(b)) for b in dict.fromkeys(op.outputs))
+        state = sum(_nbytes(result.typed.blobs.get(b)) for b in dict.fromkeys(ops[i].outputs))
         if on_gpu[i]:
             kept += 1
             kept_bytes += state
