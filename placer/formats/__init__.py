@@ -4,7 +4,8 @@
   beside the predict net under a conventional name when not given) and input shapes from
   a model-zoo ``value_info.json`` beside it;
 - Caffe prototxt, ``layer {}`` / ``layers {}`` (read by ``formats.caffe``, converted to
-  Caffe2 by ``formats.convert``), with optional ``.caffemodel`` weights.
+  Caffe2 by ``formats.convert``), with optional ``.caffemodel`` weights;
+- ONNX ModelProto (``formats.onnx``, converted to Caffe2 the way Caffe2's ONNX backend did).
 
 The suffix is never trusted (binary NetDefs named ``.pbtxt`` exist); the content decides.
 
@@ -25,6 +26,7 @@ from placer.errors import NetParseError, PlacerError, ShapeError
 from placer.fileio import atomic_write_text
 from placer.formats.caffe2 import load_caffe2_net, looks_textual, read_file_bytes
 from placer.formats.convert import load_caffe_net
+from placer.formats.onnx import load_onnx_net, looks_like_onnx
 from placer.types import DATA_TYPE_TO_DTYPE, DTYPE_TO_DATA_TYPE, Net, TensorType, shape_problem
 
 # A Caffe NetParameter at top level: layers, or the deprecated input dims.
@@ -33,7 +35,9 @@ _CAFFE2_TOP = re.compile(rb"^\s*(op|external_input|external_output)\s*[:{]", re.
 
 
 def sniff_format(data: bytes) -> str:
-    """"caffe-prototxt", "caffe2-text" or "caffe2-binary" (a guess; the parser decides)."""
+    """"caffe-prototxt", "caffe2-text", "caffe2-binary" or "onnx" (a guess; the parser decides)."""
+    if looks_like_onnx(data):
+        return "onnx"
     if not looks_textual(data):
         return "caffe2-binary"
     head = data[:1 << 20]
@@ -55,7 +59,13 @@ def load_net(path: str | os.PathLike, init_path: str | os.PathLike | None = None
     ``shapes.infer`` takes the shapes).
     """
     data = read_file_bytes(path)
-    fmt = sniff_format(data)
+    fmt = "onnx" if looks_like_onnx(data, path) else sniff_format(data)
+    if fmt == "onnx":
+        if init_path or weights:
+            raise PlacerError(f"{path}: --init-net and --weights apply to Caffe2 and Caffe nets; an ONNX "
+                              "model holds its weights (initializers)",
+                              hint="drop the option, or convert first: placer convert model.onnx -o DIR")
+        return load_onnx_net(path, input_shapes, data)
     if fmt == "caffe-prototxt":
         if init_path:
             raise PlacerError(f"{path}: --init-net applies to Caffe2 nets; this is a Caffe prototxt",
