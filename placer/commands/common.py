@@ -183,6 +183,9 @@ def load_typed_net(args: argparse.Namespace, complete: bool = False,
                        input_shapes={**fed, **shapes})
         if getattr(args, "inject_copies", False):
             net = inject_copies(net)
+    if net.source_format == "onnx":  # the model declares its inputs' dtypes; --input gives sizes
+        shapes = {n: TensorType(t.shape, net.input_shapes[n].dtype) if n in net.input_shapes else t
+                  for n, t in shapes.items()}
     known = set(net.external_inputs) | set(net.params) | set(net.input_shapes)
     known.update(b for op in net.ops for b in (*op.inputs, *op.outputs))
     for name in shapes:

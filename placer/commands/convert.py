@@ -1,4 +1,5 @@
-"""``placer convert``: a Caffe prototxt (and .caffemodel) to Caffe2 predict and init nets."""
+"""``placer convert``: a Caffe prototxt (and .caffemodel), or an ONNX model, to Caffe2
+predict and init nets."""
 from __future__ import annotations
 
 import argparse
@@ -9,15 +10,18 @@ from placer.commands.common import INPUT_FORMAT, parse_input_specs
 from placer.errors import InputError, PlacerError
 from placer.fileio import OutputDir
 from placer.formats import VALUE_INFO, save_value_info
-from placer.formats.caffe2 import save_netdef
+from placer.formats.caffe2 import read_file_bytes, save_netdef
 from placer.formats.convert import convert_caffe
+from placer.formats.onnx import convert_onnx, looks_like_onnx
 from placer.training.solver import save_solver_nets, solver_nets_for_convert
 from placer.units import fmt_bytes
 
 DESCRIPTION = """\
 Convert a Caffe net (V2 `layer`, V1 `layers` or V0 prototxt) to Caffe2 NetDefs the way
-Caffe2's own translator mapped layers to ops, and write OUTDIR/predict_net.pbtxt and
-OUTDIR/init_net.pbtxt (with --binary also the .pb files). OUTDIR is written whole and moved
+Caffe2's own translator mapped layers to ops, or an ONNX model the way Caffe2's ONNX
+backend mapped nodes to ops, and write OUTDIR/predict_net.pbtxt and OUTDIR/init_net.pbtxt
+(with --binary also the .pb files; an ONNX model's init net is always written as
+init_net.pb, its initializers as GivenTensor*Fill ops). OUTDIR is written whole and moved
 into place: it must be new, empty or a previous conversion (OUTDIR/manifest.json lists the
 files placer wrote there).
 
@@ -32,8 +36,13 @@ random fills chosen from each layer's filler. SSD's fork layers (PriorBox, Permu
 and layers with no Caffe2 op (Python, ...) are kept as ops of their Caffe type; the
 latter are listed.
 
+An ONNX model's symbolic dimensions (a batch named N) take 1, or the size --input gives;
+its constant subgraphs (Shape -> Gather -> Concat -> Reshape) are folded, so the NetDef has
+static shapes, and value_info.json records the inputs' shapes and types.
+
 example:
   placer convert deploy.prototxt --weights net.caffemodel -o converted/
+  placer convert resnet50.onnx --input input=8,3,224,224 -o resnet50/
   placer convert train_val.prototxt --phase train --input data=32,3,224,224 -o out/
   placer convert train_val.prototxt --solver solver.prototxt --input data=32,3,227,227 -o out/
 """
@@ -46,7 +55,7 @@ OUTPUT_KIND = "convert"   # OUTDIR/manifest.json's placer_output field
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("net", metavar="PROTOTXT", help="Caffe net definition (.prototxt)")
+    parser.add_argument("net", metavar="PROTOTXT|MODEL.onnx", help="Caffe net definition (.prototxt) or ONNX model")
     parser.add_argument("--weights", metavar="X.caffemodel",
                         help="trained weights; without it parameters get seeded random fills")
     parser.add_argument("--phase", choices=("test", "train"), default="test",
@@ -70,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
                           hint="give a folder name; it is created when missing")
     folder = OutputDir(out, "-o", OUTPUT_KIND, inputs=(args.net, args.weights, args.solver))
     user_shapes = parse_input_specs(args.inputs)
+    data = read_file_bytes(args.net)
+    if looks_like_onnx(data, args.net):
+        return _run_onnx(args, folder, user_shapes, data)
     solver_nets = None
     if args.solver:
         solver_nets = solver_nets_for_convert(args.net, args.solver, out, args.weights,
@@ -99,6 +111,34 @@ def run(args: argparse.Namespace) -> int:
         written.append(folder.shown(save_value_info(result.input_shapes, folder.path(VALUE_INFO))))
         folder.write_manifest({"source": str(args.net), "weights": args.weights})
     _print_summary(args, result, written)
+    return 0
+
+
+def _run_onnx(args: argparse.Namespace, folder: OutputDir, user_shapes, data: bytes) -> int:
+    for option, value in (("--weights", args.weights), ("--solver", args.solver),
+                          ("--phase", None if args.phase == "test" else args.phase)):
+        if value:
+            raise PlacerError(f"{option} applies to Caffe nets; {args.net} is an ONNX model",
+                              hint="an ONNX model carries its weights; convert it, then `placer train-net` "
+                                   "makes a train net")
+    result = convert_onnx(args.net, user_shapes, data)
+    names = ["predict_net.pbtxt", "init_net.pb"] + (["predict_net.pb"] if args.binary else [])
+    written = []
+    with folder:
+        for name in names:
+            netdef = result.predict if name.startswith("predict") else result.init
+            written.append(folder.shown(save_netdef(netdef, folder.path(name), binary=name.endswith(".pb"))))
+        written.append(folder.shown(save_value_info(result.input_shapes, folder.path(VALUE_INFO))))
+        folder.write_manifest({"source": str(args.net), "weights": None})
+    ops = Counter(op.type for op in result.predict.op)
+    print(f"converted {args.net} (ONNX opset {result.opset}, {result.node_count} nodes): "
+          f"{len(result.predict.op)} ops, {len(result.param_shapes)} parameters (the model's initializers)")
+    print("  ops: " + ", ".join(f"{t} {n}" for t, n in ops.most_common()))
+    print("  input shapes: " + ", ".join(f"{b} {t}" for b, t in result.input_shapes.items()))
+    for note in result.notes:
+        print(f"  note: {note}")
+    for path in written:
+        print(f"wrote {path}")
     return 0
 
 

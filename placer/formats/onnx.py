@@ -209,6 +209,9 @@ def bind_inputs(model, input_shapes: dict[str, TensorType] | None, path) -> tupl
                     raise PlacerError(f"--input {vi.name}: dimension {k} is {g}, but {path} fixes it at "
                                       f"{d.dim_value} ({_dims_text(tt.shape.dim)})",
                                       hint="only the model's symbolic dimensions can be chosen")
+            if given.dtype not in (dtype, "float32"):  # float32 is --input's default, not a choice
+                raise PlacerError(f"--input {vi.name}: dtype {given.dtype}, but {path} declares {dtype}",
+                                  hint=f"feed {dtype}, or leave the dtype out")
             shapes[vi.name] = TensorType(tuple(given.shape), dtype)
             continue
         if not tt.HasField("shape"):
