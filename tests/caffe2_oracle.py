@@ -83,14 +83,33 @@ def require_caffe2() -> str:
     return py
 
 
+# Caffe2's ONNX backend (caffe2.python.onnx) imports the onnx package, which the Caffe2 venv
+# lacks: .ci/run installs onnx 1.8.1 (the release torch 1.8.1 was built against) here with
+# `pip install --target`, and scripts run with ``onnx=True`` get it on their path.
+ONNX_SITE = Path.home() / ".cache" / "placer-caffe2-onnx"
+ONNX_INSTALL = ("{py} -m pip install --target ~/.cache/placer-caffe2-onnx --no-deps onnx==1.8.1")
+
+
+def require_caffe2_onnx() -> str:
+    """The Caffe2 python with onnx 1.8.1 beside it, or a skip (a failure under CI=true)."""
+    py = require_caffe2()
+    if not (ONNX_SITE / "onnx" / "__init__.py").exists():
+        msg = f"Caffe2's ONNX backend needs onnx 1.8.1: {ONNX_INSTALL.format(py=py)}"
+        if IN_CI:
+            pytest.fail("CI=true but " + msg)
+        pytest.skip(msg)
+    return py
+
+
 class OracleError(AssertionError):
     """The oracle script failed; the message carries its stderr."""
 
 
 def run_caffe2(script: str, inputs: dict[str, np.ndarray] | None = None,
-               timeout: float = 300.0) -> tuple[dict[str, np.ndarray], object]:
-    """Run ``script`` in real Caffe2; returns (saved arrays, saved JSON object)."""
-    py = require_caffe2()
+               timeout: float = 300.0, onnx: bool = False) -> tuple[dict[str, np.ndarray], object]:
+    """Run ``script`` in real Caffe2; returns (saved arrays, saved JSON object). With
+    ``onnx`` the script can import onnx and ``caffe2.python.onnx.backend``."""
+    py = require_caffe2_onnx() if onnx else require_caffe2()
     with tempfile.TemporaryDirectory(prefix="placer-oracle-") as tmp:
         tmp = Path(tmp)
         src = tmp / "script.py"
@@ -99,11 +118,13 @@ def run_caffe2(script: str, inputs: dict[str, np.ndarray] | None = None,
         if inputs:
             np.savez(inp, **{k: np.asarray(v) for k, v in inputs.items()})
         env = {**os.environ, "PLACER_ORACLE_IN": str(inp), "PLACER_ORACLE_OUT": str(out),
-               "GLOG_minloglevel": "2", "OMP_NUM_THREADS": "1", "PYTHONPATH": ""}
+               "GLOG_minloglevel": "2", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ONNX_SITE) if onnx else ""}
         proc = subprocess.run([py, str(src)], capture_output=True, text=True, timeout=timeout,
                               env=env, cwd=tmp)
         if proc.returncode != 0:
-            raise OracleError(f"Caffe2 oracle script failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+            err = proc.stderr
+            first = next((l for l in err.splitlines() if "enforce fail" in l or "Error" in l), "")
+            raise OracleError(f"Caffe2 oracle script failed ({proc.returncode}): {first[:1000]}\n{err[-3000:]}")
         with np.load(str(out) + ".npz", allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
         obj = json.loads((Path(str(out) + ".json")).read_text())

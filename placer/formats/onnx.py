@@ -406,6 +406,7 @@ class Converter:
         self.notes: list[str] = []
         self.node = None
         self.node_index = -1
+        self.aliases: dict[str, str] = {}
         self._taken = set(graph.consts) | set(graph.inputs) | {o for n in graph.nodes for o in n.output}
 
     # -- used by the handlers
@@ -417,6 +418,19 @@ class Converter:
             if value is not None:
                 set_arg(proto.arg.add(name=key), value)
         return proto
+
+    def alias(self, out: str, src: str) -> None:
+        """``out`` is ``src`` (a node that changes nothing: a Pad of zeros, a full Slice):
+        no op is written, and later readers of ``out`` read ``src``; a graph output still
+        gets its own blob (a Copy at the end)."""
+        src = self.aliases.get(src, src)
+        if src in self.g.consts:
+            self.g.consts[out] = self.g.consts[src]
+        else:
+            self.aliases[out] = src
+
+    def resolve(self, name: str) -> str:
+        return self.aliases.get(name, name)
 
     def fresh(self, base: str) -> str:
         """A blob name no value of the graph uses."""
@@ -508,8 +522,8 @@ class Converter:
         if name not in produced:
             if name in self.g.consts:
                 src = self.const_input(name, as_name=self.fresh(f"{name}_const"))
-            elif name in self.g.inputs:
-                src = name
+            elif name in self.g.inputs or name in self.aliases:
+                src = self.resolve(name)
             else:
                 raise NetParseError(self.g.path, f"graph output '{name}' is made by no node")
             self.op("Copy", [src], [name])
@@ -545,6 +559,26 @@ def convert_onnx(path: str | os.PathLike, input_shapes: dict[str, TensorType] | 
         notes.append(f"{folded} of {node_count} nodes folded into constants at conversion")
     notes += cv.notes
     return OnnxConversion(cv.predict, cv.init, inputs, cv.params, opset, notes, folded, node_count)
+
+
+def folded_model(path: str | os.PathLike, input_shapes: dict[str, TensorType] | None = None):
+    """The model as the converter maps it: inputs bound to static shapes, constant nodes
+    folded into initializers (the graph Caffe2's backend would be handed to map the same
+    nodes: tests compare the two NetDefs op for op)."""
+    onnx = _onnx()
+    model = read_model(path)
+    opset = default_opset(model, path)
+    inputs, _ = bind_inputs(model, input_shapes, path)
+    graph = Graph(model, path, opset, inputs)
+    fold_constants(graph)
+    used = {n for node in graph.nodes for n in node.input} | {o.name for o in model.graph.output}
+    helper = onnx.helper
+    g = helper.make_graph(
+        graph.nodes, model.graph.name or "g",
+        [helper.make_tensor_value_info(n, _elem(t.dtype), t.shape) for n, t in inputs.items()],
+        list(model.graph.output),
+        [onnx.numpy_helper.from_array(np.asarray(v), n) for n, v in graph.consts.items() if n in used])
+    return helper.make_model(g, opset_imports=list(model.opset_import), ir_version=model.ir_version)
 
 
 def load_onnx_net(path: str | os.PathLike, input_shapes: dict[str, TensorType] | None = None,

@@ -75,7 +75,7 @@ class OnnxNode:
         name = self.inputs[i]
         if name in self.g.consts:
             return self.cv.const_input(name)
-        return name
+        return self.cv.resolve(name)
 
     def attr(self, name: str, default=None):
         return self.attrs.get(name, default)
@@ -435,8 +435,14 @@ def _average_pool(cv, n: OnnxNode) -> None:
 @handles("GlobalAveragePool", "GlobalMaxPool")
 def _global_pool(cv, n: OnnxNode) -> None:
     _check_2d(n, len(n.shape(0)) - 2)
-    n.op("AveragePool" if n.type == "GlobalAveragePool" else "MaxPool", [n.x(0)], n.outputs[:1],
-         global_pooling=1)
+    op = n.op("AveragePool" if n.type == "GlobalAveragePool" else "MaxPool", [n.x(0)], n.outputs[:1],
+              global_pooling=1)
+    # Caffe2's ConvPoolOpBase demands a kernel size of every op whose *name* contains "Pool"
+    # or starts with "Conv" (conv_pool_op_base.h), so a global pool named "/GlobalAveragePool"
+    # (what exporters write) fails to construct there: keep the name, but not those letters.
+    op.name = op.name.replace("Pool", "pool")
+    if op.name.startswith("Conv"):
+        op.name = "_" + op.name
 
 
 @handles("BatchNormalization")
@@ -688,8 +694,8 @@ def _pad(cv, n: OnnxNode) -> None:
     if rank != 4 or any(pads[k] or pads[rank + k] for k in (0, 1)) or any(p < 0 for p in pads):
         n.fail(f"Pad {pads} of a {rank}-D input is not supported",
                hint="Caffe2's PadImage pads H and W of a 4-D NCHW tensor by non-negative amounts")
-    if not any(pads):
-        n.op("Copy", [n.x(0)], n.outputs[:1])
+    if not any(pads):  # what Caffe2's backend was handed after onnx's eliminate_nop_pad
+        n.cv.alias(n.outputs[0], n.inputs[0])
         return
     n.op("PadImage", [n.x(0)], n.outputs[:1], pads=[pads[2], pads[3], pads[6], pads[7]], mode=mode,
          value=value)
