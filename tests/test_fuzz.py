@@ -12,6 +12,7 @@ import pytest
 
 from fuzz_cases import (ACCEPTED, Case, CliRunner, Outcome, bad_option_cases, bad_profile_cases, classify,
                         document_cases, hostile_json_text, hostile_net_cases, mutated_corpus_cases)
+from fuzz_onnx_cases import onnx_cases
 
 SEED = 20250607
 MUTATIONS = 150       # the suite's share; bench/fuzz.py runs thousands
@@ -165,3 +166,18 @@ def test_the_memory_cap_binds_and_run_says_so(tmp_path):
         outcome = r.run(case)
     assert outcome.kind == "refused", outcome.detail or outcome.stderr
     assert "address-space limit" in outcome.stderr and "GiB" in outcome.stderr
+
+
+ONNX_CASES = onnx_cases()
+
+
+@pytest.mark.parametrize("case,expected", ONNX_CASES, ids=[c.name for c, _ in ONNX_CASES])
+def test_onnx_file_case(runner, case, expected):
+    """A bad ONNX file (truncated, an opset outside what is read, a missing initializer, a
+    cycle, an op with no mapping, ...) is one line naming what is wrong; a valid one runs."""
+    outcome = runner.run(case)
+    _contract(outcome)
+    if expected is None:
+        assert outcome.kind == "ok", outcome.stderr
+    elif expected:
+        assert outcome.kind == "refused" and expected in outcome.stderr, outcome.stderr

@@ -103,12 +103,12 @@ def read_model(path: str | os.PathLike, data: bytes | None = None):
                                        "or another kind of file)",
                             hint="re-export it, e.g. with torch.onnx.export") from None
     if not model.HasField("graph"):
-        raise NetParseError(str(path), "an ONNX ModelProto with no graph",
-                            hint="re-export the model; an empty or truncated file has no graph")
+        raise NetParseError(str(path), "not a valid ONNX model: it has no graph (an empty or truncated file?)",
+                            hint="re-export it, e.g. with torch.onnx.export")
     if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
         try:
             onnx.external_data_helper.load_external_data_for_model(model, str(Path(path).parent))
-        except (OSError, ValueError) as e:
+        except Exception as e:  # OSError, or onnx's ValidationError for a path that is no file
             raise NetParseError(str(path), f"an initializer's external data cannot be read: {_first_line(e)}",
                                 hint="keep the .data file(s) the exporter wrote beside the .onnx file") from None
     _check(model, path)
