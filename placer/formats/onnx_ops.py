@@ -782,3 +782,30 @@ def _not_in_caffe2(cv, n: OnnxNode) -> None:
            hint="Caffe2's ONNX backend had none either; rewrite it with elementwise and reduction ops")
 
 
+
+
+@handles("SoftmaxCrossEntropyLoss")
+def _softmax_xent(cv, n: OnnxNode) -> None:
+    # what a model exported with its loss (F.cross_entropy) holds: Caffe2's SoftmaxWithLoss,
+    # the mean over the batch of -log softmax at the label
+    x, labels = n.shape(0), n.type_of(1)
+    if len(x) != 2:
+        n.fail(f"SoftmaxCrossEntropyLoss of {len(x)}-D scores is not supported",
+               hint="Caffe2's SoftmaxWithLoss takes (N, C) scores; flatten them first")
+    if n.attr("reduction", "mean") != "mean":
+        n.reject("reduction", n.attr("reduction"), "mean")
+    if n.has(2):
+        n.fail("class weights are not supported", hint="Caffe2's SoftmaxWithLoss weights samples, not classes")
+    if int(n.attr("ignore_index", -1)) >= 0:
+        # a negative ignore_index (PyTorch writes -100) matches no class label, so it changes nothing
+        n.reject("ignore_index", n.attr("ignore_index"), "a negative value (no class ignored)")
+    label = n.x(1)
+    if labels is not None and labels.dtype != "int32":  # Caffe2's labels are int32
+        cast = n.tmp("label_int32")
+        n.op("Cast", [label], [cast], to=DTYPE_TO_DATA_TYPE["int32"])
+        label = cast
+    prob = n.outputs[1] if len(n.outputs) > 1 and n.outputs[1] else n.tmp("softmax")
+    if len(n.outputs) > 1 and n.outputs[1]:
+        n.fail("the log-probability output of SoftmaxCrossEntropyLoss is not supported",
+               hint="Caffe2's SoftmaxWithLoss gives probabilities; export the loss alone")
+    n.op("SoftmaxWithLoss", [n.x(0), label], [prob, n.outputs[0]])
