@@ -30,7 +30,7 @@ def add_net_arguments(parser: argparse.ArgumentParser) -> None:
     """NET, --init-net, --input (repeatable), --phase, --weights."""
     parser.add_argument("net", metavar="NET",
                         help="the predict net: Caffe2 NetDef (.pbtxt text or .pb binary, "
-                             "sniffed from the content) or Caffe .prototxt")
+                             "sniffed from the content), Caffe .prototxt, or ONNX model (.onnx)")
     parser.add_argument("--init-net", metavar="INIT", dest="init_net",
                         help="Caffe2 init net that fills the parameters (gives their shapes)")
     parser.add_argument("--input", metavar=INPUT_FORMAT, dest="inputs", action="append",
