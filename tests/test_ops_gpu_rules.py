@@ -30,6 +30,7 @@ import test_ops_resize
 import test_ops_roi
 import test_ops_spatial
 import test_ops_transformer
+import test_ops_reduce
 from conftest import require_cupy
 from cupy_standin import CupyRuleError, StrictCupy, check_gpu_kernel, run_strict
 from placer.ops import registry
@@ -62,7 +63,7 @@ def covered_op_types() -> set[str]:
     ops |= {c[0] for c in test_ops_detection_proposals.KERNEL_CASES}
     ops |= {c[0] for c in test_ops_control.KERNEL_CASES} | {"If"}    # If runs its branch's kernels
     ops |= {c[0] for c in test_ops_roi.KERNEL_CASES} | {c[0] for c in test_ops_detection_boxes.KERNEL_CASES}
-    ops |= {c[0] for c in test_ops_transformer.KERNEL_CASES}
+    ops |= {c[0] for c in test_ops_transformer.KERNEL_CASES} | {c[0] for c in test_ops_reduce.KERNEL_CASES}
     ops |= {c[0] for c in test_ops_half.KERNEL_CASES + test_ops_layout.KERNEL_CASES + test_ops_logical.KERNEL_CASES}
     ops |= set(test_collectives_ops.STRICT_CHECKED + test_collectives_ops.GLOO_CHECKED)
     ops |= {"CreateCommonWorld", "CloneCommonWorld"}     # host blobs only (test_collectives_ops)

@@ -25,4 +25,5 @@ from placer.ops import (  # noqa: F401
     gradients_dense, gradients_activation, gradients_loss, gradients_spatial,
     gradients_sparse, gradients_segment, gradients_tensor, optimizers, learning_rate,
     fp32_momentum,               # FP32MomentumSGDUpdate (momentum SGD with weight decay, CUDA in Caffe2)
+    reduce,                      # ReduceMean/Sum/Max/Min/L1/L2, HardSigmoid, Erf (what the ONNX backend writes)
 )
