@@ -19,6 +19,9 @@ X = np.random.default_rng(0).uniform(-4, 4, (3, 4, 5)).astype(np.float32)
 CASES = [(op, X, args) for op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL1", "ReduceL2")
          for args in ({}, {"axes": [1]}, {"axes": [0, 2], "keepdims": 0}, {"axes": [-1], "keepdims": 1},
                       {"axes": [2, 0]})]
+XI = np.random.default_rng(1).integers(-50, 50, (3, 4, 5)).astype(np.int32)
+CASES += [(op, XI.astype(dt), {"axes": [1]}) for op in ("ReduceSum", "ReduceMax", "ReduceMin")
+          for dt in ("int32", "int64")]
 CASES += [("HardSigmoid", X, {}), ("HardSigmoid", X, {"alpha": 1 / 6, "beta": 0.5}), ("Erf", X, {}),
           ("Erf", np.linspace(-6, 6, 101, dtype=np.float32), {})]
 KERNEL_CASES = [(op, lambda x=x: [x], args) for op, x, args in CASES[::3]] + \
@@ -55,8 +58,10 @@ def test_refuses_what_caffe2_refuses():
     infer = registry.get("ReduceMean").infer
     with pytest.raises(ShapeError, match="out of range"):
         infer([TensorType((2, 3))], Args({"axes": [2]}, op="#0 ReduceMean"))
-    with pytest.raises(ShapeError, match="float"):
+    with pytest.raises(ShapeError, match="takes float32"):
         infer([TensorType((2, 3), "int32")], Args({}, op="#0 ReduceMean"))
+    with pytest.raises(ShapeError, match="takes float32"):
+        infer([TensorType((2, 3), "float16")], Args({}, op="#0 ReduceSum"))
 
 
 @pytest.mark.parametrize("op_type,make,args", KERNEL_CASES, ids=[f"k{i}" for i in range(len(KERNEL_CASES))])

@@ -4,8 +4,10 @@ ONNX backend writes for ReduceMean/Sum/Max/Min/L1/L2, HardSigmoid and Erf.
 - ``ReduceMean``, ``ReduceSum``, ``ReduceMax``, ``ReduceMin``, ``ReduceL1`` (sum of |x|),
   ``ReduceL2`` (sqrt of the sum of squares) (X) -> Y over ``axes`` (default: every axis;
   negative ones count from the end), keeping them as size 1 with ``keepdims`` (default 1),
-  as caffe2/operators/reduce_ops.cc. Float inputs; Y has X's dtype (the sums accumulate in
-  float64 and round once).
+  as caffe2/operators/reduce_ops.cc. float32 inputs, and also int32, int64 and float64 for
+  Sum, Max and Min; Y has X's dtype (float sums accumulate in float64 and round once; int
+  sums wrap as Caffe2's). Caffe2 has CUDA kernels for Mean, Sum, Max and Min only. Max and
+  Min over an empty axis are refused (Caffe2 gives the type's lowest / highest value).
 - ``HardSigmoid`` (X) -> max(0, min(1, alpha x + beta)), alpha 0.2 and beta 0.5 by default
   (caffe2/operators/hard_sigmoid_op.cc).
 - ``Erf`` (X) -> erf(x) (caffe2/operators/erf_op.cc), evaluated in float64 by the xp-only
@@ -21,6 +23,8 @@ from placer.ops.transformer import _erf
 from placer.types import TensorType
 
 REDUCTIONS = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL1", "ReduceL2")
+INT_REDUCTIONS = ("ReduceSum", "ReduceMax", "ReduceMin")   # also int32/int64/float64 in Caffe2
+CPU_ONLY_IN_CAFFE2 = ("ReduceL1", "ReduceL2")   # reduce_ops.cu has Min, Max, Sum, Mean only
 
 
 def _axes(x: TensorType, args) -> tuple[int, ...]:
@@ -42,8 +46,9 @@ def _reduce_infer_of(op_type: str):
 
 def _reduce_infer(op_type: str, inputs, args):
     x = inputs[0]
-    if not x.dtype.startswith("float"):
-        raise ShapeError(f"op {args.op}: reductions take float tensors, not {x.dtype}")
+    allowed = ("float32", "float64", "int32", "int64") if op_type in INT_REDUCTIONS else ("float32",)
+    if x.dtype not in allowed:
+        raise ShapeError(f"op {args.op}: {op_type} takes {', '.join(allowed)}, not {x.dtype} (as Caffe2)")
     axes = _axes(x, args)
     if args.int("keepdims", 1):
         shape = tuple(1 if k in axes else d for k, d in enumerate(x.shape))
@@ -68,6 +73,8 @@ def _reduce_kernel(op_type: str):
         elif op_type == "ReduceL2":
             x64 = x.astype(np.float64)
             y = xp.sqrt(xp.sum(x64 * x64, axis=axes, keepdims=keep))
+        elif op_type == "ReduceSum" and x.dtype.kind in "iu":
+            y = xp.sum(x, axis=axes, keepdims=keep, dtype=x.dtype)  # wraps around, as Caffe2's
         elif op_type == "ReduceSum":
             y = xp.sum(x.astype(np.float64), axis=axes, keepdims=keep)
         else:
@@ -87,7 +94,8 @@ _LAUNCHES = {"ReduceL1": 4, "ReduceL2": 5}
 
 for _name in REDUCTIONS:
     register(OpDef(_name, _reduce_infer_of(_name), _reduce_kernel(_name), cost=_reduce_cost, min_inputs=1, max_inputs=1,
-                   launches=_LAUNCHES.get(_name, 2), scratch=2.0, doc=f"{_name} over axes (default all), keepdims (default 1)"))
+                   launches=_LAUNCHES.get(_name, 2),
+                   caffe2_devices=frozenset({"cpu"}) if _name in CPU_ONLY_IN_CAFFE2 else None, scratch=2.0, doc=f"{_name} over axes (default all), keepdims (default 1)"))
 
 
 def _float_same(inputs, args):
