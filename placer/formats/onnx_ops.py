@@ -149,10 +149,28 @@ for _onnx_type, _c2 in {"Relu": "Relu", "Sigmoid": "Sigmoid", "Tanh": "Tanh", "E
 
 # Binary ops with numpy broadcasting: Caffe2's elementwise ops broadcast the same way when
 # no legacy `broadcast` argument is given (what the backend wrote from opset 7).
-for _onnx_type, _c2 in {"Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div", "Equal": "EQ",
-                        "Less": "LT", "Greater": "GT", "LessOrEqual": "LE", "GreaterOrEqual": "GE",
+for _onnx_type, _c2 in {"Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div",
                         "And": "And", "Or": "Or", "Xor": "Xor"}.items():
     HANDLERS[_onnx_type] = _same(_c2)
+
+COMPARISONS = {"Equal": "EQ", "Less": "LT", "Greater": "GT", "LessOrEqual": "LE", "GreaterOrEqual": "GE"}
+# integer types Caffe2's comparison kernels lack, compared after a Cast to int32 (which holds
+# every value of them exactly, so the bool result is unchanged)
+_NARROW_INTS = frozenset({"int8", "int16", "uint8", "uint16"})
+
+
+@handles(*COMPARISONS)
+def _compare(cv, n: OnnxNode) -> None:
+    ins = []
+    for i in range(2):
+        blob = n.x(i)
+        t = n.type_of(i)
+        if t is not None and t.dtype in _NARROW_INTS:
+            wide = n.tmp(f"int32_{i}")
+            n.op("Cast", [blob], [wide], to=DTYPE_TO_DATA_TYPE["int32"])
+            blob = wide
+        ins.append(blob)
+    n.op(COMPARISONS[n.type], ins, n.outputs[:1])
 
 
 @handles("Pow")
@@ -385,6 +403,9 @@ def _conv_transpose(cv, n: OnnxNode) -> None:
                 pads_b.append(total - total // 2)
                 pads_e.append(total // 2)
         pads = pads_b + pads_e
+        if any(p < 0 for p in pads):
+            n.fail(f"output_shape {list(n.attr('output_shape'))} needs negative pads {pads}",
+                   hint="Caffe2's ConvTranspose takes pads >= 0; give output_padding instead")
     else:
         pads = _spatial_pads(n, kernel, strides, dilations, x, transpose=True, out_shape=out)
     group = int(n.attr("group", 1))
@@ -529,6 +550,12 @@ def _gemm(cv, n: OnnxNode) -> None:
 
 @handles("MatMul")
 def _matmul(cv, n: OnnxNode) -> None:
+    if len(n.shape(0)) == 1 and len(n.shape(1)) == 1:
+        # a dot product is a scalar in ONNX (numpy's matmul); Caffe2's BatchMatMul gives (1,)
+        dot = n.tmp("dot")
+        n.op("BatchMatMul", [n.x(0), n.x(1)], [dot], broadcast=1)
+        n.op("Squeeze", [dot], n.outputs[:1], dims=[0])
+        return
     n.op("BatchMatMul", [n.x(0), n.x(1)], n.outputs[:1], broadcast=1)
 
 
@@ -542,7 +569,11 @@ def _reshape_to(n: OnnxNode, x: str, y: str, shape) -> None:
 def _reshape(cv, n: OnnxNode) -> None:
     if n.opset >= 5:
         n.need_const(1, "shape")
-    _reshape_to(n, n.x(0), n.outputs[0], n.out_shape())
+    out = n.out_shape()
+    if 0 in out:
+        n.fail(f"Reshape to {tuple(out)}, a shape with a 0 dimension, is not supported",
+               hint="Caffe2's Reshape reads 0 as 'keep the input's dimension' and cannot make an empty axis")
+    _reshape_to(n, n.x(0), n.outputs[0], out)
 
 
 @handles("Flatten")
@@ -712,8 +743,12 @@ def _resize(cv, n: OnnxNode) -> None:
     if mode == "nearest":
         ctm = n.attr("coordinate_transformation_mode", "asymmetric" if n.type == "Resize" else "asymmetric")
         nearest = n.attr("nearest_mode", "round_prefer_floor")
-        integral = hs == int(hs) and ws == int(ws)
-        if n.type == "Resize" and not (ctm == "asymmetric" and (nearest == "floor" or integral)):
+        # asymmetric: the source index is (output index) / scale, rounded by nearest_mode;
+        # Caffe2's ResizeNearest floors it. The roundings agree for nearest_mode floor, for
+        # a scale of 1, and for round_prefer_floor at scales 1 and 2 (fractions 0 and 1/2)
+        # only.
+        same = all(s in (1.0,) or nearest == "round_prefer_floor" and s == 2.0 for s in (hs, ws))
+        if n.type == "Resize" and not (ctm == "asymmetric" and (nearest == "floor" or same)):
             n.fail(f"Resize nearest with coordinate_transformation_mode={ctm}, nearest_mode={nearest}",
                    hint="Caffe2's ResizeNearest is asymmetric with floor rounding (PyTorch's nn.Upsample)")
         n.op("ResizeNearest", [n.x(0)], n.outputs[:1], height_scale=float(hs), width_scale=float(ws))
@@ -723,6 +758,11 @@ def _resize(cv, n: OnnxNode) -> None:
 
 @handles("Dropout")
 def _dropout(cv, n: OnnxNode) -> None:
+    if n.has(2):
+        training = n.need_const(2, "training_mode")
+        if bool(np.asarray(training).reshape(-1)[0]):
+            n.fail("Dropout in training mode (training_mode true) is not supported",
+                   hint="export the model in eval mode (model.eval()); placer's converted nets run inference")
     if len(n.outputs) > 1 and n.outputs[1]:
         mask = n.outputs[1]
         n.op("Copy", [n.x(0)], n.outputs[:1])
